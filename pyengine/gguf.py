@@ -299,7 +299,10 @@ def _tensor_nbytes(cur: _Cursor, where: str, type_id: int, shape: tuple[int, ...
         raise cur.error(
             f"{where} has type {_type_name(type_id)} (blocks of {block_elements}) but its row "
             f"length ne0={shape[0]} is not a multiple of {block_elements}")
-    return n_elements // block_elements * block_bytes
+    nbytes = n_elements // block_elements * block_bytes
+    if nbytes > MAX_SIZE:
+        raise cur.error(f"{where} takes {nbytes} bytes (shape {list(shape)}), past 2**62")
+    return nbytes
 
 
 def _read_tensor_info(cur: _Cursor, index: int, alignment: int) -> _RawTensorInfo:

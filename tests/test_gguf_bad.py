@@ -398,6 +398,12 @@ def test_too_many_elements(tmp_path):
     assert "'blk.0.w'" in message and "past 2**62" in message
 
 
+def test_too_many_bytes(tmp_path):
+    f64_type = 28  # 8 bytes per element: 2**60 elements fit the element limit, not the byte one
+    message = load_error(tmp_path, _one_tensor([2**30, 2**30], f64_type))
+    assert "'blk.0.w'" in message and "bytes" in message and "past 2**62" in message
+
+
 def test_dims_product_past_64_bits(tmp_path):
     assert "past 2**62" in load_error(tmp_path, _one_tensor([2**63, 2**63, 2**63, 2**63]))
 
