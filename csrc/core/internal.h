@@ -1,0 +1,139 @@
+/* internal.h - what the core's files share: tensors, the graph, the executor
+ * context handed to ops, and small helpers. */
+#ifndef PE_INTERNAL_H
+#define PE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "pe.h"
+
+#define PE_MAX_DIMS 4
+#define PE_MAX_SRC  5
+#define PE_MAX_NAME 48
+
+/* Record an error message for pe_last_error(); always returns -1. */
+int pe_fail(const char *fmt, ...);
+
+/* a * b into *out, 0 on overflow of size_t */
+static inline int pe_mul_ok(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+typedef enum pe_op {
+    PE_OP_NONE = 0,     /* external leaf */
+    PE_OP_VIEW,
+    PE_OP_GET_ROWS,
+    PE_OP_MUL_MAT,
+    PE_OP_MUL_MAT_ID,
+    PE_OP_ADD,
+    PE_OP_MUL,
+    PE_OP_SCALE,
+    PE_OP_SOFTCAP,
+    PE_OP_RMS_NORM,
+    PE_OP_UNARY,
+    PE_OP_GLU,
+    PE_OP_SOFTMAX,
+    PE_OP_ROPE,
+    PE_OP_SET_ROWS,
+    PE_OP_ATTN,
+    PE_OP_TOPK,
+    PE_OP_MOE_WEIGHTS,
+    PE_OP_WEIGHTED_SUM,
+    PE_OP_CONT,
+    PE_OP_COUNT
+} pe_op;
+
+typedef struct pe_tensor {
+    int     type;
+    int     n_dims;
+    int64_t ne[PE_MAX_DIMS];   /* elements per dim; unused dims are 1 */
+    size_t  nb[PE_MAX_DIMS];   /* byte strides */
+    int     op;
+    int     src[PE_MAX_SRC];   /* tensor ids, -1 when absent */
+    int32_t ip[8];             /* integer op parameters */
+    float   fp[12];            /* float op parameters */
+    void   *data;              /* set for externals; for others after planning */
+    int     view_of;           /* base tensor id of a view, else -1 */
+    size_t  view_offset;
+    size_t  nbytes;            /* bytes owned (computed tensors) */
+    size_t  nbytes_external;   /* buffer size given for an external tensor */
+    size_t  arena_offset;
+    bool    is_output;
+    bool    freed;             /* planning: slice returned to the allocator */
+    char    name[PE_MAX_NAME];
+} pe_tensor;
+
+struct pe_graph {
+    pe_tensor *t;
+    int        n, cap;
+    uint8_t   *arena;          /* computed tensors live here after planning */
+    size_t     arena_bytes;
+    uint8_t   *work;           /* per-op scratch (quantized activations, ...) */
+    size_t     work_bytes;
+    bool       planned;
+    int        planned_threads;
+    atomic_int *chunks;        /* per node: next work chunk (dynamic splitting) */
+    atomic_int error;          /* set by the first thread that hits a data error */
+    char       error_msg[256];
+};
+
+pe_tensor *pe_graph_get(const pe_graph *g, int id);
+int pe_graph_add(pe_graph *g, int type, int n_dims, const int64_t *ne);
+
+static inline int64_t pe_nrows(const pe_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+static inline int64_t pe_nelements(const pe_tensor *t) { return t->ne[0] * pe_nrows(t); }
+/* a pointer to row (i1, i2, i3) */
+static inline void *pe_row(const pe_tensor *t, int64_t i1, int64_t i2, int64_t i3) {
+    return (uint8_t *)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+static inline bool pe_is_contiguous(const pe_tensor *t) {
+    size_t expect = pe_row_bytes(t->type, t->ne[0]);
+    if (t->nb[0] != pe_type_block_bytes(t->type)) return false;
+    for (int i = 1; i < PE_MAX_DIMS; i++) {
+        if (t->ne[i] > 1 && t->nb[i] != expect) return false;
+        expect *= (size_t)t->ne[i];
+    }
+    return true;
+}
+
+/* ---- executor ------------------------------------------------------------ */
+
+/* What an op sees while it runs: its thread index, the shared scratch, and a
+ * barrier for ops that work in phases (quantize activations, then dot). */
+typedef struct pe_exec {
+    int            ith, nth;
+    pe_graph      *g;
+    uint8_t       *work;
+    size_t         work_bytes;
+    struct pe_pool *pool;
+    atomic_int    *chunk;      /* shared counter for dynamic work splitting */
+    atomic_int    *error;      /* set by any thread on a data error */
+} pe_exec;
+
+/* Record a data error found while computing (first one wins). */
+void pe_exec_fail(pe_exec *ex, const char *msg);
+void pe_pool_barrier(struct pe_pool *pool);
+/* Run fn(arg, ith, nth) on every thread of the pool (the caller is thread 0). */
+typedef void (*pe_pool_fn)(void *arg, int ith, int nth);
+void pe_pool_run(struct pe_pool *pool, pe_pool_fn fn, void *arg);
+
+/* One function per op: computes its part of node t. */
+typedef void (*pe_op_fn)(pe_exec *ex, pe_tensor *t);
+/* Scratch bytes an op needs (0 for most). */
+size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads);
+void   pe_op_compute(pe_exec *ex, pe_tensor *t);
+
+/* Split n items into nth near-equal ranges: [*i0, *i1) for thread ith. */
+static inline void pe_split(int64_t n, int ith, int nth, int64_t *i0, int64_t *i1) {
+    const int64_t per = (n + nth - 1) / nth;
+    *i0 = per * ith < n ? per * ith : n;
+    *i1 = *i0 + per < n ? *i0 + per : n;
+}
+
+#endif /* PE_INTERNAL_H */

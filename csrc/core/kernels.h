@@ -1,0 +1,74 @@
+/* kernels.h - the per-ISA function table.
+ *
+ * Each instruction set fills the entries it implements, on top of the scalar
+ * reference; the table is chosen once (pe_isa_select) and hot loops call
+ * through it without testing CPU features. */
+#ifndef PE_KERNELS_H
+#define PE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe.h"
+
+/* Dequantize n elements (n a multiple of the block size). */
+typedef void (*pe_to_float_fn)(const void *x, float *y, int64_t n);
+/* Quantize n floats into blocks. */
+typedef void (*pe_from_float_fn)(const float *x, void *y, int64_t n);
+/* Dot product of n elements: a row of a weight type with a row of its
+ * vec_dot partner type (already quantized). */
+typedef void (*pe_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a);
+
+typedef struct pe_type_kernels {
+    pe_to_float_fn   to_float;
+    pe_from_float_fn from_float;
+    pe_vec_dot_fn    vec_dot;
+} pe_type_kernels;
+
+/* Float loops shared by the ops (attention over an F16 cache, norms, ...). */
+typedef struct pe_vec_kernels {
+    float (*dot_f32)(int64_t n, const float *x, const float *y);
+    /* sum_i x[i] * f16(y[i]) */
+    float (*dot_f32_f16)(int64_t n, const float *x, const uint16_t *y);
+    /* y[i] = y[i] * s + f16(x[i]) * v */
+    void  (*scale_mad_f16)(int64_t n, float *y, float s, const uint16_t *x, float v);
+    void  (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);
+    void  (*f16_to_f32)(int64_t n, const uint16_t *x, float *y);
+    float (*sum_sq)(int64_t n, const float *x);                 /* sum x^2 (double inside) */
+    void  (*silu_mul)(int64_t n, float *y, const float *g, const float *u);  /* silu(g)*u */
+    void  (*gelu_mul)(int64_t n, float *y, const float *g, const float *u);  /* gelu_tanh(g)*u */
+} pe_vec_kernels;
+
+typedef struct pe_kernels {
+    const char     *isa;
+    pe_type_kernels type[PE_TYPE_COUNT];
+    pe_vec_kernels  vec;
+} pe_kernels;
+
+/* The table in use; never NULL after pe_init(). */
+extern const pe_kernels *pe_kern;
+/* The scalar reference table, always available. */
+const pe_kernels *pe_kernels_ref(void);
+void pe_init(void);
+
+/* Fill functions, one per kernel family and ISA; each overrides entries of a
+ * table already holding the reference (or a lower ISA's) kernels. */
+void pe_fill_ref_float(pe_kernels *k);     /* quant/ref_float.c   F32 F16 BF16 */
+void pe_fill_ref_legacy(pe_kernels *k);    /* quant/ref_legacy.c  Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 */
+void pe_fill_ref_kquants(pe_kernels *k);   /* quant/ref_kquants.c Q2_K..Q6_K Q8_K IQ4_NL IQ4_XS */
+void pe_fill_vec_scalar(pe_kernels *k);    /* cpu/vec.c compiled without SIMD flags */
+#if defined(PE_ARCH_X86)
+void pe_fill_avx2_legacy(pe_kernels *k);   /* cpu/x86/avx2_legacy.c */
+void pe_fill_avx2_kquants(pe_kernels *k);  /* cpu/x86/avx2_kquants.c */
+void pe_fill_vec_avx2(pe_kernels *k);      /* cpu/vec.c compiled with AVX2 flags */
+void pe_fill_avx512_legacy(pe_kernels *k); /* cpu/x86/avx512_legacy.c */
+void pe_fill_avx512_kquants(pe_kernels *k);/* cpu/x86/avx512_kquants.c */
+void pe_fill_vec_avx512(pe_kernels *k);    /* cpu/vec.c compiled with AVX-512 flags */
+#endif
+#if defined(PE_ARCH_ARM)
+void pe_fill_neon_legacy(pe_kernels *k);   /* cpu/arm/neon_legacy.c */
+void pe_fill_neon_kquants(pe_kernels *k);  /* cpu/arm/neon_kquants.c */
+void pe_fill_vec_neon(pe_kernels *k);      /* cpu/vec.c compiled for NEON */
+#endif
+
+#endif /* PE_KERNELS_H */

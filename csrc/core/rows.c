@@ -1,0 +1,78 @@
+/* rows.c - single-row entry points over the kernel tables (tests, the KV
+ * cache, tools).  The graph's ops call the tables directly. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+static const pe_type_kernels *kernels_for(const pe_kernels *table, int type, int64_t n) {
+    if (type < 0 || type >= PE_TYPE_COUNT || pe_type_block_size(type) == 0) {
+        pe_fail("unknown type id %d", type);
+        return NULL;
+    }
+    if (n < 0 || n % pe_type_block_size(type) != 0) {
+        pe_fail("row length %lld is not a multiple of %s's block size %lld",
+                (long long)n, pe_type_name(type), (long long)pe_type_block_size(type));
+        return NULL;
+    }
+    return &table->type[type];
+}
+
+static int quantize_with(const pe_kernels *table, int type, const float *x, void *y, int64_t n) {
+    const pe_type_kernels *k = kernels_for(table, type, n);
+    if (!k) return -1;
+    if (!k->from_float) return pe_fail("no quantizer for type %s", pe_type_name(type));
+    k->from_float(x, y, n);
+    return 0;
+}
+
+int pe_quantize_row_ref(int type, const float *x, void *y, int64_t n) {
+    return quantize_with(pe_kernels_ref(), type, x, y, n);
+}
+
+int pe_quantize_row(int type, const float *x, void *y, int64_t n) {
+    pe_init();
+    return quantize_with(pe_kern, type, x, y, n);
+}
+
+static int dequantize_with(const pe_kernels *table, int type, const void *x, float *y, int64_t n) {
+    const pe_type_kernels *k = kernels_for(table, type, n);
+    if (!k) return -1;
+    if (!k->to_float) return pe_fail("no dequantizer for type %s", pe_type_name(type));
+    k->to_float(x, y, n);
+    return 0;
+}
+
+int pe_dequantize_row_ref(int type, const void *x, float *y, int64_t n) {
+    return dequantize_with(pe_kernels_ref(), type, x, y, n);
+}
+
+int pe_dequantize_row(int type, const void *x, float *y, int64_t n) {
+    pe_init();
+    return dequantize_with(pe_kern, type, x, y, n);
+}
+
+static int vec_dot_with(const pe_kernels *table, int type, const void *w, const float *x,
+                        int64_t n, float *out) {
+    const pe_type_kernels *k = kernels_for(table, type, n);
+    if (!k) return -1;
+    const int dot_type = pe_type_vec_dot_type(type);
+    if (!k->vec_dot || dot_type < 0) return pe_fail("type %s has no dot product", pe_type_name(type));
+    const pe_type_kernels *kq = kernels_for(table, dot_type, n);
+    if (!kq) return -1;
+    if (!kq->from_float) return pe_fail("no quantizer for type %s", pe_type_name(dot_type));
+    void *a = malloc(pe_row_bytes(dot_type, n) + 64);
+    if (!a) return pe_fail("out of memory");
+    kq->from_float(x, a, n);
+    k->vec_dot(n, out, w, a);
+    free(a);
+    return 0;
+}
+
+int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out) {
+    pe_init();
+    return vec_dot_with(pe_kern, type, w, x, n, out);
+}
+
+int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out) {
+    return vec_dot_with(pe_kernels_ref(), type, w, x, n, out);
+}

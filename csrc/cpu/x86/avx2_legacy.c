@@ -1,0 +1,4 @@
+/* avx2_legacy.c - placeholder until the kernels land. */
+#include "internal.h"
+
+void pe_fill_avx2_legacy(pe_kernels *k) { (void)k; }

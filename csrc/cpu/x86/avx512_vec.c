@@ -1,0 +1,3 @@
+/* vec.c compiled with AVX-512 flags. */
+#define PE_VEC_SUFFIX avx512
+#include "../vec.c"

@@ -1,0 +1,164 @@
+/* pe.h - the one public header of pyengine's native core.
+ *
+ * Tensors use GGML's conventions so GGUF weights can be used in place:
+ * ne[0] is the innermost dimension (a row), nb[i] is the byte stride of dim i,
+ * type ids are GGML's, and quantized rows are arrays of blocks.
+ *
+ * A graph is built once by Python (pe_graph_* constructors return tensor ids),
+ * then computed any number of times over a persistent thread pool.  Inputs that
+ * change between runs (token ids, positions, cache slots, mask, KV length) live
+ * in caller-owned buffers registered as external tensors.
+ *
+ * Every function that can fail on input returns a negative value (or NULL) and
+ * leaves a message in pe_last_error(); nothing here aborts the process.
+ */
+#ifndef PE_H
+#define PE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- types (GGML numbering) ------------------------------------------- */
+
+typedef enum pe_type {
+    PE_TYPE_F32     = 0,
+    PE_TYPE_F16     = 1,
+    PE_TYPE_Q4_0    = 2,
+    PE_TYPE_Q4_1    = 3,
+    PE_TYPE_Q5_0    = 6,
+    PE_TYPE_Q5_1    = 7,
+    PE_TYPE_Q8_0    = 8,
+    PE_TYPE_Q8_1    = 9,
+    PE_TYPE_Q2_K    = 10,
+    PE_TYPE_Q3_K    = 11,
+    PE_TYPE_Q4_K    = 12,
+    PE_TYPE_Q5_K    = 13,
+    PE_TYPE_Q6_K    = 14,
+    PE_TYPE_Q8_K    = 15,
+    PE_TYPE_IQ4_NL  = 20,
+    PE_TYPE_IQ4_XS  = 23,
+    PE_TYPE_I8      = 24,
+    PE_TYPE_I16     = 25,
+    PE_TYPE_I32     = 26,
+    PE_TYPE_BF16    = 30,
+    PE_TYPE_COUNT   = 40
+} pe_type;
+
+/* Block size (elements per block) and bytes per block; 0 for unknown types. */
+int64_t     pe_type_block_size(int type);
+size_t      pe_type_block_bytes(int type);
+const char *pe_type_name(int type);
+/* 1 when the type has kernels (can be a weight), 0 otherwise. */
+int         pe_type_supported(int type);
+/* The type activations are quantized to before a dot product with `type`. */
+int         pe_type_vec_dot_type(int type);
+/* Bytes of a row of n elements; 0 when n is not a multiple of the block size. */
+size_t      pe_row_bytes(int type, int64_t n);
+
+/* ---- errors ------------------------------------------------------------ */
+
+const char *pe_last_error(void);
+
+/* ---- instruction sets ---------------------------------------------------- */
+
+/* Names: "scalar", "avx2", "avx512", "neon".  pe_isa_best() is what the CPU
+ * supports; pe_isa_select() forces a lower one (returns -1 if unavailable). */
+const char *pe_isa_current(void);
+const char *pe_isa_best(void);
+int         pe_isa_available(const char *name);
+int         pe_isa_select(const char *name);
+
+/* ---- row kernels (exposed for tests and the KV cache) -------------------- */
+
+/* Reference (scalar) quantization of n floats into blocks of `type`. */
+int pe_quantize_row_ref(int type, const float *x, void *y, int64_t n);
+/* Dequantize n elements with the current ISA's kernel (or the reference). */
+int pe_dequantize_row(int type, const void *x, float *y, int64_t n);
+int pe_dequantize_row_ref(int type, const void *x, float *y, int64_t n);
+/* Quantize a row to the type's dot partner and take the dot product with a
+ * row of `type`, with the current ISA's kernels (or the reference ones). */
+int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out);
+int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out);
+/* Quantize a row with the current ISA's activation quantizer. */
+int pe_quantize_row(int type, const float *x, void *y, int64_t n);
+
+/* ---- thread pool ----------------------------------------------------------- */
+
+typedef struct pe_pool pe_pool;
+pe_pool *pe_pool_new(int n_threads);
+void     pe_pool_free(pe_pool *pool);
+int      pe_pool_n_threads(const pe_pool *pool);
+int      pe_physical_cores(void);
+
+/* ---- graph ----------------------------------------------------------------- */
+
+typedef struct pe_graph pe_graph;
+
+enum pe_rope_mode { PE_ROPE_NORMAL = 0, PE_ROPE_NEOX = 2 };
+enum pe_unary_op  { PE_UNARY_SILU = 0, PE_UNARY_GELU = 1, PE_UNARY_GELU_ERF = 2, PE_UNARY_RELU = 3 };
+
+pe_graph *pe_graph_new(void);
+void      pe_graph_free(pe_graph *g);
+
+/* Leaves: caller-owned memory (weights in the mmap, inputs, KV caches). The
+ * buffer must outlive the graph; nbytes is checked against the shape. */
+int pe_graph_external(pe_graph *g, int type, int n_dims, const int64_t *ne,
+                      void *data, size_t nbytes, const char *name);
+/* A view of t with its own shape and strides, starting `offset` bytes in. */
+int pe_graph_view(pe_graph *g, int t, int n_dims, const int64_t *ne,
+                  const size_t *nb, size_t offset);
+int pe_graph_reshape(pe_graph *g, int t, int n_dims, const int64_t *ne);
+
+/* Ops: each returns the id of a new F32 tensor (unless noted) or -1. */
+int pe_op_get_rows(pe_graph *g, int table, int ids);                   /* [K,V] x i32[T] -> [K,T] */
+int pe_op_mul_mat(pe_graph *g, int w, int x);                          /* [K,N] x [K,M] -> [N,M] */
+int pe_op_mul_mat_id(pe_graph *g, int w, int x, int ids);              /* [K,N,E] x [K,(U|1),T] x i32[U,T] -> [N,U,T] */
+int pe_op_add(pe_graph *g, int a, int b);                              /* b broadcast over a */
+int pe_op_mul(pe_graph *g, int a, int b);
+int pe_op_scale(pe_graph *g, int a, float s);
+int pe_op_softcap(pe_graph *g, int a, float cap);                      /* cap * tanh(a / cap) */
+int pe_op_rms_norm(pe_graph *g, int a, int weight, float eps);         /* weight may be -1 */
+int pe_op_unary(pe_graph *g, int a, int unary_op);
+int pe_op_glu(pe_graph *g, int gate, int up, int unary_op);            /* act(gate) * up */
+int pe_op_softmax(pe_graph *g, int a);                                 /* over rows */
+int pe_op_rope(pe_graph *g, int a, int pos, int freq_factors, int n_dims, int mode,
+               float freq_base, float freq_scale, float ext_factor, float attn_factor,
+               float beta_fast, float beta_slow, int n_ctx_orig);
+/* Write rows of src ([D,T] f32) into rows slots[T] of cache ([D,C], F16/F32/Q8_0).
+ * Returns a view of the cache that later ops take as input (ordering). */
+int pe_op_set_rows(pe_graph *g, int cache, int src, int slots);
+/* Attention of q [Dh,H,T] against the first kv_len[0] cells of caches k,v
+ * [Dh*Hkv, C] with an additive mask [C,T] (0 or -inf); GQA by H/Hkv. */
+int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len,
+               int n_head_kv, float scale, float softcap);
+int pe_op_topk(pe_graph *g, int a, int k);                             /* i32 [k,T]: indices of largest */
+/* Weights of the chosen experts: softmax over all logits, picked by ids,
+ * optionally renormalised to sum 1 -> [k,T]. */
+int pe_op_moe_weights(pe_graph *g, int logits, int ids, int normalize);
+int pe_op_weighted_sum(pe_graph *g, int a, int w);                      /* [N,U,T] x [U,T] -> [N,T] */
+int pe_op_cont(pe_graph *g, int a);                                    /* contiguous F32 copy */
+
+/* Mark a tensor whose value Python reads after compute (kept alive). */
+int pe_graph_set_output(pe_graph *g, int t);
+int pe_graph_set_name(pe_graph *g, int t, const char *name);
+
+/* Plan memory (first call) and run every op in order.  0 on success. */
+int pe_graph_compute(pe_graph *g, pe_pool *pool);
+
+/* Introspection for Python. */
+int         pe_graph_n_tensors(const pe_graph *g);
+int         pe_tensor_type(const pe_graph *g, int t);
+int         pe_tensor_n_dims(const pe_graph *g, int t);
+int64_t     pe_tensor_ne(const pe_graph *g, int t, int dim);
+size_t      pe_tensor_nb(const pe_graph *g, int t, int dim);
+void       *pe_tensor_data(const pe_graph *g, int t);     /* NULL before planning */
+size_t      pe_graph_arena_bytes(const pe_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PE_H */

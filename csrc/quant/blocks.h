@@ -1,0 +1,102 @@
+/* blocks.h - GGUF block layouts (bit-exact with the file format) and the
+ * half-precision conversions every kernel shares. */
+#ifndef PE_BLOCKS_H
+#define PE_BLOCKS_H
+
+#include <assert.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef uint16_t pe_f16;   /* IEEE half, stored as bits */
+typedef uint16_t pe_bf16;  /* bfloat16, stored as bits */
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K  256
+#define K_SCALE_SIZE 12
+#define QK4_NL 32
+
+typedef struct { pe_f16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
+typedef struct { pe_f16 d; pe_f16 m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
+typedef struct { pe_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
+typedef struct { pe_f16 d; pe_f16 m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1;
+typedef struct { pe_f16 d; int8_t qs[QK8_0]; } block_q8_0;
+/* q8_1: d and s = d * sum(qs), the dot partner of q4_1 / q5_1 */
+typedef struct { pe_f16 d; pe_f16 s; int8_t qs[QK8_1]; } block_q8_1;
+
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; pe_f16 d; pe_f16 dmin; } block_q2_K;
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; pe_f16 d; } block_q3_K;
+typedef struct { pe_f16 d; pe_f16 dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K;
+typedef struct { pe_f16 d; pe_f16 dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K;
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; pe_f16 d; } block_q6_K;
+/* q8_K: float scale and per-16 sums, the dot partner of the k-quants */
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
+
+typedef struct { pe_f16 d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
+typedef struct { pe_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;
+
+static_assert(sizeof(block_q4_0) == 2 + QK4_0 / 2, "q4_0 size");
+static_assert(sizeof(block_q4_1) == 4 + QK4_1 / 2, "q4_1 size");
+static_assert(sizeof(block_q5_0) == 2 + 4 + QK5_0 / 2, "q5_0 size");
+static_assert(sizeof(block_q5_1) == 4 + 4 + QK5_1 / 2, "q5_1 size");
+static_assert(sizeof(block_q8_0) == 2 + QK8_0, "q8_0 size");
+static_assert(sizeof(block_q8_1) == 4 + QK8_1, "q8_1 size");
+static_assert(sizeof(block_q2_K) == QK_K / 16 + QK_K / 4 + 4, "q2_K size");
+static_assert(sizeof(block_q3_K) == QK_K / 8 + QK_K / 4 + 12 + 2, "q3_K size");
+static_assert(sizeof(block_q4_K) == 4 + K_SCALE_SIZE + QK_K / 2, "q4_K size");
+static_assert(sizeof(block_q5_K) == 4 + K_SCALE_SIZE + QK_K / 8 + QK_K / 2, "q5_K size");
+static_assert(sizeof(block_q6_K) == QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, "q6_K size");
+static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "q8_K size");
+static_assert(sizeof(block_iq4_nl) == 2 + QK4_NL / 2, "iq4_nl size");
+static_assert(sizeof(block_iq4_xs) == 4 + QK_K / 64 + QK_K / 2, "iq4_xs size");
+
+/* The non-linear 4-bit grid of IQ4_NL / IQ4_XS. */
+extern const int8_t pe_iq4nl_values[16];
+
+/* ---- half precision ------------------------------------------------------ */
+
+static inline float pe_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t pe_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* Exact IEEE half -> float for every input (normals, subnormals, inf, nan). */
+static inline float pe_f16_to_f32(pe_f16 h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    const uint32_t exp  = (h >> 10) & 0x1f;
+    const uint32_t man  = h & 0x3ff;
+    if (exp == 0x1f) return pe_bits_to_f32(sign | 0x7f800000u | (man << 13));
+    if (exp != 0)    return pe_bits_to_f32(sign | ((exp + 112) << 23) | (man << 13));
+    /* subnormal or zero: man * 2^-24 */
+    const float mag = (float)man * 5.9604644775390625e-08f;
+    return sign ? -mag : mag;
+}
+
+/* float -> IEEE half, round to nearest even (the F16C instruction's result). */
+static inline pe_f16 pe_f32_to_f16(float f) {
+    const uint32_t x    = pe_f32_to_bits(f);
+    const uint32_t sign = (x >> 16) & 0x8000;
+    const uint32_t ax   = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (pe_f16)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (pe_f16)(sign | 0x7c00);          /* overflow -> inf */
+    if (ax < 0x38800000u) {                                          /* subnormal half */
+        /* add 0.5 (as float) to push the bits into place with rounding */
+        const float v = pe_bits_to_f32(ax) + 0.5f;
+        return (pe_f16)(sign | (pe_f32_to_bits(v) - 0x3f000000u));
+    }
+    const uint32_t odd = (ax >> 13) & 1;
+    return (pe_f16)(sign | ((ax + 0xc8000fffu + odd) >> 13));
+}
+
+static inline float pe_bf16_to_f32(pe_bf16 h) { return pe_bits_to_f32((uint32_t)h << 16); }
+
+/* float -> bfloat16, round to nearest even; NaN stays NaN. */
+static inline pe_bf16 pe_f32_to_bf16(float f) {
+    const uint32_t u = pe_f32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (pe_bf16)((u >> 16) | 64);
+    return (pe_bf16)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
+#endif /* PE_BLOCKS_H */

@@ -1,0 +1,70 @@
+# Declarations of the native core's public header (csrc/include/pe.h).
+from libc.stdint cimport int32_t, int64_t
+
+cdef extern from "pe.h" nogil:
+    int64_t pe_type_block_size(int type)
+    size_t pe_type_block_bytes(int type)
+    const char *pe_type_name(int type)
+    int pe_type_supported(int type)
+    int pe_type_vec_dot_type(int type)
+    size_t pe_row_bytes(int type, int64_t n)
+    const char *pe_last_error()
+
+    const char *pe_isa_current()
+    const char *pe_isa_best()
+    int pe_isa_available(const char *name)
+    int pe_isa_select(const char *name)
+
+    int pe_quantize_row_ref(int type, const float *x, void *y, int64_t n)
+    int pe_quantize_row(int type, const float *x, void *y, int64_t n)
+    int pe_dequantize_row(int type, const void *x, float *y, int64_t n)
+    int pe_dequantize_row_ref(int type, const void *x, float *y, int64_t n)
+    int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out)
+    int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out)
+
+    ctypedef struct pe_pool:
+        pass
+    pe_pool *pe_pool_new(int n_threads)
+    void pe_pool_free(pe_pool *pool)
+    int pe_pool_n_threads(const pe_pool *pool)
+    int pe_physical_cores()
+
+    ctypedef struct pe_graph:
+        pass
+    pe_graph *pe_graph_new()
+    void pe_graph_free(pe_graph *g)
+    int pe_graph_external(pe_graph *g, int type, int n_dims, const int64_t *ne,
+                          void *data, size_t nbytes, const char *name)
+    int pe_graph_view(pe_graph *g, int t, int n_dims, const int64_t *ne, const size_t *nb, size_t offset)
+    int pe_graph_reshape(pe_graph *g, int t, int n_dims, const int64_t *ne)
+    int pe_op_get_rows(pe_graph *g, int table, int ids)
+    int pe_op_mul_mat(pe_graph *g, int w, int x)
+    int pe_op_mul_mat_id(pe_graph *g, int w, int x, int ids)
+    int pe_op_add(pe_graph *g, int a, int b)
+    int pe_op_mul(pe_graph *g, int a, int b)
+    int pe_op_scale(pe_graph *g, int a, float s)
+    int pe_op_softcap(pe_graph *g, int a, float cap)
+    int pe_op_rms_norm(pe_graph *g, int a, int weight, float eps)
+    int pe_op_unary(pe_graph *g, int a, int unary_op)
+    int pe_op_glu(pe_graph *g, int gate, int up, int unary_op)
+    int pe_op_softmax(pe_graph *g, int a)
+    int pe_op_rope(pe_graph *g, int a, int pos, int freq_factors, int n_dims, int mode,
+                   float freq_base, float freq_scale, float ext_factor, float attn_factor,
+                   float beta_fast, float beta_slow, int n_ctx_orig)
+    int pe_op_set_rows(pe_graph *g, int cache, int src, int slots)
+    int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len,
+                   int n_head_kv, float scale, float softcap)
+    int pe_op_topk(pe_graph *g, int a, int k)
+    int pe_op_moe_weights(pe_graph *g, int logits, int ids, int normalize)
+    int pe_op_weighted_sum(pe_graph *g, int a, int w)
+    int pe_op_cont(pe_graph *g, int a)
+    int pe_graph_set_output(pe_graph *g, int t)
+    int pe_graph_set_name(pe_graph *g, int t, const char *name)
+    int pe_graph_compute(pe_graph *g, pe_pool *pool)
+    int pe_graph_n_tensors(const pe_graph *g)
+    int pe_tensor_type(const pe_graph *g, int t)
+    int pe_tensor_n_dims(const pe_graph *g, int t)
+    int64_t pe_tensor_ne(const pe_graph *g, int t, int dim)
+    size_t pe_tensor_nb(const pe_graph *g, int t, int dim)
+    void *pe_tensor_data(const pe_graph *g, int t)
+    size_t pe_graph_arena_bytes(const pe_graph *g)

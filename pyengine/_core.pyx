@@ -1,0 +1,329 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Thin typed layer over the native core (csrc/include/pe.h).
+
+Buffers come in as typed memoryviews; every C error becomes a NativeError (or
+a ValueError for bad arguments) in the calling process."""
+
+from libc.stdint cimport int64_t, uint8_t
+
+import numpy as np
+
+from pyengine.errors import NativeError
+
+
+cdef inline str _last_error():
+    return pe_last_error().decode("utf-8", "replace")
+
+
+cdef inline int _check(int rc) except -1:
+    if rc < 0:
+        raise NativeError(_last_error())
+    return rc
+
+
+# ---- types ---------------------------------------------------------------
+
+def type_name(int type_id) -> str:
+    return pe_type_name(type_id).decode()
+
+
+def block_size(int type_id) -> int:
+    return pe_type_block_size(type_id)
+
+
+def block_bytes(int type_id) -> int:
+    return pe_type_block_bytes(type_id)
+
+
+def row_bytes(int type_id, int64_t n) -> int:
+    return pe_row_bytes(type_id, n)
+
+
+def type_supported(int type_id) -> bool:
+    return pe_type_supported(type_id) != 0
+
+
+def vec_dot_type(int type_id) -> int:
+    return pe_type_vec_dot_type(type_id)
+
+
+# ---- instruction sets ----------------------------------------------------
+
+def isa() -> str:
+    """The instruction set whose kernels are in use."""
+    return pe_isa_current().decode()
+
+
+def best_isa() -> str:
+    return pe_isa_best().decode()
+
+
+def isa_available(str name) -> bool:
+    return pe_isa_available(name.encode()) != 0
+
+
+def set_isa(str name) -> None:
+    """Force an instruction set (for tests); raises if the CPU lacks it."""
+    _check(pe_isa_select(name.encode()))
+
+
+def physical_cores() -> int:
+    return pe_physical_cores()
+
+
+# ---- row kernels (tests, tools) -----------------------------------------
+
+cdef int64_t _row_len(int type_id, int64_t n) except -1:
+    if pe_type_block_size(type_id) == 0:
+        raise ValueError(f"unknown type id {type_id}")
+    if n % pe_type_block_size(type_id):
+        raise ValueError(f"length {n} is not a multiple of {type_name(type_id)}'s block size")
+    return n
+
+
+def quantize(int type_id, const float[::1] x, bint reference=True):
+    """Quantize floats into blocks of type_id; returns a uint8 array."""
+    cdef int64_t n = _row_len(type_id, x.shape[0])
+    out = np.empty(pe_row_bytes(type_id, n), dtype=np.uint8)
+    cdef uint8_t[::1] y = out
+    cdef int rc
+    with nogil:
+        if reference:
+            rc = pe_quantize_row_ref(type_id, &x[0], &y[0], n)
+        else:
+            rc = pe_quantize_row(type_id, &x[0], &y[0], n)
+    _check(rc)
+    return out
+
+
+def dequantize(int type_id, const uint8_t[::1] data, int64_t n, bint reference=False):
+    """Dequantize n elements of type_id from raw blocks."""
+    _row_len(type_id, n)
+    if <size_t>data.shape[0] < pe_row_bytes(type_id, n):
+        raise ValueError("buffer too small for the requested number of elements")
+    out = np.empty(n, dtype=np.float32)
+    cdef float[::1] y = out
+    cdef int rc
+    with nogil:
+        if reference:
+            rc = pe_dequantize_row_ref(type_id, &data[0], &y[0], n)
+        else:
+            rc = pe_dequantize_row(type_id, &data[0], &y[0], n)
+    _check(rc)
+    return out
+
+
+def vec_dot(int type_id, const uint8_t[::1] w, const float[::1] x, bint reference=False) -> float:
+    """Dot product of a weight row (raw blocks) with float activations, the
+    activations quantized to the type's partner first, as matmul does."""
+    cdef int64_t n = _row_len(type_id, x.shape[0])
+    if <size_t>w.shape[0] < pe_row_bytes(type_id, n):
+        raise ValueError("weight buffer too small for the activation length")
+    cdef float out = 0
+    cdef int rc
+    with nogil:
+        if reference:
+            rc = pe_vec_dot_ref(type_id, &w[0], &x[0], n, &out)
+        else:
+            rc = pe_vec_dot(type_id, &w[0], &x[0], n, &out)
+    _check(rc)
+    return out
+
+
+# ---- thread pool -------------------------------------------------------------
+
+cdef class ThreadPool:
+    """Persistent worker threads shared by every graph computed with it."""
+    cdef pe_pool *pool
+
+    def __cinit__(self, int n_threads=0):
+        self.pool = pe_pool_new(n_threads)
+        if self.pool == NULL:
+            raise NativeError(_last_error())
+
+    def __dealloc__(self):
+        if self.pool != NULL:
+            pe_pool_free(self.pool)
+            self.pool = NULL
+
+    @property
+    def n_threads(self) -> int:
+        return pe_pool_n_threads(self.pool)
+
+
+# ---- graph -------------------------------------------------------------------
+
+cdef int _fill_ne(object shape, int64_t *ne) except -1:
+    cdef int n = len(shape)
+    if n < 1 or n > 4:
+        raise ValueError(f"tensors have 1 to 4 dimensions, got shape {shape}")
+    for i in range(n):
+        ne[i] = shape[i]
+    return n
+
+
+cdef class Graph:
+    """A computation graph: leaves over caller buffers, then ops; computed as a
+    whole, as many times as needed.  Shapes are GGML-ordered (ne0 first)."""
+    cdef pe_graph *g
+    cdef list _keep      # buffers whose memory the graph points into
+
+    def __cinit__(self):
+        self.g = pe_graph_new()
+        if self.g == NULL:
+            raise NativeError(_last_error())
+        self._keep = []
+
+    def __dealloc__(self):
+        if self.g != NULL:
+            pe_graph_free(self.g)
+            self.g = NULL
+
+    cdef int _id(self, int rc) except -1:
+        if rc < 0:
+            raise NativeError(_last_error())
+        return rc
+
+    def external(self, int type_id, tuple shape, buffer, str name="") -> int:
+        """A leaf over `buffer` (a C-contiguous array or buffer, kept alive)."""
+        arr = np.asarray(buffer)
+        if not arr.flags.c_contiguous:
+            raise ValueError(f"tensor '{name}': buffer must be C-contiguous")
+        cdef const uint8_t[::1] mv = arr.reshape(-1).view(np.uint8)
+        cdef int64_t ne[4]
+        cdef int nd = _fill_ne(shape, ne)
+        if mv.shape[0] == 0:
+            raise ValueError(f"tensor '{name}': empty buffer")
+        self._keep.append(arr)
+        return self._id(pe_graph_external(self.g, type_id, nd, ne, <void *>&mv[0], mv.shape[0], name.encode()))
+
+    def view(self, int t, tuple shape, tuple strides=None, size_t offset=0) -> int:
+        cdef int64_t ne[4]
+        cdef size_t nb[4]
+        cdef int nd = _fill_ne(shape, ne)
+        if strides is None:
+            return self._id(pe_graph_view(self.g, t, nd, ne, NULL, offset))
+        if len(strides) != nd:
+            raise ValueError("strides must match the shape's length")
+        for i in range(nd):
+            nb[i] = strides[i]
+        return self._id(pe_graph_view(self.g, t, nd, ne, nb, offset))
+
+    def reshape(self, int t, tuple shape) -> int:
+        cdef int64_t ne[4]
+        cdef int nd = _fill_ne(shape, ne)
+        return self._id(pe_graph_reshape(self.g, t, nd, ne))
+
+    def get_rows(self, int table, int ids) -> int:
+        return self._id(pe_op_get_rows(self.g, table, ids))
+
+    def mul_mat(self, int w, int x) -> int:
+        return self._id(pe_op_mul_mat(self.g, w, x))
+
+    def mul_mat_id(self, int w, int x, int ids) -> int:
+        return self._id(pe_op_mul_mat_id(self.g, w, x, ids))
+
+    def add(self, int a, int b) -> int:
+        return self._id(pe_op_add(self.g, a, b))
+
+    def mul(self, int a, int b) -> int:
+        return self._id(pe_op_mul(self.g, a, b))
+
+    def scale(self, int a, float s) -> int:
+        return self._id(pe_op_scale(self.g, a, s))
+
+    def softcap(self, int a, float cap) -> int:
+        return self._id(pe_op_softcap(self.g, a, cap))
+
+    def rms_norm(self, int a, int weight, float eps) -> int:
+        return self._id(pe_op_rms_norm(self.g, a, weight, eps))
+
+    def unary(self, int a, int op) -> int:
+        return self._id(pe_op_unary(self.g, a, op))
+
+    def glu(self, int gate, int up, int op) -> int:
+        return self._id(pe_op_glu(self.g, gate, up, op))
+
+    def softmax(self, int a) -> int:
+        return self._id(pe_op_softmax(self.g, a))
+
+    def rope(self, int a, int pos, int freq_factors, int n_dims, int mode, float freq_base,
+             float freq_scale=1.0, float ext_factor=0.0, float attn_factor=1.0,
+             float beta_fast=32.0, float beta_slow=1.0, int n_ctx_orig=0) -> int:
+        return self._id(pe_op_rope(self.g, a, pos, freq_factors, n_dims, mode, freq_base, freq_scale,
+                                   ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig))
+
+    def set_rows(self, int cache, int src, int slots) -> int:
+        return self._id(pe_op_set_rows(self.g, cache, src, slots))
+
+    def attn(self, int q, int k, int v, int mask, int kv_len, int n_head_kv, float scale,
+             float softcap=0.0) -> int:
+        return self._id(pe_op_attn(self.g, q, k, v, mask, kv_len, n_head_kv, scale, softcap))
+
+    def topk(self, int a, int k) -> int:
+        return self._id(pe_op_topk(self.g, a, k))
+
+    def moe_weights(self, int logits, int ids, bint normalize) -> int:
+        return self._id(pe_op_moe_weights(self.g, logits, ids, normalize))
+
+    def weighted_sum(self, int a, int w) -> int:
+        return self._id(pe_op_weighted_sum(self.g, a, w))
+
+    def cont(self, int a) -> int:
+        return self._id(pe_op_cont(self.g, a))
+
+    def set_output(self, int t) -> None:
+        self._id(pe_graph_set_output(self.g, t))
+
+    def set_name(self, int t, str name) -> None:
+        self._id(pe_graph_set_name(self.g, t, name.encode()))
+
+    def shape(self, int t) -> tuple:
+        cdef int nd = pe_tensor_n_dims(self.g, t)
+        if nd == 0:
+            raise ValueError(f"unknown tensor {t}")
+        return tuple(pe_tensor_ne(self.g, t, i) for i in range(nd))
+
+    def type_of(self, int t) -> int:
+        return pe_tensor_type(self.g, t)
+
+    def compute(self, ThreadPool pool) -> None:
+        cdef int rc
+        with nogil:
+            rc = pe_graph_compute(self.g, pool.pool)
+        if rc < 0:
+            raise NativeError(_last_error())
+
+    def read(self, int t, out=None):
+        """Copy an F32/I32 tensor's values out (numpy shape is ne reversed)."""
+        cdef int type_id = pe_tensor_type(self.g, t)
+        if type_id != 0 and type_id != 26:
+            raise ValueError("only F32 and I32 tensors can be read")
+        cdef void *p = pe_tensor_data(self.g, t)
+        if p == NULL:
+            raise ValueError("tensor has no data yet: compute the graph first")
+        shape = self.shape(t)
+        cdef int nd = len(shape)
+        cdef size_t row = pe_tensor_nb(self.g, t, 1)
+        if row != shape[0] * 4 or (nd > 2 and pe_tensor_nb(self.g, t, 2) != row * shape[1]):
+            raise ValueError("only contiguous tensors can be read")
+        cdef size_t nbytes = 4
+        for d in shape:
+            nbytes *= d
+        cdef const uint8_t[::1] src = <const uint8_t[:nbytes]> p
+        dtype = np.float32 if type_id == 0 else np.int32
+        if out is None:
+            out = np.empty(tuple(reversed(shape)), dtype=dtype)
+        elif out.dtype != dtype or out.nbytes != nbytes or not out.flags.c_contiguous:
+            raise ValueError("out must be a C-contiguous array of the tensor's size and dtype")
+        cdef uint8_t[::1] dst = out.reshape(-1).view(np.uint8)
+        dst[:] = src
+        return out
+
+    @property
+    def arena_bytes(self) -> int:
+        return pe_graph_arena_bytes(self.g)
+
+    @property
+    def n_tensors(self) -> int:
+        return pe_graph_n_tensors(self.g)
