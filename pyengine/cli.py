@@ -181,15 +181,17 @@ def model_summary(path) -> list[tuple[str, str]]:
 
     from pyengine.gguf import GGUFFile
 
-    gguf = GGUFFile(path)
-    meta = gguf.metadata
-    arch = gguf.architecture
+    with GGUFFile(path) as gguf:
+        meta = dict(gguf.metadata)
+        tensors = list(gguf.tensors.values())
+    # Read leniently: show should describe a file even when it lacks keys a model needs.
+    arch = meta.get("general.architecture")
 
     def hparam(name: str) -> str:
-        return _format_value(meta.get(gguf.arch_key(name)))
+        return _format_value(meta.get(f"{arch}.{name}"))
 
-    n_params = sum(t.n_elements for t in gguf.tensors.values())
-    type_counts = collections.Counter(t.type_name for t in gguf.tensors.values())
+    n_params = sum(t.n_elements for t in tensors)
+    type_counts = collections.Counter(t.type_name for t in tensors)
     types = ", ".join(f"{name} x{count}" for name, count in type_counts.most_common())
     tokens = meta.get("tokenizer.ggml.tokens")
     tokenizer = _format_value(meta.get("tokenizer.ggml.model"))
@@ -212,7 +214,7 @@ def model_summary(path) -> list[tuple[str, str]]:
         ("head dim", hparam("attention.key_length")),
         ("sliding window", hparam("attention.sliding_window")),
         ("experts", experts),
-        ("tensors", f"{len(gguf.tensors)} ({types})"),
+        ("tensors", f"{len(tensors)} ({types})"),
         ("tokenizer", tokenizer),
         ("vocabulary", str(len(tokens)) if _is_sequence(tokens) else "-"),
         ("chat template", f"yes ({len(template)} chars)" if isinstance(template, str) else "no"),

@@ -13,7 +13,9 @@ import pytest
 
 from pyengine import cli, store
 from pyengine.errors import ContextLengthError
-from test_store import FAKE_NAME, add_fake_model, closed_port_url, fake_index  # noqa: F401
+from test_store import (  # noqa: F401  (fixtures shared with the store tests)
+    FAKE_NAME, add_fake_model, closed_port_url, fake_index, real_models,
+)
 
 SYNTH = Path(__file__).parent / "data" / "synth"
 REPO = Path(__file__).resolve().parent.parent
@@ -197,6 +199,22 @@ def test_show_synthetic_models(capsys, path):
     has_template = "tokenizer.chat_template" in reader.fields
     assert rows["chat template"].startswith("yes" if has_template else "no")
     assert ("experts" in rows) == (f"{arch}.expert_count" in reader.fields)
+
+
+def test_show_real_models(capsys, real_models):
+    expected = {
+        "smollm2": {"architecture": "llama", "layers": "30", "heads": "9",
+                    "tokenizer": "gpt2 (pre: smollm)"},
+        "gemma3:270m": {"architecture": "gemma3", "layers": "18", "kv heads": "1",
+                        "sliding window": "512", "vocabulary": "262144"},
+    }
+    for name, facts in expected.items():
+        code, out, err = run_cli(capsys, "show", name)
+        assert (code, err) == (0, "")
+        rows = _rows(out)
+        assert {key: rows[key] for key in facts} == facts
+        assert rows["path"] == str(store.resolve_model(name, pull=False))
+    assert _rows(run_cli(capsys, "show", "smollm2")[1])["chat template"].startswith("yes")
 
 
 def test_show_errors(capsys, tmp_path, fake_index):
