@@ -34,7 +34,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.exceptions import UndefinedError
 from jinja2.runtime import LoopContext, Macro, Undefined
 from jinja2.utils import missing
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pyengine.chat import budget, growth
 from pyengine.errors import TemplateError, TemplateSecurityError
@@ -277,4 +277,4 @@ def _replace_concats(parent: nodes.Node, make_call: Callable[..., nodes.Call]) -
                     value[index] = make_call("guard_concat", item.nodes, item.lineno)
 
 
-__all__ = ["GuardedEnvironment", "SecurityError", "hf_tojson", "raise_exception", "strftime_now"]
+__all__ = ["GuardedEnvironment", "hf_tojson", "raise_exception", "strftime_now"]

@@ -34,7 +34,6 @@ lines, tool results as ``tool`` turns, so the Hermes parser reads the model's re
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
