@@ -270,6 +270,16 @@ def test_text_is_emitted_as_soon_as_it_is_certain():
     assert parser.finish() == []
 
 
+def test_in_reasoning_follows_the_block():
+    parser = StreamParser(starts_in_reasoning=True)
+    assert parser.in_reasoning
+    parser.push("thinking</thi")
+    assert parser.in_reasoning
+    parser.push("nk>{")
+    assert not parser.in_reasoning
+    assert not StreamParser().in_reasoning
+
+
 def test_a_held_back_tail_that_is_no_marker_is_released():
     parser = StreamParser()
     assert parser.push("x <thin") == [Delta("content", "x")]

@@ -197,6 +197,11 @@ INJECTIONS = [
     "{% set a = '__cla' ~ 'ss__' %}{{ ''|attr(a) }}",
     "{% set a = '__cla' ~ 'ss__' %}{{ messages[a] }}",
     "{{ messages|map(attribute='__class__')|list }}",
+    "{{ messages|map(attribute='0.__class__')|list }}",
+    "{{ ''['\\x5f\\x5fclass\\x5f\\x5f'] }}",
+    "{{ cycler|attr('\\x5f\\x5finit\\x5f\\x5f') }}",
+    "{{ cycler|attr(['_' * 2, 'init', '_' * 2]|join) }}",
+    "{{ dict.mro() }}",
     "{{ messages.append(1) }}",
     "{{ messages[0].update({'role': 'system'}) }}",
 ]

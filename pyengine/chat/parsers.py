@@ -186,6 +186,12 @@ class StreamParser:
             self._closers = tuple(closer for _, closer in REASONING_MARKERS)
             self._out.edge()
 
+    @property
+    def in_reasoning(self) -> bool:
+        """Whether the reply is inside a reasoning block (a constraint on the answer's
+        form, such as a JSON schema, should wait until this turns False)."""
+        return self._closers is not None
+
     def push(self, text: str) -> list[Delta]:
         if self._finished:
             raise InvalidOptionError("push() after finish()")
