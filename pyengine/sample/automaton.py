@@ -13,6 +13,7 @@ States (frozensets of stacks) are interned to ints and their transitions cached.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ MAX_STATES = 50_000        # cached states before the cache is dropped and rebui
 MAX_STACKS = 20_000        # stacks in one state: beyond this the grammar is too ambiguous
 
 _SURROGATES = (0xD800, 0xDFFF)
+_serial_numbers = itertools.count()
 _UTF8_BOUNDS = ((0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, MAX_CODE_POINT))
 
 
@@ -194,6 +196,7 @@ class Automaton:
 
     def __init__(self, program: Program) -> None:
         self.program = program
+        self.uid = next(_serial_numbers)   # never reused, unlike id(): safe as a cache key
         self._lock = threading.Lock()
         self.generation = 0
         self._clear()

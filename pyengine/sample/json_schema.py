@@ -264,6 +264,8 @@ class _Converter:
 
     def typed(self, schema: Mapping, name: str, depth: int, path: str) -> str:
         kind = schema.get("type")
+        if "type" in schema and not isinstance(kind, (str, list)):
+            raise GrammarError(f"{path}/type: unknown JSON type {kind!r} (expected one of {', '.join(_TYPES)})")
         if isinstance(kind, list):
             if not kind or any(t not in _TYPES for t in kind) or len(set(kind)) != len(kind):
                 raise GrammarError(f"{path}/type: {kind!r} is not a list of distinct JSON types")
@@ -362,7 +364,7 @@ class _Converter:
         required = schema.get("required", [])
         if props is None and extra is None and not required:
             return self.builtin("object")   # {"type": "object"}: any object
-        props = _check_properties(props or {}, path)
+        props = _check_properties({} if props is None else props, path)
         required = _check_required(required, path)
         order = list(props) + [key for key in required if key not in props]
         members = {}

@@ -80,7 +80,7 @@ class TokenIndex:
         automaton = matcher.grammar.automaton
         automaton.compact_if_large()
         state = matcher.state_id()
-        key = (id(automaton), automaton.generation, state)
+        key = (automaton.uid, automaton.generation, state)
         mask = self._masks.get(key)
         if mask is None:
             mask = self._compute(automaton, state)
@@ -96,7 +96,7 @@ class TokenIndex:
         pre-filter: survivors still need a full check)."""
         automaton = matcher.grammar.automaton
         state = matcher.state_id()
-        key = (id(automaton), automaton.generation, state)
+        key = (automaton.uid, automaton.generation, state)
         pairs = self._pairs.get(key)
         if pairs is None:
             pairs = self._pair_table(automaton, state)
