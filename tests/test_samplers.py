@@ -9,7 +9,7 @@ import pytest
 
 from pyengine.errors import InvalidOptionError, SamplingError
 from pyengine.sample import SAMPLER_NAMES, SamplerChain, SamplingOptions
-from pyengine.sample.candidates import Candidates, softmax, top_k_positions
+from pyengine.sample.candidates import Candidates, top_k_positions
 from pyengine.sample.dry import Dry, build_breakers
 from pyengine.sample.samplers import (
     Dist, LogitBias, MinP, Mirostat, MirostatV2, Penalties, Temperature, TopK, TopNSigma, TopP,
@@ -503,3 +503,19 @@ def test_speed_budget_on_a_big_vocabulary():
         for step in range(40):
             chain.accept(chain.sample(logits[step % 4]))
         assert (time.perf_counter() - start) / 40 * 1e3 < budget_ms
+
+
+def test_accept_prompt_feeds_penalties_but_not_the_grammar_or_mirostat():
+    chain = SamplerChain(SamplingOptions(temperature=0, repeat_penalty=2.0), 3)
+    logits = np.array([1.0, 0.8, 0.0], dtype=np.float32)
+    chain.accept_prompt([0, 0])
+    assert chain.sample(logits) == 1
+    with pytest.raises(InvalidOptionError):
+        chain.accept_prompt([3])
+
+
+def test_pieces_must_be_bytes():
+    with pytest.raises(InvalidOptionError, match="bytes"):
+        SamplerChain(SamplingOptions(dry_multiplier=1.0), 2, ["a", "b"])
+    with pytest.raises(InvalidOptionError, match="n_vocab"):
+        SamplerChain(SamplingOptions(), 3, [b"a", b"b"])

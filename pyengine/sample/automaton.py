@@ -221,7 +221,7 @@ class Automaton:
         state = self._index.get(stacks)
         if state is not None:
             return state
-        kinds, args = self.program.kinds, self.program.args
+        args = self.program.args
         mask = 0
         for stack in stacks:
             if stack:

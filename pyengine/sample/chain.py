@@ -9,7 +9,10 @@ greedy: only the logit-rewriting samplers (bias, penalties, DRY) run, then argma
 no random number is drawn.
 
 With a grammar, the token is drawn as usual and then checked; only when the grammar
-rejects it are the logits masked to the acceptable tokens and the draw repeated.
+rejects it is the draw repeated over the acceptable tokens. When only the k best of those
+can matter (greedy, or a top-k preceded only by per-token rewrites) they are found by
+checking tokens best-first; otherwise the whole vocabulary is masked (token_mask.py).
+Both give the same token.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ class SamplerChain:
         self.eog_ids = frozenset(_check_token(t, self.n_vocab, "eog_ids") for t in eog_ids)
         self._n_ctx = n_ctx
         self._rng = np.random.default_rng(options.seed)
-        self._ids = np.arange(self.n_vocab, dtype=np.int64)
+        self._ids = _token_ids(self.n_vocab)
         self._greedy = options.temperature <= 0.0
         self._bias = LogitBias(_check_bias(options.logit_bias, self.n_vocab))
         self._samplers = self._build_samplers()
@@ -170,6 +173,15 @@ class SamplerChain:
         if self._draw is not None and hasattr(self._draw, "accept"):
             self._draw.accept(token)
 
+    def accept_prompt(self, tokens: Iterable[int]) -> None:
+        """Add prompt tokens to the penalty and DRY history (the grammar and mirostat are
+        untouched), as llama.cpp's server does so that repeats of the prompt are penalised."""
+        for token in tokens:
+            token = _check_token(token, self.n_vocab, "token")
+            for sampler in self._samplers:
+                if isinstance(sampler, (Penalties, Dry)):
+                    sampler.accept(token)
+
     def logprobs(self, logits: np.ndarray, token: int, n_top: int) -> tuple[float, list[tuple[int, float]]]:
         """Log-softmax of the raw logits: the token's log-probability and the n_top best."""
         raw = self._checked(logits)
@@ -191,8 +203,8 @@ class SamplerChain:
 
     def clone(self) -> "SamplerChain":
         """An independent copy with the same history, RNG state and grammar state."""
-        memo = {id(self.token_pieces): self.token_pieces, id(self._grammar): self._grammar,
-                id(self._token_index): self._token_index, id(self.options): self.options}
+        shared = (self.token_pieces, self._grammar, self._token_index, self.options, self._ids)
+        memo = {id(item): item for item in shared if item is not None}
         return copy.deepcopy(self, memo)
 
     # ---- internals
@@ -313,6 +325,21 @@ class SamplerChain:
         piece = self.token_pieces[token]
         if not piece or not self._matcher.accept_bytes(piece):
             raise SamplingError(f"token {token} ({piece!r}) is not allowed by the grammar here")
+
+
+_ids_cache: dict[int, np.ndarray] = {}
+
+
+def _token_ids(n_vocab: int) -> np.ndarray:
+    """arange(n_vocab), shared read-only between chains of the same vocabulary size."""
+    ids = _ids_cache.get(n_vocab)
+    if ids is None:
+        ids = np.arange(n_vocab, dtype=np.int64)
+        ids.flags.writeable = False
+        if len(_ids_cache) > 8:
+            _ids_cache.clear()
+        _ids_cache[n_vocab] = ids
+    return ids
 
 
 def _check_token(token: object, n_vocab: int, what: str) -> int:

@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from pyengine.errors import InvalidOptionError
 from pyengine.sample.candidates import Candidates
 
 _MAX_BREAKER_BYTES = 40   # longer breakers are truncated (as llama.cpp does)
@@ -167,6 +168,8 @@ def build_breakers(pieces: Sequence[bytes] | None, breakers: Sequence[str]) -> B
         hit = _breaker_cache.get(key)
         if hit is not None and hit[0] is pieces:
             return hit[1]
+    if any(not isinstance(p, (bytes, bytearray)) for p in pieces):
+        raise InvalidOptionError("token_pieces must be bytes (each token's UTF-8 text, raw bytes for byte tokens)")
     result: Breakers = {}
     lookup: dict[bytes, int] | None = None
     for text in breakers:

@@ -21,38 +21,13 @@ from typing import Mapping
 
 from pyengine.errors import GrammarError
 from pyengine.sample.gbnf import MAX_REPETITION
+from pyengine.sample.schema_rules import (
+    BUILTINS, FORMATS, class_char, decimals_within, gbnf_literal, int_range, json_text, json_type_matches,
+    nat_range, repeat)
+
+__all__ = ["JSON_OBJECT_GRAMMAR", "int_range", "nat_range", "schema_to_grammar"]
 
 MAX_DEPTH = 64
-UNBOUNDED_DIGITS = 16   # unbounded integers: at most this many digits, like llama.cpp
-
-_BUILTINS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "space": (r'| " " | "\n"{1,2} [ \t]{0,20}', ()),
-    "boolean": ('"true" | "false"', ()),
-    "null": ('"null"', ()),
-    "integral-part": ("[0] | [1-9] [0-9]{0,15}", ()),
-    "decimal-part": ("[0-9]{1,16}", ()),
-    "number": ('"-"? integral-part ("." decimal-part)? ([eE] [-+]? integral-part)?',
-               ("integral-part", "decimal-part")),
-    "integer": ('"-"? integral-part', ("integral-part",)),
-    "char": (r'[^"\\\x7F\x00-\x1F] | [\\] (["\\/bfnrt] | "u" [0-9a-fA-F]{4})', ()),
-    "string": (r'"\"" char* "\""', ("char",)),
-    "value": ("object | array | string | number | boolean | null",
-              ("object", "array", "string", "number", "boolean", "null")),
-    "member": ('string space ":" space value space', ("string", "space", "value")),
-    "object": ('"{" space (member ("," space member)*)? "}"', ("space", "member")),
-    "array": ('"[" space (value space ("," space value space)*)? "]"', ("space", "value")),
-    "date": ('[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1])', ()),
-    "time": ('([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{3})? '
-             '("Z" | ("+" | "-") ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])', ()),
-    "date-time": ('date "T" time', ("date", "time")),
-    "uuid": ('[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" '
-             '[0-9a-fA-F]{12}', ()),
-    "date-string": (r'"\"" date "\""', ("date",)),
-    "time-string": (r'"\"" time "\""', ("time",)),
-    "date-time-string": (r'"\"" date-time "\""', ("date-time",)),
-    "uuid-string": (r'"\"" uuid "\""', ("uuid",)),
-}
-_FORMATS = ("date", "time", "date-time", "uuid")
 
 _TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 # Keywords whose constraints a grammar cannot (or we do not) enforce: fail closed.
@@ -72,132 +47,6 @@ def _object_grammar() -> str:
     converter = _Converter(True)
     converter.rules["root"] = converter.builtin("object")
     return converter.render()
-
-
-# ---- GBNF text helpers
-
-
-def gbnf_literal(text: str) -> str:
-    """A GBNF string literal matching `text` exactly."""
-    out = []
-    for char in text:
-        code = ord(char)
-        if char == "\"":
-            out.append("\\\"")
-        elif char == "\\":
-            out.append("\\\\")
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\r":
-            out.append("\\r")
-        elif char == "\t":
-            out.append("\\t")
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02X}")
-        else:
-            out.append(char)
-    return "\"" + "".join(out) + "\""
-
-
-def _class_char(char: str) -> str:
-    code = ord(char)
-    if char.isascii() and char.isalnum():
-        return char
-    if code < 0x100:
-        return f"\\x{code:02X}"
-    return f"\\u{code:04X}" if code < 0x10000 else f"\\U{code:08X}"
-
-
-def _repeat(low: int, high: int | None) -> str:
-    if (low, high) == (0, None):
-        return "*"
-    if (low, high) == (1, None):
-        return "+"
-    if (low, high) == (0, 1):
-        return "?"
-    if high is None:
-        return f"{{{low},}}"
-    return f"{{{low}}}" if low == high else f"{{{low},{high}}}"
-
-
-def _json_text(value: object, where: str) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as err:
-        raise GrammarError(f"{where}: {value!r} is not a JSON value ({err})") from None
-
-
-def _json_type_matches(value: object, json_type: str) -> bool:
-    if json_type == "null":
-        return value is None
-    if json_type == "boolean":
-        return isinstance(value, bool)
-    if json_type == "integer":
-        return not isinstance(value, bool) and (isinstance(value, int) or
-                                                (isinstance(value, float) and value.is_integer()))
-    if json_type == "number":
-        return not isinstance(value, bool) and isinstance(value, (int, float))
-    if json_type == "string":
-        return isinstance(value, str)
-    if json_type == "array":
-        return isinstance(value, list)
-    return isinstance(value, dict)
-
-
-# ---- integer ranges as digit patterns
-
-
-def nat_range(low: int, high: int | None) -> str:
-    """Decimal naturals in [low, high] (no leading zeros); high None = up to 16+ digits."""
-    if high is None:
-        high = 10 ** max(UNBOUNDED_DIGITS, len(str(low))) - 1
-    alternatives = []
-    for digits in range(len(str(low)), len(str(high)) + 1):
-        first = max(low, 10 ** (digits - 1) if digits > 1 else 0)
-        last = min(high, 10 ** digits - 1)
-        if first <= last:
-            alternatives.append(_same_length(str(first), str(last)))
-    return " | ".join(alternatives)
-
-
-def _same_length(low: str, high: str) -> str:
-    common = 0
-    while common < len(low) and low[common] == high[common]:
-        common += 1
-    prefix = gbnf_literal(low[:common]) + " " if common else ""
-    low, high = low[common:], high[common:]
-    if not low:
-        return prefix.strip()
-    rest = len(low) - 1
-    if rest == 0:
-        return f"{prefix}[{low}-{high}]"
-    alternatives = []
-    middle_from, middle_to = int(low[0]), int(high[0])
-    if low[1:] != "0" * rest:
-        alternatives.append(f"\"{low[0]}\" ({_same_length(low[1:], '9' * rest)})")
-        middle_from += 1
-    if high[1:] != "9" * rest:
-        middle_to -= 1
-    if middle_from <= middle_to:
-        alternatives.append(f"[{middle_from}-{middle_to}] [0-9]{{{rest}}}")
-    if high[1:] != "9" * rest:
-        alternatives.append(f"\"{high[0]}\" ({_same_length('0' * rest, high[1:])})")
-    return f"{prefix}({' | '.join(alternatives)})"
-
-
-def int_range(low: int | None, high: int | None) -> str:
-    """Decimal integers in [low, high] (either side may be unbounded)."""
-    parts = []
-    if low is None or low < 0:   # negative values: "-" and a magnitude
-        magnitude_low = 1 if high is None or high >= 0 else -high
-        magnitude_high = None if low is None else -low
-        if magnitude_high is None or magnitude_low <= magnitude_high:
-            parts.append(f"\"-\" ({nat_range(magnitude_low, magnitude_high)})")
-    if high is None or high >= 0:
-        start = 0 if low is None else max(low, 0)
-        if high is None or start <= high:
-            parts.append(f"({nat_range(start, high)})")
-    return " | ".join(parts)
 
 
 # ---- the converter
@@ -231,7 +80,7 @@ class _Converter:
 
     def builtin(self, name: str) -> str:
         if name not in self.rules:
-            body, deps = _BUILTINS[name]
+            body, deps = BUILTINS[name]
             self.rules[name] = body
             for dep in deps:
                 self.builtin(dep)
@@ -252,7 +101,7 @@ class _Converter:
         if "$ref" in schema:
             return self.reference(schema["$ref"], depth, path)
         if "const" in schema:
-            return self.add(name, gbnf_literal(_json_text(schema["const"], f"{path}/const")))
+            return self.add(name, gbnf_literal(json_text(schema["const"], f"{path}/const")))
         if "enum" in schema:
             return self.enum(schema, name, path)
         for keyword in ("anyOf", "oneOf"):
@@ -308,10 +157,10 @@ class _Converter:
         kind = schema.get("type")
         if kind is not None:
             kinds = kind if isinstance(kind, list) else [kind]
-            values = [v for v in values if any(_json_type_matches(v, t) for t in kinds)]
+            values = [v for v in values if any(json_type_matches(v, t) for t in kinds)]
             if not values:
                 raise GrammarError(f"{path}: no enum value has the schema's type {kind!r}")
-        texts = dict.fromkeys(gbnf_literal(_json_text(v, f"{path}/enum")) for v in values)
+        texts = dict.fromkeys(gbnf_literal(json_text(v, f"{path}/enum")) for v in values)
         return self.add(name, " | ".join(texts))
 
     def union(self, schema: Mapping, keyword: str, name: str, depth: int, path: str) -> str:
@@ -371,7 +220,7 @@ class _Converter:
         for key in order:
             value = self.visit(props.get(key, True), f"{name}-{key}", depth + 1, f"{path}/properties/{key}")
             members[key] = self.add(f"{name}-{key}-kv",
-                                    f'{gbnf_literal(_json_text(key, path))} space ":" space {value} space')
+                                    f'{gbnf_literal(json_text(key, path))} space ":" space {value} space')
         extra_member = self.additional_member(extra, order, name, depth, path)
         body = self.members([(key, key in required) for key in order], members, extra_member, name)
         return self.add(name, _sequence('"{" space', body, '"}"'))
@@ -430,11 +279,11 @@ class _Converter:
             alternatives.append(f"{literal} ({self._not_strings_node(node[char])})")
         # Diverge here with a character that is no child: escapes that could spell a child
         # (and every \u escape) are left out, so no declared word can sneak through.
-        banned = "".join(_class_char(c) for c in children)
+        banned = "".join(class_char(c) for c in children)
         alternatives.append(f'[^"\\\\\\x7F\\x00-\\x1F{banned}] char*')
         escapes = "".join(e for e, c in _ESCAPE_CHARS.items() if c not in children)
         if escapes:
-            alternatives.append(f'[\\\\] [{"".join(_class_char(e) for e in escapes)}] char*')
+            alternatives.append(f'[\\\\] [{"".join(class_char(e) for e in escapes)}] char*')
         if None not in node:
             alternatives.append("")   # a proper prefix of a word is itself not a word
         return " | ".join(alternatives)
@@ -480,8 +329,8 @@ class _Converter:
         if low > MAX_REPETITION:
             raise GrammarError(f"cannot require more than {MAX_REPETITION} array items")
         if head:
-            return f'{head} ("," space {item}){_repeat(low, high)}' if (low, high) != (0, 0) else head
-        rest = _repeat(max(low - 1, 0), None if high is None else high - 1)
+            return f'{head} ("," space {item}){repeat(low, high)}' if (low, high) != (0, 0) else head
+        rest = repeat(max(low - 1, 0), None if high is None else high - 1)
         listed = f'{item} ("," space {item}){rest}' if rest != "{0}" else item
         return listed if low >= 1 else f"({listed})?"
 
@@ -495,7 +344,7 @@ class _Converter:
         form = schema.get("format")
         if form is not None and not isinstance(form, str):
             raise GrammarError(f"{path}/format must be a string")
-        if form in _FORMATS:
+        if form in FORMATS:
             if low or high is not None:
                 raise GrammarError(f"{path}: minLength/maxLength with format {form!r} is not supported")
             return self.builtin(f"{form}-string")
@@ -505,7 +354,7 @@ class _Converter:
             raise GrammarError(f"{path}: minLength above {MAX_REPETITION} is not supported")
         high = None if high is not None and high > MAX_REPETITION else high
         self.builtin("char")
-        return self.add(name, f'"\\"" char{_repeat(low, high)} "\\""')
+        return self.add(name, f'"\\"" char{repeat(low, high)} "\\""')
 
     def numeric(self, schema: Mapping, kind: str, name: str, path: str) -> str:
         low, high = _integer_bounds(schema, path)
@@ -516,7 +365,7 @@ class _Converter:
         parts = [int_range(low, high)]
         if kind == "number":
             self.builtin("decimal-part")
-            parts += _decimals_within(low, high)
+            parts += decimals_within(low, high)
         return self.add(name, " | ".join(p for p in parts if p))
 
 
@@ -601,21 +450,6 @@ def _integer_bounds(schema: Mapping, path: str) -> tuple[int | None, int | None]
     if ex_max is not None:
         highs.append(math.ceil(ex_max) - 1)
     return (max(lows) if lows else None), (min(highs) if highs else None)
-
-
-def _decimals_within(low: int | None, high: int | None) -> list[str]:
-    """Fractional numbers n.ddd lying entirely inside [low, high] (n and n+1 both in range)."""
-    parts = []
-    start = 0 if low is None else max(low, 0)
-    stop = None if high is None else high - 1
-    if stop is None or start <= stop:
-        parts.append(f'({nat_range(start, stop)}) "." decimal-part')
-    if low is None or low <= -1:
-        start = 0 if high is None else max(0, -high)
-        stop = None if low is None else -low - 1
-        if stop is None or start <= stop:
-            parts.append(f'"-" ({nat_range(start, stop)}) "." decimal-part')
-    return parts
 
 
 def _resolve_pointer(root: object, ref: str, path: str) -> object:

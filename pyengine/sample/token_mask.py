@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from pyengine.errors import InvalidOptionError
 from pyengine.sample.automaton import DEAD
 from pyengine.sample.grammar import GrammarMatcher
 
@@ -30,6 +31,8 @@ class TokenIndex:
     _lock = threading.Lock()
 
     def __init__(self, pieces: Sequence[bytes], eog_ids: Iterable[int] = ()) -> None:
+        if any(not isinstance(p, (bytes, bytearray)) for p in pieces):
+            raise InvalidOptionError("token_pieces must be bytes (each token's UTF-8 text, raw bytes for byte tokens)")
         self.pieces = pieces
         self.n_vocab = len(pieces)
         lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=self.n_vocab)
