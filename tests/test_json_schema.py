@@ -1,5 +1,6 @@
 """JSON Schema -> grammar: generated strings parse and validate; constrained sampling too."""
 
+import collections
 import json
 import random
 import time
@@ -91,8 +92,32 @@ def validator_for(schema):
     return cls(schema)
 
 
+def shortest_ending(matcher, limit=5000):
+    """Bytes leading from the matcher's state to a complete sentence (breadth-first), or None."""
+    automaton = matcher.grammar.automaton
+    start = matcher.state_id()
+    parents = {start: None}
+    queue = collections.deque([start])
+    while queue and len(parents) < limit:
+        state = queue.popleft()
+        if automaton.can_end[state]:
+            path = []
+            while parents[state] is not None:
+                state, byte = parents[state]
+                path.append(byte)
+            return bytes(reversed(path))
+        mask = automaton.next_bytes[state]
+        for byte in range(256):
+            if (mask >> byte) & 1:
+                following = automaton.step(state, byte)
+                if following not in parents:
+                    parents[following] = (state, byte)
+                    queue.append(following)
+    return None
+
+
 def walk(grammar, rng, soft=250, hard=20_000):
-    """A random byte string of the grammar: random acceptable bytes, then the shortest way out."""
+    """A random byte string of the grammar: random acceptable bytes, then a way out."""
     matcher = grammar.matcher()
     out = bytearray()
     while True:
@@ -100,6 +125,10 @@ def walk(grammar, rng, soft=250, hard=20_000):
         if matcher.can_end() and (not options or rng.random() < 0.15 or len(out) > soft):
             return bytes(out)
         if len(out) > soft:
+            ending = shortest_ending(matcher)
+            if ending is not None:
+                assert matcher.accept_bytes(ending) and matcher.can_end()
+                return bytes(out + ending)
             def depth_after(byte):
                 trial = matcher.copy()
                 trial.accept_bytes(bytes([byte]))
@@ -167,11 +196,48 @@ def test_half_open_integer_ranges():
     assert at_most.matches("-4") and at_most.matches("-123456") and not at_most.matches("-3")
 
 
+PATTERNS = [r"^[A-Z]{3}-\d{4}$", r"^(foo|bar)+$", r"\w+@\w+\.com", r'^a"b\\c\n?$', r"^[^a-z]?x{2,}y*?$",
+            r"^(?:\+?1[- ]?)?\(?\d{3}\)?[- ]?\d{3}-\d{4}$", r"^[\u00e0-\u00ff\s]{1,5}\.$", r"^(?P<k>[a-c])\D\W\S$",
+            r"^$", r"^.{0,3}$"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_pattern_strings_match_the_regex(pattern):
+    schema = {"type": "string", "pattern": pattern}
+    grammar = Grammar.from_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    rng = random.Random(pattern)
+    for _ in range(30):
+        text = walk(grammar, rng, soft=60)
+        value = json.loads(text.decode("utf-8"))
+        assert not list(validator.iter_errors(value)), (pattern, text)
+
+
+def test_pattern_grammar_accepts_and_rejects():
+    grammar = Grammar.from_json_schema({"type": "string", "pattern": r"^[A-Z]{2}\d+$"})
+    assert grammar.matches('"AB12"') and not grammar.matches('"Ab12"') and not grammar.matches('"AB"')
+
+
+@pytest.mark.parametrize("pattern", [r"(?=a)b", r"(a)\1", r"\bword", r"a{3,1}", r"(ab", r"ab)", r"a**", r"(?i)abc",
+                                     r"a++", r"x^y", r"[z-a]", "abc\\"])
+def test_unsupported_or_invalid_patterns_fail_closed(pattern):
+    with pytest.raises(GrammarError, match="pattern"):
+        Grammar.from_json_schema({"type": "string", "pattern": pattern})
+
+
 def test_json_object_grammar():
     grammar = Grammar.json_object()
     assert grammar.matches('{"a": [1, -2.5e3, true, null, {"b": "\\u00e9\\n"}]}')
     assert grammar.matches("{}") and grammar.matches('{\n  "k": "v"\n}')
     assert not grammar.matches("[1]") and not grammar.matches('{"a" 1}') and not grammar.matches('{"a": 01}')
+
+
+def test_from_format_accepts_json_and_schemas():
+    assert Grammar.from_format("json").matches('{"a": 1}')
+    assert Grammar.from_format({"type": "integer"}).matches("42")
+    assert Grammar.from_format('{"type": "boolean"}').matches("true")
+    with pytest.raises(GrammarError, match="format"):
+        Grammar.from_format("yaml")
 
 
 def test_output_is_gbnf_text_with_a_root_rule():
@@ -193,7 +259,7 @@ def test_output_is_gbnf_text_with_a_root_rule():
     ({"anyOf": []}, "anyOf"),
     ({"$ref": "#/$defs/missing"}, "does not point"),
     ({"$ref": "https://example.com/s.json"}, "only local"),
-    ({"type": "string", "pattern": "^a+$"}, "pattern"),
+    ({"type": "string", "pattern": "^a+$", "maxLength": 3}, "pattern"),
     ({"not": {"type": "string"}}, "not"),
     ({"type": "array", "uniqueItems": True}, "uniqueItems"),
     (False, "false"),
@@ -225,7 +291,7 @@ def malformed_schemas(count, seed=0):
         lambda: {rng.choice(["anyOf", "oneOf", "allOf"]): []},
         lambda: {"$ref": f"#/$defs/{word()}"},
         lambda: {"$ref": f"http://example.com/{word()}.json"},
-        lambda: {"type": "string", "pattern": word()},
+        lambda: {"type": "string", "pattern": word() + rng.choice(["(", "[", "(?=x)", "\\1", "{3,1}"])},
         lambda: {rng.choice(["not", "if", "contains", "propertyNames"]): {"type": "string"}},
         lambda: {"type": "integer", "minimum": rng.randint(10, 99), "maximum": rng.randint(0, 9)},
         lambda: {"type": "object", "properties": {word(): False}, "required": []} | {"required": None},
@@ -324,3 +390,14 @@ def test_eog_only_when_the_grammar_can_end():
     assert chain.sample(logits) == 3
     with pytest.raises(Exception, match="grammar"):
         SamplerChain(SamplingOptions(), 4, pieces, [3], grammar).accept(1)
+
+
+def test_clone_forks_the_grammar_state():
+    grammar = Grammar.from_gbnf('root ::= "a" ("b" | "c")')
+    pieces = [b"a", b"b", b"c", b"</s>"]
+    chain = SamplerChain(SamplingOptions(temperature=0), 4, pieces, [3], grammar)
+    chain.accept(0)
+    fork = chain.clone()
+    chain.accept(1)
+    assert fork.grammar_state.accepts(b"c") and not chain.grammar_state.accepts(b"c")
+    assert fork.sample(np.array([0, 0, 1.0, 0], dtype=np.float32)) == 2

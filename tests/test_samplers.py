@@ -519,3 +519,10 @@ def test_pieces_must_be_bytes():
         SamplerChain(SamplingOptions(dry_multiplier=1.0), 2, ["a", "b"])
     with pytest.raises(InvalidOptionError, match="n_vocab"):
         SamplerChain(SamplingOptions(), 3, [b"a", b"b"])
+
+
+def test_minus_one_windows_use_the_context_size():
+    chain = SamplerChain(SamplingOptions(repeat_last_n=-1, dry_penalty_last_n=-1, dry_multiplier=1.0), 10, n_ctx=3)
+    penalties, dry = chain.samplers[0], chain.samplers[1]
+    assert penalties.last_n == 3 and dry.last_n == 3
+    assert SamplerChain(SamplingOptions(repeat_last_n=-1), 10).samplers[0].last_n is None

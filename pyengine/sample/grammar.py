@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from typing import Mapping
@@ -62,6 +63,20 @@ class Grammar:
         """Any JSON object (Ollama's format="json")."""
         from pyengine.sample.json_schema import JSON_OBJECT_GRAMMAR
         return cls.from_gbnf(JSON_OBJECT_GRAMMAR)
+
+    @classmethod
+    def from_format(cls, value: object) -> "Grammar":
+        """Ollama's `format`: "json" (any JSON object), or a JSON schema (a mapping or its JSON text)."""
+        if value == "json":
+            return cls.json_object()
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise GrammarError(f'format must be "json" or a JSON schema, got {value[:60]!r}') from None
+        if not isinstance(value, (Mapping, bool)):
+            raise GrammarError(f'format must be "json" or a JSON schema, got {type(value).__name__}')
+        return cls.from_json_schema(value)
 
     def matcher(self) -> "GrammarMatcher":
         """A fresh matcher at the start of the grammar."""

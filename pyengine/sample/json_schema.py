@@ -2,12 +2,13 @@
 
 Supported: type (and lists of types), properties / required / additionalProperties (false,
 true or a schema), items / prefixItems / minItems / maxItems, enum, const, string
-minLength / maxLength and format date / time / date-time / uuid, integer bounds (exact),
+minLength / maxLength, pattern (a regex subset, see regex_gbnf.py) and format date / time /
+date-time / uuid, integer bounds (exact),
 number bounds (integer-valued; values generated conservatively inside them), boolean,
 null, $ref to #/$defs, #/definitions or any local pointer (recursion allowed), anyOf /
 oneOf (as alternatives), allOf of object schemas (merged). Properties come out in the
 order the schema gives. Keywords that constrain values in ways the grammar cannot
-express (pattern, not, if/then/else, multipleOf, uniqueItems, ...) raise GrammarError
+express (not, if/then/else, multipleOf, uniqueItems, ...) raise GrammarError
 rather than being ignored: the converter fails closed. Whitespace between tokens is
 limited as in llama.cpp's converter (a space, or one or two newlines and up to 20 indents).
 """
@@ -21,6 +22,7 @@ from typing import Mapping
 
 from pyengine.errors import GrammarError
 from pyengine.sample.gbnf import MAX_REPETITION
+from pyengine.sample.regex_gbnf import pattern_to_gbnf
 from pyengine.sample.schema_rules import (
     BUILTINS, FORMATS, class_char, decimals_within, gbnf_literal, int_range, json_text, json_type_matches,
     nat_range, repeat)
@@ -31,7 +33,7 @@ MAX_DEPTH = 64
 
 _TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 # Keywords whose constraints a grammar cannot (or we do not) enforce: fail closed.
-_UNSUPPORTED = ("pattern", "not", "if", "then", "else", "patternProperties", "dependentRequired",
+_UNSUPPORTED = ("not", "if", "then", "else", "patternProperties", "dependentRequired",
                 "dependentSchemas", "dependencies", "propertyNames", "unevaluatedProperties",
                 "unevaluatedItems", "contains", "minContains", "maxContains", "multipleOf",
                 "maxProperties", "$dynamicRef", "$recursiveRef")
@@ -344,6 +346,10 @@ class _Converter:
         form = schema.get("format")
         if form is not None and not isinstance(form, str):
             raise GrammarError(f"{path}/format must be a string")
+        if "pattern" in schema:
+            if low or high is not None or form is not None:
+                raise GrammarError(f"{path}: 'pattern' together with lengths or a format is not supported")
+            return self.add(name, f'"\\"" ({pattern_to_gbnf(schema["pattern"])}) "\\""')
         if form in FORMATS:
             if low or high is not None:
                 raise GrammarError(f"{path}: minLength/maxLength with format {form!r} is not supported")

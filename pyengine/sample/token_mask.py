@@ -56,6 +56,7 @@ class TokenIndex:
         if len(self.columns) > 1:
             self.second_bytes[ids[: self.columns[1].shape[0]]] = self.columns[1]
         self._pairs: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()
         self._masks: OrderedDict[tuple, np.ndarray] = OrderedDict()
 
     @classmethod
@@ -84,14 +85,17 @@ class TokenIndex:
         automaton.compact_if_large()
         state = matcher.state_id()
         key = (automaton.uid, automaton.generation, state)
-        mask = self._masks.get(key)
-        if mask is None:
-            mask = self._compute(automaton, state)
+        with self._cache_lock:
+            mask = self._masks.get(key)
+            if mask is not None:
+                self._masks.move_to_end(key)
+                return mask
+        mask = self._compute(automaton, state)
+        mask.flags.writeable = False
+        with self._cache_lock:
             self._masks[key] = mask
             while len(self._masks) > _MASK_CACHE_SIZE:
                 self._masks.popitem(last=False)
-        else:
-            self._masks.move_to_end(key)
         return mask
 
     def prefix_ok(self, matcher: GrammarMatcher) -> np.ndarray:
@@ -100,12 +104,14 @@ class TokenIndex:
         automaton = matcher.grammar.automaton
         state = matcher.state_id()
         key = (automaton.uid, automaton.generation, state)
-        pairs = self._pairs.get(key)
+        with self._cache_lock:
+            pairs = self._pairs.get(key)
         if pairs is None:
             pairs = self._pair_table(automaton, state)
-            self._pairs[key] = pairs
-            while len(self._pairs) > _MASK_CACHE_SIZE:
-                self._pairs.popitem(last=False)
+            with self._cache_lock:
+                self._pairs[key] = pairs
+                while len(self._pairs) > _MASK_CACHE_SIZE:
+                    self._pairs.popitem(last=False)
         return self.matchable & pairs[self.first_bytes, self.second_bytes]
 
     @staticmethod
