@@ -299,8 +299,27 @@ def malformed_schemas(count, seed=0):
         lambda: rng.choice([False, 3, "object", [], None]),
         lambda: {"type": "array", "items": rng.choice([3, "x", None]) or 7},
         lambda: {"type": "object", "additionalProperties": rng.choice([1, "yes", [1]])},
+        lambda: {"allOf": [{"properties": rng.choice([[1], "x", 3])}]},
+        lambda: {"allOf": [{"$ref": "#/$defs/a"}], "$defs": {"a": {"$ref": "#/$defs/a"}}},
     ]
     return [families[i % len(families)]() for i in range(count)]
+
+
+def test_ref_siblings_and_outer_constraints_are_enforced():
+    schema = {"$defs": {"s": {"type": "string"}},
+              "type": "object", "properties": {"a": {"$ref": "#/$defs/s", "maxLength": 2},
+                                               "b": {"anyOf": [{"type": "integer"}, {"$ref": "#/$defs/s"}],
+                                                     "minimum": 5}},
+              "required": ["a", "b"]}
+    grammar = Grammar.from_json_schema(schema)
+    assert grammar.matches('{"a":"xy","b":7}') and grammar.matches('{"a":"","b":"q"}')
+    assert not grammar.matches('{"a":"xyz","b":7}') and not grammar.matches('{"a":"x","b":4}')
+
+
+def test_cyclic_refs_in_all_of_fail_instead_of_looping():
+    schema = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "allOf": [{"$ref": "#/$defs/a"}]}
+    with pytest.raises(GrammarError, match="cyclic"):
+        Grammar.from_json_schema(schema)
 
 
 def test_two_hundred_malformed_schemas_are_rejected_quickly():

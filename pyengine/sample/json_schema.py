@@ -101,6 +101,9 @@ class _Converter:
             raise GrammarError(f"schema at {path} must be an object or a boolean, got {type(schema).__name__}")
         _check_supported(schema, path)
         if "$ref" in schema:
+            siblings = _constraints(schema, "$ref")
+            if siblings:   # constraints next to a $ref apply too: merge them like allOf
+                return self.visit({"allOf": [{"$ref": schema["$ref"]}, siblings]}, name, depth + 1, path)
             return self.reference(schema["$ref"], depth, path)
         if "const" in schema:
             return self.add(name, gbnf_literal(json_text(schema["const"], f"{path}/const")))
@@ -169,11 +172,11 @@ class _Converter:
         options = schema[keyword]
         if not isinstance(options, list) or not options:
             raise GrammarError(f"{path}/{keyword} must be a non-empty list of schemas")
-        outer = {k: v for k, v in schema.items() if k != keyword and k not in _ANNOTATIONS}
+        outer = _constraints(schema, keyword)
         alternatives = []
         for i, option in enumerate(options):
-            if outer and isinstance(option, Mapping) and "$ref" not in option:
-                option = {**outer, **option}   # the outer constraints apply to every branch
+            if outer:
+                option = {"allOf": [outer, option]}   # the outer constraints apply to every branch
             alternatives.append(self.visit(option, f"{name}-{i}", depth + 1, f"{path}/{keyword}/{i}"))
         return self.add(name, " | ".join(dict.fromkeys(alternatives)))
 
@@ -183,29 +186,45 @@ class _Converter:
             raise GrammarError(f"{path}/allOf must be a non-empty list of schemas")
         merged: dict = {k: v for k, v in schema.items() if k != "allOf"}
         for i, part in enumerate(parts):
-            while isinstance(part, Mapping) and "$ref" in part:
-                part = _resolve_pointer(self.schema, part["$ref"], f"{path}/allOf/{i}")
+            part = self.dereference(part, f"{path}/allOf/{i}")
             if part is True:
                 continue
             if not isinstance(part, Mapping):
                 raise GrammarError(f"{path}/allOf/{i} must be a schema object")
+            if "allOf" in part:
+                part = self.merge_all_of(part, f"{path}/allOf/{i}")
             for key, value in part.items():
                 if key in _ANNOTATIONS:
                     continue
                 if key == "properties":
-                    props = dict(merged.get("properties", {}))
-                    for prop, sub in value.items():
+                    props = dict(_check_properties(merged.get("properties", {}), path))
+                    for prop, sub in _check_properties(value, f"{path}/allOf/{i}").items():
                         if prop in props and props[prop] != sub:
                             raise GrammarError(f"{path}/allOf: property {prop!r} is defined twice differently")
                         props[prop] = sub
                     merged["properties"] = props
                 elif key == "required":
-                    merged["required"] = list(dict.fromkeys([*merged.get("required", []), *value]))
+                    merged["required"] = list(dict.fromkeys([*_check_required(merged.get("required", []), path),
+                                                             *_check_required(value, f"{path}/allOf/{i}")]))
                 elif key in merged and merged[key] != value:
                     raise GrammarError(f"{path}/allOf: conflicting values for {key!r} cannot be merged")
                 else:
                     merged[key] = value
         return merged
+
+    def dereference(self, schema: object, path: str) -> object:
+        """Follow a chain of bare $refs (bounded, so a cycle fails instead of looping)."""
+        for _ in range(MAX_DEPTH):
+            if not (isinstance(schema, Mapping) and "$ref" in schema):
+                return schema
+            ref = schema["$ref"]
+            if not isinstance(ref, str):
+                raise GrammarError(f"{path}/$ref must be a string, got {ref!r}")
+            rest = _constraints(schema, "$ref")
+            schema = _resolve_pointer(self.schema, ref, path)
+            if rest:
+                return {"allOf": [schema, rest]}
+        raise GrammarError(f"{path}: $ref chain too long or cyclic")
 
     # objects
 
@@ -385,6 +404,11 @@ _ESCAPE_CHARS = {"\"": "\"", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\
 
 def _sequence(*parts: str) -> str:
     return " ".join(part for part in parts if part)
+
+
+def _constraints(schema: Mapping, without: str) -> dict:
+    """The keywords of a schema that constrain values, except `without`."""
+    return {k: v for k, v in schema.items() if k != without and k not in _ANNOTATIONS}
 
 
 def _check_supported(schema: Mapping, path: str) -> None:
