@@ -1,0 +1,69 @@
+/* kquants.h - what the k-quant and IQ4 kernels share, scalar and SIMD alike:
+ * the rounding ggml's quantizers use and the unpacking of packed sub-block
+ * scales.  Private to csrc/quant and the per-ISA k-quant files. */
+#ifndef PE_KQUANTS_H
+#define PE_KQUANTS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "blocks.h"
+#include "kernels.h"
+
+/* Round to nearest, ties to even, by the float "magic number" trick: adding
+ * 1.5 * 2^23 leaves the integer in the low mantissa bits.  Exact for
+ * |x| <= 2^22; every input (inf, nan included) maps to the same value in the
+ * SIMD twins, which use the same trick. */
+static inline int pe_nearest_int(float x) {
+    const float v = x + 12582912.f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* Q4_K / Q5_K: eight 6-bit scales and eight 6-bit mins packed in 12 bytes.
+ * Bytes 0..3 hold scales 0..3 (low 6 bits) and bytes 4..7 mins 0..3; bytes
+ * 8..11 hold the low nibbles of scales / mins 4..7, whose top 2 bits sit in
+ * the top bits of bytes 0..3 (scales) and 4..7 (mins). */
+static inline void pe_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* All eight scales and mins at once (the SIMD kernels' form). */
+static inline void pe_k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 8; j++) pe_k4_scale_min(j, q, &sc[j], &mn[j]);
+}
+
+/* Q3_K: sixteen 6-bit signed scales (stored + 32) in 12 bytes: the low
+ * nibbles of scales 0..7 and 8..15 in bytes 0..7 (low, high nibble), the
+ * top 2 bits in bytes 8..11 (scale j at bits 2*(j/4) of byte 8 + j%4). */
+static inline void pe_q3k_unpack(const uint8_t *q, int8_t sc[16]) {
+    for (int j = 0; j < 16; j++) {
+        const int lo = j < 8 ? (q[j] & 0xF) : (q[j - 8] >> 4);
+        const int hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
+        sc[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+/* IQ4_XS: the 6-bit scale of sub-block ib (0..7), minus its bias of 32. */
+static inline int pe_iq4xs_scale(const block_iq4_xs *b, int ib) {
+    const int lo = (b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
+    const int hi = (b->scales_h >> (2 * ib)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* Reference kernels other files fill or call. */
+void pe_fill_ref_iq4(pe_kernels *k);                               /* ref_iq4.c */
+void pe_quantize_q2_K_ref(const float *x, void *y, int64_t n);     /* ref_kquants_quantize.c */
+void pe_quantize_q3_K_ref(const float *x, void *y, int64_t n);
+void pe_quantize_q4_K_ref(const float *x, void *y, int64_t n);
+void pe_quantize_q5_K_ref(const float *x, void *y, int64_t n);
+void pe_quantize_q6_K_ref(const float *x, void *y, int64_t n);
+
+#endif /* PE_KQUANTS_H */
