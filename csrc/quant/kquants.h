@@ -51,6 +51,27 @@ static inline void pe_q3k_unpack(const uint8_t *q, int8_t sc[16]) {
     }
 }
 
+/* The same two unpackings, word-wise for the SIMD kernels.
+ * Q4_K / Q5_K: sc[0..7] and mn[0..7] as bytes (two words each). */
+static inline void pe_k4_unpack_words(const uint8_t *q, uint32_t sc[2], uint32_t mn[2]) {
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    sc[0] = u[0] & 0x3f3f3f3fu;
+    mn[0] = u[1] & 0x3f3f3f3fu;
+    sc[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    mn[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+}
+
+/* Q3_K: the sixteen scales as bytes, still biased by +32 (0..63). */
+static inline void pe_q3k_unpack_words(const uint8_t *q, uint32_t sc[4]) {
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    sc[0] = (u[0] & 0x0f0f0f0fu) | (((u[2] >> 0) & 0x03030303u) << 4);
+    sc[1] = (u[1] & 0x0f0f0f0fu) | (((u[2] >> 2) & 0x03030303u) << 4);
+    sc[2] = ((u[0] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 4) & 0x03030303u) << 4);
+    sc[3] = ((u[1] >> 4) & 0x0f0f0f0fu) | (((u[2] >> 6) & 0x03030303u) << 4);
+}
+
 /* IQ4_XS: the 6-bit scale of sub-block ib (0..7), minus its bias of 32. */
 static inline int pe_iq4xs_scale(const block_iq4_xs *b, int ib) {
     const int lo = (b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
