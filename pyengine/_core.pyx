@@ -128,3 +128,202 @@ def vec_dot(int type_id, const uint8_t[::1] w, const float[::1] x, bint referenc
             rc = pe_vec_dot(type_id, &w[0], &x[0], n, &out)
     _check(rc)
     return out
+
+
+# ---- thread pool -------------------------------------------------------------
+
+cdef class ThreadPool:
+    """Persistent worker threads shared by every graph computed with it."""
+    cdef pe_pool *pool
+
+    def __cinit__(self, int n_threads=0):
+        self.pool = pe_pool_new(n_threads)
+        if self.pool == NULL:
+            raise NativeError(_last_error())
+
+    def __dealloc__(self):
+        if self.pool != NULL:
+            pe_pool_free(self.pool)
+            self.pool = NULL
+
+    @property
+    def n_threads(self) -> int:
+        return pe_pool_n_threads(self.pool)
+
+
+# ---- graph -------------------------------------------------------------------
+
+cdef int _fill_ne(object shape, int64_t *ne) except -1:
+    cdef int n = len(shape)
+    if n < 1 or n > 4:
+        raise ValueError(f"tensors have 1 to 4 dimensions, got shape {shape}")
+    for i in range(n):
+        ne[i] = shape[i]
+    return n
+
+
+cdef class Graph:
+    """A computation graph: leaves over caller buffers, then ops; computed as a
+    whole, as many times as needed.  Shapes are GGML-ordered (ne0 first)."""
+    cdef pe_graph *g
+    cdef list _keep      # buffers whose memory the graph points into
+
+    def __cinit__(self):
+        self.g = pe_graph_new()
+        if self.g == NULL:
+            raise NativeError(_last_error())
+        self._keep = []
+
+    def __dealloc__(self):
+        if self.g != NULL:
+            pe_graph_free(self.g)
+            self.g = NULL
+
+    cdef int _id(self, int rc) except -1:
+        if rc < 0:
+            raise NativeError(_last_error())
+        return rc
+
+    def external(self, int type_id, tuple shape, buffer, str name="") -> int:
+        """A leaf over `buffer` (a C-contiguous array or buffer, kept alive)."""
+        arr = np.asarray(buffer)
+        if not arr.flags.c_contiguous:
+            raise ValueError(f"tensor '{name}': buffer must be C-contiguous")
+        cdef const uint8_t[::1] mv = arr.reshape(-1).view(np.uint8)
+        cdef int64_t ne[4]
+        cdef int nd = _fill_ne(shape, ne)
+        if mv.shape[0] == 0:
+            raise ValueError(f"tensor '{name}': empty buffer")
+        self._keep.append(arr)
+        return self._id(pe_graph_external(self.g, type_id, nd, ne, <void *>&mv[0], mv.shape[0], name.encode()))
+
+    def view(self, int t, tuple shape, tuple strides=None, size_t offset=0) -> int:
+        cdef int64_t ne[4]
+        cdef size_t nb[4]
+        cdef int nd = _fill_ne(shape, ne)
+        if strides is None:
+            return self._id(pe_graph_view(self.g, t, nd, ne, NULL, offset))
+        if len(strides) != nd:
+            raise ValueError("strides must match the shape's length")
+        for i in range(nd):
+            nb[i] = strides[i]
+        return self._id(pe_graph_view(self.g, t, nd, ne, nb, offset))
+
+    def reshape(self, int t, tuple shape) -> int:
+        cdef int64_t ne[4]
+        cdef int nd = _fill_ne(shape, ne)
+        return self._id(pe_graph_reshape(self.g, t, nd, ne))
+
+    def get_rows(self, int table, int ids) -> int:
+        return self._id(pe_op_get_rows(self.g, table, ids))
+
+    def mul_mat(self, int w, int x) -> int:
+        return self._id(pe_op_mul_mat(self.g, w, x))
+
+    def mul_mat_id(self, int w, int x, int ids) -> int:
+        return self._id(pe_op_mul_mat_id(self.g, w, x, ids))
+
+    def add(self, int a, int b) -> int:
+        return self._id(pe_op_add(self.g, a, b))
+
+    def mul(self, int a, int b) -> int:
+        return self._id(pe_op_mul(self.g, a, b))
+
+    def scale(self, int a, float s) -> int:
+        return self._id(pe_op_scale(self.g, a, s))
+
+    def softcap(self, int a, float cap) -> int:
+        return self._id(pe_op_softcap(self.g, a, cap))
+
+    def rms_norm(self, int a, int weight, float eps) -> int:
+        return self._id(pe_op_rms_norm(self.g, a, weight, eps))
+
+    def unary(self, int a, int op) -> int:
+        return self._id(pe_op_unary(self.g, a, op))
+
+    def glu(self, int gate, int up, int op) -> int:
+        return self._id(pe_op_glu(self.g, gate, up, op))
+
+    def softmax(self, int a) -> int:
+        return self._id(pe_op_softmax(self.g, a))
+
+    def rope(self, int a, int pos, int freq_factors, int n_dims, int mode, float freq_base,
+             float freq_scale=1.0, float ext_factor=0.0, float attn_factor=1.0,
+             float beta_fast=32.0, float beta_slow=1.0, int n_ctx_orig=0) -> int:
+        return self._id(pe_op_rope(self.g, a, pos, freq_factors, n_dims, mode, freq_base, freq_scale,
+                                   ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig))
+
+    def set_rows(self, int cache, int src, int slots) -> int:
+        return self._id(pe_op_set_rows(self.g, cache, src, slots))
+
+    def attn(self, int q, int k, int v, int mask, int kv_len, int n_head_kv, float scale,
+             float softcap=0.0) -> int:
+        return self._id(pe_op_attn(self.g, q, k, v, mask, kv_len, n_head_kv, scale, softcap))
+
+    def topk(self, int a, int k) -> int:
+        return self._id(pe_op_topk(self.g, a, k))
+
+    def moe_weights(self, int logits, int ids, bint normalize) -> int:
+        return self._id(pe_op_moe_weights(self.g, logits, ids, normalize))
+
+    def weighted_sum(self, int a, int w) -> int:
+        return self._id(pe_op_weighted_sum(self.g, a, w))
+
+    def cont(self, int a) -> int:
+        return self._id(pe_op_cont(self.g, a))
+
+    def set_output(self, int t) -> None:
+        self._id(pe_graph_set_output(self.g, t))
+
+    def set_name(self, int t, str name) -> None:
+        self._id(pe_graph_set_name(self.g, t, name.encode()))
+
+    def shape(self, int t) -> tuple:
+        cdef int nd = pe_tensor_n_dims(self.g, t)
+        if nd == 0:
+            raise ValueError(f"unknown tensor {t}")
+        return tuple(pe_tensor_ne(self.g, t, i) for i in range(nd))
+
+    def type_of(self, int t) -> int:
+        return pe_tensor_type(self.g, t)
+
+    def compute(self, ThreadPool pool) -> None:
+        cdef int rc
+        with nogil:
+            rc = pe_graph_compute(self.g, pool.pool)
+        if rc < 0:
+            raise NativeError(_last_error())
+
+    def read(self, int t, out=None):
+        """Copy an F32/I32 tensor's values out (numpy shape is ne reversed)."""
+        cdef int type_id = pe_tensor_type(self.g, t)
+        if type_id != 0 and type_id != 26:
+            raise ValueError("only F32 and I32 tensors can be read")
+        cdef void *p = pe_tensor_data(self.g, t)
+        if p == NULL:
+            raise ValueError("tensor has no data yet: compute the graph first")
+        shape = self.shape(t)
+        cdef int nd = len(shape)
+        cdef size_t row = pe_tensor_nb(self.g, t, 1)
+        if row != shape[0] * 4 or (nd > 2 and pe_tensor_nb(self.g, t, 2) != row * shape[1]):
+            raise ValueError("only contiguous tensors can be read")
+        cdef size_t nbytes = 4
+        for d in shape:
+            nbytes *= d
+        cdef const uint8_t[::1] src = <const uint8_t[:nbytes]> p
+        dtype = np.float32 if type_id == 0 else np.int32
+        if out is None:
+            out = np.empty(tuple(reversed(shape)), dtype=dtype)
+        elif out.dtype != dtype or out.nbytes != nbytes or not out.flags.c_contiguous:
+            raise ValueError("out must be a C-contiguous array of the tensor's size and dtype")
+        cdef uint8_t[::1] dst = out.reshape(-1).view(np.uint8)
+        dst[:] = src
+        return out
+
+    @property
+    def arena_bytes(self) -> int:
+        return pe_graph_arena_bytes(self.g)
+
+    @property
+    def n_tensors(self) -> int:
+        return pe_graph_n_tensors(self.g)

@@ -62,8 +62,10 @@ typedef struct pe_tensor {
     int     view_of;           /* base tensor id of a view, else -1 */
     size_t  view_offset;
     size_t  nbytes;            /* bytes owned (computed tensors) */
+    size_t  nbytes_external;   /* buffer size given for an external tensor */
     size_t  arena_offset;
     bool    is_output;
+    bool    freed;             /* planning: slice returned to the allocator */
     char    name[PE_MAX_NAME];
 } pe_tensor;
 
@@ -75,7 +77,14 @@ struct pe_graph {
     uint8_t   *work;           /* per-op scratch (quantized activations, ...) */
     size_t     work_bytes;
     bool       planned;
+    int        planned_threads;
+    atomic_int *chunks;        /* per node: next work chunk (dynamic splitting) */
+    atomic_int error;          /* set by the first thread that hits a data error */
+    char       error_msg[256];
 };
+
+pe_tensor *pe_graph_get(const pe_graph *g, int id);
+int pe_graph_add(pe_graph *g, int type, int n_dims, const int64_t *ne);
 
 static inline int64_t pe_nrows(const pe_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
 static inline int64_t pe_nelements(const pe_tensor *t) { return t->ne[0] * pe_nrows(t); }
@@ -107,6 +116,8 @@ typedef struct pe_exec {
     atomic_int    *error;      /* set by any thread on a data error */
 } pe_exec;
 
+/* Record a data error found while computing (first one wins). */
+void pe_exec_fail(pe_exec *ex, const char *msg);
 void pe_pool_barrier(struct pe_pool *pool);
 /* Run fn(arg, ith, nth) on every thread of the pool (the caller is thread 0). */
 typedef void (*pe_pool_fn)(void *arg, int ith, int nth);

@@ -1,4 +1,78 @@
-/* ref_float.c - placeholder until the kernels land. */
+/* ref_float.c - scalar reference kernels of the float types F32, F16, BF16.
+ *
+ * Conversions round to nearest even (what F16C and GGML's reference do); dot
+ * products multiply in float and accumulate in double, as GGML's scalar
+ * vec_dot_f32/f16/bf16 do, so SIMD versions are checked against the most
+ * accurate order. */
+#include <string.h>
+
+#include "blocks.h"
 #include "internal.h"
 
-void pe_fill_ref_float(pe_kernels *k) { (void)k; }
+/* The reference must not depend on compile flags: keep a*b+c two roundings. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* ---- F32 ------------------------------------------------------------------ */
+
+static void f32_copy_to_float(const void *x, float *y, int64_t n) {
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+static void f32_copy_from_float(const float *x, void *y, int64_t n) {
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+static void f32_vec_dot(int64_t n, float *s, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * y[i]);
+    *s = (float)sum;
+}
+
+/* ---- F16 ------------------------------------------------------------------ */
+
+static void f16_to_float(const void *x, float *y, int64_t n) {
+    const pe_f16 *h = x;
+    for (int64_t i = 0; i < n; i++) y[i] = pe_f16_to_f32(h[i]);
+}
+
+static void f16_from_float(const float *x, void *y, int64_t n) {
+    pe_f16 *h = y;
+    for (int64_t i = 0; i < n; i++) h[i] = pe_f32_to_f16(x[i]);
+}
+
+static void f16_vec_dot(int64_t n, float *s, const void *w, const void *a) {
+    const pe_f16 *x = w, *y = a;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(pe_f16_to_f32(x[i]) * pe_f16_to_f32(y[i]));
+    *s = (float)sum;
+}
+
+/* ---- BF16 ----------------------------------------------------------------- */
+
+static void bf16_to_float(const void *x, float *y, int64_t n) {
+    const pe_bf16 *h = x;
+    for (int64_t i = 0; i < n; i++) y[i] = pe_bf16_to_f32(h[i]);
+}
+
+static void bf16_from_float(const float *x, void *y, int64_t n) {
+    pe_bf16 *h = y;
+    for (int64_t i = 0; i < n; i++) h[i] = pe_f32_to_bf16(x[i]);
+}
+
+static void bf16_vec_dot(int64_t n, float *s, const void *w, const void *a) {
+    const pe_bf16 *x = w, *y = a;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(pe_bf16_to_f32(x[i]) * pe_bf16_to_f32(y[i]));
+    *s = (float)sum;
+}
+
+void pe_fill_ref_float(pe_kernels *k) {
+    k->type[PE_TYPE_F32]  = (pe_type_kernels){f32_copy_to_float, f32_copy_from_float, f32_vec_dot};
+    k->type[PE_TYPE_F16]  = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot};
+    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot};
+}

@@ -1,4 +1,328 @@
-/* ref_legacy.c - placeholder until the kernels land. */
+/* ref_legacy.c - scalar reference kernels of the 32-element block types
+ * Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1.
+ *
+ * Numerically the same as GGML's reference code: the quantizers produce the
+ * same bytes (Q8_0 / Q8_1 are what activations are quantized to before every
+ * matmul, so they must match exactly), dequantization is exact, and the dot
+ * products form the same integer sum per block and combine it with the f16
+ * scales in the same order.  Every SIMD kernel is tested against this file. */
+#include <math.h>
+
+#include "blocks.h"
 #include "internal.h"
 
-void pe_fill_ref_legacy(pe_kernels *k) { (void)k; }
+/* The reference must not depend on compile flags: keep a*b+c two roundings
+ * even when the build targets a CPU with FMA. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* ---- block statistics ------------------------------------------------------ */
+
+/* The element of largest magnitude, sign kept (the first one on ties): the
+ * symmetric types map it to the most negative code. */
+static float signed_absmax(const float *x, int n) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++) {
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+static float abs_max(const float *x, int n) {
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float a = fabsf(x[j]);
+        amax = amax > a ? amax : a;
+    }
+    return amax;
+}
+
+static void min_max(const float *x, int n, float *min_out, float *max_out) {
+    float min = 3.402823466e+38f, max = -3.402823466e+38f;
+    for (int j = 0; j < n; j++) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+    *min_out = min;
+    *max_out = max;
+}
+
+/* Truncate toward zero (the C cast GGML uses) and clamp to [0, hi]; the
+ * range test comes first so NaN or infinite inputs never reach the cast. */
+static inline uint8_t trunc_code(float v, int hi) {
+    if (!(v > 0.0f)) return 0;
+    if (v >= (float)hi) return (uint8_t)hi;
+    return (uint8_t)(int)v;
+}
+
+/* roundf (halves away from zero) into [-127, 127]; NaN becomes 0. */
+static inline int8_t round_q8(float v) {
+    if (!(v > -127.0f)) return v != v ? 0 : -127;
+    if (v >= 127.0f) return 127;
+    return (int8_t)roundf(v);
+}
+
+/* The 5th bits of a Q5 block: element j's bit is bit j of qh. */
+static inline uint32_t q5_high_bits(const uint8_t qh[4]) {
+    uint32_t h;
+    memcpy(&h, qh, sizeof h);
+    return h;
+}
+
+/* ---- quantize ---------------------------------------------------------------- */
+
+static void quantize_q4_0(const float *x, void *vy, int64_t n) {
+    block_q4_0 *y = vy;
+    for (int64_t ib = 0; ib < n / QK4_0; ib++, x += QK4_0) {
+        const float d = signed_absmax(x, QK4_0) / -8;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[ib].d = pe_f32_to_f16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            const uint8_t lo = trunc_code(x[j] * id + 8.5f, 15);
+            const uint8_t hi = trunc_code(x[j + QK4_0 / 2] * id + 8.5f, 15);
+            y[ib].qs[j] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+}
+
+static void quantize_q4_1(const float *x, void *vy, int64_t n) {
+    block_q4_1 *y = vy;
+    for (int64_t ib = 0; ib < n / QK4_1; ib++, x += QK4_1) {
+        float min, max;
+        min_max(x, QK4_1, &min, &max);
+        const float d = (max - min) / 15;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[ib].d = pe_f32_to_f16(d);
+        y[ib].m = pe_f32_to_f16(min);
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            const uint8_t lo = trunc_code((x[j] - min) * id + 0.5f, 15);
+            const uint8_t hi = trunc_code((x[j + QK4_1 / 2] - min) * id + 0.5f, 15);
+            y[ib].qs[j] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+}
+
+/* Store 32 five-bit codes: low nibbles in qs, 5th bits in qh. */
+static void pack_q5(const uint8_t q[32], uint8_t qs[16], uint8_t qh_out[4]) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+        qh |= (uint32_t)((q[j] >> 4) & 1) << j;
+        qh |= (uint32_t)((q[j + 16] >> 4) & 1) << (j + 16);
+    }
+    memcpy(qh_out, &qh, sizeof qh);
+}
+
+static void quantize_q5_0(const float *x, void *vy, int64_t n) {
+    block_q5_0 *y = vy;
+    for (int64_t ib = 0; ib < n / QK5_0; ib++, x += QK5_0) {
+        const float d = signed_absmax(x, QK5_0) / -16;
+        const float id = d ? 1.0f / d : 0.0f;
+        uint8_t q[QK5_0];
+        for (int j = 0; j < QK5_0; j++) q[j] = trunc_code(x[j] * id + 16.5f, 31);
+        y[ib].d = pe_f32_to_f16(d);
+        pack_q5(q, y[ib].qs, y[ib].qh);
+    }
+}
+
+static void quantize_q5_1(const float *x, void *vy, int64_t n) {
+    block_q5_1 *y = vy;
+    for (int64_t ib = 0; ib < n / QK5_1; ib++, x += QK5_1) {
+        float min, max;
+        min_max(x, QK5_1, &min, &max);
+        const float d = (max - min) / 31;
+        const float id = d ? 1.0f / d : 0.0f;
+        uint8_t q[QK5_1];
+        for (int j = 0; j < QK5_1; j++) q[j] = trunc_code((x[j] - min) * id + 0.5f, 31);
+        y[ib].d = pe_f32_to_f16(d);
+        y[ib].m = pe_f32_to_f16(min);
+        pack_q5(q, y[ib].qs, y[ib].qh);
+    }
+}
+
+static void quantize_q8_0(const float *x, void *vy, int64_t n) {
+    block_q8_0 *y = vy;
+    for (int64_t ib = 0; ib < n / QK8_0; ib++, x += QK8_0) {
+        const float d = abs_max(x, QK8_0) / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[ib].d = pe_f32_to_f16(d);
+        for (int j = 0; j < QK8_0; j++) y[ib].qs[j] = round_q8(x[j] * id);
+    }
+}
+
+static void quantize_q8_1(const float *x, void *vy, int64_t n) {
+    block_q8_1 *y = vy;
+    for (int64_t ib = 0; ib < n / QK8_1; ib++, x += QK8_1) {
+        const float d = abs_max(x, QK8_1) / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < QK8_1; j++) {
+            y[ib].qs[j] = round_q8(x[j] * id);
+            sum += y[ib].qs[j];
+        }
+        y[ib].d = pe_f32_to_f16(d);
+        /* s uses the float scale, not its f16 rounding (as GGML does) */
+        y[ib].s = pe_f32_to_f16((float)sum * d);
+    }
+}
+
+/* ---- dequantize -------------------------------------------------------------- */
+
+static void dequantize_q4_0(const void *vx, float *y, int64_t n) {
+    const block_q4_0 *x = vx;
+    for (int64_t ib = 0; ib < n / QK4_0; ib++, y += QK4_0) {
+        const float d = pe_f16_to_f32(x[ib].d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            y[j] = (float)((x[ib].qs[j] & 0x0F) - 8) * d;
+            y[j + QK4_0 / 2] = (float)((x[ib].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void dequantize_q4_1(const void *vx, float *y, int64_t n) {
+    const block_q4_1 *x = vx;
+    for (int64_t ib = 0; ib < n / QK4_1; ib++, y += QK4_1) {
+        const float d = pe_f16_to_f32(x[ib].d), m = pe_f16_to_f32(x[ib].m);
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            y[j] = (float)(x[ib].qs[j] & 0x0F) * d + m;
+            y[j + QK4_1 / 2] = (float)(x[ib].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+/* The 32 five-bit codes of a Q5 block. */
+static void unpack_q5(const uint8_t qs[16], const uint8_t qh[4], int q[32]) {
+    const uint32_t h = q5_high_bits(qh);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0x0F) | (int)(((h >> j) & 1) << 4);
+        q[j + 16] = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
+    }
+}
+
+static void dequantize_q5_0(const void *vx, float *y, int64_t n) {
+    const block_q5_0 *x = vx;
+    for (int64_t ib = 0; ib < n / QK5_0; ib++, y += QK5_0) {
+        const float d = pe_f16_to_f32(x[ib].d);
+        int q[QK5_0];
+        unpack_q5(x[ib].qs, x[ib].qh, q);
+        for (int j = 0; j < QK5_0; j++) y[j] = (float)(q[j] - 16) * d;
+    }
+}
+
+static void dequantize_q5_1(const void *vx, float *y, int64_t n) {
+    const block_q5_1 *x = vx;
+    for (int64_t ib = 0; ib < n / QK5_1; ib++, y += QK5_1) {
+        const float d = pe_f16_to_f32(x[ib].d), m = pe_f16_to_f32(x[ib].m);
+        int q[QK5_1];
+        unpack_q5(x[ib].qs, x[ib].qh, q);
+        for (int j = 0; j < QK5_1; j++) y[j] = (float)q[j] * d + m;
+    }
+}
+
+static void dequantize_q8_0(const void *vx, float *y, int64_t n) {
+    const block_q8_0 *x = vx;
+    for (int64_t ib = 0; ib < n / QK8_0; ib++, y += QK8_0) {
+        const float d = pe_f16_to_f32(x[ib].d);
+        for (int j = 0; j < QK8_0; j++) y[j] = (float)x[ib].qs[j] * d;
+    }
+}
+
+/* GGML has no Q8_1 dequantizer; this one is for tests and tools. */
+static void dequantize_q8_1(const void *vx, float *y, int64_t n) {
+    const block_q8_1 *x = vx;
+    for (int64_t ib = 0; ib < n / QK8_1; ib++, y += QK8_1) {
+        const float d = pe_f16_to_f32(x[ib].d);
+        for (int j = 0; j < QK8_1; j++) y[j] = (float)x[ib].qs[j] * d;
+    }
+}
+
+/* ---- dot products ------------------------------------------------------------ */
+
+static void vec_dot_q4_0_q8_0(int64_t n, float *s, const void *vw, const void *va) {
+    const block_q4_0 *x = vw;
+    const block_q8_0 *y = va;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / QK8_0; ib++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0 / 2; j++) {
+            sumi += ((x[ib].qs[j] & 0x0F) - 8) * y[ib].qs[j];
+            sumi += ((x[ib].qs[j] >> 4) - 8) * y[ib].qs[j + QK8_0 / 2];
+        }
+        sum += (float)sumi * pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d);
+    }
+    *s = sum;
+}
+
+static void vec_dot_q4_1_q8_1(int64_t n, float *s, const void *vw, const void *va) {
+    const block_q4_1 *x = vw;
+    const block_q8_1 *y = va;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / QK8_1; ib++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_1 / 2; j++) {
+            sumi += (x[ib].qs[j] & 0x0F) * y[ib].qs[j];
+            sumi += (x[ib].qs[j] >> 4) * y[ib].qs[j + QK8_1 / 2];
+        }
+        /* sum_j (d q_j + m) a_j = d*da*sumi + m*s, s = da * sum_j qa_j */
+        sum += (pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d)) * (float)sumi
+             + pe_f16_to_f32(x[ib].m) * pe_f16_to_f32(y[ib].s);
+    }
+    *s = sum;
+}
+
+static void vec_dot_q5_0_q8_0(int64_t n, float *s, const void *vw, const void *va) {
+    const block_q5_0 *x = vw;
+    const block_q8_0 *y = va;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / QK8_0; ib++) {
+        int q[QK5_0];
+        unpack_q5(x[ib].qs, x[ib].qh, q);
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; j++) sumi += (q[j] - 16) * y[ib].qs[j];
+        sum += (pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d)) * (float)sumi;
+    }
+    *s = sum;
+}
+
+static void vec_dot_q5_1_q8_1(int64_t n, float *s, const void *vw, const void *va) {
+    const block_q5_1 *x = vw;
+    const block_q8_1 *y = va;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / QK8_1; ib++) {
+        int q[QK5_1];
+        unpack_q5(x[ib].qs, x[ib].qh, q);
+        int sumi = 0;
+        for (int j = 0; j < QK8_1; j++) sumi += q[j] * y[ib].qs[j];
+        sum += (pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d)) * (float)sumi
+             + pe_f16_to_f32(x[ib].m) * pe_f16_to_f32(y[ib].s);
+    }
+    *s = sum;
+}
+
+static void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vw, const void *va) {
+    const block_q8_0 *x = vw;
+    const block_q8_0 *y = va;
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / QK8_0; ib++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; j++) sumi += x[ib].qs[j] * y[ib].qs[j];
+        sum += (float)sumi * (pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d));
+    }
+    *s = sum;
+}
+
+void pe_fill_ref_legacy(pe_kernels *k) {
+    k->type[PE_TYPE_Q4_0] = (pe_type_kernels){dequantize_q4_0, quantize_q4_0, vec_dot_q4_0_q8_0};
+    k->type[PE_TYPE_Q4_1] = (pe_type_kernels){dequantize_q4_1, quantize_q4_1, vec_dot_q4_1_q8_1};
+    k->type[PE_TYPE_Q5_0] = (pe_type_kernels){dequantize_q5_0, quantize_q5_0, vec_dot_q5_0_q8_0};
+    k->type[PE_TYPE_Q5_1] = (pe_type_kernels){dequantize_q5_1, quantize_q5_1, vec_dot_q5_1_q8_1};
+    k->type[PE_TYPE_Q8_0] = (pe_type_kernels){dequantize_q8_0, quantize_q8_0, vec_dot_q8_0_q8_0};
+    /* Q8_1 is only an activation format: no weight dot product */
+    k->type[PE_TYPE_Q8_1] = (pe_type_kernels){dequantize_q8_1, quantize_q8_1, NULL};
+}

@@ -1,0 +1,230 @@
+/* graph_ops.c - op constructors: check the operands' shapes and types, then
+ * add a node.  Everything a user's model file can get wrong is caught here,
+ * at build time, with a message naming the op and the shapes. */
+#include <stdio.h>
+
+#include "internal.h"
+
+static pe_tensor *get(pe_graph *g, int id, const char *op, const char *what) {
+    pe_tensor *t = pe_graph_get(g, id);
+    if (!t) pe_fail("%s: %s is not a tensor of this graph (id %d)", op, what, id);
+    return t;
+}
+
+static const char *shape_str(const pe_tensor *t, char *buf, size_t n) {
+    snprintf(buf, n, "[%lld,%lld,%lld,%lld] %s", (long long)t->ne[0], (long long)t->ne[1],
+             (long long)t->ne[2], (long long)t->ne[3], pe_type_name(t->type));
+    return buf;
+}
+
+static int fail_shapes(const char *op, const pe_tensor *a, const pe_tensor *b, const char *why) {
+    char sa[96], sb[96];
+    return pe_fail("%s: %s (%s vs %s)", op, why, shape_str(a, sa, sizeof sa), b ? shape_str(b, sb, sizeof sb) : "-");
+}
+
+/* Add an F32 (or `type`) result node with the given shape and sources. */
+static int node(pe_graph *g, int op, int type, int n_dims, const int64_t *ne, int s0, int s1, int s2, int s3, int s4) {
+    const int id = pe_graph_add(g, type, n_dims, ne);
+    if (id < 0) return -1;
+    pe_tensor *t = &g->t[id];
+    t->op = op;
+    t->src[0] = s0; t->src[1] = s1; t->src[2] = s2; t->src[3] = s3; t->src[4] = s4;
+    return id;
+}
+
+static int same_shape_node(pe_graph *g, int op, const pe_tensor *a, int s0, int s1) {
+    return node(g, op, PE_TYPE_F32, a->n_dims, a->ne, s0, s1, -1, -1, -1);
+}
+
+static int require_f32(const char *op, const pe_tensor *t) {
+    if (t->type != PE_TYPE_F32) return fail_shapes(op, t, NULL, "operand must be F32");
+    if (t->nb[0] != sizeof(float)) return fail_shapes(op, t, NULL, "rows must be contiguous");
+    return 0;
+}
+
+static int require_i32(const char *op, const pe_tensor *t) {
+    if (t->type != PE_TYPE_I32 || !pe_is_contiguous(t)) return fail_shapes(op, t, NULL, "indices must be a contiguous I32 tensor");
+    return 0;
+}
+
+int pe_op_get_rows(pe_graph *g, int table, int ids) {
+    pe_tensor *a = get(g, table, "get_rows", "table"), *b = get(g, ids, "get_rows", "ids");
+    if (!a || !b || require_i32("get_rows", b)) return -1;
+    if (a->ne[2] != 1 || a->ne[3] != 1) return fail_shapes("get_rows", a, b, "table must be 2-D");
+    if (!pe_kern->type[a->type].to_float) return fail_shapes("get_rows", a, NULL, "no kernel to read this type");
+    const int64_t ne[2] = {a->ne[0], pe_nelements(b)};
+    return node(g, PE_OP_GET_ROWS, PE_TYPE_F32, 2, ne, table, ids, -1, -1, -1);
+}
+
+static int check_weight(const char *op, const pe_tensor *w) {
+    if (!pe_type_supported(w->type)) return fail_shapes(op, w, NULL, "weight type has no kernels");
+    if (!pe_is_contiguous(w)) return fail_shapes(op, w, NULL, "weights must be contiguous");
+    return 0;
+}
+
+int pe_op_mul_mat(pe_graph *g, int w, int x) {
+    pe_tensor *a = get(g, w, "mul_mat", "weight"), *b = get(g, x, "mul_mat", "input");
+    if (!a || !b || check_weight("mul_mat", a) || require_f32("mul_mat", b)) return -1;
+    if (a->ne[2] != 1 || a->ne[3] != 1) return fail_shapes("mul_mat", a, b, "weight must be 2-D");
+    if (a->ne[0] != b->ne[0]) return fail_shapes("mul_mat", a, b, "inner dimensions differ");
+    const int64_t ne[4] = {a->ne[1], b->ne[1], b->ne[2], b->ne[3]};
+    return node(g, PE_OP_MUL_MAT, PE_TYPE_F32, b->n_dims < 2 ? 2 : b->n_dims, ne, w, x, -1, -1, -1);
+}
+
+int pe_op_mul_mat_id(pe_graph *g, int w, int x, int ids) {
+    pe_tensor *a = get(g, w, "mul_mat_id", "weight"), *b = get(g, x, "mul_mat_id", "input"),
+              *c = get(g, ids, "mul_mat_id", "ids");
+    if (!a || !b || !c || check_weight("mul_mat_id", a) || require_f32("mul_mat_id", b) || require_i32("mul_mat_id", c)) return -1;
+    if (a->ne[3] != 1) return fail_shapes("mul_mat_id", a, b, "expert weights must be 3-D");
+    if (a->ne[0] != b->ne[0]) return fail_shapes("mul_mat_id", a, b, "inner dimensions differ");
+    if (c->ne[1] != b->ne[2] || (b->ne[1] != 1 && b->ne[1] != c->ne[0]))
+        return fail_shapes("mul_mat_id", b, c, "input [K,U|1,T] and ids [U,T] disagree");
+    const int64_t ne[3] = {a->ne[1], c->ne[0], c->ne[1]};
+    return node(g, PE_OP_MUL_MAT_ID, PE_TYPE_F32, 3, ne, w, x, ids, -1, -1);
+}
+
+static int binary(pe_graph *g, int op, const char *name, int ia, int ib) {
+    pe_tensor *a = get(g, ia, name, "a"), *b = get(g, ib, name, "b");
+    if (!a || !b || require_f32(name, a) || require_f32(name, b)) return -1;
+    for (int i = 0; i < PE_MAX_DIMS; i++)
+        if (a->ne[i] % b->ne[i]) return fail_shapes(name, a, b, "b does not broadcast over a");
+    return same_shape_node(g, op, a, ia, ib);
+}
+
+int pe_op_add(pe_graph *g, int a, int b) { return binary(g, PE_OP_ADD, "add", a, b); }
+int pe_op_mul(pe_graph *g, int a, int b) { return binary(g, PE_OP_MUL, "mul", a, b); }
+
+static int unary_param(pe_graph *g, int op, const char *name, int ia, float p, int ip) {
+    pe_tensor *a = get(g, ia, name, "a");
+    if (!a || require_f32(name, a)) return -1;
+    const int id = same_shape_node(g, op, a, ia, -1);
+    if (id >= 0) { g->t[id].fp[0] = p; g->t[id].ip[0] = ip; }
+    return id;
+}
+
+int pe_op_scale(pe_graph *g, int a, float s) { return unary_param(g, PE_OP_SCALE, "scale", a, s, 0); }
+
+int pe_op_softcap(pe_graph *g, int a, float cap) {
+    if (!(cap > 0)) return pe_fail("softcap: cap must be positive (got %g)", cap);
+    return unary_param(g, PE_OP_SOFTCAP, "softcap", a, cap, 0);
+}
+
+int pe_op_unary(pe_graph *g, int a, int op) {
+    if (op < PE_UNARY_SILU || op > PE_UNARY_RELU) return pe_fail("unary: unknown function %d", op);
+    return unary_param(g, PE_OP_UNARY, "unary", a, 0, op);
+}
+
+int pe_op_softmax(pe_graph *g, int a) { return unary_param(g, PE_OP_SOFTMAX, "softmax", a, 0, 0); }
+int pe_op_cont(pe_graph *g, int a) { return unary_param(g, PE_OP_CONT, "cont", a, 0, 0); }
+
+int pe_op_rms_norm(pe_graph *g, int ia, int iw, float eps) {
+    pe_tensor *a = get(g, ia, "rms_norm", "a");
+    if (!a || require_f32("rms_norm", a)) return -1;
+    if (!(eps >= 0)) return pe_fail("rms_norm: eps must be >= 0 (got %g)", eps);
+    if (iw >= 0) {
+        pe_tensor *w = get(g, iw, "rms_norm", "weight");
+        if (!w || require_f32("rms_norm", w)) return -1;
+        if (w->ne[0] != a->ne[0] || pe_nrows(w) != 1) return fail_shapes("rms_norm", a, w, "weight must be one row of the normalised length");
+    }
+    const int id = same_shape_node(g, PE_OP_RMS_NORM, a, ia, iw);
+    if (id >= 0) g->t[id].fp[0] = eps;
+    return id;
+}
+
+int pe_op_glu(pe_graph *g, int gate, int up, int op) {
+    pe_tensor *a = get(g, gate, "glu", "gate"), *b = get(g, up, "glu", "up");
+    if (!a || !b || require_f32("glu", a) || require_f32("glu", b)) return -1;
+    if (op != PE_UNARY_SILU && op != PE_UNARY_GELU) return pe_fail("glu: unsupported activation %d", op);
+    for (int i = 0; i < PE_MAX_DIMS; i++)
+        if (a->ne[i] != b->ne[i]) return fail_shapes("glu", a, b, "gate and up differ in shape");
+    const int id = same_shape_node(g, PE_OP_GLU, a, gate, up);
+    if (id >= 0) g->t[id].ip[0] = op;
+    return id;
+}
+
+int pe_op_rope(pe_graph *g, int ia, int pos, int ff, int n_dims, int mode, float freq_base, float freq_scale,
+               float ext_factor, float attn_factor, float beta_fast, float beta_slow, int n_ctx_orig) {
+    pe_tensor *a = get(g, ia, "rope", "a"), *p = get(g, pos, "rope", "positions");
+    if (!a || !p || require_f32("rope", a) || require_i32("rope", p)) return -1;
+    if (pe_nelements(p) != a->ne[2]) return fail_shapes("rope", a, p, "one position per token (dim 2) needed");
+    if (n_dims <= 0 || n_dims > a->ne[0] || n_dims % 2) return pe_fail("rope: n_dims=%d invalid for head size %lld", n_dims, (long long)a->ne[0]);
+    if (mode != PE_ROPE_NORMAL && mode != PE_ROPE_NEOX) return pe_fail("rope: unknown mode %d", mode);
+    if (!(freq_base > 0) || !(freq_scale > 0)) return pe_fail("rope: freq_base and freq_scale must be positive");
+    if (ff >= 0) {
+        pe_tensor *f = get(g, ff, "rope", "freq_factors");
+        if (!f || require_f32("rope", f)) return -1;
+        if (pe_nelements(f) < n_dims / 2) return fail_shapes("rope", a, f, "freq_factors needs n_dims/2 values");
+    }
+    const int id = node(g, PE_OP_ROPE, PE_TYPE_F32, 3, a->ne, ia, pos, ff, -1, -1);
+    if (id < 0) return -1;
+    pe_tensor *t = &g->t[id];
+    t->ip[0] = n_dims; t->ip[1] = mode; t->ip[2] = n_ctx_orig;
+    t->fp[0] = freq_base; t->fp[1] = freq_scale; t->fp[2] = ext_factor;
+    t->fp[3] = attn_factor; t->fp[4] = beta_fast; t->fp[5] = beta_slow;
+    return id;
+}
+
+int pe_op_set_rows(pe_graph *g, int cache, int src, int slots) {
+    pe_tensor *c = get(g, cache, "set_rows", "cache"), *s = get(g, src, "set_rows", "src"),
+              *i = get(g, slots, "set_rows", "slots");
+    if (!c || !s || !i || require_f32("set_rows", s) || require_i32("set_rows", i)) return -1;
+    if (c->type != PE_TYPE_F16 && c->type != PE_TYPE_F32 && c->type != PE_TYPE_Q8_0)
+        return fail_shapes("set_rows", c, NULL, "cache must be F16, F32 or Q8_0");
+    if (c->ne[2] != 1 || c->ne[3] != 1 || !pe_is_contiguous(c)) return fail_shapes("set_rows", c, NULL, "cache must be a contiguous [D,C] tensor");
+    if (s->ne[0] != c->ne[0] || pe_nrows(s) != pe_nelements(i)) return fail_shapes("set_rows", c, s, "src rows must match the cache row and the slot count");
+    /* the result is the cache itself, seen through a node that runs the write */
+    const int id = node(g, PE_OP_SET_ROWS, c->type, 2, c->ne, cache, src, slots, -1, -1);
+    if (id < 0) return -1;
+    pe_tensor *t = &g->t[id];
+    t->view_of = c->view_of >= 0 ? c->view_of : cache;
+    t->view_offset = c->view_of >= 0 ? c->view_offset : 0;
+    t->nbytes = 0;
+    return id;
+}
+
+int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int n_head_kv, float scale, float softcap) {
+    pe_tensor *tq = get(g, q, "attn", "q"), *tk = get(g, k, "attn", "k"), *tv = get(g, v, "attn", "v"),
+              *tm = get(g, mask, "attn", "mask"), *tl = get(g, kv_len, "attn", "kv_len");
+    if (!tq || !tk || !tv || !tm || !tl || require_f32("attn", tq) || require_f32("attn", tm) || require_i32("attn", tl)) return -1;
+    const int64_t hd = tq->ne[0], nh = tq->ne[1], nt = tq->ne[2];
+    if (n_head_kv <= 0 || nh % n_head_kv) return pe_fail("attn: %lld query heads do not divide into %d kv heads", (long long)nh, n_head_kv);
+    if (tk->type != PE_TYPE_F16 || tv->type != PE_TYPE_F16) return fail_shapes("attn", tk, tv, "K and V caches must be F16");
+    if (tk->ne[0] != hd * n_head_kv || tv->ne[0] != hd * n_head_kv) return fail_shapes("attn", tq, tk, "cache rows must hold head_dim * n_head_kv values");
+    if (tk->ne[1] != tv->ne[1]) return fail_shapes("attn", tk, tv, "K and V caches differ in length");
+    if (tm->ne[0] < tk->ne[1] || tm->ne[1] < nt) return fail_shapes("attn", tm, tk, "mask must be [cells, tokens]");
+    if (!(scale > 0)) return pe_fail("attn: scale must be positive");
+    const int64_t ne[2] = {hd * nh, nt};
+    const int id = node(g, PE_OP_ATTN, PE_TYPE_F32, 2, ne, q, k, v, mask, kv_len);
+    if (id < 0) return -1;
+    g->t[id].ip[0] = n_head_kv;
+    g->t[id].fp[0] = scale;
+    g->t[id].fp[1] = softcap;
+    return id;
+}
+
+int pe_op_topk(pe_graph *g, int ia, int k) {
+    pe_tensor *a = get(g, ia, "topk", "a");
+    if (!a || require_f32("topk", a)) return -1;
+    if (k < 1 || k > a->ne[0]) return pe_fail("topk: k=%d out of range 1..%lld", k, (long long)a->ne[0]);
+    const int64_t ne[2] = {k, pe_nrows(a)};
+    const int id = node(g, PE_OP_TOPK, PE_TYPE_I32, 2, ne, ia, -1, -1, -1, -1);
+    if (id >= 0) g->t[id].ip[0] = k;
+    return id;
+}
+
+int pe_op_moe_weights(pe_graph *g, int logits, int ids, int normalize) {
+    pe_tensor *a = get(g, logits, "moe_weights", "logits"), *b = get(g, ids, "moe_weights", "ids");
+    if (!a || !b || require_f32("moe_weights", a) || require_i32("moe_weights", b)) return -1;
+    if (b->ne[1] != pe_nrows(a)) return fail_shapes("moe_weights", a, b, "one row of ids per row of logits");
+    const int id = node(g, PE_OP_MOE_WEIGHTS, PE_TYPE_F32, 2, b->ne, logits, ids, -1, -1, -1);
+    if (id >= 0) g->t[id].ip[0] = normalize;
+    return id;
+}
+
+int pe_op_weighted_sum(pe_graph *g, int ia, int iw) {
+    pe_tensor *a = get(g, ia, "weighted_sum", "a"), *w = get(g, iw, "weighted_sum", "weights");
+    if (!a || !w || require_f32("weighted_sum", a) || require_f32("weighted_sum", w)) return -1;
+    if (w->ne[0] != a->ne[1] || w->ne[1] != a->ne[2]) return fail_shapes("weighted_sum", a, w, "weights must be [U,T] for a [N,U,T]");
+    const int64_t ne[2] = {a->ne[0], a->ne[2]};
+    return node(g, PE_OP_WEIGHTED_SUM, PE_TYPE_F32, 2, ne, ia, iw, -1, -1, -1);
+}

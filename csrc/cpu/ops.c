@@ -1,0 +1,207 @@
+/* ops.c - the op dispatcher and the row-wise ops (elementwise, norms,
+ * softmax, expert routing).  Rows are split evenly over the threads. */
+#include <math.h>
+#include <string.h>
+
+#include "blocks.h"
+#include "internal.h"
+
+void pe_op_get_rows_run(pe_exec *ex, pe_tensor *t);
+void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t);
+void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t);
+void pe_op_rope_run(pe_exec *ex, pe_tensor *t);
+void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t);
+void pe_op_attn_run(pe_exec *ex, pe_tensor *t);
+size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t);
+size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads);
+
+static inline pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
+    return t->src[i] >= 0 ? &ex->g->t[t->src[i]] : NULL;
+}
+
+/* Row r of a tensor, counting rows over dims 1..3. */
+static inline float *row_f32(const pe_tensor *t, int64_t r) {
+    const int64_t i1 = r % t->ne[1], i2 = (r / t->ne[1]) % t->ne[2], i3 = r / (t->ne[1] * t->ne[2]);
+    return (float *)pe_row(t, i1, i2, i3);
+}
+
+static void binary_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0), *b = src(ex, t, 1);
+    const int64_t n = a->ne[0], nb0 = b->ne[0];
+    int64_t r0, r1;
+    pe_split(pe_nrows(a), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t i1 = r % a->ne[1], i2 = (r / a->ne[1]) % a->ne[2], i3 = r / (a->ne[1] * a->ne[2]);
+        const float *x = pe_row(a, i1, i2, i3);
+        const float *y = pe_row(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]);
+        float *d = row_f32(t, r);
+        if (t->op == PE_OP_ADD) {
+            if (nb0 == n) for (int64_t i = 0; i < n; i++) d[i] = x[i] + y[i];
+            else for (int64_t i = 0; i < n; i++) d[i] = x[i] + y[i % nb0];
+        } else {
+            if (nb0 == n) for (int64_t i = 0; i < n; i++) d[i] = x[i] * y[i];
+            else for (int64_t i = 0; i < n; i++) d[i] = x[i] * y[i % nb0];
+        }
+    }
+}
+
+static inline float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
+}
+
+static void unary_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0);
+    const int64_t n = a->ne[0];
+    const float p = t->fp[0];
+    int64_t r0, r1;
+    pe_split(pe_nrows(a), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = row_f32(a, r);
+        float *d = row_f32(t, r);
+        switch (t->op == PE_OP_UNARY ? 100 + t->ip[0] : t->op) {
+        case PE_OP_SCALE:   for (int64_t i = 0; i < n; i++) d[i] = x[i] * p; break;
+        case PE_OP_SOFTCAP: for (int64_t i = 0; i < n; i++) d[i] = p * tanhf(x[i] / p); break;
+        case PE_OP_CONT:    memcpy(d, x, (size_t)n * sizeof(float)); break;
+        case 100 + PE_UNARY_SILU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] / (1.0f + expf(-x[i])); break;
+        case 100 + PE_UNARY_GELU:     for (int64_t i = 0; i < n; i++) d[i] = gelu_tanh(x[i]); break;
+        case 100 + PE_UNARY_GELU_ERF: for (int64_t i = 0; i < n; i++) d[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f)); break;
+        case 100 + PE_UNARY_RELU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] > 0 ? x[i] : 0; break;
+        default: break;
+        }
+    }
+}
+
+static void glu_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *gate = src(ex, t, 0), *up = src(ex, t, 1);
+    int64_t r0, r1;
+    pe_split(pe_nrows(gate), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        if (t->ip[0] == PE_UNARY_SILU) pe_kern->vec.silu_mul(gate->ne[0], row_f32(t, r), row_f32(gate, r), row_f32(up, r));
+        else pe_kern->vec.gelu_mul(gate->ne[0], row_f32(t, r), row_f32(gate, r), row_f32(up, r));
+    }
+}
+
+static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0), *w = src(ex, t, 1);
+    const int64_t n = a->ne[0];
+    const float *wd = w ? (const float *)w->data : NULL;
+    int64_t r0, r1;
+    pe_split(pe_nrows(a), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = row_f32(a, r);
+        float *d = row_f32(t, r);
+        const float mean = pe_kern->vec.sum_sq(n, x) / (float)n;
+        const float scale = 1.0f / sqrtf(mean + t->fp[0]);
+        /* (x * scale) * w, the same rounding as a norm followed by a mul */
+        if (wd) for (int64_t i = 0; i < n; i++) d[i] = (x[i] * scale) * wd[i];
+        else for (int64_t i = 0; i < n; i++) d[i] = x[i] * scale;
+    }
+}
+
+static void softmax_row(int64_t n, float *d, const float *x) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) { d[i] = expf(x[i] - mx); sum += d[i]; }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) d[i] *= inv;
+}
+
+static void softmax_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0);
+    int64_t r0, r1;
+    pe_split(pe_nrows(a), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) softmax_row(a->ne[0], row_f32(t, r), row_f32(a, r));
+}
+
+static void topk_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0);
+    const int k = t->ip[0];
+    int64_t r0, r1;
+    pe_split(pe_nrows(a), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = row_f32(a, r);
+        int32_t *out = (int32_t *)((uint8_t *)t->data + r * t->nb[1]);
+        /* insertion into a sorted list of k: k is small (experts used) */
+        for (int j = 0; j < k; j++) out[j] = -1;
+        for (int64_t i = 0; i < a->ne[0]; i++) {
+            int j = k;
+            while (j > 0 && (out[j - 1] < 0 || x[i] > x[out[j - 1]])) j--;
+            if (j >= k) continue;
+            memmove(out + j + 1, out + j, (size_t)(k - j - 1) * sizeof *out);
+            out[j] = (int32_t)i;
+        }
+    }
+}
+
+static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0), *ids = src(ex, t, 1);
+    const int64_t n = a->ne[0], k = ids->ne[0];
+    int64_t r0, r1;
+    pe_split(pe_nrows(a), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = row_f32(a, r);
+        const int32_t *id = (const int32_t *)((const uint8_t *)ids->data + r * ids->nb[1]);
+        float *d = (float *)((uint8_t *)t->data + r * t->nb[1]);
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++) sum += expf(x[i] - mx);
+        float picked = 0.0f;
+        for (int64_t j = 0; j < k; j++) {
+            if (id[j] < 0 || id[j] >= n) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
+            d[j] = (float)(expf(x[id[j]] - mx) / sum);
+            picked += d[j];
+        }
+        if (t->ip[0]) for (int64_t j = 0; j < k; j++) d[j] /= picked;
+    }
+}
+
+static void weighted_sum_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0), *w = src(ex, t, 1);
+    const int64_t n = a->ne[0], nu = a->ne[1];
+    int64_t r0, r1;
+    pe_split(a->ne[2], ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        float *d = (float *)((uint8_t *)t->data + r * t->nb[1]);
+        const float *wr = (const float *)((const uint8_t *)w->data + r * w->nb[1]);
+        for (int64_t u = 0; u < nu; u++) {
+            const float *x = pe_row(a, u, r, 0);
+            if (u == 0) for (int64_t i = 0; i < n; i++) d[i] = x[i] * wr[0];
+            else for (int64_t i = 0; i < n; i++) d[i] += x[i] * wr[u];
+        }
+    }
+}
+
+void pe_op_compute(pe_exec *ex, pe_tensor *t) {
+    switch (t->op) {
+    case PE_OP_GET_ROWS:     pe_op_get_rows_run(ex, t); break;
+    case PE_OP_MUL_MAT:      pe_op_mul_mat_run(ex, t); break;
+    case PE_OP_MUL_MAT_ID:   pe_op_mul_mat_id_run(ex, t); break;
+    case PE_OP_ADD:
+    case PE_OP_MUL:          binary_run(ex, t); break;
+    case PE_OP_SCALE:
+    case PE_OP_SOFTCAP:
+    case PE_OP_UNARY:
+    case PE_OP_CONT:         unary_run(ex, t); break;
+    case PE_OP_GLU:          glu_run(ex, t); break;
+    case PE_OP_RMS_NORM:     rms_norm_run(ex, t); break;
+    case PE_OP_SOFTMAX:      softmax_run(ex, t); break;
+    case PE_OP_ROPE:         pe_op_rope_run(ex, t); break;
+    case PE_OP_SET_ROWS:     pe_op_set_rows_run(ex, t); break;
+    case PE_OP_ATTN:         pe_op_attn_run(ex, t); break;
+    case PE_OP_TOPK:         topk_run(ex, t); break;
+    case PE_OP_MOE_WEIGHTS:  moe_weights_run(ex, t); break;
+    case PE_OP_WEIGHTED_SUM: weighted_sum_run(ex, t); break;
+    default: break;
+    }
+}
+
+size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads) {
+    switch (t->op) {
+    case PE_OP_MUL_MAT:
+    case PE_OP_MUL_MAT_ID: return pe_op_mul_mat_work(g, t);
+    case PE_OP_ATTN:       return pe_op_attn_work(g, t, n_threads);
+    default:               return 0;
+    }
+}

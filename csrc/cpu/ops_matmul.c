@@ -1,0 +1,112 @@
+/* ops_matmul.c - quantized matrix products and embedding lookups.
+ *
+ * A product first quantizes every activation row once to the weight type's
+ * dot partner (q8_0, q8_1, q8_K, ...), then each thread takes tiles of
+ * (weight rows x activation rows) and runs the integer dot kernels.  A tile
+ * keeps a few weight rows hot in L1 while it walks the activations. */
+#include <string.h>
+
+#include "internal.h"
+
+#define TILE_ROWS 16   /* weight rows per tile */
+#define TILE_COLS 64   /* activation rows per tile (prompt batches) */
+
+static inline const pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
+    return &ex->g->t[t->src[i]];
+}
+
+/* Next tile index for this thread: first its own, then shared ones. */
+static inline int next_task(pe_exec *ex, int *first) {
+    if (*first) { *first = 0; return ex->ith; }
+    return atomic_fetch_add_explicit(ex->chunk, 1, memory_order_relaxed);
+}
+
+static inline const void *x_row(const pe_tensor *x, int64_t r) {
+    const int64_t i1 = r % x->ne[1], i2 = (r / x->ne[1]) % x->ne[2], i3 = r / (x->ne[1] * x->ne[2]);
+    return pe_row(x, i1, i2, i3);
+}
+
+size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t) {
+    const pe_tensor *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
+    const int vdt = pe_type_vec_dot_type(w->type);
+    if (vdt == PE_TYPE_F32) return 0;
+    return (size_t)pe_nrows(x) * pe_row_bytes(vdt, x->ne[0]) + 64;
+}
+
+/* Phase 1 of every product: activations -> the dot partner type, rows split
+ * over threads, then a barrier so every thread sees all of them. */
+static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *x, int vdt, size_t *row_stride) {
+    const int64_t k = x->ne[0];
+    if (vdt == PE_TYPE_F32) { *row_stride = 0; return NULL; }
+    const size_t rb = pe_row_bytes(vdt, k);
+    const pe_from_float_fn quant = pe_kern->type[vdt].from_float;
+    int64_t r0, r1;
+    pe_split(pe_nrows(x), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) quant(x_row(x, r), ex->work + r * rb, k);
+    pe_pool_barrier(ex->pool);
+    *row_stride = rb;
+    return ex->work;
+}
+
+void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1);
+    const int vdt = pe_type_vec_dot_type(w->type);
+    size_t qstride;
+    const uint8_t *q = quantize_activations(ex, x, vdt, &qstride);
+    const pe_vec_dot_fn dot = pe_kern->type[w->type].vec_dot;
+    const int64_t k = x->ne[0], n = w->ne[1], m = pe_nrows(x);
+    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS;
+    const int64_t cols = m == 1 ? 1 : TILE_COLS;
+    const int64_t n_cb = (m + cols - 1) / cols;
+    float *dst = t->data;
+    int first = 1;
+    for (int64_t task = next_task(ex, &first); task < n_rb * n_cb; task = next_task(ex, &first)) {
+        const int64_t rb = task / n_cb, cb = task % n_cb;
+        const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
+        const int64_t j0 = cb * cols, j1 = j0 + cols < m ? j0 + cols : m;
+        for (int64_t j = j0; j < j1; j++) {
+            const void *a = q ? (const void *)(q + j * qstride) : x_row(x, j);
+            float *d = dst + j * n;
+            for (int64_t i = i0; i < i1; i++)
+                dot(k, d + i, (const uint8_t *)w->data + i * w->nb[1], a);
+        }
+    }
+}
+
+void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1), *ids = src(ex, t, 2);
+    const int vdt = pe_type_vec_dot_type(w->type);
+    size_t qstride;
+    const uint8_t *q = quantize_activations(ex, x, vdt, &qstride);
+    const pe_vec_dot_fn dot = pe_kern->type[w->type].vec_dot;
+    const int64_t k = x->ne[0], n = w->ne[1], n_exp = w->ne[2];
+    const int64_t n_used = ids->ne[0], n_tok = ids->ne[1];
+    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS;
+    const int32_t *id = ids->data;
+    int first = 1;
+    for (int64_t task = next_task(ex, &first); task < n_used * n_tok * n_rb; task = next_task(ex, &first)) {
+        const int64_t pair = task / n_rb, rb = task % n_rb;
+        const int64_t u = pair % n_used, tok = pair / n_used;
+        const int32_t e = id[pair];
+        if (e < 0 || e >= n_exp) { pe_exec_fail(ex, "mul_mat_id: expert id out of range"); return; }
+        const int64_t xr = (x->ne[1] == 1 ? 0 : u) + tok * x->ne[1];
+        const void *a = q ? (const void *)(q + xr * qstride) : x_row(x, xr);
+        float *d = pe_row(t, u, tok, 0);
+        const uint8_t *we = (const uint8_t *)w->data + e * w->nb[2];
+        const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
+        for (int64_t i = i0; i < i1; i++) dot(k, d + i, we + i * w->nb[1], a);
+    }
+}
+
+void pe_op_get_rows_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *table = src(ex, t, 0), *ids = src(ex, t, 1);
+    const int32_t *id = ids->data;
+    const pe_to_float_fn to_float = pe_kern->type[table->type].to_float;
+    int64_t r0, r1;
+    pe_split(t->ne[1], ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        if (id[r] < 0 || id[r] >= table->ne[1]) { pe_exec_fail(ex, "get_rows: row id out of range"); return; }
+        to_float((const uint8_t *)table->data + (int64_t)id[r] * table->nb[1],
+                 (float *)((uint8_t *)t->data + r * t->nb[1]), table->ne[0]);
+    }
+}

@@ -1,0 +1,72 @@
+/* ops_rope.c - rotary position embeddings (normal and NeoX layouts), with
+ * frequency base/scale, per-dimension frequency factors and YaRN ramps.
+ * The angles are built by repeated multiplication, as GGML does, so results
+ * match llama.cpp's to the last bit of the angle. */
+#include <math.h>
+
+#include "internal.h"
+
+#define PE_PI 3.14159265358979323846f
+
+static float corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return n_dims * logf(n_ctx_orig / (n_rot * 2 * PE_PI)) / (2 * logf(base));
+}
+
+static float yarn_ramp(float low, float high, int i0) {
+    const float y = (i0 / 2 - low) / fmaxf(0.001f, high - low);
+    return 1 - fminf(1, fmaxf(0, y));
+}
+
+/* cos/sin of every rotated pair for one position, into cache[2 * pair]. */
+static void angles(const pe_tensor *t, const float *ff, float pos, float *cache) {
+    const int n_dims = t->ip[0], n_ctx_orig = t->ip[2];
+    const float base = t->fp[0], freq_scale = t->fp[1], ext_factor = t->fp[2];
+    const float attn_factor = t->fp[3], beta_fast = t->fp[4], beta_slow = t->fp[5];
+    const float theta_scale = powf(base, -2.0f / n_dims);
+    float low = 0, high = 0;
+    if (ext_factor != 0.0f) {
+        low = fmaxf(0, floorf(corr_dim(n_dims, n_ctx_orig, beta_fast, base)));
+        high = fminf(n_dims - 1, ceilf(corr_dim(n_dims, n_ctx_orig, beta_slow, base)));
+    }
+    float theta = pos;
+    for (int i0 = 0; i0 < n_dims; i0 += 2) {
+        const float extrap = theta / (ff ? ff[i0 / 2] : 1.0f);
+        const float interp = freq_scale * extrap;
+        float angle = interp, mscale = attn_factor;
+        if (ext_factor != 0.0f) {
+            const float mix = yarn_ramp(low, high, i0) * ext_factor;
+            angle = interp * (1 - mix) + extrap * mix;
+            mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+        }
+        cache[i0] = cosf(angle) * mscale;
+        cache[i0 + 1] = sinf(angle) * mscale;
+        theta *= theta_scale;
+    }
+}
+
+void pe_op_rope_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = &ex->g->t[t->src[0]], *p = &ex->g->t[t->src[1]];
+    const float *ff = t->src[2] >= 0 ? (const float *)ex->g->t[t->src[2]].data : NULL;
+    const int n_dims = t->ip[0], neox = t->ip[1] == PE_ROPE_NEOX;
+    const int64_t hd = a->ne[0], nh = a->ne[1];
+    const int32_t *pos = p->data;
+    float cache[1024];  /* n_dims <= head size; 512 pairs is plenty */
+    if (n_dims > 1024) { pe_exec_fail(ex, "rope: more than 1024 rotated dimensions"); return; }
+    int64_t r0, r1;
+    pe_split(a->ne[2], ex->ith, ex->nth, &r0, &r1);
+    for (int64_t tok = r0; tok < r1; tok++) {
+        angles(t, ff, (float)pos[tok], cache);
+        for (int64_t h = 0; h < nh; h++) {
+            const float *x = pe_row(a, h, tok, 0);
+            float *d = pe_row(t, h, tok, 0);
+            for (int i0 = 0; i0 < n_dims; i0 += 2) {
+                const float c = cache[i0], s = cache[i0 + 1];
+                const int ia = neox ? i0 / 2 : i0, ib = neox ? i0 / 2 + n_dims / 2 : i0 + 1;
+                const float x0 = x[ia], x1 = x[ib];
+                d[ia] = x0 * c - x1 * s;
+                d[ib] = x0 * s + x1 * c;
+            }
+            for (int64_t i = n_dims; i < hd; i++) d[i] = x[i];
+        }
+    }
+}

@@ -1,0 +1,400 @@
+"""The ``pyengine`` command line: pull | list | rm | show | run | bench.
+
+Heavy modules (the store's HTTP client, the GGUF reader, the native core) are
+imported inside the subcommands, so ``pyengine --help`` is instant and works on a
+machine where the native core is not built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)  # exits with status 2 on bad usage
+    from pyengine.errors import PyEngineError
+
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`pyengine list | head`): nothing left to say to it.
+        _silence_stdout()
+        return EXIT_ERROR
+    except (PyEngineError, OSError) as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pyengine import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="pyengine",
+        description="Run GGUF language models locally on the CPU.",
+    )
+    parser.add_argument("--version", action="version", version=f"pyengine {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in (_add_pull, _add_list, _add_rm, _add_show, _add_run, _add_bench):
+        add(commands)
+    return parser
+
+
+# --------------------------------------------------------------------------------------
+# Argument types: bad values become usage errors (exit 2), before anything loads
+# --------------------------------------------------------------------------------------
+
+
+def _int_at_least(lowest: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"must be at least {lowest}, got {value}")
+        return value
+
+    return parse
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0.0 or value == float("inf"):  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+# --------------------------------------------------------------------------------------
+# pull / list / rm
+# --------------------------------------------------------------------------------------
+
+
+def _add_pull(commands) -> None:
+    sub = commands.add_parser(
+        "pull", help="download a model into the local store",
+        description="Download a catalog model, verify its sha256 and store it.",
+    )
+    sub.add_argument("name", metavar="NAME", help="model name, e.g. smollm2-135m or gemma3:270m")
+    sub.set_defaults(handler=_cmd_pull)
+
+
+def _cmd_pull(args) -> int:
+    from pyengine import store
+
+    name = store.canonical_name(args.name)
+    existing = store.find_local(name)
+    if existing is not None:
+        print(f"{name} is already in the store: {existing}")
+        return EXIT_OK
+    path = store.pull(name, progress=True)
+    print(f"pulled {name}: {path}")
+    return EXIT_OK
+
+
+def _add_list(commands) -> None:
+    sub = commands.add_parser(
+        "list", aliases=["ls"], help="list the models in the local store",
+        description="List the models in the local store.",
+    )
+    sub.set_defaults(handler=_cmd_list)
+
+
+def _cmd_list(args) -> int:
+    import time
+
+    from pyengine import store
+
+    rows = [
+        (m.name, _human_bytes(m.size_bytes),
+         time.strftime("%Y-%m-%d %H:%M", time.localtime(m.modified)))
+        for m in store.list_models()
+    ]
+    if not rows:
+        names = ", ".join(sorted(store.catalog()))
+        print(f"no models in {store.cache_dir() / 'models'}; pull one of: {names}")
+        return EXIT_OK
+    _print_table(("NAME", "SIZE", "MODIFIED"), rows)
+    return EXIT_OK
+
+
+def _add_rm(commands) -> None:
+    sub = commands.add_parser(
+        "rm", help="delete models from the local store",
+        description="Delete models from the local store.",
+    )
+    sub.add_argument("names", metavar="NAME", nargs="+", help="model name(s)")
+    sub.set_defaults(handler=_cmd_rm)
+
+
+def _cmd_rm(args) -> int:
+    from pyengine import store
+    from pyengine.errors import ModelNotFoundError
+
+    for name in args.names:
+        if not store.remove(name):
+            raise ModelNotFoundError(f"model {name!r} is not in the store")
+        print(f"deleted {store.canonical_name(name)}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------
+# show
+# --------------------------------------------------------------------------------------
+
+
+def _add_show(commands) -> None:
+    sub = commands.add_parser(
+        "show", help="print a model's architecture and metadata",
+        description="Print a model's architecture, sizes, weight types and tokenizer.",
+    )
+    sub.add_argument("model", metavar="NAME|PATH", help="model name or path to a .gguf file")
+    sub.set_defaults(handler=_cmd_show)
+
+
+def _cmd_show(args) -> int:
+    from pyengine import store
+
+    path = store.resolve_model(args.model, pull=False)
+    _print_table(None, model_summary(path))
+    return EXIT_OK
+
+
+def model_summary(path) -> list[tuple[str, str]]:
+    """(label, value) rows describing a GGUF file, read from its header only."""
+    import collections
+    import os
+
+    from pyengine.gguf import GGUFFile
+
+    with GGUFFile(path) as gguf:
+        meta = dict(gguf.metadata)
+        tensors = list(gguf.tensors.values())
+    # Read leniently: show should describe a file even when it lacks keys a model needs.
+    arch = meta.get("general.architecture")
+
+    def hparam(name: str) -> str:
+        return _format_value(meta.get(f"{arch}.{name}"))
+
+    n_params = sum(t.n_elements for t in tensors)
+    type_counts = collections.Counter(t.type_name for t in tensors)
+    types = ", ".join(f"{name} x{count}" for name, count in type_counts.most_common())
+    tokens = meta.get("tokenizer.ggml.tokens")
+    tokenizer = _format_value(meta.get("tokenizer.ggml.model"))
+    if meta.get("tokenizer.ggml.pre") is not None:
+        tokenizer += f" (pre: {meta['tokenizer.ggml.pre']})"
+    template = meta.get("tokenizer.chat_template")
+    experts = hparam("expert_count")
+    if experts != "-":
+        experts += f" ({hparam('expert_used_count')} used)"
+    rows = [
+        ("name", _format_value(meta.get("general.name"))),
+        ("architecture", _format_value(arch)),
+        ("parameters", _human_count(n_params)),
+        ("context length", hparam("context_length")),
+        ("embedding length", hparam("embedding_length")),
+        ("feed-forward length", hparam("feed_forward_length")),
+        ("layers", hparam("block_count")),
+        ("heads", hparam("attention.head_count")),
+        ("kv heads", hparam("attention.head_count_kv")),
+        ("head dim", hparam("attention.key_length")),
+        ("sliding window", hparam("attention.sliding_window")),
+        ("experts", experts),
+        ("tensors", f"{len(tensors)} ({types})"),
+        ("tokenizer", tokenizer),
+        ("vocabulary", str(len(tokens)) if _is_sequence(tokens) else "-"),
+        ("chat template", f"yes ({len(template)} chars)" if isinstance(template, str) else "no"),
+        ("size on disk", _human_bytes(os.path.getsize(path))),
+        ("path", str(path)),
+    ]
+    # Rows of features the model does not have (no experts, no window) say nothing.
+    return [(label, value) for label, value in rows if value != "-"]
+
+
+def _is_sequence(value) -> bool:
+    # Arrays may come as lists, tuples or numpy arrays, depending on the reader.
+    return hasattr(value, "__len__") and not isinstance(value, (str, bytes, dict))
+
+
+def _format_value(value) -> str:
+    if value is None:
+        return "-"
+    if _is_sequence(value):
+        # Per-layer values (e.g. kv heads of some models): show the spread, not 30 numbers.
+        import numbers
+
+        values = [v for v in value if isinstance(v, numbers.Real) and not isinstance(v, bool)]
+        distinct = sorted(set(values)) if len(values) == len(value) else []
+        if len(distinct) == 1:
+            return str(distinct[0])
+        if distinct:
+            return f"{distinct[0]}-{distinct[-1]} (per layer)"
+        return f"[{len(value)} values]"
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------
+# run / bench
+# --------------------------------------------------------------------------------------
+
+
+def _add_run(commands) -> None:
+    sub = commands.add_parser(
+        "run", help="generate text from a prompt",
+        description="Generate a continuation of PROMPT (or of stdin when it is piped), "
+        "streaming it to stdout. The model is pulled on first use.",
+    )
+    sub.add_argument("model", metavar="NAME|PATH", help="model name or path to a .gguf file")
+    sub.add_argument("prompt", metavar="PROMPT", nargs="?", help="prompt text (default: stdin)")
+    sub.add_argument("--max-tokens", type=_int_at_least(1), default=128, help="default 128")
+    sub.add_argument("--temperature", type=_non_negative_float, default=0.0,
+                     help="0 is greedy (default)")
+    sub.add_argument("--seed", type=_int_at_least(0), default=None, help="sampling seed")
+    sub.add_argument("--ctx", type=_int_at_least(1), default=None,
+                     help="context length (default: the model's, capped by the engine)")
+    sub.add_argument("--threads", type=_int_at_least(1), default=None,
+                     help="worker threads (default: physical cores)")
+    sub.set_defaults(handler=_cmd_run)
+
+
+def _read_prompt(args) -> str:
+    from pyengine.errors import InvalidOptionError, UnsupportedError
+
+    if args.prompt is not None:
+        return args.prompt
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UnsupportedError(
+            "interactive chat is not available yet; give a PROMPT or pipe one on stdin"
+        )
+    prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise InvalidOptionError("the prompt read from stdin is empty")
+    return prompt
+
+
+def _cmd_run(args) -> int:
+    from pyengine import store
+
+    prompt = _read_prompt(args)  # before any download, so usage mistakes cost nothing
+    path = store.resolve_model(args.model, pull=True, progress=True)
+    from pyengine.api import LLM
+
+    llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads)
+    pieces = llm.generate(
+        prompt, max_tokens=args.max_tokens, temperature=args.temperature,
+        stream=True, seed=args.seed,
+    )
+    last = ""
+    for piece in pieces:
+        if piece:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            last = piece
+    if not last.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def _add_bench(commands) -> None:
+    sub = commands.add_parser(
+        "bench", help="measure prompt and generation speed",
+        description="Measure prompt processing and generation speed in tokens/s.",
+    )
+    sub.add_argument("model", metavar="NAME|PATH", help="model name or path to a .gguf file")
+    sub.add_argument("--threads", type=_int_at_least(1), default=None,
+                     help="worker threads (default: physical cores)")
+    sub.add_argument("--prompt-tokens", type=_int_at_least(1), default=512, help="default 512")
+    sub.add_argument("--gen-tokens", type=_int_at_least(1), default=128, help="default 128")
+    sub.add_argument("--repeat", type=_int_at_least(1), default=3,
+                     help="runs per measurement, best kept (default 3)")
+    sub.set_defaults(handler=_cmd_bench)
+
+
+def _cmd_bench(args) -> int:
+    from pyengine import store
+
+    path = store.resolve_model(args.model, pull=True, progress=True)
+    from pyengine.bench import run_bench
+
+    result = run_bench(
+        str(path), n_threads=args.threads, n_prompt=args.prompt_tokens,
+        n_gen=args.gen_tokens, repeat=args.repeat,
+    )
+    _print_table(None, [
+        ("model", str(result["model"])),
+        ("threads", str(result["n_threads"])),
+        ("isa", str(result["isa"])),
+        (f"prompt (pp{args.prompt_tokens})", f"{result['pp_tps']:.1f} tokens/s"),
+        (f"generation (tg{args.gen_tokens})", f"{result['tg_tps']:.1f} tokens/s"),
+        ("python per token", f"{result['py_us_per_token']:.1f} us"),
+        ("load time", f"{result['load_s']:.2f} s"),
+    ])
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------
+# Output helpers
+# --------------------------------------------------------------------------------------
+
+
+def _print_table(header: tuple[str, ...] | None, rows: list[tuple[str, ...]]) -> None:
+    lines = ([header] if header else []) + list(rows)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    for line in lines:
+        cells = [cell.ljust(width) for cell, width in zip(line, widths)]
+        print("  ".join(cells).rstrip())
+
+
+def _human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:.1f} {unit}"
+
+
+def _human_count(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit} ({n:,})"
+    return str(n)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _silence_stdout() -> None:
+    import os
+
+    # Python flushes stdout at exit; point it at devnull so that flush cannot fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Context and Tensor: the Python face of a native graph.
+
+A model's forward pass calls Context methods; each adds one node to the
+native graph and returns a Tensor handle.  The graph is computed as a whole
+(`Context.compute`) and can be computed again after its input buffers change,
+which is how a decode step costs O(1) Python work however deep the model is.
+Shapes are GGML-ordered: shape[0] is the innermost (row) dimension.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from pyengine import _core
+from pyengine.errors import InvalidOptionError
+
+F32, F16, Q8_0, I32 = 0, 1, 8, 26
+SILU, GELU = 0, 1
+ROPE_NORMAL, ROPE_NEOX = 0, 2
+
+_NUMPY_TYPES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16, np.dtype(np.int32): I32}
+
+
+def default_threads() -> int:
+    """Threads to use: $PYENGINE_THREADS, else the number of physical cores."""
+    env = os.environ.get("PYENGINE_THREADS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise InvalidOptionError(f"PYENGINE_THREADS={env!r} is not an integer") from None
+        if n < 1:
+            raise InvalidOptionError(f"PYENGINE_THREADS must be >= 1, got {n}")
+        return n
+    return max(1, _core.physical_cores())
+
+
+class Backend:
+    """The CPU backend: a persistent thread pool shared by every graph."""
+
+    def __init__(self, n_threads: int | None = None) -> None:
+        if n_threads is None:
+            n_threads = default_threads()
+        if not isinstance(n_threads, int) or not 1 <= n_threads <= 256:
+            raise InvalidOptionError(f"n_threads must be an integer in 1..256, got {n_threads!r}")
+        _select_isa_from_env()
+        self.pool = _core.ThreadPool(n_threads)
+        self.n_threads = n_threads
+
+    @property
+    def isa(self) -> str:
+        return _core.isa()
+
+
+def _select_isa_from_env() -> None:
+    forced = os.environ.get("PYENGINE_ISA")
+    if forced and _core.isa() != forced:
+        if not _core.isa_available(forced):
+            raise InvalidOptionError(
+                f"PYENGINE_ISA={forced!r} is not available on this CPU (best: {_core.best_isa()})")
+        _core.set_isa(forced)
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """A node of a graph: its id and GGML-ordered shape."""
+
+    id: int
+    shape: tuple[int, ...]
+
+
+class Context:
+    """Builds one graph; weights and inputs are registered once and reused."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.graph = _core.Graph()
+        self._externals: dict[int, Tensor] = {}
+
+    # ---- leaves ------------------------------------------------------------
+
+    def _tensor(self, tid: int) -> Tensor:
+        return Tensor(tid, self.graph.shape(tid))
+
+    def weight(self, w) -> Tensor:
+        """A weight (anything with .type, .shape, .data and .name) as a leaf."""
+        key = id(w)
+        t = self._externals.get(key)
+        if t is None:
+            t = self._tensor(self.graph.external(w.type, tuple(w.shape), w.data, w.name))
+            self._externals[key] = t
+        return t
+
+    def input(self, array: np.ndarray, name: str, shape: tuple[int, ...] | None = None) -> Tensor:
+        """A caller-owned buffer as a leaf; writing into it changes the next compute."""
+        type_id = _NUMPY_TYPES.get(array.dtype)
+        if type_id is None:
+            raise TypeError(f"input '{name}': unsupported dtype {array.dtype}")
+        if shape is None:
+            shape = tuple(reversed(array.shape))
+        return self._tensor(self.graph.external(type_id, shape, array, name))
+
+    def cache(self, array: np.ndarray, type_id: int, shape: tuple[int, ...], name: str) -> Tensor:
+        """A KV-cache buffer (raw bytes of `type_id` rows) as a leaf."""
+        return self._tensor(self.graph.external(type_id, shape, array, name))
+
+    # ---- shapes ------------------------------------------------------------
+
+    def reshape(self, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+        if -1 in shape:
+            known = 1
+            for d in shape:
+                known *= d if d != -1 else 1
+            total = 1
+            for d in x.shape:
+                total *= d
+            shape = tuple(total // known if d == -1 else d for d in shape)
+        return self._tensor(self.graph.reshape(x.id, shape))
+
+    def view(self, x: Tensor, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> Tensor:
+        return self._tensor(self.graph.view(x.id, shape, strides, offset))
+
+    def rows_slice(self, x: Tensor, start: int, length: int) -> Tensor:
+        """Elements [start, start+length) of every row of a 2-D F32 tensor (a strided view)."""
+        row = x.shape[0] * 4
+        return self.view(x, (length, x.shape[1]), (4, row), start * 4)
+
+    def cont(self, x: Tensor) -> Tensor:
+        return self._tensor(self.graph.cont(x.id))
+
+    # ---- ops ---------------------------------------------------------------
+
+    def get_rows(self, table: Tensor, ids: Tensor) -> Tensor:
+        return self._tensor(self.graph.get_rows(table.id, ids.id))
+
+    def mul_mat(self, w: Tensor, x: Tensor) -> Tensor:
+        return self._tensor(self.graph.mul_mat(w.id, x.id))
+
+    def mul_mat_id(self, w: Tensor, x: Tensor, ids: Tensor) -> Tensor:
+        return self._tensor(self.graph.mul_mat_id(w.id, x.id, ids.id))
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._tensor(self.graph.add(a.id, b.id))
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._tensor(self.graph.mul(a.id, b.id))
+
+    def scale(self, a: Tensor, s: float) -> Tensor:
+        return self._tensor(self.graph.scale(a.id, s))
+
+    def softcap(self, a: Tensor, cap: float) -> Tensor:
+        return self._tensor(self.graph.softcap(a.id, cap))
+
+    def rms_norm(self, a: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+        return self._tensor(self.graph.rms_norm(a.id, -1 if weight is None else weight.id, eps))
+
+    def silu(self, a: Tensor) -> Tensor:
+        return self._tensor(self.graph.unary(a.id, SILU))
+
+    def gelu(self, a: Tensor) -> Tensor:
+        return self._tensor(self.graph.unary(a.id, GELU))
+
+    def swiglu(self, gate: Tensor, up: Tensor) -> Tensor:
+        return self._tensor(self.graph.glu(gate.id, up.id, SILU))
+
+    def geglu(self, gate: Tensor, up: Tensor) -> Tensor:
+        return self._tensor(self.graph.glu(gate.id, up.id, GELU))
+
+    def softmax(self, a: Tensor) -> Tensor:
+        return self._tensor(self.graph.softmax(a.id))
+
+    def rope(self, x: Tensor, positions: Tensor, *, n_dims: int, mode: int, base: float,
+             scale: float = 1.0, freq_factors: Tensor | None = None, ext_factor: float = 0.0,
+             attn_factor: float = 1.0, beta_fast: float = 32.0, beta_slow: float = 1.0,
+             n_ctx_orig: int = 0) -> Tensor:
+        ff = -1 if freq_factors is None else freq_factors.id
+        return self._tensor(self.graph.rope(x.id, positions.id, ff, n_dims, mode, base, scale,
+                                            ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig))
+
+    def set_rows(self, cache: Tensor, src: Tensor, slots: Tensor) -> Tensor:
+        return self._tensor(self.graph.set_rows(cache.id, src.id, slots.id))
+
+    def attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kv_len: Tensor, *,
+             n_head_kv: int, scale: float, softcap: float = 0.0) -> Tensor:
+        return self._tensor(self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap))
+
+    def topk(self, a: Tensor, k: int) -> Tensor:
+        return self._tensor(self.graph.topk(a.id, k))
+
+    def moe_weights(self, logits: Tensor, ids: Tensor, normalize: bool) -> Tensor:
+        return self._tensor(self.graph.moe_weights(logits.id, ids.id, normalize))
+
+    def weighted_sum(self, a: Tensor, w: Tensor) -> Tensor:
+        return self._tensor(self.graph.weighted_sum(a.id, w.id))
+
+    # ---- running -----------------------------------------------------------
+
+    def set_output(self, t: Tensor) -> None:
+        self.graph.set_output(t.id)
+
+    def compute(self) -> None:
+        self.graph.compute(self.backend.pool)
+
+    def read(self, t: Tensor, out: np.ndarray | None = None) -> np.ndarray:
+        return self.graph.read(t.id, out)

@@ -1,0 +1,106 @@
+"""Small layers: each holds bound weights and adds a few ops to a Context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pyengine import _core
+from pyengine.ml.context import F32, Context, Tensor
+
+
+@dataclass(eq=False)
+class Weight:
+    """One GGUF tensor, used in place: raw blocks of `type`, GGML-ordered shape."""
+
+    name: str
+    type: int
+    shape: tuple[int, ...]
+    data: np.ndarray  # uint8 view over the mmap, or a float32 array after a fix-up
+
+    def to_f32(self) -> "Weight":
+        """The same tensor as float32 values (for small tensors: norms, biases)."""
+        if self.type == F32:
+            return self
+        n = int(np.prod(self.shape))
+        values = _core.dequantize(self.type, np.ascontiguousarray(self.data).reshape(-1), n, True)
+        return Weight(self.name, F32, self.shape, values)
+
+
+@dataclass(eq=False)
+class Linear:
+    """y = W x (+ b).  W is [in, out] in GGML order."""
+
+    weight: Weight
+    bias: Weight | None = None
+
+    PARTS = {"weight": True, "bias": False}
+    F32_PARTS = ("bias",)
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        y = ctx.mul_mat(ctx.weight(self.weight), x)
+        if self.bias is not None:
+            y = ctx.add(y, ctx.weight(self.bias))
+        return y
+
+
+@dataclass(eq=False)
+class RMSNorm:
+    weight: Weight
+
+    PARTS = {"weight": True}
+    F32_PARTS = ("weight",)
+
+    def __call__(self, ctx: Context, x: Tensor, eps: float) -> Tensor:
+        return ctx.rms_norm(x, ctx.weight(self.weight), eps)
+
+
+@dataclass(eq=False)
+class Embedding:
+    weight: Weight
+
+    PARTS = {"weight": True}
+    F32_PARTS = ()
+
+    def __call__(self, ctx: Context, ids: Tensor) -> Tensor:
+        return ctx.get_rows(ctx.weight(self.weight), ids)
+
+
+@dataclass(eq=False)
+class Param:
+    """A bare tensor used directly by the model (rope factors, expert stacks)."""
+
+    weight: Weight
+
+    PARTS = {"weight": True}
+    F32_PARTS = ()
+
+
+@dataclass(eq=False)
+class F32Param(Param):
+    """A bare tensor the ops need as float32 (rope frequency factors)."""
+
+    F32_PARTS = ("weight",)
+
+
+def attention(ctx: Context, batch, layer: int, q: Tensor, k: Tensor, v: Tensor, *,
+              n_head_kv: int, scale: float, softcap: float = 0.0) -> Tensor:
+    """Store this batch's k and v in the layer's cache, then attend q over it.
+
+    q is [head_dim, n_head, T]; k and v are [head_dim * n_head_kv, T] (rows
+    may be strided views); returns [head_dim * n_head, T]."""
+    inputs = batch.attn_inputs(layer)
+    k_cache = ctx.set_rows(inputs.k, k, inputs.slots)
+    v_cache = ctx.set_rows(inputs.v, v, inputs.slots)
+    return ctx.attn(q, k_cache, v_cache, inputs.mask, inputs.kv_len,
+                    n_head_kv=n_head_kv, scale=scale, softcap=softcap)
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """What one layer keeps in the KV cache: row sizes and its attention window."""
+
+    k_dim: int
+    v_dim: int
+    window: int = 0  # sliding-window size in tokens; 0 = attends to everything

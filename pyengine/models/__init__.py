@@ -1,0 +1,17 @@
+"""Model definitions: one file per GGUF architecture, found through the registry."""
+
+from __future__ import annotations
+
+from pyengine.gguf import GGUFFile
+from pyengine.models import llama  # noqa: F401  (each import registers an architecture)
+from pyengine.models.binding import bind
+from pyengine.models.registry import architectures, model_for_arch, register
+
+__all__ = ["load_model", "architectures", "model_for_arch", "register"]
+
+
+def load_model(gguf: GGUFFile):
+    """Bind the architecture's model class to the file's tensors."""
+    cls = model_for_arch(gguf.architecture)
+    cfg = cls.Config.from_gguf(gguf)
+    return bind(cls, gguf, cfg)

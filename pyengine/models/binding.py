@@ -1,0 +1,135 @@
+"""Declarative tensor binding: fields name their GGUF tensors, one binder
+walks them (Python's counterpart of Ollama's `gguf:"..."` struct tags).
+
+    class Block(Module):
+        attn_norm: RMSNorm = tensor("attn_norm", shape=("n_embd",))
+        attn_q: Linear = tensor("attn_q", shape=("n_embd", "q_dim"))
+
+    class Model(Module):
+        output: Linear = tensor("output", alt="token_embd")
+        layers: list[Block] = blocks("blk")          # binds blk.0., blk.1., ...
+
+A missing tensor is reported by its full GGUF name; a tensor whose shape
+contradicts the config is reported with both shapes; a tensor whose block
+type has no kernels is reported with its type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyengine import _core
+from pyengine.errors import ModelError, UnsupportedError
+from pyengine.gguf import GGUFFile
+from pyengine.ml.nn import Weight
+
+ShapeSpec = tuple[int | str | None, ...]
+
+
+@dataclass(frozen=True)
+class TensorField:
+    name: str
+    alt: str | None = None
+    optional: bool = False
+    shape: ShapeSpec | None = None
+
+
+@dataclass(frozen=True)
+class ModuleField:
+    prefix: str = ""
+
+
+@dataclass(frozen=True)
+class BlocksField:
+    prefix: str = "blk"
+    count: str = "n_layer"
+
+
+def tensor(name: str, *, alt: str | None = None, optional: bool = False, shape: ShapeSpec | None = None):
+    """A leaf (Linear, RMSNorm, ...) bound to GGUF tensors `{prefix}{name}.weight` (and `.bias`)."""
+    return field(default=None, metadata={"pe": TensorField(name, alt, optional, shape)})
+
+
+def module(prefix: str = ""):
+    """A sub-module whose tensors share the parent's prefix (plus `prefix`)."""
+    return field(default=None, metadata={"pe": ModuleField(prefix)})
+
+
+def blocks(prefix: str = "blk", count: str = "n_layer"):
+    """A list of sub-modules bound to `{prefix}.{i}.` for i < config.<count>."""
+    return field(default_factory=list, metadata={"pe": BlocksField(prefix, count)})
+
+
+class Module:
+    """Base of bound modules; `cfg` is the model's config, set by the binder."""
+
+    cfg: Any = None
+
+
+def bind(cls: type, gguf: GGUFFile, cfg: Any, prefix: str = "") -> Any:
+    """Instantiate dataclass `cls`, binding every declared field from `gguf`."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get("pe")
+        if spec is None:
+            continue
+        kind = hints[f.name]
+        if isinstance(spec, TensorField):
+            values[f.name] = _bind_leaf(_strip_optional(kind), gguf, cfg, prefix, spec)
+        elif isinstance(spec, ModuleField):
+            values[f.name] = bind(kind, gguf, cfg, prefix + spec.prefix)
+        elif isinstance(spec, BlocksField):
+            (elem,) = typing.get_args(kind)
+            n = getattr(cfg, spec.count)
+            values[f.name] = [bind(elem, gguf, cfg, f"{prefix}{spec.prefix}.{i}.") for i in range(n)]
+    obj = cls(**values)
+    obj.cfg = cfg
+    return obj
+
+
+def _strip_optional(kind: Any) -> type:
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if args else kind
+
+
+def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorField) -> Any:
+    names = [prefix + spec.name] + ([prefix + spec.alt] if spec.alt else [])
+    base = next((n for n in names if f"{n}.weight" in gguf.tensors), None)
+    if base is None:
+        if spec.optional:
+            return None
+        tried = " or ".join(f"'{n}.weight'" for n in names)
+        raise ModelError(f"missing tensor {tried} in {gguf.path}")
+    parts: dict[str, Weight | None] = {}
+    for part, required in leaf.PARTS.items():
+        name = f"{base}.{part}"
+        if name not in gguf.tensors:
+            if required:
+                raise ModelError(f"missing tensor '{name}' in {gguf.path}")
+            parts[part] = None
+            continue
+        w = _weight(gguf, name)
+        if part == "weight" and spec.shape is not None:
+            _check_shape(w, spec.shape, cfg)
+        parts[part] = w.to_f32() if part in leaf.F32_PARTS else w
+    return leaf(**parts)
+
+
+def _weight(gguf: GGUFFile, name: str) -> Weight:
+    info = gguf.tensors[name]
+    if not _core.type_supported(info.type):
+        raise UnsupportedError(f"tensor '{name}' has block type {info.type_name}, which pyengine cannot run yet")
+    return Weight(name, info.type, tuple(info.shape), gguf.tensor_data(name))
+
+
+def _check_shape(w: Weight, spec: ShapeSpec, cfg: Any) -> None:
+    expected = tuple(getattr(cfg, d) if isinstance(d, str) else d for d in spec)
+    actual = tuple(w.shape) + (1,) * (len(expected) - len(w.shape))
+    if len(actual) != len(expected) or any(e is not None and e != a for e, a in zip(expected, actual)):
+        shown = tuple("*" if e is None else e for e in expected)
+        raise ModelError(f"tensor '{w.name}' has shape {tuple(w.shape)}, but the model's "
+                         f"hyper-parameters say {shown} (GGML order)")

@@ -1,0 +1,1 @@
+"""The runner: forward passes over the KV cache, sequences, the batch loop."""

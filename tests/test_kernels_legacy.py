@@ -1,0 +1,306 @@
+"""Kernels of the float types (F32 F16 BF16) and the legacy block types
+(Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1).
+
+The scalar reference is checked against gguf's numpy implementation (bit-exact
+bytes and floats); every SIMD table on this CPU is checked against the
+reference: activation quantizers and dequantizers bit-exact, dot products up
+to float summation order, and against a float64 dot within an error budget."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+
+from pyengine import _core
+
+LENGTHS = (32, 64, 96, 160, 576, 1536, 4096)
+SEEDS = (0, 1, 2)
+ISAS = [name for name in ("scalar", "avx2", "avx512", "neon") if _core.isa_available(name)]
+SIMD_ISAS = [name for name in ISAS if name != "scalar"] or ["scalar"]
+
+FLOAT_TYPES = (T.F32, T.F16, T.BF16)
+BLOCK_WEIGHTS = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
+WEIGHT_TYPES = FLOAT_TYPES + BLOCK_WEIGHTS
+# types gguf quantizes with GGML's reference algorithm
+GGUF_QUANTIZED = (T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
+# what activations are quantized to: must be bit-exact on every ISA
+ACTIVATION_TYPES = (T.F32, T.F16, T.BF16, T.Q8_0, T.Q8_1)
+# types with a zero point m (dot = d*da*sumi + m*s)
+WITH_MIN = (T.Q4_1, T.Q5_1)
+
+# float64-dot error budget, relative to sum |w x|: the activations' own
+# quantization is the only error left once the weights are dequantized
+BUDGET = {T.F32: 1e-6, T.F16: 1e-3, T.BF16: 8e-3, T.Q4_0: 0.02, T.Q4_1: 0.02,
+          T.Q5_0: 0.02, T.Q5_1: 0.02, T.Q8_0: 0.02}
+
+
+@contextlib.contextmanager
+def using_isa(name: str) -> Iterator[None]:
+    previous = _core.isa()
+    _core.set_isa(name)
+    try:
+        yield
+    finally:
+        _core.set_isa(previous)
+
+
+# ---- data ---------------------------------------------------------------------
+
+def random_row(n: int, seed: int) -> np.ndarray:
+    """Normal values with a few outliers and blocks of different scales."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n)
+    x *= np.repeat(rng.uniform(0.05, 3.0, n // 32), 32)
+    x[rng.integers(0, n, max(1, n // 50))] *= 6.0
+    return x.astype(np.float32)
+
+
+def special_row(kind: str, n: int) -> np.ndarray:
+    rng = np.random.default_rng(n)
+    if kind == "zeros":
+        return np.zeros(n, dtype=np.float32)
+    if kind == "equal_block":
+        x = rng.standard_normal(n).astype(np.float32)
+        x[:32] = 0.75
+        x[-32:] = -3.5
+        return x
+    if kind == "large":  # Q8_1's s = d * sum(q) must stay below f16's max
+        return (rng.uniform(-1.0, 1.0, n) * 1.5e3).astype(np.float32)
+    if kind == "huge":  # scales near f16's max; weights only
+        return (rng.uniform(-1.0, 1.0, n) * 6.0e4).astype(np.float32)
+    if kind == "tiny":  # scales become f16 subnormals
+        return (rng.standard_normal(n) * 1.0e-5).astype(np.float32)
+    if kind == "halves":  # x * (1/d) lands exactly on k + 0.5: rounding ties
+        q = rng.integers(-126, 126, n).astype(np.float32) + 0.5
+        q[::32] = 127.0  # amax 127 -> d = 1
+        return q
+    if kind == "positive":  # min > 0 for the types with a zero point
+        return (rng.uniform(2.0, 3.0, n)).astype(np.float32)
+    raise ValueError(kind)
+
+
+SPECIAL = ("zeros", "equal_block", "large", "tiny", "halves", "positive")
+WEIGHT_SPECIAL = SPECIAL + ("huge",)
+
+
+def gguf_quantize(qtype: T, x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(quants.quantize(x.reshape(1, -1), qtype)).reshape(-1).view(np.uint8)
+
+
+def gguf_dequantize(qtype: T, data: np.ndarray) -> np.ndarray:
+    return np.asarray(quants.dequantize(data.reshape(1, -1), qtype), dtype=np.float32).reshape(-1)
+
+
+def q8_1_model(x: np.ndarray) -> np.ndarray:
+    """Q8_1 blocks per GGML's reference: Q8_0's d and codes, plus
+    s = f16(d * sum(codes)) with the float (not f16) d."""
+    q8_0 = gguf_quantize(T.Q8_0, x).reshape(-1, 34)
+    blocks = x.reshape(-1, 32)
+    d = np.abs(blocks).max(axis=1) / np.float32(127)
+    codes = q8_0[:, 2:].view(np.int8)
+    s = (codes.astype(np.int32).sum(axis=1).astype(np.float32) * d).astype(np.float16)
+    out = np.concatenate([q8_0[:, :2], s.reshape(-1, 1).view(np.uint8), q8_0[:, 2:]], axis=1)
+    return out.reshape(-1)
+
+
+def same_floats(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def dot_scale(qtype: T, w: np.ndarray, wd: np.ndarray, x: np.ndarray) -> float:
+    """Sum of |terms| the dot adds up, from the weight row's raw bytes w and its
+    dequantized values wd (|wd_j| + 2|m| bounds |d q_j| + |m| for the types
+    with a zero point)."""
+    terms = np.abs(wd.astype(np.float64))
+    if qtype in WITH_MIN:
+        raw = w.reshape(-1, _core.block_bytes(int(qtype)))
+        m = raw[:, 2:4].copy().view(np.float16).astype(np.float64).reshape(-1)
+        terms += 2 * np.repeat(np.abs(m), 32)
+    return float(np.sum(terms * np.abs(x.astype(np.float64))))
+
+
+# ---- reference against gguf -------------------------------------------------------
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("qtype", GGUF_QUANTIZED, ids=lambda t: t.name)
+def test_reference_quantize_matches_gguf_random(qtype: T, n: int) -> None:
+    for seed in SEEDS:
+        x = random_row(n, seed)
+        ours = _core.quantize(int(qtype), x, reference=True)
+        assert np.array_equal(ours, gguf_quantize(qtype, x)), (qtype.name, n, seed)
+
+
+@pytest.mark.parametrize("kind", WEIGHT_SPECIAL)
+@pytest.mark.parametrize("qtype", GGUF_QUANTIZED, ids=lambda t: t.name)
+def test_reference_quantize_matches_gguf_special(qtype: T, kind: str) -> None:
+    x = special_row(kind, 256)
+    ours = _core.quantize(int(qtype), x, reference=True)
+    assert np.array_equal(ours, gguf_quantize(qtype, x))
+
+
+@pytest.mark.parametrize("kind", ("random",) + SPECIAL)
+def test_reference_q8_1_quantize_matches_ggml_formula(kind: str) -> None:
+    x = random_row(1536, 7) if kind == "random" else special_row(kind, 1536)
+    ours = _core.quantize(int(T.Q8_1), x, reference=True)
+    assert np.array_equal(ours, q8_1_model(x))
+
+
+def test_reference_q8_rounds_halves_away_from_zero() -> None:
+    x = np.array([127.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5] + [0.0] * 25, dtype=np.float32)
+    codes = _core.quantize(int(T.Q8_0), x)[2:].view(np.int8)
+    assert codes[:7].tolist() == [127, 1, -1, 2, -2, 3, -3]
+
+
+def test_reference_f32_is_a_copy() -> None:
+    x = random_row(96, 3)
+    assert same_floats(_core.quantize(int(T.F32), x).view(np.float32), x)
+    assert same_floats(_core.dequantize(int(T.F32), x.view(np.uint8), 96, reference=True), x)
+
+
+def test_reference_half_conversions_round_to_nearest_even() -> None:
+    # 1 + 2^-11 lies halfway between two halves; 1 + 3*2^-11 also: ties to even
+    x = np.array([1 + 2**-11, 1 + 3 * 2**-11, 65520.0, 1e-8, -0.0, np.inf], dtype=np.float32)
+    halves = _core.quantize(int(T.F16), x).view(np.float16)
+    assert halves.tolist()[:3] == [1.0, 1 + 2**-9, np.inf]
+    assert halves[3] == 0.0 and np.signbit(halves[4]) and np.isinf(halves[5])
+    bf = np.array([1 + 2**-8, 1 + 3 * 2**-8], dtype=np.float32)
+    back = _core.dequantize(int(T.BF16), _core.quantize(int(T.BF16), bf), 2)
+    assert back.tolist() == [1.0, 1 + 2**-6]
+
+
+def random_blocks(qtype: T, n_blocks: int, seed: int) -> np.ndarray:
+    """Random code bits with sane f16 scales: covers every code value."""
+    rng = np.random.default_rng(seed)
+    block_bytes = _core.block_bytes(int(qtype))
+    raw = rng.integers(0, 256, (n_blocks, block_bytes), dtype=np.uint8)
+    n_halves = 2 if qtype in WITH_MIN else 1
+    scales = rng.uniform(-2.0, 2.0, (n_blocks, n_halves)).astype(np.float16)
+    scales[0, 0] = np.float16(3e-7)  # a subnormal half
+    raw[:, : 2 * n_halves] = scales.view(np.uint8)
+    return raw.reshape(-1)
+
+
+@pytest.mark.parametrize("qtype", BLOCK_WEIGHTS, ids=lambda t: t.name)
+def test_reference_dequantize_matches_gguf(qtype: T) -> None:
+    for seed in SEEDS:
+        data = random_blocks(qtype, 48, seed)
+        ours = _core.dequantize(int(qtype), data, 48 * 32, reference=True)
+        assert same_floats(ours, gguf_dequantize(qtype, data))
+
+
+@pytest.mark.parametrize("qtype", (T.F16, T.BF16), ids=lambda t: t.name)
+def test_reference_half_dequantize_matches_gguf(qtype: T) -> None:
+    rng = np.random.default_rng(5)
+    bits = rng.integers(0, 1 << 16, 4096, dtype=np.uint16)
+    bits = bits[(bits & 0x7C00) != 0x7C00] if qtype == T.F16 else bits[(bits & 0x7F80) != 0x7F80]
+    ours = _core.dequantize(int(qtype), bits.view(np.uint8), bits.size, reference=True)
+    if qtype == T.F16:
+        theirs = bits.view(np.float16).astype(np.float32)
+    else:
+        theirs = gguf_dequantize(qtype, bits.view(np.uint8))
+    assert same_floats(ours, theirs)
+
+
+@pytest.mark.parametrize("qtype", BLOCK_WEIGHTS, ids=lambda t: t.name)
+def test_reference_vec_dot_is_integer_sum_times_scales(qtype: T) -> None:
+    """The reference dot equals sum_b d_w d_a sumi_b (+ m_b s_b) in float64
+    up to float32 accumulation."""
+    n = 1536
+    w = _core.quantize(int(qtype), random_row(n, 11))
+    x = random_row(n, 12)
+    partner = _core.vec_dot_type(int(qtype))
+    a = _core.quantize(partner, x)
+    wd = _core.dequantize(int(qtype), w, n).astype(np.float64)
+    ad = _core.dequantize(partner, a, n).astype(np.float64)
+    expected = float(np.dot(wd, ad))
+    if qtype in WITH_MIN:  # GGML uses s = f16(d * sum q), not sum of dequantized a
+        raw_w = w.reshape(-1, _core.block_bytes(int(qtype)))
+        raw_a = a.reshape(-1, 36)
+        m = raw_w[:, 2:4].copy().view(np.float16).astype(np.float64).reshape(-1)
+        s = raw_a[:, 2:4].copy().view(np.float16).astype(np.float64).reshape(-1)
+        expected += float(np.sum(m * s) - np.sum(m * ad.reshape(-1, 32).sum(axis=1)))
+    got = _core.vec_dot(int(qtype), w, x, reference=True)
+    assert abs(got - expected) <= 2e-6 * dot_scale(qtype, w, wd, x) + 1e-9
+
+
+# ---- SIMD against the reference --------------------------------------------------
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", ACTIVATION_TYPES, ids=lambda t: t.name)
+def test_activation_quantize_bit_exact(isa: str, qtype: T) -> None:
+    rows = [random_row(n, seed) for n in LENGTHS for seed in SEEDS]
+    rows += [special_row(kind, 576) for kind in SPECIAL]
+    with using_isa(isa):
+        for x in rows:
+            fast = _core.quantize(int(qtype), x, reference=False)
+            assert np.array_equal(fast, _core.quantize(int(qtype), x, reference=True)), (isa, x.size)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", BLOCK_WEIGHTS + (T.Q8_1,), ids=lambda t: t.name)
+def test_dequantize_bit_exact(isa: str, qtype: T) -> None:
+    with using_isa(isa):
+        for n_blocks in (1, 2, 3, 5, 18, 128):
+            data = random_blocks(qtype, n_blocks, n_blocks)
+            n = n_blocks * 32
+            fast = _core.dequantize(int(qtype), data, n, reference=False)
+            assert same_floats(fast, _core.dequantize(int(qtype), data, n, reference=True)), n
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", (T.F16, T.BF16, T.F32), ids=lambda t: t.name)
+def test_float_dequantize_bit_exact(isa: str, qtype: T) -> None:
+    with using_isa(isa):
+        for n in (1, 7, 8, 15, 16, 17, 33, 100, 4096):
+            data = _core.quantize(int(qtype), random_row(4096, n)[:n].copy())
+            fast = _core.dequantize(int(qtype), data, n, reference=False)
+            assert same_floats(fast, _core.dequantize(int(qtype), data, n, reference=True)), n
+
+
+def assert_dot_close(isa: str, qtype: T, w_f32: np.ndarray, x: np.ndarray) -> None:
+    w = _core.quantize(int(qtype), w_f32)
+    ref = _core.vec_dot(int(qtype), w, x, reference=True)
+    with using_isa(isa):
+        fast = _core.vec_dot(int(qtype), w, x, reference=False)
+    wd = _core.dequantize(int(qtype), w, x.size)
+    scale = dot_scale(qtype, w, wd, x)
+    assert abs(fast - ref) <= 1e-5 * scale + 1e-30, (isa, qtype.name, x.size, fast, ref)
+    exact = float(np.dot(wd.astype(np.float64), x.astype(np.float64)))
+    assert abs(fast - exact) <= BUDGET[qtype] * float(np.sum(np.abs(wd.astype(np.float64) * x))) + 1e-6
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("qtype", WEIGHT_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("isa", ISAS)
+def test_vec_dot_random(isa: str, qtype: T, n: int) -> None:
+    for seed in SEEDS:
+        assert_dot_close(isa, qtype, random_row(n, seed), random_row(n, seed + 100))
+
+
+@pytest.mark.parametrize("kind", WEIGHT_SPECIAL)
+@pytest.mark.parametrize("qtype", WEIGHT_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("isa", ISAS)
+def test_vec_dot_special(isa: str, qtype: T, kind: str) -> None:
+    for n in (96, 576):
+        special = special_row(kind, n)
+        assert_dot_close(isa, qtype, special, random_row(n, 3))
+        if kind not in ("huge", "tiny"):  # f16 subnormal activation scales lose digits
+            assert_dot_close(isa, qtype, random_row(n, 4), special)
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+def test_vec_dot_odd_float_lengths(isa: str) -> None:
+    """Float rows need not be multiples of any vector width."""
+    for qtype in FLOAT_TYPES:
+        for n in (1, 3, 8, 15, 17, 31, 33, 63, 65, 127, 129):
+            assert_dot_close(isa, qtype, random_row(160, n)[:n].copy(), random_row(160, n + 1)[:n].copy())
+
+
+def test_q8_1_has_no_weight_dot() -> None:
+    assert not _core.type_supported(int(T.Q8_1))
+    for qtype in WEIGHT_TYPES:
+        assert _core.type_supported(int(qtype))
