@@ -10,19 +10,7 @@
 #include <immintrin.h>
 
 #include "internal.h"
-#include "kquants.h"
-
-static inline float hsum_f32x8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float f16(pe_f16 h) { return _cvtsh_ss(h); }
-
-static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline __m128i load128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+#include "x86_kquants.h"
 
 /* Sixteen 16-bit scales, one per 16 elements (Q2_K, Q3_K, Q6_K): the scale
  * vector for 32 elements starting at element 128 h + 32 k holds scale
@@ -168,10 +156,7 @@ static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = a[i].d * f16(x[i].d);
-        uint32_t words[4];
-        pe_q3k_unpack_words(x[i].scales, words);
-        const __m128i sc8 = _mm_sub_epi8(load128(words), _mm_set1_epi8(32));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        const __m256i sc16 = q3k_scales(x[i].scales);
         const __m256i bias = _mm256_madd_epi16(sc16, load256(a[i].bsums));
         __m256i hbits = load256(x[i].hmask);
         const int8_t *q8 = a[i].qs;
@@ -199,26 +184,16 @@ static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
 
 /* ---- Q4_K / Q5_K ----------------------------------------------------------- */
 
-/* The 6-bit scales as 16-bit lanes (both 128-bit lanes alike) and the mins
- * already multiplied into the bsums: sum_j min_j * (bsum_2j + bsum_2j+1). */
-static inline __m256i k4_scales(const uint8_t *packed, const int16_t *bsums, __m256i *mins_dot) {
-    uint32_t sc[2], mn[2];
-    pe_k4_unpack_words(packed, sc, mn);
-    const __m128i mn16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn[1], (int)mn[0]));
-    const __m256i mins2 = _mm256_set_m128i(_mm_unpackhi_epi16(mn16, mn16), _mm_unpacklo_epi16(mn16, mn16));
-    *mins_dot = _mm256_madd_epi16(mins2, load256(bsums));
-    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sc[1], (int)sc[0])));
-}
-
 static void vec_dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q4_K *x = vw;
     const block_q8_K *a = va;
     const __m256i m4 = _mm256_set1_epi8(0xF), step = _mm256_set1_epi16(0x0202);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = a[i].d * f16(x[i].d), dmin = -a[i].d * f16(x[i].dmin);
-        __m256i msum;
-        const __m256i sc = k4_scales(x[i].scales, a[i].bsums, &msum);
+        const __m128 dd = f16_pair_scaled(&x[i].d, a[i].d);
+        const __m128i packed = k4_unpack(x[i].scales);
+        const __m256i msum = k4_mins_dot(packed, a[i].bsums);
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
         const int8_t *q8 = a[i].qs;
         __m256i idx = _mm256_set1_epi16(0x0100);
         __m256i isum = _mm256_setzero_si256();
@@ -232,8 +207,8 @@ static void vec_dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
             idx = _mm256_add_epi16(idx, step);
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(plo, phi));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), acc);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_cvtepi32_ps(msum), acc);
     }
     *s = hsum_f32x8(acc);
 }
@@ -244,9 +219,10 @@ static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
     const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10), step = _mm256_set1_epi16(0x0202);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = a[i].d * f16(x[i].d), dmin = -a[i].d * f16(x[i].dmin);
-        __m256i msum;
-        const __m256i sc = k4_scales(x[i].scales, a[i].bsums, &msum);
+        const __m128 dd = f16_pair_scaled(&x[i].d, a[i].d);
+        const __m128i packed = k4_unpack(x[i].scales);
+        const __m256i msum = k4_mins_dot(packed, a[i].bsums);
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
         const int8_t *q8 = a[i].qs;
         __m256i hbits = load256(x[i].qh);
         __m256i idx = _mm256_set1_epi16(0x0100);
@@ -265,8 +241,8 @@ static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
             idx = _mm256_add_epi16(idx, step);
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(plo, phi));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), acc);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_cvtepi32_ps(msum), acc);
     }
     *s = hsum_f32x8(acc);
 }
