@@ -191,6 +191,26 @@ def q8_K_cases(rng):
     spike = np.zeros(768, np.float32)
     spike[300] = 42.0
     yield spike
+    yield fused_rounding_block()
+
+
+def fused_rounding_block():
+    """Values whose product with the scale rounds (as a float) to exactly
+    k + 0.5 although the exact product is not: an FMA-fused x * s + magic
+    rounds these the other way."""
+    vmax = np.float32(-3.3)
+    scale = np.float32(-127.0) / vmax
+    x0 = (np.arange(-126, 127) + 0.5) / np.float64(scale)
+    bits = x0.astype(np.float32).view(np.int32)
+    near = (bits[:, None] + np.arange(-4, 5)[None, :]).ravel().view(np.float32)
+    near = near[np.abs(near) < 3.3]
+    p32 = near * scale
+    p64 = near.astype(np.float64) * np.float64(scale)
+    tricky = near[np.rint(p32) != np.rint(p64)]
+    assert tricky.size > 50
+    block = np.resize(tricky, 256).astype(np.float32)
+    block[0] = vmax
+    return block
 
 
 def test_quantize_q8_K_matches_formula(isa):

@@ -10,11 +10,22 @@
 #include "blocks.h"
 #include "kernels.h"
 
+/* Keep a product a rounded float: compilers fuse a * b + c into one FMA,
+ * which rounds once where ggml's x86 build rounds twice. */
+#if defined(__GNUC__) && defined(__aarch64__)
+#define PE_NO_FUSE(v) __asm__("" : "+w"(v))
+#elif defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define PE_NO_FUSE(v) __asm__("" : "+x"(v))
+#else
+#define PE_NO_FUSE(v) ((void)0)
+#endif
+
 /* Round to nearest, ties to even, by the float "magic number" trick: adding
  * 1.5 * 2^23 leaves the integer in the low mantissa bits.  Exact for
  * |x| <= 2^22; every input (inf, nan included) maps to the same value in the
  * SIMD twins, which use the same trick. */
 static inline int pe_nearest_int(float x) {
+    PE_NO_FUSE(x);
     const float v = x + 12582912.f;
     int32_t i;
     memcpy(&i, &v, sizeof i);

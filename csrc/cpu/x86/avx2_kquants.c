@@ -49,11 +49,12 @@ static float absmax_256(const float *x) {
     return _mm_cvtss_f32(h);
 }
 
-/* pe_nearest_int on 8 lanes, then min(v, 127) and the low byte as int32 */
+/* pe_nearest_int on 8 lanes, then min(v, 127) and the low byte as int32.
+ * cvtps rounds to nearest even like the magic-number trick, and it keeps the
+ * product a rounded float (mul + add would be fused into one FMA); NaN and
+ * inf give INT_MIN, whose low byte 0 is what the trick gives too. */
 static inline __m256i round_to_byte(__m256 v) {
-    const __m256i bits = _mm256_castps_si256(_mm256_add_ps(v, _mm256_set1_ps(12582912.f)));
-    __m256i i = _mm256_sub_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x00400000));
-    i = _mm256_min_epi32(i, _mm256_set1_epi32(127));
+    const __m256i i = _mm256_min_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(127));
     return _mm256_and_si256(i, _mm256_set1_epi32(0xFF));
 }
 
