@@ -33,17 +33,20 @@ static int first_absmax(const float *x, float amax) {
     for (int v = 0; v < QK_K / 8; v++) {
         const __m256 ax = _mm256_and_ps(_mm256_loadu_ps(x + 8 * v), absmask);
         const int m = _mm256_movemask_ps(_mm256_cmp_ps(ax, vam, _CMP_EQ_OQ));
-        if (m) return 8 * v + __builtin_ctz((unsigned)m);
+        for (int l = 0; m && l < 8; l++)
+            if ((m >> l) & 1) return 8 * v + l;
     }
     return 0;
 }
 
 static float absmax_256(const float *x) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256 m = _mm256_setzero_ps();
-    /* max_ps returns its second operand when the first is NaN: NaNs are skipped */
-    for (int v = 0; v < QK_K / 8; v++) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * v), absmask), m);
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    /* four chains to hide the max latency; max_ps returns its second operand
+     * when the first is NaN, so NaNs are skipped */
+    __m256 m[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int v = 0; v < QK_K / 8; v++) m[v % 4] = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * v), absmask), m[v % 4]);
+    m[0] = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m[0]), _mm256_extractf128_ps(m[0], 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
     return _mm_cvtss_f32(h);
