@@ -1,0 +1,266 @@
+"""Rendering a model's chat template (``tokenizer.chat_template`` in a GGUF).
+
+Templates are Jinja2 source written for Hugging Face transformers, so they are rendered
+the way ``apply_chat_template`` renders them: Jinja2's ``ImmutableSandboxedEnvironment``
+with ``trim_blocks`` and ``lstrip_blocks``, the loop-controls extension
+(``{% break %}``, ``{% continue %}``), a ``{% generation %}`` block, the globals
+``raise_exception`` and ``strftime_now``, HF's ``tojson`` filter (``ensure_ascii``,
+``indent``, ``separators``, ``sort_keys``; no HTML escaping), and the variables
+``messages``, ``tools``, ``documents``, ``add_generation_prompt``, ``bos_token``,
+``eos_token`` plus any extra keyword (``enable_thinking``, ``date_string``, ...).
+
+Limits: a render stops with :class:`~pyengine.errors.TemplateError` after 2 seconds or
+once its output passes ``1_000_000 + 4 * (characters in the inputs)`` characters; a
+template reaching outside the sandbox raises
+:class:`~pyengine.errors.TemplateSecurityError` (see :mod:`pyengine.chat.sandbox`).
+Any other failure (a syntax error, ``raise_exception``, an undefined value used where
+transformers fails too) raises TemplateError carrying the template's message.
+
+Fallback: a model without a template is rendered with :data:`FALLBACK_TEMPLATE`
+(``ChatTemplate.fallback()``), ChatML as llama.cpp uses by default::
+
+    <|im_start|>system
+    {system text, then the tools in <tools></tools> as JSON lines, when given}<|im_end|>
+    <|im_start|>{role}
+    {content; text parts of a list content are joined}<|im_end|>
+    ...
+    <|im_start|>assistant
+                                     (the last line only with add_generation_prompt)
+
+Assistant tool calls are written as ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``
+lines, tool results as ``tool`` turns, so the Hermes parser reads the model's replies.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jinja2
+import jinja2.meta
+from jinja2.sandbox import SecurityError
+
+from pyengine.chat import budget
+from pyengine.chat.sandbox import GuardedEnvironment
+from pyengine.errors import InvalidOptionError, TemplateError, TemplateSecurityError
+
+MAX_TEMPLATE_CHARS = 1_000_000
+
+# Whitespace is written only through {{ '...' }} so the tags' layout does not matter.
+FALLBACK_TEMPLATE = """\
+{%- macro text(content) -%}
+  {%- if content is string -%}{{ content }}
+  {%- elif content -%}
+    {%- for part in content if part.type == 'text' -%}{{ part.text }}{%- endfor -%}
+  {%- endif -%}
+{%- endmacro -%}
+{%- set system_first = messages and messages[0].role == 'system' -%}
+{%- if tools -%}
+  {{- '<|im_start|>system\\n' -}}
+  {%- if system_first -%}{{ text(messages[0].content) + '\\n\\n' }}{%- endif -%}
+  {{- '# Tools\\n\\nYou may call one or more functions. Function signatures:\\n<tools>\\n' -}}
+  {%- for tool in tools -%}{{ tool | tojson + '\\n' }}{%- endfor -%}
+  {{- '</tools>\\n\\nFor each call, reply with <tool_call>{"name": <function-name>, '
+      '"arguments": <args-json-object>}</tool_call><|im_end|>\\n' -}}
+{%- endif -%}
+{%- for message in messages -%}
+  {%- if not (tools and loop.first and system_first) -%}
+    {{- '<|im_start|>' + message.role + '\\n' + text(message.content) -}}
+    {%- for call in message.tool_calls or [] -%}
+      {%- set fn = call.function if call.function is defined else call -%}
+      {%- set arguments = fn.arguments if fn.arguments is string else fn.arguments | tojson -%}
+      {{- '\\n<tool_call>{"name": ' + fn.name | tojson + ', "arguments": ' + arguments + '}</tool_call>' -}}
+    {%- endfor -%}
+    {{- '<|im_end|>\\n' -}}
+  {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}
+"""
+
+# Variables through which templates let the caller switch reasoning on or off.
+_THINKING_SWITCHES = ("enable_thinking", "thinking", "thinking_mode", "reasoning", "thinking_budget")
+
+
+class ChatTemplate:
+    """A chat template compiled once, rendered many times (thread-safe)."""
+
+    def __init__(
+        self,
+        template: str,
+        bos_token: str = "",
+        eos_token: str = "",
+        *,
+        time_limit_s: float = budget.DEFAULT_TIME_LIMIT_S,
+        max_output_chars: int | None = None,
+    ) -> None:
+        if not isinstance(template, str):
+            raise InvalidOptionError(f"a chat template must be a string, not {type(template).__name__}")
+        if len(template) > MAX_TEMPLATE_CHARS:
+            raise TemplateError(f"chat template is too long ({len(template)} > {MAX_TEMPLATE_CHARS} characters)")
+        self.source = template
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.time_limit_s = time_limit_s
+        self.max_output_chars = max_output_chars
+        self._environment = GuardedEnvironment()
+        self._compiled = _compile(self._environment, template)
+
+    @classmethod
+    def fallback(cls, bos_token: str = "", eos_token: str = "") -> ChatTemplate:
+        """The ChatML template used for models that ship none (see the module docs)."""
+        return cls(FALLBACK_TEMPLATE, bos_token=bos_token, eos_token=eos_token)
+
+    def render(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
+    ) -> str:
+        """Render a conversation to the prompt text, as transformers would."""
+        _check_conversation(messages, tools)
+        variables = {
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            "documents": None,
+            **kwargs,
+            "messages": list(messages),
+            "tools": None if tools is None else list(tools),
+            "add_generation_prompt": add_generation_prompt,
+        }
+        limit = self.max_output_chars
+        if limit is None:
+            limit = budget.DEFAULT_MAX_OUTPUT_CHARS + 4 * _input_chars(variables)
+        with budget.active_budget(self.time_limit_s, limit):
+            return _render(self._compiled, variables)
+
+    @property
+    def supports_thinking(self) -> bool:
+        return supports_thinking(self.source)
+
+    def __repr__(self) -> str:
+        return f"ChatTemplate({len(self.source)} chars)"
+
+
+def render(
+    template: str,
+    messages: list[dict],
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+    **kwargs: Any,
+) -> str:
+    """Render `messages` with the Jinja chat `template` (compiled templates are cached)."""
+    compiled = _cached_template(template, bos_token, eos_token)
+    return compiled.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **kwargs)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_template(template: str, bos_token: str, eos_token: str) -> ChatTemplate:
+    return ChatTemplate(template, bos_token=bos_token, eos_token=eos_token)
+
+
+def supports_thinking(template: str) -> bool:
+    """Whether the template reads a switch that turns reasoning on or off."""
+    return bool(_thinking_switches(template))
+
+
+def thinking_kwargs(template: str, think: bool) -> dict[str, Any]:
+    """The template variables that ask this template for (or against) reasoning.
+
+    Templates name the switch differently: ``enable_thinking`` (Qwen3, SmolLM3, GLM),
+    ``thinking`` (DeepSeek V3.x, Kimi), ``thinking_mode`` (MiniMax), ``reasoning``
+    (Cohere), ``thinking_budget`` (Seed-OSS, where 0 turns it off).
+    """
+    values: dict[str, Any] = {
+        "enable_thinking": think,
+        "thinking": think,
+        "thinking_mode": "enabled" if think else "disabled",
+        "reasoning": think,
+    }
+    if not think:
+        values["thinking_budget"] = 0
+    return {name: values[name] for name in _thinking_switches(template) if name in values}
+
+
+@functools.lru_cache(maxsize=64)
+def _thinking_switches(template: str) -> tuple[str, ...]:
+    try:
+        names = jinja2.meta.find_undeclared_variables(GuardedEnvironment().parse(template))
+    except jinja2.TemplateError:
+        return tuple(name for name in _THINKING_SWITCHES if name in template)
+    return tuple(name for name in _THINKING_SWITCHES if name in names)
+
+
+# -- internals ---------------------------------------------------------------------
+
+
+def _compile(environment: GuardedEnvironment, template: str) -> jinja2.Template:
+    try:
+        return environment.from_string(template)
+    except TemplateError:
+        raise  # a security refusal found while parsing
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"chat template syntax error (line {exc.lineno}): {exc.message}") from exc
+    except (jinja2.TemplateError, RecursionError, MemoryError, ValueError) as exc:
+        raise TemplateError(f"chat template does not compile: {exc}") from exc
+
+
+def _render(compiled: jinja2.Template, variables: dict[str, Any]) -> str:
+    pieces: list[str] = []
+    try:
+        for piece in compiled.generate(**variables):
+            budget.count_output(piece)
+            pieces.append(piece)
+    except TemplateError:
+        raise  # ours: raise_exception, the budget, security
+    except SecurityError as exc:
+        raise TemplateSecurityError(f"chat template refused by the sandbox: {exc}") from exc
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc.message or exc}") from exc
+    except RecursionError as exc:
+        raise TemplateError("chat template recursed too deeply") from exc
+    except MemoryError as exc:
+        raise TemplateError("chat template ran out of memory") from exc
+    except Exception as exc:  # a template is foreign code: any of its errors is a TemplateError
+        raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+    return "".join(pieces)
+
+
+def _check_conversation(messages: Any, tools: Any) -> None:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise InvalidOptionError("messages must be a list of dicts")
+    if not all(isinstance(message, Mapping) for message in messages):
+        raise InvalidOptionError("each message must be a dict")
+    if tools is not None:
+        if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
+            raise InvalidOptionError("tools must be a list of dicts")
+        if not all(isinstance(tool, Mapping) for tool in tools):
+            raise InvalidOptionError("each tool must be a dict")
+
+
+def _input_chars(value: Any) -> int:
+    """The number of characters in the strings of a nested structure (no recursion)."""
+    total, pending, seen = 0, [value], 0
+    while pending and seen < 1_000_000:
+        item = pending.pop()
+        seen += 1
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return total
+
+
+__all__ = [
+    "FALLBACK_TEMPLATE",
+    "ChatTemplate",
+    "render",
+    "supports_thinking",
+    "thinking_kwargs",
+]
