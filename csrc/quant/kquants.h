@@ -46,11 +46,6 @@ static inline void pe_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t
     }
 }
 
-/* All eight scales and mins at once (the SIMD kernels' form). */
-static inline void pe_k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 8; j++) pe_k4_scale_min(j, q, &sc[j], &mn[j]);
-}
-
 /* Q3_K: sixteen 6-bit signed scales (stored + 32) in 12 bytes: the low
  * nibbles of scales 0..7 and 8..15 in bytes 0..7 (low, high nibble), the
  * top 2 bits in bytes 8..11 (scale j at bits 2*(j/4) of byte 8 + j%4). */

@@ -168,9 +168,9 @@ static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
     float32x4_t acc = vdupq_n_f32(0);
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = a[i].d * f16(x[i].d);
-        int8_t sc8[16];
-        pe_q3k_unpack(x[i].scales, sc8);
-        const int8x16_t sc = vld1q_s8(sc8);
+        uint32_t words[4];
+        pe_q3k_unpack_words(x[i].scales, words);
+        const int8x16_t sc = vsubq_s8(vreinterpretq_s8_u32(vld1q_u32(words)), vdupq_n_s8(32));
         const int16x8_t slo = vmovl_s8(vget_low_s8(sc)), shi = vmovl_high_s8(sc);
         const int32x4_t bias = scales_dot_bsums(slo, shi, a[i].bsums);
         uint8x16_t hm0 = vld1q_u8(x[i].hmask), hm1 = vld1q_u8(x[i].hmask + 16);
