@@ -14,7 +14,7 @@
  * which rounds once where ggml's x86 build rounds twice. */
 #if defined(__GNUC__) && defined(__aarch64__)
 #define PE_NO_FUSE(v) __asm__("" : "+w"(v))
-#elif defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#elif defined(__GNUC__) && defined(__x86_64__)
 #define PE_NO_FUSE(v) __asm__("" : "+x"(v))
 #else
 #define PE_NO_FUSE(v) ((void)0)
@@ -22,8 +22,8 @@
 
 /* Round to nearest, ties to even, by the float "magic number" trick: adding
  * 1.5 * 2^23 leaves the integer in the low mantissa bits.  Exact for
- * |x| <= 2^22; every input (inf, nan included) maps to the same value in the
- * SIMD twins, which use the same trick. */
+ * |x| <= 2^22; the SIMD twins give the same low byte for every input, inf
+ * and nan included (NEON by the same trick, x86 by cvtps). */
 static inline int pe_nearest_int(float x) {
     PE_NO_FUSE(x);
     const float v = x + 12582912.f;
