@@ -109,7 +109,9 @@ static void *worker_main(void *p)
 {
     struct worker_arg *wa = p;
     pe_pool *pool = wa->pool;
-    int seen = atomic_load(&pool->epoch);
+    /* epoch starts at 0 and a job may be published before this thread runs:
+     * start from 0, not from whatever the epoch is by now */
+    int seen = 0;
     for (;;) {
         seen = wait_for_job(pool, seen);
         if (atomic_load(&pool->stop)) break;
