@@ -44,7 +44,17 @@ static float next_normal(void) {
     return (next_uniform() + next_uniform() + next_uniform() + next_uniform() - 2.0f) * 1.7f;
 }
 
-enum { KIND_RANDOM, KIND_ZEROS, KIND_EQUAL, KIND_LARGE, KIND_HALVES, KIND_COUNT };
+enum { KIND_RANDOM, KIND_ZEROS, KIND_EQUAL, KIND_LARGE, KIND_HALVES, KIND_EDGES, KIND_COUNT };
+
+/* Values next to rounding boundaries in blocks of scale 1 (amax 127). */
+static float edge_value(int64_t i) {
+    static const float edges[] = {0.5f, 1.5f, 2.5f, 126.5f, 0.25f};
+    const int64_t j = i % 32;
+    if (j == 0) return 127.0f;
+    const float e = edges[j % 5];
+    const float v = j < 11 ? e : j < 22 ? nextafterf(e, 0.0f) : nextafterf(e, 200.0f);
+    return (i / 32) % 2 ? -v : v;
+}
 
 static void fill_row(float *x, int64_t n, int kind, int seed) {
     rng_state = 0x9E3779B97F4A7C15ULL * (uint64_t)(seed + 1) + (uint64_t)n;
@@ -53,6 +63,7 @@ static void fill_row(float *x, int64_t n, int kind, int seed) {
         case KIND_ZEROS: x[i] = 0.0f; break;
         case KIND_EQUAL: x[i] = i < 32 ? 0.75f : next_normal(); break;
         case KIND_LARGE: x[i] = (next_uniform() * 2.0f - 1.0f) * 1500.0f; break;
+        case KIND_EDGES: x[i] = edge_value(i); break;
         case KIND_HALVES: /* x/d lands on k + 0.5: rounding ties */
             x[i] = i % 32 == 0 ? 127.0f : (float)((int)(next_u32() % 252) - 126) + 0.5f;
             break;
