@@ -240,6 +240,28 @@ def test_activation_quantize_bit_exact(isa: str, qtype: T) -> None:
             assert np.array_equal(fast, _core.quantize(int(qtype), x, reference=True)), (isa, x.size)
 
 
+def rounding_edges() -> np.ndarray:
+    """Blocks whose scale is exactly 1 (amax 127), holding values next to the
+    rounding boundaries: ties, and the floats just below and above them."""
+    edges = [0.5, 1.5, 2.5, 126.5, 0.25]
+    below = [np.nextafter(np.float32(e), np.float32(0)) for e in edges]
+    above = [np.nextafter(np.float32(e), np.float32(200)) for e in edges]
+    values = np.array(edges + below + above + [0.0, 1e-30], dtype=np.float32)
+    block = np.zeros(32, dtype=np.float32)
+    block[0] = 127.0
+    block[1 : 1 + values.size] = values
+    return np.concatenate([block, -block, block * np.float32(2 ** -20)])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", (T.Q8_0, T.Q8_1), ids=lambda t: t.name)
+def test_activation_rounding_edges(isa: str, qtype: T) -> None:
+    x = rounding_edges()
+    expected = gguf_quantize(T.Q8_0, x) if qtype == T.Q8_0 else q8_1_model(x)
+    with using_isa(isa):
+        assert np.array_equal(_core.quantize(int(qtype), x, reference=False), expected)
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("qtype", BLOCK_WEIGHTS + (T.Q8_1,), ids=lambda t: t.name)
 def test_dequantize_bit_exact(isa: str, qtype: T) -> None:
@@ -262,11 +284,17 @@ def test_float_dequantize_bit_exact(isa: str, qtype: T) -> None:
 
 
 def assert_dot_close(isa: str, qtype: T, w_f32: np.ndarray, x: np.ndarray) -> None:
-    w = _core.quantize(int(qtype), w_f32)
+    assert_dot_bytes_close(isa, qtype, _core.quantize(int(qtype), w_f32), x)
+
+
+def assert_dot_bytes_close(isa: str, qtype: T, w: np.ndarray, x: np.ndarray) -> None:
+    """The ISA's dot of weight row w (raw bytes) with x: within 1e-5 of the
+    sum of |terms| of the reference's, and within the type's budget of the
+    float64 dot of the dequantized weights with x."""
     ref = _core.vec_dot(int(qtype), w, x, reference=True)
     with using_isa(isa):
         fast = _core.vec_dot(int(qtype), w, x, reference=False)
-    wd = _core.dequantize(int(qtype), w, x.size)
+    wd = _core.dequantize(int(qtype), w, x.size, reference=True)
     scale = dot_scale(qtype, w, wd, x)
     assert abs(fast - ref) <= 1e-5 * scale + 1e-30, (isa, qtype.name, x.size, fast, ref)
     exact = float(np.dot(wd.astype(np.float64), x.astype(np.float64)))
@@ -290,6 +318,16 @@ def test_vec_dot_special(isa: str, qtype: T, kind: str) -> None:
         assert_dot_close(isa, qtype, special, random_row(n, 3))
         if kind not in ("huge", "tiny"):  # f16 subnormal activation scales lose digits
             assert_dot_close(isa, qtype, random_row(n, 4), special)
+
+
+@pytest.mark.parametrize("qtype", BLOCK_WEIGHTS, ids=lambda t: t.name)
+@pytest.mark.parametrize("isa", ISAS)
+def test_vec_dot_every_code_value(isa: str, qtype: T) -> None:
+    """Random code bits (every nibble, 5th-bit pattern, and Q8_0's -128),
+    which no quantizer produces all of."""
+    for n_blocks in (1, 2, 3, 4, 7, 18, 48):
+        w = random_blocks(qtype, n_blocks, 40 + n_blocks)
+        assert_dot_bytes_close(isa, qtype, w, random_row(n_blocks * 32, n_blocks))
 
 
 @pytest.mark.parametrize("isa", SIMD_ISAS)
