@@ -1,0 +1,183 @@
+"""Cutting special tokens out of text before the tokenizer proper sees it.
+
+llama.cpp takes the special tokens longest first and, for each, cuts every occurrence
+out of the text that is still raw, left to right. That order matters where
+occurrences overlap ("ab" and "bcd" in "abcd": "bcd" wins). Doing it token by token
+costs O(tokens x text); here a trie-shaped regex finds, at each position, the longest
+special token, and the cheap leftmost-longest scan is used whenever it provably gives
+llama.cpp's answer: when no higher-priority token can start inside a match. Otherwise
+(and for tokens that strip the whitespace around them) the exact priority-ordered
+selection runs over all occurrences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import regex
+
+from pyengine.tokenizer.vocab import Attr, Vocab
+
+# C isspace() in the "C" locale: what lstrip/rstrip remove next to a special token.
+_C_SPACE = frozenset(" \t\n\v\f\r")
+
+Fragment = str | int  # raw text, or the id of a special token cut out of it
+
+
+class SpecialSplitter:
+    """Splits text into raw fragments and special token ids, as llama.cpp does."""
+
+    def __init__(self, vocab: Vocab, token_ids: Iterable[int]) -> None:
+        tokens = vocab.tokens
+        # llama.cpp's order: longer first (ties: lower id, a stable choice of ours).
+        ordered = sorted(token_ids, key=lambda i: (-len(tokens[i]), i))
+        self._texts = {tokens[i]: i for i in ordered}
+        self._rank = {i: r for r, i in enumerate(ordered)}
+        self._strip = {i: vocab.attrs[i] & (Attr.LSTRIP | Attr.RSTRIP) for i in ordered
+                       if vocab.attrs[i] & (Attr.LSTRIP | Attr.RSTRIP)}
+        self._pattern = regex.compile(_trie_pattern(self._texts)) if ordered else None
+        self._prefixes = _special_prefixes(self._texts)
+        self._risky = _risky_tokens(self._texts, self._rank)
+
+    def split(self, text: str) -> list[Fragment]:
+        if self._pattern is None or not text:
+            return [text] if text else []
+        spans = [(m.start(), m.end()) for m in self._pattern.finditer(text)]
+        if not spans:
+            return [text]
+        if self._strip or not self._leftmost_longest_is_exact(text, spans):
+            spans, taken = self._priority_spans(text)
+            return self._fragments(text, spans, taken)
+        return self._fragments(text, spans, None)
+
+    # -- the fast path ------------------------------------------------------------------
+
+    def _leftmost_longest_is_exact(self, text: str, spans: list[tuple[int, int]]) -> bool:
+        """True when no higher-priority token starts inside any leftmost-longest match.
+
+        Then every match outranks everything overlapping it, so llama.cpp's order picks
+        exactly these matches.
+        """
+        match, texts, rank, risky = self._pattern.match, self._texts, self._rank, self._risky
+        for start, end in spans:
+            token_id = texts[text[start:end]]
+            if token_id not in risky:
+                continue
+            own = rank[token_id]
+            for inner in range(start + 1, end):
+                found = match(text, inner)
+                if found is not None and rank[texts[found.group()]] < own:
+                    return False
+        return True
+
+    # -- the exact path -----------------------------------------------------------------
+
+    def _priority_spans(self, text: str) -> tuple[list[tuple[int, int]], bytearray]:
+        """Every occurrence of every token, taken in llama.cpp's order when still free.
+
+        Returns the chosen spans (sorted) and a map of the text: 1 inside a chosen token,
+        2 on whitespace a token stripped from its side, 0 on raw text.
+        """
+        texts, rank, prefixes = self._texts, self._rank, self._prefixes
+        occurrences = []  # (rank, start, end, id)
+        for m in self._pattern.finditer(text, overlapped=True):
+            start, longest = m.start(), m.group()
+            for tok in (longest, *prefixes.get(longest, ())):
+                token_id = texts[tok]
+                occurrences.append((rank[token_id], start, start + len(tok), token_id))
+        occurrences.sort()
+        taken = bytearray(len(text))
+        spans = []
+        for _, start, end, token_id in occurrences:
+            if taken.find(1, start, end) != -1 or taken.find(2, start, end) != -1:
+                continue
+            taken[start:end] = b"\x01" * (end - start)
+            spans.append((start, end))
+            strip = self._strip.get(token_id, 0)
+            if strip & Attr.LSTRIP:
+                _mark_spaces(text, taken, start - 1, -1)
+            if strip & Attr.RSTRIP:
+                _mark_spaces(text, taken, end, 1)
+        spans.sort()
+        return spans, taken
+
+    def _fragments(self, text: str, spans: list[tuple[int, int]],
+                   taken: bytearray | None) -> list[Fragment]:
+        texts = self._texts
+        fragments: list[Fragment] = []
+        last = 0
+        for start, end in spans:
+            self._add_raw(fragments, text, last, start, taken)
+            fragments.append(texts[text[start:end]])
+            last = end
+        self._add_raw(fragments, text, last, len(text), taken)
+        return fragments
+
+    @staticmethod
+    def _add_raw(fragments: list[Fragment], text: str, start: int, end: int,
+                 taken: bytearray | None) -> None:
+        if taken is not None:  # whitespace stripped by the neighbouring tokens is dropped
+            while start < end and taken[start] == 2:
+                start += 1
+            while end > start and taken[end - 1] == 2:
+                end -= 1
+        if end > start:
+            fragments.append(text[start:end])
+
+
+def _mark_spaces(text: str, taken: bytearray, pos: int, step: int) -> None:
+    """Mark the free C-whitespace run from `pos` in direction `step` as stripped."""
+    while 0 <= pos < len(text) and not taken[pos] and text[pos] in _C_SPACE:
+        taken[pos] = 2
+        pos += step
+
+
+def _trie_pattern(texts: Iterable[str]) -> str:
+    """A regex matching the longest of `texts` at a position, shaped as a trie so that
+    thousands of alternatives cost one character test per position."""
+    trie: dict = {}
+    for text in texts:
+        node = trie
+        for ch in text:
+            node = node.setdefault(ch, {})
+        node[""] = True
+
+    def build(node: dict) -> str:
+        branches = [regex.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(trie)
+
+
+def _special_prefixes(texts: dict[str, int]) -> dict[str, tuple[str, ...]]:
+    """For each special token, the other special tokens that are proper prefixes of it."""
+    result = {}
+    for text in texts:
+        found = tuple(text[:n] for n in range(1, len(text)) if text[:n] in texts)
+        if found:
+            result[text] = found
+    return result
+
+
+def _risky_tokens(texts: dict[str, int], rank: dict[int, int]) -> set[int]:
+    """Tokens inside whose occurrences a higher-priority token could start.
+
+    Token B can start at offset d inside an occurrence of A when A[d:] and B agree on
+    their common length (one is a prefix of the other).
+    """
+    by_first: dict[str, list[str]] = {}
+    for text in texts:
+        by_first.setdefault(text[0], []).append(text)
+    risky = set()
+    for text, token_id in texts.items():
+        own = rank[token_id]
+        for d in range(1, len(text)):
+            rest = text[d:]
+            if any(rank[texts[other]] < own and (other.startswith(rest) or rest.startswith(other))
+                   for other in by_first.get(rest[0], ())):
+                risky.add(token_id)
+                break
+    return risky

@@ -1,0 +1,120 @@
+"""WordPiece (tokenizer.ggml.model = bert), as llama.cpp runs it.
+
+The text is normalized the BERT way (optional lowercasing and accent stripping,
+control characters dropped, punctuation and CJK characters split off as words of
+their own), then every word, prefixed with ▁ (GGUF vocabularies mark word starts that
+way instead of continuation pieces with ##), is cut greedily into the longest
+vocabulary tokens; a word that cannot be cut completely becomes the unknown token.
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+
+from pyengine.errors import TokenizerError
+from pyengine.tokenizer.vocab import ESCAPED_SPACE, Vocab
+
+WHITESPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+                       "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+
+
+def is_chinese_char(cp: int) -> bool:
+    """BERT's CJK ideograph ranges (with the upstream's 0x2B920 lower bound)."""
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F
+            or 0x2B920 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def nfd_first(ch: str) -> str:
+    """llama.cpp's NFD: a code point becomes the first code point of its decomposition."""
+    return unicodedata.normalize("NFD", ch)[0]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def simple_lower(ch: str) -> str:
+    """The one-code-point lowercase mapping of UnicodeData.txt."""
+    lower = ch.lower()
+    if len(lower) == 1:
+        return lower
+    return "i" if ch == "\u0130" else ch
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _char_class(ch: str) -> str:
+    """' ' whitespace, 'x' dropped, 'm' accent mark, 'p' split off alone, 'w' word char."""
+    if ch in WHITESPACE:
+        return " "
+    category = unicodedata.category(ch)
+    cp = ord(ch)
+    if cp == 0 or cp == 0xFFFD or category in ("Cc", "Cf", "Co", "Cs"):
+        return "x"
+    if category[0] == "M":
+        return "m"
+    if category[0] == "P" or (cp < 0x7F and category[0] == "S") or is_chinese_char(cp):
+        return "p"
+    return "w"
+
+
+class WPMEncoder:
+    def __init__(self, vocab: Vocab) -> None:
+        self._token_to_id = vocab.token_to_id
+        self._max_len = max(map(len, vocab.tokens)) + 1
+        self._unk = vocab.special["unk"]
+        self._lowercase = vocab.flags.lowercase
+        self._strip_accents = vocab.flags.strip_accents
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for word in self.words(text):
+            ids = self._word_ids(ESCAPED_SPACE + word)
+            if ids is None:
+                if self._unk is None:
+                    raise TokenizerError(f"cannot encode {word!r}: no unknown token")
+                ids = [self._unk]
+            out += ids
+        return out
+
+    def words(self, text: str) -> list[str]:
+        """BERT's basic tokenization: normalized words and single punctuation marks."""
+        words = [""]
+        for ch in text:
+            if self._strip_accents:
+                ch = nfd_first(ch)
+            kind = _char_class(ch)
+            if kind == " ":
+                if words[-1]:
+                    words.append("")
+                continue
+            if kind == "x" or (kind == "m" and self._strip_accents):
+                continue
+            if self._lowercase:
+                ch = simple_lower(ch)
+            if kind == "p":
+                if words[-1]:
+                    words.append("")
+                words[-1] = ch
+                words.append("")
+            else:
+                words[-1] += ch
+        if not words[-1]:
+            words.pop()
+        return words
+
+    def _word_ids(self, word: str) -> list[int] | None:
+        """Longest-first greedy cut; None when some position starts no token."""
+        get = self._token_to_id.get
+        ids = []
+        n = len(word)
+        i = 0
+        while i < n:
+            for j in range(min(n, i + self._max_len), i, -1):
+                token_id = get(word[i:j])
+                if token_id is not None:
+                    ids.append(token_id)
+                    i = j
+                    break
+            else:
+                return None
+        return ids
