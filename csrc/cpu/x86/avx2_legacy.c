@@ -202,17 +202,9 @@ DEFINE_TO_FLOAT(dequantize_q8_0, block_q8_0, codes_q8_0, 0, 0)
 
 /* ---- activation quantizers ---------------------------------------------------------- */
 
-/* roundf(v) for |v| <= 127: add 0.5 minus half an ulp with v's sign, then
- * truncate (checked against roundf over every float of that range).  The
- * clamp keeps infinities (a tiny block's 1/d) at the reference's +-127. */
-static inline __m256i round_q8(__m256 v) {
-    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-    const __m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
-    const __m256 half = _mm256_or_ps(sign, _mm256_set1_ps(0.49999997f));
-    return _mm256_cvttps_epi32(_mm256_add_ps(v, half));
-}
-
-/* Round one block of 32 floats; returns d and the codes as int32 x 4. */
+/* Activations are quantized the way llama.cpp's x86 build does it (not its
+ * scalar reference): multiply by 127/amax and round half to even.  Matching
+ * it keeps our logits within float noise of llama.cpp's on the same CPU. */
 static inline float quantize_block_q8(const float *x, __m256i q[4]) {
     __m256 v[4], amax = _mm256_setzero_ps();
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -220,10 +212,11 @@ static inline float quantize_block_q8(const float *x, __m256i q[4]) {
         v[k] = _mm256_loadu_ps(x + 8 * k);
         amax = _mm256_max_ps(amax, _mm256_and_ps(v[k], abs_mask));
     }
-    const float d = hmax_ps(amax) / 127;
-    const __m256 id = _mm256_set1_ps(d ? 1.0f / d : 0.0f);
-    for (int k = 0; k < 4; k++) q[k] = round_q8(_mm256_mul_ps(v[k], id));
-    return d;
+    const float max_abs = hmax_ps(amax);
+    const __m256 mul = _mm256_set1_ps(max_abs != 0.0f ? 127.0f / max_abs : 0.0f);
+    for (int k = 0; k < 4; k++)
+        q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return max_abs / 127.0f;
 }
 
 static inline void store_codes_q8(int8_t *out, const __m256i q[4]) {

@@ -203,25 +203,16 @@ static void dequantize_q8_0(const void *vx, float *y, int64_t n) {
 
 /* ---- activation quantizers ---------------------------------------------------------- */
 
-/* roundf(v) for |v| <= 127: add 0.5 minus half an ulp with v's sign, then
- * truncate (checked against roundf over every float of that range).  The
- * clamp keeps infinities (a tiny block's 1/d) at the reference's +-127. */
-static inline __m512i round_q8(__m512 v) {
-    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
-    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u));
-    const __m512 half = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_castps_si512(_mm512_set1_ps(0.49999997f))));
-    return _mm512_cvttps_epi32(_mm512_add_ps(v, half));
-}
-
-/* One block of 32 floats: returns d, the codes as int32 in q[0..1]. */
+/* Activations are quantized the way llama.cpp's x86 build does it (not its
+ * scalar reference): multiply by 127/amax and round half to even.  Matching
+ * it keeps our logits within float noise of llama.cpp's on the same CPU. */
 static inline float quantize_block_q8(const float *x, __m512i q[2]) {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float d = amax / 127;
-    const __m512 id = _mm512_set1_ps(d ? 1.0f / d : 0.0f);
-    q[0] = round_q8(_mm512_mul_ps(v0, id));
-    q[1] = round_q8(_mm512_mul_ps(v1, id));
-    return d;
+    const float max_abs = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const __m512 mul = _mm512_set1_ps(max_abs != 0.0f ? 127.0f / max_abs : 0.0f);
+    q[0] = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q[1] = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return max_abs / 127.0f;
 }
 
 static inline void store_codes_q8(int8_t *out, const __m512i q[2]) {
