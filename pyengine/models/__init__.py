@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pyengine.gguf import GGUFFile
-from pyengine.models import llama  # noqa: F401  (each import registers an architecture)
+# each import registers an architecture
+from pyengine.models import gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe  # noqa: F401
 from pyengine.models.binding import bind
 from pyengine.models.registry import architectures, model_for_arch, register
 

@@ -1,0 +1,97 @@
+"""Running a model over recorded prompts and comparing with llama.cpp's outputs.
+
+A golden case (tests/data/golden) holds a prompt's ids, llama.cpp's argmax at
+every prompt position, its 64 largest logits at the last position and its
+greedy continuation.  `run_case` feeds the prompt through `Forward` in chunks
+of at most 512 tokens (positions continue, every row is an output), then
+continues greedily one token at a time, keeping the logits of each step so a
+divergence can be examined.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pyengine.gguf import GGUFFile
+from pyengine.kvcache import KVCache
+from pyengine.ml.context import Backend
+from pyengine.models import load_model
+from pyengine.runner.forward import Forward
+
+DATA = Path(__file__).parent / "data"
+CHUNK = 512
+
+
+@dataclass
+class CaseRun:
+    ids: list[int]
+    logits: np.ndarray          # [T, n_vocab]: our logits at every prompt position
+    greedy: list[int]           # our greedy continuation
+    greedy_logits: np.ndarray   # [n, n_vocab]: the logits each greedy token was chosen from
+
+
+def load(path: Path):
+    return load_model(GGUFFile(path))
+
+
+def golden(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cases"]
+
+
+def prompt_logits(fw: Forward, ids: list[int]) -> np.ndarray:
+    ids_arr = np.asarray(ids, np.int32)
+    rows = []
+    for start in range(0, len(ids_arr), CHUNK):
+        chunk = ids_arr[start:start + CHUNK]
+        n = len(chunk)
+        rows.append(fw(chunk, np.arange(start, start + n), np.zeros(n, np.int32), np.arange(n)).copy())
+    return np.concatenate(rows)
+
+
+def run_case(model, backend: Backend, ids: list[int], n_greedy: int) -> CaseRun:
+    cache = KVCache(model.cache_layout(), len(ids) + n_greedy + 1)
+    fw = Forward(model, backend, cache)
+    logits = prompt_logits(fw, ids)
+    step_logits, tokens = [logits[-1]], []
+    for i in range(n_greedy):
+        tokens.append(int(np.argmax(step_logits[-1])))
+        if i + 1 < n_greedy:
+            pos = len(ids) + i
+            step_logits.append(fw(np.array([tokens[-1]], np.int32), np.array([pos], np.int32),
+                                  np.zeros(1, np.int32), np.zeros(1, np.int32))[0].copy())
+    return CaseRun(list(ids), logits, tokens, np.stack(step_logits))
+
+
+@dataclass
+class Agreement:
+    """How our run compares with llama.cpp's record of one case."""
+
+    argmax_equal: np.ndarray    # [T] bool
+    tie_gaps: np.ndarray        # our max minus our logit of llama.cpp's argmax, where they differ
+    top10_diff: float           # max |ours - llama.cpp| over llama.cpp's 10 largest logits
+    greedy_match: int           # tokens equal before the first difference
+    greedy_gap: float           # at that difference: our max minus our logit of llama.cpp's token
+
+
+def compare(run: CaseRun, case: dict) -> Agreement:
+    want = np.asarray(case["argmax"])
+    ours = run.logits.argmax(axis=1)
+    equal = ours == want
+    rows = np.flatnonzero(~equal)
+    gaps = run.logits[rows].max(axis=1) - run.logits[rows, want[rows]]
+    top_ids = np.asarray(case["top_ids"][:10])
+    top10 = float(np.abs(run.logits[-1][top_ids] - np.asarray(case["top_logits"][:10])).max())
+    match = 0
+    for a, b in zip(run.greedy, case["greedy"]):
+        if a != b:
+            break
+        match += 1
+    gap = 0.0
+    if match < len(case["greedy"]):
+        step = run.greedy_logits[match]
+        gap = float(step.max() - step[case["greedy"][match]])
+    return Agreement(equal, gaps, top10, match, gap)

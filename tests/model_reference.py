@@ -1,0 +1,244 @@
+"""An exact float64 reference of every architecture pyengine runs, in numpy.
+
+Written independently of the engine: weights are dequantized with the `gguf`
+package, every step is computed in float64 (no F16 KV cache, no activation
+quantization), and attention is the textbook causal softmax.  For quantized
+models it tells how far a fast engine (ours or llama.cpp) is from the exact
+result of the same weights; see tests/test_models_synth.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+
+class Weights:
+    """GGUF tensors as float64 arrays in numpy order ([out, in]); metadata by key."""
+
+    def __init__(self, path) -> None:
+        self.reader = GGUFReader(str(path))
+        self.tensors = {t.name: t for t in self.reader.tensors}
+        self.arch = self.meta("general.architecture")
+
+    def meta(self, key: str, default=None):
+        field = self.reader.fields.get(key)
+        return default if field is None else field.contents()
+
+    def hp(self, name: str, default=None):
+        return self.meta(f"{self.arch}.{name}", default)
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        t = self.tensors[name]
+        return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float64)
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@dataclass
+class Rope:
+    n_dims: int
+    base: float
+    neox: bool
+    scale: float = 1.0            # positions are multiplied by this (linear scaling)
+    factors: np.ndarray | None = None
+    attn_factor: float = 1.0
+
+    def __call__(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """x [T, heads, head_dim]; rotates the first n_dims values of each head."""
+        half = self.n_dims // 2
+        inv_freq = self.base ** (-np.arange(half) * 2.0 / self.n_dims)
+        if self.factors is not None:
+            inv_freq = inv_freq / self.factors[:half]
+        angle = (pos[:, None] * self.scale) * inv_freq[None, :]          # [T, half]
+        cos = (np.cos(angle) * self.attn_factor)[:, None, :]
+        sin = (np.sin(angle) * self.attn_factor)[:, None, :]
+        out = x.copy()
+        if self.neox:
+            a, b = x[..., :half], x[..., half:self.n_dims]
+            out[..., :half] = a * cos - b * sin
+            out[..., half:self.n_dims] = a * sin + b * cos
+        else:
+            a, b = x[..., 0:self.n_dims:2], x[..., 1:self.n_dims:2]
+            out[..., 0:self.n_dims:2] = a * cos - b * sin
+            out[..., 1:self.n_dims:2] = a * sin + b * cos
+        return out
+
+
+def attend(q, k, v, pos, *, scale: float, softcap: float = 0.0, window: int = 0) -> np.ndarray:
+    """Causal attention of q [T, H, hd] over k, v [T, Hkv, hd] -> [T, H*hd]."""
+    n_tok, n_head, hd = q.shape
+    group = n_head // k.shape[1]
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, k) * scale
+    if softcap > 0:
+        scores = softcap * np.tanh(scores / softcap)
+    visible = pos[None, :] <= pos[:, None]
+    if window > 0:
+        visible &= (pos[:, None] - pos[None, :]) < window
+    scores = np.where(visible[None], scores, -np.inf)
+    out = np.einsum("hts,shd->thd", softmax(scores), v)
+    return out.reshape(n_tok, n_head * hd)
+
+
+class Reference:
+    """One model's forward pass over a whole prompt (positions 0..T-1)."""
+
+    def __init__(self, path) -> None:
+        w = self.w = Weights(path)
+        self.n_layer = w.hp("block_count")
+        self.n_head = w.hp("attention.head_count")
+        self.n_head_kv = w.hp("attention.head_count_kv", self.n_head)
+        n_embd = self.n_embd = w.hp("embedding_length")
+        self.head_dim = w.hp("attention.key_length", n_embd // self.n_head)
+        self.eps = w.hp("attention.layer_norm_rms_epsilon", 1e-5)
+        self.rope_dims = w.hp("rope.dimension_count", self.head_dim)
+        self.rope_base = w.hp("rope.freq_base", 10000.0)
+        self.cache: dict[str, np.ndarray] = {}
+
+    def t(self, name: str) -> np.ndarray:
+        if name not in self.cache:
+            self.cache[name] = self.w[name]
+        return self.cache[name]
+
+    def linear(self, name: str, x: np.ndarray) -> np.ndarray:
+        y = x @ self.t(f"{name}.weight").T
+        if self.w.has(f"{name}.bias"):
+            y = y + self.t(f"{name}.bias")
+        return y
+
+    def norm(self, name: str, x: np.ndarray) -> np.ndarray:
+        return rms_norm(x, self.t(f"{name}.weight"), self.eps)
+
+    def heads(self, x: np.ndarray, n: int) -> np.ndarray:
+        return x.reshape(x.shape[0], n, self.head_dim)
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        out = "output" if self.w.has("output.weight") else "token_embd"
+        return self.linear(out, self.norm("output_norm", x))
+
+    # -- the pieces architectures combine --------------------------------------
+
+    def qkv(self, p: str, h: np.ndarray):
+        if self.w.has(f"{p}attn_qkv.weight"):                      # fused (Phi-3)
+            qkv = self.linear(f"{p}attn_qkv", h)
+            qd, kvd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+            q, k, v = qkv[:, :qd], qkv[:, qd:qd + kvd], qkv[:, qd + kvd:]
+        else:
+            q, k, v = (self.linear(f"{p}attn_{n}", h) for n in "qkv")
+        q, k, v = self.heads(q, self.n_head), self.heads(k, self.n_head_kv), self.heads(v, self.n_head_kv)
+        if self.w.has(f"{p}attn_q_norm.weight"):
+            q, k = self.norm(f"{p}attn_q_norm", q), self.norm(f"{p}attn_k_norm", k)
+        return q, k, v
+
+    def self_attention(self, p: str, h, pos, rope: Rope, *, scale=None, softcap=0.0, window=0):
+        q, k, v = self.qkv(p, h)
+        o = attend(rope(q, pos), rope(k, pos), v, pos, softcap=softcap, window=window,
+                   scale=scale if scale is not None else 1.0 / math.sqrt(self.head_dim))
+        return self.linear(f"{p}attn_output", o)
+
+    def gated_mlp(self, p: str, h, act=silu):
+        if not self.w.has(f"{p}ffn_gate.weight"):                  # fused gate/up (Phi-3)
+            gu = self.linear(f"{p}ffn_up", h)
+            half = gu.shape[1] // 2
+            return self.linear(f"{p}ffn_down", act(gu[:, :half]) * gu[:, half:])
+        return self.linear(f"{p}ffn_down", act(self.linear(f"{p}ffn_gate", h)) * self.linear(f"{p}ffn_up", h))
+
+    def moe(self, p: str, h):
+        n_used = self.w.hp("expert_used_count")
+        probs = softmax(self.linear(f"{p}ffn_gate_inp", h))          # [T, E]
+        gate, up, down = (self.t(f"{p}ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-probs[t], kind="stable")[:n_used]
+            weights = probs[t, chosen] / probs[t, chosen].sum()
+            for e, wt in zip(chosen, weights):
+                y = silu(gate[e] @ h[t]) * (up[e] @ h[t])
+                out[t] += wt * (down[e] @ y)
+        return out
+
+    # -- architectures -----------------------------------------------------------
+
+    def forward(self, ids) -> np.ndarray:
+        ids = np.asarray(ids)
+        pos = np.arange(len(ids))
+        x = self.t("token_embd.weight")[ids]
+        return getattr(self, f"arch_{self.w.arch}")(x, pos)
+
+    def pre_norm_stack(self, x, pos, rope: Rope, ffn) -> np.ndarray:
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            freqs = self.t("rope_freqs.weight") if self.w.has("rope_freqs.weight") else rope.factors
+            r = Rope(rope.n_dims, rope.base, rope.neox, rope.scale, freqs, rope.attn_factor)
+            x = x + self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, r)
+            x = x + ffn(p, self.norm(f"{p}ffn_norm", x))
+        return self.logits(x)
+
+    def arch_llama(self, x, pos):
+        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=False), self.gated_mlp)
+
+    def arch_qwen2(self, x, pos):
+        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.gated_mlp)
+
+    arch_qwen3 = arch_qwen2
+
+    def arch_qwen3moe(self, x, pos):
+        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.moe)
+
+    def arch_phi3(self, x, pos):
+        n_ctx_orig = self.w.hp("rope.scaling.original_context_length", self.w.hp("context_length"))
+        factors = None
+        if self.w.has("rope_factors_short.weight"):
+            # the context the test runs with (the prompt) is within the original one
+            factors = self.t("rope_factors_short.weight") if len(pos) <= n_ctx_orig else None
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, factors=factors,
+                    attn_factor=self.w.hp("rope.scaling.attn_factor", 1.0))
+        return self.pre_norm_stack(x, pos, rope, self.gated_mlp)
+
+    def gemma_stack(self, x, pos, *, pattern: int, window: int, base_local: float, softcap: float,
+                    final_softcap: float) -> np.ndarray:
+        x = x * math.sqrt(self.n_embd)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            local = i % pattern < pattern - 1
+            rope = Rope(self.rope_dims, base_local if local else self.rope_base, neox=True)
+            h = self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, rope, softcap=softcap,
+                                    window=window if local else 0)
+            x = x + self.norm(f"{p}post_attention_norm", h)
+            h = self.gated_mlp(p, self.norm(f"{p}ffn_norm", x), act=gelu_tanh)
+            x = x + self.norm(f"{p}post_ffw_norm", h)
+        logits = self.logits(x)
+        return final_softcap * np.tanh(logits / final_softcap) if final_softcap > 0 else logits
+
+    def arch_gemma2(self, x, pos):
+        return self.gemma_stack(x, pos, pattern=2, window=self.w.hp("attention.sliding_window", 4096),
+                                base_local=self.rope_base,
+                                softcap=self.w.hp("attn_logit_softcapping", 0.0),
+                                final_softcap=self.w.hp("final_logit_softcapping", 0.0))
+
+    def arch_gemma3(self, x, pos):
+        return self.gemma_stack(x, pos, pattern=6, window=self.w.hp("attention.sliding_window"),
+                                base_local=10000.0, softcap=0.0, final_softcap=0.0)

