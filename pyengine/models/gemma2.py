@@ -66,7 +66,7 @@ class Gemma2Config(qwen2.AttentionConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         qwen2.check_range("attention.sliding_window", self.sliding_window, 1, 1 << 24)
-        qwen2.check_range("sliding-window layer pattern", self.swa_pattern, 1, self.n_layer + 1)
+        qwen2.check_range("sliding-window layer pattern", self.swa_pattern, 1, 1 << 16)
         if not (self.final_softcap >= 0 and math.isfinite(self.final_softcap)):
             raise ModelError(f"final_logit_softcapping must be >= 0, got {self.final_softcap}")
 

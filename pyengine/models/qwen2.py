@@ -42,7 +42,7 @@ class AttentionConfig(TransformerConfig):
         kw = super().common_from_gguf(f, rope_mode=rope_mode, eps_default=eps_default)
         head_dim = kw["head_dim"]
         value_dim = f.get_int(f.arch_key("attention.value_length"), head_dim)
-        if value_dim != head_dim:
+        if head_dim > 0 and value_dim != head_dim:   # (an invalid head_dim fails in __post_init__)
             raise UnsupportedError(f"{f.path}: value head size {value_dim} differs from key head size "
                                    f"{head_dim}; pyengine needs them equal")
         kw["attn_scale"] = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 0.0
