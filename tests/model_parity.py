@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from pyengine.gguf import GGUFFile
 from pyengine.kvcache import KVCache
@@ -24,6 +26,7 @@ from pyengine.runner.forward import Forward
 
 DATA = Path(__file__).parent / "data"
 CHUNK = 512
+DROP = object()            # a metadata value for rewrite(): remove the key
 
 
 @dataclass
@@ -95,3 +98,43 @@ def compare(run: CaseRun, case: dict) -> Agreement:
         step = run.greedy_logits[match]
         gap = float(step.max() - step[case["greedy"][match]])
     return Agreement(equal, gaps, top10, match, gap)
+
+
+# ---- variants of the synthetic models -------------------------------------------
+
+@lru_cache(maxsize=None)
+def reader(model: str) -> GGUFReader:
+    return GGUFReader(DATA / "synth" / f"{model}.gguf")
+
+
+def rewrite(tmp_path: Path, model: str, *, meta: dict | None = None, drop: tuple[str, ...] = (),
+            add: dict[str, np.ndarray] | None = None, arch: str | None = None) -> Path:
+    """A copy of synthetic `model` with metadata `meta` ({key: (value, type) or DROP})
+    applied, the tensors named in `drop` left out, the float32 tensors in `add`
+    added, and, given `arch`, the architecture (and the prefix of its keys) renamed."""
+    meta = dict(meta or {})
+    src = reader(model)
+    old_arch = src.fields["general.architecture"].contents()
+    arch = arch or old_arch
+    out = tmp_path / f"{model}-broken.gguf"
+    writer = GGUFWriter(out, arch)
+    for old_key, field in src.fields.items():
+        key = arch + old_key[len(old_arch):] if old_key.startswith(old_arch + ".") else old_key
+        if key.startswith("GGUF.") or key == "general.architecture" or key in meta:
+            continue
+        sub_type = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(key, field.contents(), field.types[0], sub_type)
+    for key, change in meta.items():
+        if change is not DROP:
+            value, vtype = change
+            writer.add_key_value(key, value, vtype)
+    for t in src.tensors:
+        if t.name not in drop:
+            writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    for name, values in (add or {}).items():
+        writer.add_tensor(name, np.asarray(values, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out

@@ -118,6 +118,7 @@ class Reference:
         self.rope_dims = w.hp("rope.dimension_count", self.head_dim)
         self.rope_base = w.hp("rope.freq_base", 10000.0)
         self.cache: dict[str, np.ndarray] = {}
+        self.n_ctx: int | None = None      # the context size a run is configured for (Phi-3)
 
     def t(self, name: str) -> np.ndarray:
         if name not in self.cache:
@@ -209,11 +210,13 @@ class Reference:
         return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.moe)
 
     def arch_phi3(self, x, pos):
+        # LongRoPE: the "short" factors while the context fits the original training
+        # length, the "long" ones beyond it (the context is the prompt unless set)
+        n_ctx = self.n_ctx or len(pos)
         n_ctx_orig = self.w.hp("rope.scaling.original_context_length", self.w.hp("context_length"))
-        factors = None
-        if self.w.has("rope_factors_short.weight"):
-            # the context the test runs with (the prompt) is within the original one
-            factors = self.t("rope_factors_short.weight") if len(pos) <= n_ctx_orig else None
+        which = "short" if n_ctx <= n_ctx_orig else "long"
+        name = f"rope_factors_{which}.weight"
+        factors = self.t(name) if self.w.has(name) else None
         rope = Rope(self.rope_dims, self.rope_base, neox=True, factors=factors,
                     attn_factor=self.w.hp("rope.scaling.attn_factor", 1.0))
         return self.pre_norm_stack(x, pos, rope, self.gated_mlp)

@@ -9,55 +9,17 @@ whose message names the culprit, never crash, hang or allocate per layer.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFValueType
 
+from model_parity import DROP, rewrite
 from pyengine.errors import GGUFError, ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.models import load_model
 
-SYNTH = Path(__file__).parent / "data" / "synth"
-DROP = object()                    # a metadata value meaning "remove the key"
 U32, I32, F32, STR = GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.FLOAT32, GGUFValueType.STRING
-
-
-@lru_cache(maxsize=None)
-def reader(model: str) -> GGUFReader:
-    return GGUFReader(SYNTH / f"{model}.gguf")
-
-
-def rewrite(tmp_path: Path, model: str, *, meta: dict | None = None, drop: tuple[str, ...] = (),
-            arch: str | None = None) -> Path:
-    """A copy of synthetic `model` with metadata `meta` ({key: (value, type) or DROP})
-    applied, the tensors named in `drop` left out, and, given `arch`, the
-    architecture (and the prefix of its keys) renamed."""
-    meta = dict(meta or {})
-    src = reader(model)
-    old_arch = src.fields["general.architecture"].contents()
-    arch = arch or old_arch
-    out = tmp_path / f"{model}-broken.gguf"
-    writer = GGUFWriter(out, arch)
-    for old_key, field in src.fields.items():
-        key = arch + old_key[len(old_arch):] if old_key.startswith(old_arch + ".") else old_key
-        if key.startswith("GGUF.") or key == "general.architecture" or key in meta:
-            continue
-        sub_type = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
-        writer.add_key_value(key, field.contents(), field.types[0], sub_type)
-    for key, change in meta.items():
-        if change is not DROP:
-            value, vtype = change
-            writer.add_key_value(key, value, vtype)
-    for t in src.tensors:
-        if t.name not in drop:
-            writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
 
 
 def load(path: Path):

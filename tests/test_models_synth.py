@@ -29,9 +29,13 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from model_parity import DATA, CaseRun, compare, golden, load, run_case
+from gguf import GGUFValueType
+
+from model_parity import DATA, CaseRun, compare, golden, load, prompt_logits, rewrite, run_case
 from model_reference import Reference
+from pyengine.kvcache import KVCache
 from pyengine.ml.context import Backend
+from pyengine.runner.forward import Forward
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,30 @@ def test_sliding_window_changes_the_result():
     _set_cfg(model, dataclasses.replace(model.cfg, sliding_window=1 << 20))
     unwindowed = run_case(model, backend(), cases[2]["ids"], 1)
     assert np.abs(unwindowed.logits - results[2].logits).max() > 0.5
+
+
+def test_phi3_longrope_factors(tmp_path):
+    """Phi-3 with LongRoPE factors (phi3-q5_0 plus factor tensors and keys): the
+    short set while the context fits rope.scaling.original_context_length, the
+    long set beyond it, cos/sin scaled by rope.scaling.attn_factor; checked
+    against the exact reference, which chooses the same way."""
+    rng = np.random.default_rng(7)
+    pairs = 8                                                  # rope.dimension_count 16 / 2
+    path = rewrite(tmp_path, "phi3-q5_0",
+                   add={"rope_factors_short.weight": 1 + rng.random(pairs),
+                        "rope_factors_long.weight": 1 + 8 * rng.random(pairs)},
+                   meta={"phi3.rope.scaling.original_context_length": (64, GGUFValueType.UINT32),
+                         "phi3.rope.scaling.attn_factor": (1.19, GGUFValueType.FLOAT32)})
+    model, ref = load(path), Reference(path)
+    ids = runs("phi3-q5_0")[0][1]["ids"]                       # 41 tokens
+    ours = {}
+    for n_ctx in (48, 128):                                    # within / beyond the original 64
+        ours[n_ctx] = prompt_logits(Forward(model, backend(), KVCache(model.cache_layout(), n_ctx)), ids)
+        ref.n_ctx = n_ctx
+        # phi3-q5_0 without factors: ours vs exact at most 0.071 over all positions
+        assert np.abs(ours[n_ctx] - ref.forward(ids)).max() <= 0.15
+    assert np.abs(ours[48] - ours[128]).max() > 0.5
+    assert np.abs(ours[48] - runs("phi3-q5_0")[1][1].logits).max() > 0.5
 
 
 def _set_cfg(module, cfg) -> None:
