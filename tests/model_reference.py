@@ -239,8 +239,8 @@ class Reference:
     def arch_gemma2(self, x, pos):
         return self.gemma_stack(x, pos, pattern=2, window=self.w.hp("attention.sliding_window", 4096),
                                 base_local=self.rope_base,
-                                softcap=self.w.hp("attn_logit_softcapping", 0.0),
-                                final_softcap=self.w.hp("final_logit_softcapping", 0.0))
+                                softcap=self.w.hp("attn_logit_softcapping", 50.0),
+                                final_softcap=self.w.hp("final_logit_softcapping", 30.0))
 
     def arch_gemma3(self, x, pos):
         return self.gemma_stack(x, pos, pattern=6, window=self.w.hp("attention.sliding_window"),

@@ -21,7 +21,10 @@ from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
 
-GEMMA2_DEFAULT_WINDOW = 4096   # llama.cpp's default when the key is absent
+# llama.cpp's values when a Gemma 2 file lacks the keys
+GEMMA2_DEFAULT_WINDOW = 4096
+GEMMA2_DEFAULT_ATTN_SOFTCAP = 50.0
+GEMMA2_DEFAULT_FINAL_SOFTCAP = 30.0
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,8 @@ class Gemma2Config(qwen2.AttentionConfig):
             swa_pattern=2,
             rope_base_local=kw["rope_base"],
             rope_scale_local=kw["rope_scale"],
-            attn_softcap=f.get_float(key("attn_logit_softcapping"), 0.0),
-            final_softcap=f.get_float(key("final_logit_softcapping"), 0.0),
+            attn_softcap=f.get_float(key("attn_logit_softcapping"), GEMMA2_DEFAULT_ATTN_SOFTCAP),
+            final_softcap=f.get_float(key("final_logit_softcapping"), GEMMA2_DEFAULT_FINAL_SOFTCAP),
         )
         return cls(**kw)
 
