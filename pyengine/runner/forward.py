@@ -7,6 +7,7 @@ is therefore independent of the number of layers."""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -70,6 +71,7 @@ class Forward:
         self.cache = cache
         self.n_vocab = model.cfg.n_vocab
         self._graphs: OrderedDict[tuple[int, int], BatchGraph] = OrderedDict()
+        self.compute_seconds = 0.0   # time inside the native core, for the bench
 
     def _graph(self, n_tokens: int, n_out: int) -> BatchGraph:
         key = (n_tokens, n_out)
@@ -103,5 +105,7 @@ class Forward:
         g.host_kv_len[0] = n_kv
         for window, mask in g.host_masks.items():
             self.cache.fill_mask(mask, positions, seq_ids, n_kv, window)
+        t0 = time.perf_counter()
         g.ctx.compute()
+        self.compute_seconds += time.perf_counter() - t0
         return g.ctx.read(g.logits, out)
