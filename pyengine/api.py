@@ -3,41 +3,56 @@
     from pyengine import LLM
     llm = LLM("smollm2-135m")               # a catalog name or a path to a .gguf
     print(llm.generate("Why is the sky blue?", max_tokens=64))
-    for piece in llm.generate("Tell me a story", stream=True):
+    for piece in llm.generate("Tell me a story", stream=True, temperature=0.7, top_k=40):
         print(piece, end="", flush=True)
+    llm.create_completion("Once upon a time", max_tokens=32)   # OpenAI completion dict
+
+Options use Ollama's names (temperature, top_k, top_p, min_p, typical_p,
+repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed,
+num_predict, stop, mirostat, mirostat_tau, mirostat_eta, num_ctx, num_keep,
+grammar, format, logit_bias, logprobs, top_logprobs, shift, ...); an unknown
+name or a bad value raises InvalidOptionError naming it.
+
+Every method may be called from many threads at once: generations share
+the engine's batch loop (up to `n_parallel` sequences in each forward pass).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
+import uuid
+import weakref
 from typing import Iterator, Sequence
 
 import numpy as np
 
-from pyengine.errors import ContextLengthError, InvalidOptionError
+from pyengine.errors import InvalidOptionError
 from pyengine.gguf import GGUFFile
-from pyengine.kvcache import KVCache
 from pyengine.ml.context import Backend
 from pyengine.models import load_model
-from pyengine.runner.forward import Forward
-from pyengine.runner.sequence import Completion, StopMatcher
-from pyengine.sample import SamplerChain, SamplingOptions
-from pyengine.tokenizer import StreamDecoder, Tokenizer
+from pyengine.runner.engine import DEFAULT_BATCH, DEFAULT_PARALLEL, Engine
+from pyengine.runner.handle import RequestHandle
+from pyengine.runner.sequence import Chunk, Completion, TokenLogprob
+from pyengine.sample import Grammar, SamplingOptions
+from pyengine.tokenizer import Tokenizer
 
 DEFAULT_CTX = 4096
-DEFAULT_BATCH = 512
+
+# Options that shape the request rather than the sampler chain.
+REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "grammar", "format", "logprobs",
+                             "top_logprobs", "shift", "cache_prompt"})
 
 
 class LLM:
-    """A loaded model with its tokenizer, KV cache and thread pool."""
+    """A loaded model with its tokenizer, KV cache, thread pool and batch loop."""
 
     def __init__(self, model: str | os.PathLike, *, n_ctx: int | None = None, n_threads: int | None = None,
-                 n_batch: int = DEFAULT_BATCH) -> None:
+                 n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str = "f16") -> None:
         from pyengine.store import resolve_model
 
         self.path = resolve_model(model)
+        self.model_name = str(model) if not os.path.sep in str(model) else self.path.stem
         self.gguf = GGUFFile(self.path)
         self.model = load_model(self.gguf)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
@@ -45,9 +60,9 @@ class LLM:
         self.n_ctx = _positive_int("n_ctx", n_ctx if n_ctx is not None else min(cfg.n_ctx_train, DEFAULT_CTX))
         self.n_batch = _positive_int("n_batch", n_batch)
         self.backend = Backend(n_threads)
-        self.cache = KVCache(self.model.cache_layout(), self.n_ctx)
-        self.forward = Forward(self.model, self.backend, self.cache)
-        self._lock = threading.RLock()
+        self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
+                             n_parallel=n_parallel, kv_type=kv_type)
+        self._closer = weakref.finalize(self, self.engine.close)
 
     # ---- properties ----------------------------------------------------------
 
@@ -60,8 +75,35 @@ class LLM:
         return self.backend.n_threads
 
     @property
+    def n_parallel(self) -> int:
+        return self.engine.n_parallel
+
+    @property
     def architecture(self) -> str:
         return self.gguf.architecture
+
+    @property
+    def cache(self):
+        """The engine's KV cache (for inspection and benchmarks)."""
+        return self.engine.cache
+
+    @property
+    def forward(self):
+        """The engine's Forward (benchmarks drive it directly while no request runs)."""
+        return self.engine.forward
+
+    def stats(self) -> dict:
+        return self.engine.stats()
+
+    def close(self) -> None:
+        """Stop the batch loop (unfinished requests end as cancelled)."""
+        self._closer()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # ---- tokens ----------------------------------------------------------------
 
@@ -74,100 +116,137 @@ class LLM:
     # ---- forward ---------------------------------------------------------------
 
     def forward_logits(self, ids: Sequence[int]) -> np.ndarray:
-        """Logits of every position, float32 [len(ids), n_vocab], from an empty cache."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.ndim != 1 or ids.size == 0:
+        """Logits of every position, float32 [len(ids), n_vocab], as from an empty cache."""
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
             raise InvalidOptionError("ids must be a non-empty 1-D sequence of token ids")
-        self._check_fits(ids.size, 0)
-        with self._lock:
-            self.cache.clear()
-            out = np.empty((ids.size, self.n_vocab), np.float32)
-            for start in range(0, ids.size, self.n_batch):
-                chunk = ids[start:start + self.n_batch]
-                n = chunk.size
-                self.forward(chunk, np.arange(start, start + n), np.zeros(n), np.arange(n), out[start:start + n])
-            self.cache.clear()
-            return out
-
-    def _prefill(self, ids: Sequence[int]) -> np.ndarray:
-        """Run the prompt in chunks; return the last position's logits."""
-        ids = np.asarray(ids, dtype=np.int64)
-        logits = None
-        for start in range(0, ids.size, self.n_batch):
-            chunk = ids[start:start + self.n_batch]
-            n = chunk.size
-            logits = self.forward(chunk, np.arange(start, start + n), np.zeros(n), np.array([n - 1]))
-        return logits[0]
-
-    def _check_fits(self, n_prompt: int, n_more: int) -> None:
-        if n_prompt > self.n_ctx:
-            raise ContextLengthError(
-                f"the prompt has {n_prompt} tokens but the context holds {self.n_ctx} (raise n_ctx / num_ctx)")
+        handle = self.engine.submit(ids.tolist(), max_tokens=0, all_logits=True, shift=False)
+        return _wait(handle).logits
 
     # ---- generation --------------------------------------------------------------
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
                  stream: bool = False, seed: int | None = None, stop: Sequence[str] | str | None = None,
                  **options) -> str | Iterator[str]:
-        """Continue `prompt` (text or token ids); the text, or an iterator of pieces."""
-        pieces = self._generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                                stop=stop, options=options)
+        """Continue `prompt` (text or token ids); the text, or an iterator of text pieces."""
+        handle = self.submit(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
+                             **options)
         if stream:
-            return (p for p in pieces if not isinstance(p, Completion))
-        return "".join(p for p in pieces if not isinstance(p, Completion))
+            return _Stream(handle, lambda event: event.text or None)
+        return _wait(handle).text
 
-    def _generate(self, prompt, *, max_tokens, temperature, seed, stop, options) -> Iterator[str | Completion]:
-        if not isinstance(max_tokens, int) or max_tokens < 0:
-            raise InvalidOptionError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
-        sampling = SamplingOptions.from_dict({"temperature": temperature, "seed": seed, **options})
-        ids = self.tokenize(prompt, parse_special=True) if isinstance(prompt, str) else list(prompt)
-        if not ids:
-            raise InvalidOptionError("the prompt is empty")
-        self._check_fits(len(ids), 0)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        return self._run(ids, max_tokens, sampling, stops)
+    def create_completion(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
+                          stream: bool = False, seed: int | None = None,
+                          stop: Sequence[str] | str | None = None, **options) -> dict | Iterator[dict]:
+        """OpenAI's completion object (`text_completion`), or its chunks when streaming."""
+        handle = self.submit(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
+                             **options)
+        head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion",
+                "created": int(time.time()), "model": self.model_name}
+        if stream:
+            return _Stream(handle, lambda event: self._completion_chunk(head, event))
+        result = _wait(handle)
+        choice = {"text": result.text, "index": 0,
+                  "logprobs": self._openai_logprobs(result.logprobs) if result.logprobs is not None else None,
+                  "finish_reason": result.finish_reason}
+        return {**head, "choices": [choice], "usage": _usage(result)}
 
-    def _run(self, ids: list[int], max_tokens: int, sampling: SamplingOptions,
-             stops: list[str]) -> Iterator[str | Completion]:
-        with self._lock:
-            chain = SamplerChain(sampling, self.n_vocab, eog_ids=self.tokenizer.eog_ids)
-            chain.accept_prompt(ids)
-            decoder = StreamDecoder(self.tokenizer)
-            matcher = StopMatcher(stops)
-            result = Completion(prompt_tokens=len(ids))
-            self.cache.clear()
-            t0 = time.perf_counter()
-            logits = self._prefill(ids)
-            result.prompt_seconds = time.perf_counter() - t0
-            pos = len(ids)
-            t1 = time.perf_counter()
+    def submit(self, prompt: str | Sequence[int], *, max_tokens: int | None = 128, temperature: float = 0.0,
+               seed: int | None = None, stop: Sequence[str] | str | None = None, **options) -> RequestHandle:
+        """Queue a generation with Ollama-named options; the handle streams Chunk events and
+        ends with the Completion (counts, timings, finish_reason, logprobs)."""
+        ids = self.tokenize(prompt, parse_special=True) if isinstance(prompt, str) else prompt
+        sampling_opts = {k: v for k, v in options.items() if k not in REQUEST_OPTIONS}
+        request_opts = {k: v for k, v in options.items() if k in REQUEST_OPTIONS}
+        sampling_opts.update(temperature=temperature, seed=seed)
+        sampling = SamplingOptions.from_dict(sampling_opts)
+        if "num_predict" in request_opts:
+            max_tokens = request_opts.pop("num_predict")
+        grammar = _grammar(request_opts.pop("grammar", None), request_opts.pop("format", None))
+        top = request_opts.pop("top_logprobs", None)
+        if sampling.n_probs and top is None:
+            top = sampling.n_probs
+        return self.engine.submit(ids, sampling, max_tokens=max_tokens, stop=stop, grammar=grammar,
+                                  top_logprobs=top, **request_opts)
+
+    # ---- OpenAI shapes -----------------------------------------------------------
+
+    def _completion_chunk(self, head: dict, event: Chunk | Completion) -> dict | None:
+        if isinstance(event, Completion):
+            choice = {"text": "", "index": 0, "logprobs": None, "finish_reason": event.finish_reason}
+            return {**head, "choices": [choice], "usage": _usage(event)}
+        if not event.text and not event.logprobs:
+            return None
+        logprobs = self._openai_logprobs(list(event.logprobs)) if event.logprobs else None
+        return {**head, "choices": [{"text": event.text, "index": 0, "logprobs": logprobs, "finish_reason": None}]}
+
+    def _openai_logprobs(self, items: list[TokenLogprob]) -> dict:
+        tokens = [self._piece(lp.token) for lp in items]
+        offsets = np.cumsum([0] + [len(t) for t in tokens[:-1]]).tolist() if tokens else []
+        return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in items],
+                "top_logprobs": [{self._piece(t): v for t, v in lp.top} for lp in items],
+                "text_offset": offsets}
+
+    def _piece(self, token: int) -> str:
+        return self.tokenizer.token_to_bytes(token).decode("utf-8", "replace")
+
+
+class _Stream:
+    """Iterator over a request's events mapped to values (None: skipped); stopping early
+    (close, garbage collection) cancels the request."""
+
+    def __init__(self, handle: RequestHandle, mapper) -> None:
+        self._handle = handle
+        self._events = iter(handle)
+        self._mapper = mapper
+
+    def __iter__(self) -> "_Stream":
+        return self
+
+    def __next__(self):
+        while True:
             try:
-                while len(result.tokens) < max_tokens:
-                    token = chain.sample(logits)
-                    chain.accept(token)
-                    if self.tokenizer.is_eog(token):
-                        result.finish_reason = "stop"
-                        break
-                    result.tokens.append(token)
-                    text = matcher.push(decoder.push(token))
-                    if text:
-                        result.text += text
-                        yield text
-                    if matcher.stopped:
-                        result.finish_reason = "stop"
-                        break
-                    if pos >= self.n_ctx:
-                        break
-                    logits = self.forward(np.array([token]), np.array([pos]), np.zeros(1), np.zeros(1))[0]
-                    pos += 1
-                tail = matcher.push(decoder.flush()) + matcher.flush()
-                if tail:
-                    result.text += tail
-                    yield tail
-            finally:
-                self.cache.clear()
-            result.generation_seconds = time.perf_counter() - t1
-            yield result
+                event = next(self._events)
+            except BaseException:
+                self._handle.cancel()
+                raise
+            value = self._mapper(event)
+            if value is not None:
+                return value
+
+    def close(self) -> None:
+        if not self._handle.done:
+            self._handle.cancel()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _wait(handle: RequestHandle) -> Completion:
+    try:
+        return handle.result()
+    except BaseException:
+        handle.cancel()
+        raise
+
+
+def _usage(result: Completion) -> dict:
+    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+            "total_tokens": result.prompt_tokens + result.completion_tokens}
+
+
+def _grammar(grammar: object, fmt: object) -> Grammar | None:
+    if grammar is not None and fmt not in (None, ""):
+        raise InvalidOptionError("give either option 'grammar' or option 'format', not both")
+    if isinstance(grammar, Grammar):
+        return grammar
+    if grammar is not None:
+        if not isinstance(grammar, str):
+            raise InvalidOptionError(f"option 'grammar' must be GBNF text, got {type(grammar).__name__}")
+        return Grammar.from_gbnf(grammar) if grammar.strip() else None
+    if fmt in (None, ""):
+        return None
+    return Grammar.from_format(fmt)
 
 
 def _positive_int(name: str, value) -> int:
