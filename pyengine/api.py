@@ -48,7 +48,8 @@ class LLM:
     """A loaded model with its tokenizer, KV cache, thread pool and batch loop."""
 
     def __init__(self, model: str | os.PathLike, *, n_ctx: int | None = None, n_threads: int | None = None,
-                 n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str = "f16") -> None:
+                 n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str = "f16",
+                 swa_full: bool = False) -> None:
         from pyengine.store import resolve_model
 
         self.path = resolve_model(model)
@@ -61,7 +62,7 @@ class LLM:
         self.n_batch = _positive_int("n_batch", n_batch)
         self.backend = Backend(n_threads)
         self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
-                             n_parallel=n_parallel, kv_type=kv_type)
+                             n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full)
         self._closer = weakref.finalize(self, self.engine.close)
 
     # ---- properties ----------------------------------------------------------

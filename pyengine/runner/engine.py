@@ -62,13 +62,17 @@ class _Seq:
     t_start: float = 0.0
     t_first: float = 0.0
 
+    def cached(self) -> tuple[list[int], int]:
+        """Tokens in the cache and how many leading ones another request may reuse."""
+        return self.cache_tokens, len(self.cache_tokens) if self.valid is None else self.valid
+
 
 class Engine:
     """The batch loop over one model and one KV cache, in a background thread."""
 
     def __init__(self, model, tokenizer: Tokenizer, backend: Backend, *, n_ctx: int,
                  n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str = "f16",
-                 swa_margin: int = SWA_MARGIN) -> None:
+                 swa_margin: int = SWA_MARGIN, swa_full: bool = False, background: bool = True) -> None:
         _check_int("n_ctx", n_ctx, 1, 1 << 24)
         _check_int("n_batch", n_batch, 1, 1 << 16)
         _check_int("n_parallel", n_parallel, 1, MAX_SEQUENCES)
@@ -79,7 +83,8 @@ class Engine:
         self.swa_margin = swa_margin
         layout = model.cache_layout()
         n_cells = n_ctx * n_parallel
-        windows = {s.window: min(n_cells, n_parallel * (s.window + swa_margin) + n_batch)
+        # a sliding layer keeps window + margin cells per sequence, plus room for a batch
+        windows = {s.window: n_cells if swa_full else min(n_cells, n_parallel * (s.window + swa_margin) + n_batch)
                    for s in layout if s.window}
         self.cache = KVCache(layout, n_cells, window_cells=windows, kv_type=kv_type)
         self.forward = Forward(model, backend, self.cache, max_tokens=n_batch)
@@ -96,7 +101,8 @@ class Engine:
         self._next_id = 0
         self.steps = 0
         self._thread = threading.Thread(target=self._run, name="pyengine-engine", daemon=True)
-        self._thread.start()
+        if background:
+            self._thread.start()
 
     # ---- public ----------------------------------------------------------------------
 
@@ -164,12 +170,24 @@ class Engine:
             raise value
         return value
 
+    def step(self) -> bool:
+        """Run one step in the calling thread (for an engine made with background=False);
+        whether requests remain."""
+        if self._thread.is_alive():
+            raise PyEngineError("this engine runs its own loop; step() is for background=False")
+        self._one_round()
+        return bool(self._live or self._waiting or self._queue)
+
     def close(self) -> None:
         """Stop the loop; unfinished requests end as cancelled."""
         with self._cv:
+            if self._closed:
+                return
             self._closed = True
             self._cv.notify_all()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if not self._thread.is_alive():
+            self._shutdown()
+        elif threading.current_thread() is not self._thread:
             self._thread.join()
 
     # ---- loop ------------------------------------------------------------------------
@@ -190,16 +208,20 @@ class Engine:
                 self._cv.wait_for(self._has_work)
                 if self._closed:
                     break
-                self._waiting.extend(self._queue)
-                self._queue.clear()
-                commands = list(self._commands)
-                self._commands.clear()
-            self._run_commands(commands)
-            try:
-                self._step()
-            except BaseException as error:   # keep serving: fail what was running, not the loop
-                self._fail_all(error)
+            self._one_round()
         self._shutdown()
+
+    def _one_round(self) -> None:
+        with self._cv:
+            self._waiting.extend(self._queue)
+            self._queue.clear()
+            commands = list(self._commands)
+            self._commands.clear()
+        self._run_commands(commands)
+        try:
+            self._step()
+        except BaseException as error:   # keep serving: fail what was running, not the loop
+            self._fail_all(error)
 
     def _run_commands(self, commands) -> None:
         for fn, box in commands:

@@ -22,7 +22,7 @@ class Slot:
     id: int
     tokens: list[int] = field(default_factory=list)   # cached tokens, position order
     valid: int = 0          # leading tokens whose K/V equal a fresh computation
-    seq: object = None      # the live sequence, or None when idle
+    seq: object = None      # the live sequence (with .cached() -> tokens, valid), or None when idle
     last_used: int = 0
 
     @property
@@ -70,10 +70,11 @@ class SlotTable:
         best, best_n = None, 0
         head = np.asarray(prompt[:limit], np.int64)
         for slot in sorted(self.slots, key=lambda s: (s.live, -s.last_used)):
-            n_max = min(slot.valid, limit)
+            tokens, valid = slot.seq.cached() if slot.live else (slot.tokens, slot.valid)
+            n_max = min(valid, limit)
             if n_max <= best_n:
                 continue
-            cached = np.asarray(slot.tokens[:n_max], np.int64)
+            cached = np.asarray(tokens[:n_max], np.int64)
             differ = np.flatnonzero(cached != head[:n_max])
             common = int(differ[0]) if differ.size else n_max
             if common <= best_n:
