@@ -133,7 +133,7 @@ class LLM:
         handle = self.submit(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
                              **options)
         if stream:
-            return _Stream(handle, lambda event: event.text or None)
+            return _Stream(handle, lambda event: event.text or None if isinstance(event, Chunk) else None)
         return _wait(handle).text
 
     def create_completion(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.0,

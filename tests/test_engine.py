@@ -160,6 +160,22 @@ def test_stop_strings_are_never_emitted_then_retracted(make):
     assert streamed == result.text == text[:cut]
 
 
+def test_streamed_text_holds_back_split_characters(make):
+    """Random byte-level tokens split multi-byte characters; the pieces streamed must
+    add up to the one-shot decoding of all the tokens (nothing emitted half-formed)."""
+    engine = make()
+    multibyte = 0
+    for seed in range(6):
+        opts = SamplingOptions(temperature=2.0, top_k=0, top_p=1.0, seed=seed,
+                               logit_bias={t: False for t in engine.eog_ids})
+        handle = engine.submit(prompt(seed), opts, max_tokens=48)
+        pieces = [e.text for e in handle.chunks()]
+        result = handle.completion
+        assert "".join(pieces) == result.text == engine.tokenizer.decode(result.tokens)
+        multibyte += sum(1 for ch in result.text if ord(ch) > 127)
+    assert multibyte > 0     # the test did meet characters longer than a byte
+
+
 def test_eog_ends_with_stop_and_is_not_in_the_text(make):
     engine = make()
     eog = min(engine.eog_ids)

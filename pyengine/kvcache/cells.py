@@ -176,14 +176,24 @@ class CellTable:
 
     def fill_mask(self, out: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
                   n_kv: int, window: int = 0) -> None:
-        """out[t, c] = 0 where token t may attend cell c, else -inf (first n_kv cells)."""
-        pos = self.pos[:n_kv]
-        visible = (self.seq[:n_kv][None, :] & seq_bits(seq_ids)[:, None]) != 0
-        visible &= pos[None, :] <= positions[:, None]
-        if window:
-            visible &= (positions[:, None] - pos[None, :]) < window
+        """out[t, c] = 0 where token t may attend cell c, else -inf (first n_kv cells).
+
+        Built per sequence over that sequence's cells only, so the work is the batch's
+        tokens times their own cells, not times the whole cache."""
         t = len(positions)
-        np.copyto(out[:t, :n_kv], np.where(visible, np.float32(0), _NEG_INF))
+        view = out[:t, :n_kv]
+        view.fill(_NEG_INF)
+        for sid in _in_order_of_appearance(seq_ids):
+            rows = np.flatnonzero(seq_ids == sid)
+            cells = np.flatnonzero(self.seq[:n_kv] & seq_bit(sid))
+            if not cells.size:
+                continue
+            cell_pos = self.pos[cells][None, :]
+            tok_pos = positions[rows][:, None]
+            visible = cell_pos <= tok_pos
+            if window:
+                visible &= (tok_pos - cell_pos) < window
+            view[np.ix_(rows, cells)] = np.where(visible, np.float32(0), _NEG_INF)
 
 
 def _in_order_of_appearance(ids: np.ndarray) -> list[int]:

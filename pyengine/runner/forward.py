@@ -48,7 +48,8 @@ class HostBuffers:
         self.out_ids = np.zeros(capacity, np.int32)
         self.slots = [np.zeros(capacity, np.int32) for _ in cache.groups]
         self.kv_len = [np.zeros(1, np.int32) for _ in cache.groups]
-        self.masks = [np.full((capacity, g.n_cells), -np.inf, np.float32) for g in cache.groups]
+        # filled per step up to the cells in use; zeros so untouched pages cost no memory
+        self.masks = [np.zeros((capacity, g.n_cells), np.float32) for g in cache.groups]
 
 
 class BatchGraph:
