@@ -53,7 +53,7 @@ class LLM:
         from pyengine.store import resolve_model
 
         self.path = resolve_model(model)
-        self.model_name = str(model) if not os.path.sep in str(model) else self.path.stem
+        self.model_name = self.path.stem if os.path.sep in str(model) else str(model)
         self.gguf = GGUFFile(self.path)
         self.model = load_model(self.gguf)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)

@@ -234,6 +234,8 @@ def test_generation_stops_at_the_context_without_shift(make):
     result = engine.submit(prompt(9, 20), never_eog(engine), max_tokens=100, shift=False).result()
     assert result.finish_reason == "length" and len(result.tokens) == 32 - 20 + 1
     assert result.context_shifts == 0
+    filled = engine.submit(prompt(9, 20), never_eog(engine), max_tokens=-2).result()
+    assert len(filled.tokens) == 32 - 20 and filled.finish_reason == "length"
 
 
 def test_generation_continues_past_the_context_with_shift(make):

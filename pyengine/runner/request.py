@@ -14,6 +14,7 @@ from pyengine.sample import Grammar, SamplingOptions
 from pyengine.sample.options import MAX_TOP_LOGPROBS
 
 DEFAULT_NUM_KEEP = 4
+FILL_CONTEXT = -2     # Ollama's num_predict -2: generate until the context is full
 
 
 @dataclass
@@ -56,6 +57,8 @@ def make_request(prompt: Sequence[int], sampling: SamplingOptions | None, *, n_v
     req = Request(ids, sampling, _max_tokens(max_tokens), _stops(stop), want_logprobs, n_top, grammar,
                   keep, shift, n_ctx, bool(cache_prompt) and not all_logits, all_logits)
     _fit_context(req)
+    if max_tokens == FILL_CONTEXT:
+        req.max_tokens = max(n_ctx - len(req.prompt), 0)
     return req
 
 
@@ -85,8 +88,8 @@ def _int(name: str, value: object, low: int) -> int:
 def _max_tokens(value: int | None) -> int | None:
     if value is None:
         return None
-    n = _int("num_predict", value, -2)
-    return None if n < 0 else n     # -1 (and Ollama's -2, fill the context): no limit of its own
+    n = _int("num_predict", value, FILL_CONTEXT)
+    return None if n < 0 else n     # -1: no limit of its own (-2 is resolved once the prompt is known)
 
 
 def _stops(stop: Sequence[str] | str | None) -> list[str]:
