@@ -10,7 +10,7 @@
 Options use Ollama's names (temperature, top_k, top_p, min_p, typical_p,
 repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed,
 num_predict, stop, mirostat, mirostat_tau, mirostat_eta, num_ctx, num_keep,
-grammar, format, logit_bias, logprobs, top_logprobs, shift, ...); an unknown
+grammar, format, logit_bias, logprobs, top_logprobs, shift, truncate, ...); an unknown
 name or a bad value raises InvalidOptionError naming it.
 
 Every method may be called from many threads at once: generations share
@@ -41,7 +41,7 @@ DEFAULT_CTX = 4096
 
 # Options that shape the request rather than the sampler chain.
 REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "grammar", "format", "logprobs",
-                             "top_logprobs", "shift", "cache_prompt"})
+                             "top_logprobs", "shift", "truncate", "cache_prompt"})
 
 
 class LLM:

@@ -146,13 +146,16 @@ def test_prompt_longer_than_the_context_gives_both_sizes(llm):
         llm.generate(ids, num_ctx=64, shift=False)
     with pytest.raises(ContextLengthError, match=rf"{n} tokens"):
         LLM("smollm2-135m", n_ctx=32, n_threads=1).forward_logits(ids)
-    result = llm.submit(ids, num_ctx=64, max_tokens=4).result()    # shift on: truncated
+    with pytest.raises(ContextLengthError, match=rf"{n} tokens"):
+        llm.generate(ids, num_ctx=64)
+    result = llm.submit(ids, num_ctx=64, max_tokens=4, truncate=True).result()
     assert result.truncated_tokens > 0 and len(result.tokens) == 4
 
 
 def test_shift_keeps_a_counting_sequence_going(llm):
     count = ", ".join(str(i) for i in range(1, 21)) + ","
-    result = llm.submit(count, num_ctx=64, max_tokens=90, repeat_penalty=1.0, num_keep=4).result()
+    assert len(llm.tokenize(count)) > 64
+    result = llm.submit(count, num_ctx=64, max_tokens=90, repeat_penalty=1.0, num_keep=4, truncate=True).result()
     assert result.context_shifts >= 2
     numbers = [int(x) for x in result.text.replace(",", " ").split()]
     assert numbers[:20] == list(range(21, 41))

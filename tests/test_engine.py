@@ -224,7 +224,9 @@ def test_prompt_longer_than_the_context(make):
         engine.submit(prompt(8, 40), opts, shift=False)
     with pytest.raises(InvalidOptionError, match="num_ctx"):
         engine.submit(prompt(8), opts, num_ctx=64)
-    result = engine.submit(prompt(8, 40), opts, max_tokens=4, num_keep=4).result()
+    with pytest.raises(ContextLengthError, match=r"40 tokens.*32"):
+        engine.submit(prompt(8, 40), opts)            # shift on, but no truncation asked for
+    result = engine.submit(prompt(8, 40), opts, max_tokens=4, num_keep=4, truncate=True).result()
     assert result.truncated_tokens == 40 - 4 - 14 and result.prompt_tokens == 18
     assert len(result.tokens) == 4
 

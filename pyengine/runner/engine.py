@@ -110,12 +110,12 @@ class Engine:
                max_tokens: int | None = 128, stop: Sequence[str] | str | None = (),
                logprobs: bool | int | None = False, top_logprobs: int | None = None,
                grammar: Grammar | None = None, num_keep: int | None = None, shift: bool = True,
-               num_ctx: int | None = None, cache_prompt: bool = True,
+               truncate: bool = False, num_ctx: int | None = None, cache_prompt: bool = True,
                all_logits: bool = False) -> RequestHandle:
         """Queue a request; returns its handle at once (errors in the options raise here)."""
         req = make_request(prompt, sampling, n_vocab=self.n_vocab, engine_ctx=self.n_ctx,
                            max_tokens=max_tokens, stop=stop, logprobs=logprobs, top_logprobs=top_logprobs,
-                           grammar=grammar, num_keep=num_keep, shift=shift, num_ctx=num_ctx,
+                           grammar=grammar, num_keep=num_keep, shift=shift, truncate=truncate, num_ctx=num_ctx,
                            cache_prompt=cache_prompt, all_logits=all_logits)
         chain = SamplerChain(req.sampling, self.n_vocab, token_pieces=self.token_pieces(),
                              eog_ids=self.eog_ids, grammar=req.grammar, n_ctx=req.n_ctx)

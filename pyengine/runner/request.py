@@ -28,6 +28,7 @@ class Request:
     grammar: Grammar | None = None
     num_keep: int = DEFAULT_NUM_KEEP      # tokens a context shift keeps; -1 = the whole prompt
     shift: bool = True                    # shift the context when it fills up (else stop: "length")
+    truncate: bool = False                # cut a prompt longer than the context (else an error)
     n_ctx: int = 0                        # this request's context (<= the engine's)
     cache_prompt: bool = True             # reuse cached prefixes and leave this one cached
     all_logits: bool = False              # report every prompt position's logits (scoring)
@@ -38,15 +39,17 @@ def make_request(prompt: Sequence[int], sampling: SamplingOptions | None, *, n_v
                  max_tokens: int | None = 128, stop: Sequence[str] | str | None = (),
                  logprobs: bool | int | None = False, top_logprobs: int | None = None,
                  grammar: Grammar | None = None, num_keep: int | None = None, shift: bool = True,
-                 num_ctx: int | None = None, cache_prompt: bool = True, all_logits: bool = False) -> Request:
+                 num_ctx: int | None = None, cache_prompt: bool = True, all_logits: bool = False,
+                 truncate: bool = False) -> Request:
     ids = _prompt_ids(prompt, n_vocab)
     n_ctx = engine_ctx if num_ctx is None else _int("num_ctx", num_ctx, 1)
     if n_ctx > engine_ctx:
         raise InvalidOptionError(f"option 'num_ctx' = {n_ctx} is larger than the context the model was loaded "
                                  f"with ({engine_ctx}); load it with a larger n_ctx")
     keep = DEFAULT_NUM_KEEP if num_keep is None else _int("num_keep", num_keep, -1)
-    if not isinstance(shift, bool):
-        raise InvalidOptionError(f"option 'shift' must be true or false, got {shift!r}")
+    for name, flag in (("shift", shift), ("truncate", truncate)):
+        if not isinstance(flag, bool):
+            raise InvalidOptionError(f"option {name!r} must be true or false, got {flag!r}")
     if sampling is None:
         sampling = SamplingOptions()
     elif not isinstance(sampling, SamplingOptions):
@@ -55,7 +58,7 @@ def make_request(prompt: Sequence[int], sampling: SamplingOptions | None, *, n_v
     if grammar is not None and not isinstance(grammar, Grammar):
         raise InvalidOptionError(f"grammar must be a Grammar, got {type(grammar).__name__}")
     req = Request(ids, sampling, _max_tokens(max_tokens), _stops(stop), want_logprobs, n_top, grammar,
-                  keep, shift, n_ctx, bool(cache_prompt) and not all_logits, all_logits)
+                  keep, shift, truncate, n_ctx, bool(cache_prompt) and not all_logits, all_logits)
     _fit_context(req)
     if max_tokens == FILL_CONTEXT:
         req.max_tokens = max(n_ctx - len(req.prompt), 0)
@@ -125,14 +128,14 @@ def _top(name: str, value: object) -> int:
 
 
 def _fit_context(req: Request) -> None:
-    """A prompt longer than the context: an error, or (shift on) truncated the way a
-    shift would: keep num_keep tokens and the latest ones, leaving half the rest free."""
+    """A prompt longer than the context: an error, or (truncate on) cut the way a shift
+    would cut it: keep num_keep tokens and the latest ones, leaving half the rest free."""
     n, n_ctx = len(req.prompt), req.n_ctx
     if n <= n_ctx:
         return
-    if not req.shift or req.all_logits:
+    if not req.truncate or req.all_logits:
         raise ContextLengthError(f"the prompt has {n} tokens but the context holds {n_ctx} "
-                                 f"(raise num_ctx, shorten the prompt, or enable shift)")
+                                 f"(raise num_ctx, shorten the prompt, or pass truncate=True)")
     keep = n if req.num_keep < 0 else req.num_keep
     if keep >= n_ctx:
         raise ContextLengthError(f"the prompt has {n} tokens and num_keep={keep} of them must be kept, "
