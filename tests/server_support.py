@@ -81,14 +81,16 @@ class FakeRun:
         return self._events()
 
     async def _events(self):
+        words = []
         for n in range(self.pieces):
             if self.cancelled.is_set():
                 break
             await asyncio.sleep(self.delay_s)
-            yield ChatPiece((Delta("content", f"w{n} "),))
+            words.append(f"w{n} ")
+            yield ChatPiece((Delta("content", words[-1]),))
         reason = "cancelled" if self.cancelled.is_set() else "stop"
-        self.result = ChatResult(content="", reasoning=None, tool_calls=[], finish_reason=reason,
-                                 prompt_tokens=3, completion_tokens=self.pieces)
+        self.result = ChatResult(content="".join(words), reasoning=None, tool_calls=[], finish_reason=reason,
+                                 prompt_tokens=3, completion_tokens=len(words))
         self.finished.set()
         yield self.result
 
