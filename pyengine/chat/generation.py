@@ -71,10 +71,14 @@ def submit(llm: Any, ids: Sequence[int], *, max_tokens: int | None, temperature:
            seed: int | None = None, stop: Sequence[str] | str | None = None, **options: Any):
     """Start generating after `ids`; returns a handle of chunks then a Completion.
 
-    `max_tokens` None runs until end of generation, a stop string or the context's end.
+    `max_tokens` None runs until end of generation, a stop string or the context's end
+    (at most the tokens left in the context).
     Options use Ollama's names; an unknown one or a bad value raises InvalidOptionError here.
     """
     check_fits(llm, ids, options)
+    if max_tokens is None:
+        # "Until the end" stops where the context does: never an endless shifting run.
+        max_tokens = max(context_limit(llm, options) - len(ids), 1)
     if has_engine(llm):
         return llm.submit(list(ids), max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
                           **options)
@@ -98,8 +102,6 @@ class ThreadedRun:
             raise InvalidOptionError(f"option {unsupported[0]!r} is not supported by this model runner")
         for name in REQUEST_OPTIONS:
             options.pop(name, None)
-        if max_tokens is None or max_tokens < 0:
-            max_tokens = max(llm.n_ctx - len(ids), 0)
         # _generate validates everything eagerly and returns the (not yet started) generator.
         self._pieces = llm._generate(ids, max_tokens=max_tokens, temperature=temperature, seed=seed,
                                      stop=stop, options=options)

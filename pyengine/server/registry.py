@@ -154,8 +154,9 @@ class ModelRegistry:
             return canonical, path
         path = store.find_local(canonical)
         if path is None:
-            raise HTTPError(404, f"model {name!r} not found; pull it first (pyengine pull {canonical})",
-                            param="model", code="model_not_found")
+            hint = f"pull it first (POST /api/pull or `pyengine pull {canonical}`)" if canonical in store.catalog() \
+                else "list the models with GET /api/tags or /v1/models"
+            raise HTTPError(404, f"model {name!r} not found; {hint}", param="model", code="model_not_found")
         return canonical, path
 
     def available(self) -> dict[str, Path]:
