@@ -342,3 +342,8 @@ cdef class Graph:
     @property
     def n_tensors(self) -> int:
         return pe_graph_n_tensors(self.g)
+
+
+# ---- tokenizer inner loops ------------------------------------------------------
+
+include "_tok.pxi"

@@ -7,6 +7,7 @@ the native core: it must stay flat however many layers the model has."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -21,6 +22,8 @@ def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: i
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, llm.n_vocab, n_prompt)
+    llm.generate([int(t) for t in prompt[:8]], max_tokens=1)
+    first_token_s = time.perf_counter() - t0
     fw = llm.forward
     pp, tg, py = [], [], []
     for rep in range(repeat + 1):   # the first round warms graphs and pages
@@ -50,6 +53,19 @@ def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: i
         "tg_tps": float(np.median(tg)),
         "py_us_per_token": float(np.median(py)),
         "load_s": load_s,
+        "first_token_s": first_token_s,
+        "peak_rss_mb": peak_rss_mb(),
+        "model_mb": llm.path.stat().st_size / 2**20,
         "n_prompt": n_prompt,
         "n_gen": n_gen,
     }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return float("nan")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10

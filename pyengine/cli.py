@@ -431,6 +431,8 @@ def _cmd_bench(args) -> int:
         (f"generation (tg{args.gen_tokens})", f"{result['tg_tps']:.1f} tokens/s"),
         ("python per token", f"{result['py_us_per_token']:.1f} us"),
         ("load time", f"{result['load_s']:.2f} s"),
+        ("first token", f"{result['first_token_s']:.2f} s after load started"),
+        ("peak memory", f"{result['peak_rss_mb']:.0f} MiB (model file {result['model_mb']:.0f} MiB)"),
     ])
     return EXIT_OK
 

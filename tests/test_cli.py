@@ -338,7 +338,8 @@ def test_bench_prints_the_results(capsys, monkeypatch):
         seen.update(model=model, n_threads=n_threads, n_prompt=n_prompt, n_gen=n_gen,
                     repeat=repeat)
         return dict(model=model, n_threads=n_threads or 2, isa="avx2", pp_tps=512.25,
-                    tg_tps=181.04, py_us_per_token=41.5, load_s=0.123)
+                    tg_tps=181.04, py_us_per_token=41.5, load_s=0.123, first_token_s=0.5,
+                    peak_rss_mb=150.4, model_mb=94.0)
 
     module = types.ModuleType("pyengine.bench")
     module.run_bench = run_bench
@@ -353,6 +354,8 @@ def test_bench_prints_the_results(capsys, monkeypatch):
     assert rows["generation (tg16)"] == "181.0 tokens/s"
     assert rows["python per token"] == "41.5 us"
     assert rows["load time"] == "0.12 s"
+    assert rows["first token"] == "0.50 s after load started"
+    assert rows["peak memory"] == "150 MiB (model file 94 MiB)"
     code, out, _ = run_cli(capsys, "bench", MODEL)
     assert code == 0
     assert seen == dict(model=MODEL, n_threads=None, n_prompt=512, n_gen=128, repeat=3)

@@ -5,12 +5,10 @@ The suite is fetched once from the pinned llama-cpp-python sdist (tests/tokenize
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import tokenizer_suite
 
-from pyengine.tokenizer import StreamDecoder, Tokenizer
+from pyengine.tokenizer import StreamDecoder
 
 # The vocabularies of llama-cpp-python 0.3.36 that come with .inp/.out files.
 WITH_CASES = [
@@ -23,9 +21,7 @@ WITHOUT_CASES = ["aquila", "baichuan", "gpt-neox", "nomic-bert-moe"]
 LOSSY = {"bert-bge", "nomic-bert-moe"}
 
 
-@functools.lru_cache(maxsize=None)
-def tokenizer(name: str) -> Tokenizer:
-    return Tokenizer.from_gguf(tokenizer_suite.suite_dir() / f"ggml-vocab-{name}.gguf")
+tokenizer = tokenizer_suite.tokenizer
 
 
 def test_suite_is_complete():

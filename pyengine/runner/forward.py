@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyengine.errors import InvalidOptionError
 from pyengine.kvcache import KVCache
 from pyengine.ml.context import F16, Backend, Context, Tensor
 
@@ -93,7 +94,6 @@ class Forward:
         seq_ids = np.asarray(seq_ids, np.int32)
         out_rows = np.asarray(out_rows, np.int32)
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.n_vocab):
-            from pyengine.errors import InvalidOptionError
             raise InvalidOptionError(f"token ids must be in 0..{self.n_vocab - 1}")
         g = self._graph(len(tokens), len(out_rows))
         slots = self.cache.allocate(positions, seq_ids)

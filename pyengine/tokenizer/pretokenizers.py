@@ -93,6 +93,16 @@ SEED_CODER = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p
 UFAKZEKA = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]")
 
+# Single patterns that split exactly as a stage list does, so that one findall does the
+# work (tests/test_tokenizer_pretok.py checks each against its stages).
+# GPT-2's pattern leaves gaps only of one whitespace character before a non-space (a
+# longer run would match \s+(?!\S) up to its last character), so "|\s" closes them.
+GPT2_FUSED = GPT2 + r"|\s"
+# Digits first split off one by one, then GPT-2's pattern inside the rest: the same as
+# GPT-2's pattern with digits alone and a digit ending a run of spaces like the end of text.
+DIGITS_GPT2_FUSED = (r"\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+"
+                     r"|\s+(?![^\s\p{N}])|\s")
+
 
 # --------------------------------------------------------------------------------------
 # Splitters
@@ -192,13 +202,17 @@ class PreTokenizer:
     byte_encode: bool = True         # GPT-2 byte-to-unicode mapping of every word
     escape_whitespaces: bool = False  # spaces become ▁ before splitting (SPM-style BPE)
     lowercase: bool = True
+    fused: str | None = None         # one pattern equivalent to all of `patterns`
 
-    def splitters(self) -> list[Splitter]:
+    def splitters(self, fused: bool = True) -> list[Splitter]:
+        if fused and self.fused is not None:
+            return [regex_splitter(self.fused)]
         return [p if callable(p) else regex_splitter(p) for p in self.patterns]
 
 
-def _pre(name: str, *patterns: str | Splitter, **flags: bool) -> PreTokenizer:
-    return PreTokenizer(name, tuple(patterns), **flags)
+def _pre(name: str, *patterns: str | Splitter, fused: str | None = None,
+         **flags: bool) -> PreTokenizer:
+    return PreTokenizer(name, tuple(patterns), fused=fused, **flags)
 
 
 _NO_CLEAN = {"clean_spaces": False}
@@ -217,8 +231,8 @@ _TYPES: dict[str, PreTokenizer] = {
     "deepseek-coder": _pre("deepseek-coder", "[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", CJK_HANGUL,
                            r"\p{N}", **_NO_CLEAN),
     "falcon": _pre("falcon", r"[\p{P}\$\+<=>\^~\|`]+", GPT2, "[0-9][0-9][0-9]"),
-    "starcoder": _pre("starcoder", r"\p{N}", GPT2),
-    "gpt-2": _pre("gpt-2", GPT2),
+    "starcoder": _pre("starcoder", r"\p{N}", GPT2, fused=DIGITS_GPT2_FUSED),
+    "gpt-2": _pre("gpt-2", GPT2, fused=GPT2_FUSED),
     "qwen2": _pre("qwen2", QWEN2, **_NO_CLEAN),
     "qwen35": _pre("qwen35", QWEN35, **_NO_CLEAN),
     "bloom": _pre("bloom", BLOOM),
@@ -249,7 +263,8 @@ def _variant(base: str, name: str, **flags: bool) -> PreTokenizer:
     spec = _TYPES[base]
     fields = {**{k: getattr(spec, k) for k in ("clean_spaces", "ignore_merges", "add_bos",
                                                 "add_sep", "no_bos", "byte_encode",
-                                                "escape_whitespaces", "lowercase")}, **flags}
+                                                "escape_whitespaces", "lowercase", "fused")},
+              **flags}
     return PreTokenizer(name, spec.patterns, **fields)
 
 
