@@ -69,6 +69,7 @@ def running_server(config: ServerConfig | None = None, **create_kwargs):
 class FakeRun:
     pieces: int
     delay_s: float
+    fail_with: Exception | None = None  # raised after the first piece
     cancelled: threading.Event = field(default_factory=threading.Event)
     finished: threading.Event = field(default_factory=threading.Event)
     result: ChatResult | None = None
@@ -88,6 +89,8 @@ class FakeRun:
             await asyncio.sleep(self.delay_s)
             words.append(f"w{n} ")
             yield ChatPiece((Delta("content", words[-1]),))
+            if self.fail_with is not None:
+                raise self.fail_with
         reason = "cancelled" if self.cancelled.is_set() else "stop"
         self.result = ChatResult(content="".join(words), reasoning=None, tool_calls=[], finish_reason=reason,
                                  prompt_tokens=3, completion_tokens=len(words))
@@ -100,14 +103,15 @@ class FakeAdapter:
 
     n_ctx = 128
 
-    def __init__(self, pieces: int = 5, delay_s: float = 0.05) -> None:
+    def __init__(self, pieces: int = 5, delay_s: float = 0.05, fail_with: Exception | None = None) -> None:
         self.pieces = pieces
         self.delay_s = delay_s
+        self.fail_with = fail_with
         self.runs: list[FakeRun] = []
         self.closed = False
 
     def _run(self) -> FakeRun:
-        run = FakeRun(self.pieces, self.delay_s)
+        run = FakeRun(self.pieces, self.delay_s, self.fail_with)
         self.runs.append(run)
         return run
 

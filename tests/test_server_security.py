@@ -216,6 +216,20 @@ def test_disconnect_cancels_a_whole_reply():
         assert wait_for(lambda: server.state.admission.in_flight == 0)
 
 
+def test_errors_while_generating():
+    adapter = FakeAdapter(pieces=3, delay_s=0, fail_with=InvalidOptionError("grammar dead end"))
+    with fake_server(adapter) as server:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            whole = http.post("/api/chat", json={**CHAT, "stream": False})
+            assert whole.status_code == 400 and whole.json()["error"] == "grammar dead end"
+            lines = http.post("/api/chat", json=CHAT).text.splitlines()
+            assert json.loads(lines[0])["done"] is False
+            assert json.loads(lines[-1]) == {"error": "grammar dead end"}
+            events = http.post("/v1/chat/completions", json={**CHAT, "stream": True}).text.split("\n\n")
+            assert "grammar dead end" in events[-3] and events[-2] == "data: [DONE]"
+            assert wait_for(lambda: server.state.admission.in_flight == 0)
+
+
 @pytest.fixture(scope="module")
 def real_server(smollm2_path):
     with running_server(ServerConfig(n_ctx=2048)) as server:
@@ -236,6 +250,9 @@ def test_disconnect_frees_the_real_model(real_server):
         # Without the cancel this request would wait for ~1500 tokens of the dropped one.
         assert time.monotonic() - started < 20
         assert wait_for(lambda: real_server.state.admission.in_flight == 0)
+        adapter = real_server.state.registry.get_loaded("smollm2-135m").adapter
+        if adapter.concurrent:  # the batching engine: no sequence left holding cache cells
+            assert wait_for(lambda: adapter.llm.stats()["live"] == 0 and adapter.llm.stats()["cells_live"] == 0)
 
 
 # --------------------------------------------------------------------------------------

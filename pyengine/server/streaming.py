@@ -70,16 +70,21 @@ async def collect(run: Any, receive) -> Any | None:
     """Run a reply to its end and return its result, or None if the client disconnected
     first (the generation is then cancelled)."""
     result = None
+    error: Exception | None = None
     async with anyio.create_task_group() as group:
         group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
         try:
             async for _event in run:
                 pass
             result = run.result
+        except Exception as exc:  # raised below, outside the group (which would wrap it)
+            error = exc
         finally:
             if result is None:
                 run.cancel()
         group.cancel_scope.cancel()
+    if error is not None:
+        raise error
     return result
 
 
