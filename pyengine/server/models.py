@@ -13,8 +13,6 @@ from typing import Any, Sequence
 
 from pyengine.chat import session
 from pyengine.chat.generation import has_engine
-from pyengine.chat.parsers import detect_tool_format
-from pyengine.chat.template import supports_thinking
 from pyengine.server.config import ServerConfig
 
 
@@ -76,15 +74,6 @@ class ModelAdapter:
 
     def detokenize(self, ids: list[int]) -> str:
         return self.llm.detokenize(ids)
-
-    def capabilities(self) -> list[str]:
-        source = session.chat_template(self.llm).source
-        found = ["completion"]
-        if detect_tool_format(source) or "tools" in source:
-            found.append("tools")
-        if supports_thinking(source):
-            found.append("thinking")
-        return found
 
     def close(self) -> None:
         close = getattr(self.llm, "close", None)
