@@ -250,6 +250,21 @@ def _grammar(grammar: object, fmt: object) -> Grammar | None:
     return Grammar.from_format(fmt)
 
 
+    # ---- chat ------------------------------------------------------------------
+
+    def chat(self, messages, tools=None, format=None, think=None, stream=False, **options):
+        """Ollama-style chat: the model's template, reasoning and tool-call parsing."""
+        from pyengine.chat.session import chat
+
+        return chat(self, messages, tools=tools, format=format, think=think, stream=stream, **options)
+
+    def create_chat_completion(self, messages, **kwargs):
+        """OpenAI-style chat completion (llama-cpp-python's method of the same name)."""
+        from pyengine.chat.session import create_chat_completion
+
+        return create_chat_completion(self, messages, **kwargs)
+
+
 def _positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidOptionError(f"{name} must be a positive integer, got {value!r}")

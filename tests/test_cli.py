@@ -290,16 +290,17 @@ def test_run_defaults_and_prompt_from_stdin(capsys, fake_api, monkeypatch):
                               stream=True, seed=None)]
 
 
-def test_run_without_prompt_on_a_terminal(capsys, fake_api, monkeypatch):
+def test_run_without_prompt_on_a_terminal_opens_the_chat(capsys, fake_api, monkeypatch):
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
 
+    calls = []
     monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr(cli, "_chat_loop", lambda args, llm, path: calls.append(llm) or 0)
     code, out, err = run_cli(capsys, "run", MODEL)
-    assert code == 1 and out == ""
-    assert err.startswith("error: interactive chat is not available yet")
-    assert fake_api.instances == []  # refused before loading anything
+    assert code == 0 and err == ""
+    assert len(calls) == 1 and calls[0] is fake_api.instances[0]
 
 
 def test_run_empty_stdin(capsys, fake_api, monkeypatch):
