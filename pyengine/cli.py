@@ -268,6 +268,8 @@ def _add_run(commands) -> None:
                      help="context length (default: the model's, capped by the engine)")
     sub.add_argument("--threads", type=_int_at_least(1), default=None,
                      help="worker threads (default: physical cores)")
+    sub.add_argument("--raw", action="store_true",
+                     help="send the prompt as is, without the model's chat template")
     sub.set_defaults(handler=_cmd_run)
 
 
@@ -294,6 +296,12 @@ def _cmd_run(args) -> int:
     from pyengine.api import LLM
 
     llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads)
+    if not args.raw:
+        from pyengine.chat.prompt import encode_rendered, model_template
+
+        template = model_template(llm.gguf, llm.tokenizer)
+        text = template.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
+        prompt = encode_rendered(llm.tokenizer, template, text)
     pieces = llm.generate(
         prompt, max_tokens=args.max_tokens, temperature=args.temperature,
         stream=True, seed=args.seed,
@@ -343,6 +351,8 @@ def _cmd_bench(args) -> int:
         (f"generation (tg{args.gen_tokens})", f"{result['tg_tps']:.1f} tokens/s"),
         ("python per token", f"{result['py_us_per_token']:.1f} us"),
         ("load time", f"{result['load_s']:.2f} s"),
+        ("first token", f"{result['first_token_s']:.2f} s after load started"),
+        ("peak memory", f"{result['peak_rss_mb']:.0f} MiB (model file {result['model_mb']:.0f} MiB)"),
     ])
     return EXIT_OK
 

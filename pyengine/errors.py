@@ -55,3 +55,7 @@ class StoreError(PyEngineError):
 
 class NativeError(PyEngineError, RuntimeError):
     """The native core reported an error for the inputs it was given."""
+
+
+class SamplingError(PyEngineError, ValueError):
+    """Logits the sampler cannot draw from (NaN, +inf, nothing finite) or a grammar dead end."""

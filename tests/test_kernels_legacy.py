@@ -107,6 +107,31 @@ def q8_1_model(x: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
+def q8_x86_model(qtype: T, x: np.ndarray) -> np.ndarray:
+    """Q8_0/Q8_1 blocks as llama.cpp's x86 build quantizes activations (and so
+    do our AVX2/AVX-512 kernels): codes = rint(x * (127 / amax)) with ties to
+    even, d = amax / 127, Q8_1's s = f16(d * sum(codes))."""
+    blocks = x.reshape(-1, 32).astype(np.float32)
+    amax = np.abs(blocks).max(axis=1)
+    with np.errstate(divide="ignore"):
+        mul = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    codes = np.rint((blocks * mul[:, None]).astype(np.float32)).astype(np.int8)
+    d = (amax / np.float32(127)).astype(np.float32)
+    parts = [d.astype(np.float16).reshape(-1, 1).view(np.uint8)]
+    if qtype == T.Q8_1:
+        s = (codes.astype(np.int32).sum(axis=1).astype(np.float32) * d).astype(np.float16)
+        parts.append(s.reshape(-1, 1).view(np.uint8))
+    parts.append(codes.view(np.uint8))
+    return np.concatenate(parts, axis=1).reshape(-1)
+
+
+def expected_activation_blocks(isa: str, qtype: T, x: np.ndarray) -> np.ndarray:
+    """What the ISA's activation quantizer must produce, bit for bit."""
+    if qtype in (T.Q8_0, T.Q8_1) and isa in ("avx2", "avx512"):
+        return q8_x86_model(qtype, x)
+    return _core.quantize(int(qtype), x, reference=True)
+
+
 def same_floats(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
@@ -237,7 +262,32 @@ def test_activation_quantize_bit_exact(isa: str, qtype: T) -> None:
     with using_isa(isa):
         for x in rows:
             fast = _core.quantize(int(qtype), x, reference=False)
-            assert np.array_equal(fast, _core.quantize(int(qtype), x, reference=True)), (isa, x.size)
+            assert np.array_equal(fast, expected_activation_blocks(isa, qtype, x)), (isa, x.size)
+
+
+def rounding_edges() -> np.ndarray:
+    """Blocks whose scale is exactly 1 (amax 127), holding values next to the
+    rounding boundaries: ties, and the floats just below and above them."""
+    edges = [0.5, 1.5, 2.5, 126.5, 0.25]
+    below = [np.nextafter(np.float32(e), np.float32(0)) for e in edges]
+    above = [np.nextafter(np.float32(e), np.float32(200)) for e in edges]
+    values = np.array(edges + below + above + [0.0, 1e-30], dtype=np.float32)
+    block = np.zeros(32, dtype=np.float32)
+    block[0] = 127.0
+    block[1 : 1 + values.size] = values
+    return np.concatenate([block, -block, block * np.float32(2 ** -20)])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", (T.Q8_0, T.Q8_1), ids=lambda t: t.name)
+def test_activation_rounding_edges(isa: str, qtype: T) -> None:
+    x = rounding_edges()
+    if isa in ("avx2", "avx512"):
+        expected = q8_x86_model(qtype, x)
+    else:
+        expected = gguf_quantize(T.Q8_0, x) if qtype == T.Q8_0 else q8_1_model(x)
+    with using_isa(isa):
+        assert np.array_equal(_core.quantize(int(qtype), x, reference=False), expected)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -262,11 +312,19 @@ def test_float_dequantize_bit_exact(isa: str, qtype: T) -> None:
 
 
 def assert_dot_close(isa: str, qtype: T, w_f32: np.ndarray, x: np.ndarray) -> None:
-    w = _core.quantize(int(qtype), w_f32)
-    ref = _core.vec_dot(int(qtype), w, x, reference=True)
+    assert_dot_bytes_close(isa, qtype, _core.quantize(int(qtype), w_f32), x)
+
+
+def assert_dot_bytes_close(isa: str, qtype: T, w: np.ndarray, x: np.ndarray) -> None:
+    """The ISA's dot of weight row w (raw bytes) with x: within 1e-5 of the
+    sum of |terms| of the reference's, and within the type's budget of the
+    float64 dot of the dequantized weights with x."""
+    partner = T(_core.vec_dot_type(int(qtype)))
+    a = expected_activation_blocks(isa, partner, x)
+    ref = _core.vec_dot_blocks(int(qtype), w, a, x.size, reference=True)
     with using_isa(isa):
         fast = _core.vec_dot(int(qtype), w, x, reference=False)
-    wd = _core.dequantize(int(qtype), w, x.size)
+    wd = _core.dequantize(int(qtype), w, x.size, reference=True)
     scale = dot_scale(qtype, w, wd, x)
     assert abs(fast - ref) <= 1e-5 * scale + 1e-30, (isa, qtype.name, x.size, fast, ref)
     exact = float(np.dot(wd.astype(np.float64), x.astype(np.float64)))
@@ -290,6 +348,16 @@ def test_vec_dot_special(isa: str, qtype: T, kind: str) -> None:
         assert_dot_close(isa, qtype, special, random_row(n, 3))
         if kind not in ("huge", "tiny"):  # f16 subnormal activation scales lose digits
             assert_dot_close(isa, qtype, random_row(n, 4), special)
+
+
+@pytest.mark.parametrize("qtype", BLOCK_WEIGHTS, ids=lambda t: t.name)
+@pytest.mark.parametrize("isa", ISAS)
+def test_vec_dot_every_code_value(isa: str, qtype: T) -> None:
+    """Random code bits (every nibble, 5th-bit pattern, and Q8_0's -128),
+    which no quantizer produces all of."""
+    for n_blocks in (1, 2, 3, 4, 7, 18, 48):
+        w = random_blocks(qtype, n_blocks, 40 + n_blocks)
+        assert_dot_bytes_close(isa, qtype, w, random_row(n_blocks * 32, n_blocks))
 
 
 @pytest.mark.parametrize("isa", SIMD_ISAS)

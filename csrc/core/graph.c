@@ -102,8 +102,7 @@ static size_t extent(const pe_tensor *t) {
     return end;
 }
 
-static size_t base_bytes(const pe_graph *g, const pe_tensor *base) {
-    (void)g;
+static size_t base_bytes(const pe_tensor *base) {
     return base->op == PE_OP_NONE ? base->nbytes_external : base->nbytes;
 }
 
@@ -122,10 +121,10 @@ int pe_graph_view(pe_graph *g, int src, int n_dims, const int64_t *ne, const siz
         for (int i = 1; i < PE_MAX_DIMS; i++) t->nb[i] = i < n_dims ? nb[i] : t->nb[i - 1] * (size_t)t->ne[i - 1];
     }
     const pe_tensor *base = &g->t[base_id];
-    if (base_offset + extent(t) > base_bytes(g, base)) {
+    if (base_offset + extent(t) > base_bytes(base)) {
         g->n--;
         return pe_fail("view [offset %zu, %zu bytes] runs past its base tensor (%zu bytes)",
-                       base_offset, extent(t), base_bytes(g, base));
+                       base_offset, extent(t), base_bytes(base));
     }
     t->op = PE_OP_VIEW;
     t->src[0] = src;
@@ -169,7 +168,8 @@ typedef struct { size_t off, size; } span;
 typedef struct {
     span  *free;
     int    n, cap;
-    size_t top;   /* high-water mark */
+    size_t top;   /* end of the slices in use */
+    size_t peak;  /* the arena size needed: the highest top ever */
 } allocator;
 
 static size_t align_up(size_t x) { return (x + PE_ALIGN - 1) & ~(size_t)(PE_ALIGN - 1); }
@@ -188,6 +188,7 @@ static int alloc_take(allocator *a, size_t size, size_t *off) {
     }
     *off = a->top;
     a->top += size;
+    if (a->top > a->peak) a->peak = a->top;
     return 0;
 }
 
@@ -252,14 +253,14 @@ static int plan(pe_graph *g, int n_threads) {
     free(last_use);
     free(a.free);
     if (rc) return rc;
-    g->arena_bytes = a.top;
+    g->arena_bytes = a.peak;
     g->work_bytes = work;
-    g->arena = a.top ? malloc(a.top) : NULL;
+    g->arena = a.peak ? malloc(a.peak) : NULL;
     g->work = work ? malloc(work) : NULL;
     g->chunks = malloc((size_t)(g->n + 1) * sizeof *g->chunks);
-    if ((a.top && !g->arena) || (work && !g->work) || !g->chunks) {
+    if ((a.peak && !g->arena) || (work && !g->work) || !g->chunks) {
         free_buffers(g);
-        return pe_fail("out of memory planning %zu + %zu bytes", a.top, work);
+        return pe_fail("out of memory planning %zu + %zu bytes", a.peak, work);
     }
     for (int i = 0; i < g->n; i++) {
         pe_tensor *t = &g->t[i];
@@ -291,8 +292,9 @@ static void run_nodes(void *arg, int ith, int nth) {
         if (t->op == PE_OP_NONE || t->op == PE_OP_VIEW) continue;
         ex.chunk = &g->chunks[i];
         pe_op_compute(&ex, t);
+        /* no early exit on a data error: every thread must reach every
+         * barrier; ops skip the work an error makes meaningless */
         pe_pool_barrier(rc->pool);
-        if (atomic_load_explicit(&g->error, memory_order_relaxed)) break;
     }
 }
 

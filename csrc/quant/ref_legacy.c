@@ -61,9 +61,10 @@ static inline uint8_t trunc_code(float v, int hi) {
     return (uint8_t)(int)v;
 }
 
-/* roundf (halves away from zero) into [-127, 127]; NaN becomes 0. */
+/* roundf (halves away from zero) into [-127, 127]; NaN becomes -127, as in
+ * the SIMD versions (x86 max and ARM maxnm both pick the number). */
 static inline int8_t round_q8(float v) {
-    if (!(v > -127.0f)) return v != v ? 0 : -127;
+    if (!(v > -127.0f)) return -127;
     if (v >= 127.0f) return 127;
     return (int8_t)roundf(v);
 }

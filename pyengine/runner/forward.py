@@ -7,11 +7,13 @@ is therefore independent of the number of layers."""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
+from pyengine.errors import InvalidOptionError
 from pyengine.kvcache import KVCache
 from pyengine.ml.context import F16, Backend, Context, Tensor
 
@@ -70,6 +72,7 @@ class Forward:
         self.cache = cache
         self.n_vocab = model.cfg.n_vocab
         self._graphs: OrderedDict[tuple[int, int], BatchGraph] = OrderedDict()
+        self.compute_seconds = 0.0   # time inside the native core, for the bench
 
     def _graph(self, n_tokens: int, n_out: int) -> BatchGraph:
         key = (n_tokens, n_out)
@@ -91,7 +94,6 @@ class Forward:
         seq_ids = np.asarray(seq_ids, np.int32)
         out_rows = np.asarray(out_rows, np.int32)
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.n_vocab):
-            from pyengine.errors import InvalidOptionError
             raise InvalidOptionError(f"token ids must be in 0..{self.n_vocab - 1}")
         g = self._graph(len(tokens), len(out_rows))
         slots = self.cache.allocate(positions, seq_ids)
@@ -103,5 +105,7 @@ class Forward:
         g.host_kv_len[0] = n_kv
         for window, mask in g.host_masks.items():
             self.cache.fill_mask(mask, positions, seq_ids, n_kv, window)
+        t0 = time.perf_counter()
         g.ctx.compute()
+        self.compute_seconds += time.perf_counter() - t0
         return g.ctx.read(g.logits, out)

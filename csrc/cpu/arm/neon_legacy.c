@@ -1,4 +1,309 @@
-/* neon_legacy.c - placeholder until the kernels land. */
+/* neon_legacy.c - AArch64 NEON kernels of the float types (F32 F16 BF16)
+ * and the legacy block types (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0, Q8_1 as the
+ * activation format), with the dot-product instructions (sdot) when the
+ * compiler targets them.
+ *
+ * Quantizers and dequantizers give the reference's bits exactly (vcvtaq
+ * rounds halves away from zero, like roundf); dot products form the same
+ * integer sums per block and differ from the reference only in the order of
+ * the float additions.  Two blocks per iteration, their four f16 scales
+ * converted by one instruction, two float accumulators, one reduction. */
+#include "blocks.h"
 #include "internal.h"
 
+#if defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+
+/* The quantizers need a multiply and an add rounded separately. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static inline uint32_t load_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Sum of a[i] * b[i] over groups of four bytes, added to acc (lane order of
+ * the groups is unspecified: callers only use the total). */
+static inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(acc, a, b);
+#else
+    const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+    const int16x8_t hi = vmull_high_s8(a, b);
+    return vpadalq_s16(vpadalq_s16(acc, lo), hi);
+#endif
+}
+
+/* The first two halves of two weight blocks and their activation blocks
+ * (d and m, d and s) multiplied pairwise: [dw0*da0, mw0*sa0, dw1*da1, mw1*sa1]. */
+static inline float32x4_t scale_pairs(const void *w0, const void *w1, const void *a0, const void *a1) {
+    uint32x4_t h = vdupq_n_u32(load_u32(w0));
+    h = vsetq_lane_u32(load_u32(w1), h, 1);
+    h = vsetq_lane_u32(load_u32(a0), h, 2);
+    h = vsetq_lane_u32(load_u32(a1), h, 3);
+    const float16x8_t halves = vreinterpretq_f16_u32(h);
+    return vmulq_f32(vcvt_f32_f16(vget_low_f16(halves)), vcvt_high_f32_f16(halves));
+}
+
+static inline float f16_to_f32(pe_f16 h) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+/* 0x10 in byte i where bit i of the 32 bits is set: [bits 0..15], [16..31]. */
+static inline void fifth_bits(const uint8_t *qh, uint8x16_t *lo, uint8x16_t *hi) {
+    static const uint8_t pick_lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const uint8_t pick_hi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bytes = vreinterpretq_u8_u32(vdupq_n_u32(load_u32(qh)));
+    const uint8x16_t mask = vld1q_u8(bit), b4 = vdupq_n_u8(0x10);
+    *lo = vandq_u8(vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(pick_lo)), mask), b4);
+    *hi = vandq_u8(vtstq_u8(vqtbl1q_u8(bytes, vld1q_u8(pick_hi)), mask), b4);
+}
+
+/* ---- weight codes per block ------------------------------------------------------ */
+
+/* Each gives a block's 32 codes as signed bytes: elements 0..15, 16..31. */
+typedef struct { int8x16_t lo, hi; } codes32;
+
+static inline codes32 nibbles(const uint8_t *qs, int offset) {
+    const uint8x16_t raw = vld1q_u8(qs);
+    const int8x16_t off = vdupq_n_s8((int8_t)offset);
+    codes32 c = {vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))), off),
+                 vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), off)};
+    return c;
+}
+
+static inline codes32 fives(const uint8_t *qs, const uint8_t *qh, int offset) {
+    const uint8x16_t raw = vld1q_u8(qs);
+    uint8x16_t h_lo, h_hi;
+    fifth_bits(qh, &h_lo, &h_hi);
+    const int8x16_t off = vdupq_n_s8((int8_t)offset);
+    codes32 c = {vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), h_lo)), off),
+                 vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), h_hi)), off)};
+    return c;
+}
+
+static inline codes32 codes_q4_0(const block_q4_0 *b) { return nibbles(b->qs, 8); }
+static inline codes32 codes_q4_1(const block_q4_1 *b) { return nibbles(b->qs, 0); }
+static inline codes32 codes_q5_0(const block_q5_0 *b) { return fives(b->qs, b->qh, 16); }
+static inline codes32 codes_q5_1(const block_q5_1 *b) { return fives(b->qs, b->qh, 0); }
+
+static inline codes32 codes_q8_0(const block_q8_0 *b) {
+    codes32 c = {vld1q_s8(b->qs), vld1q_s8(b->qs + 16)};
+    return c;
+}
+
+/* ---- dot products ------------------------------------------------------------------ */
+
+static inline float32x4_t block_sums(codes32 w, const int8_t *a) {
+    const int32x4_t p = dot_s8(dot_s8(vdupq_n_s32(0), w.lo, vld1q_s8(a)), w.hi, vld1q_s8(a + 16));
+    return vcvtq_f32_s32(p);
+}
+
+#define DEFINE_VEC_DOT(NAME, WBLOCK, ABLOCK, CODES, WITH_MIN)                                 \
+    static void NAME(int64_t n, float *s, const void *vw, const void *va) {                   \
+        const WBLOCK *w = vw;                                                                  \
+        const ABLOCK *a = va;                                                                  \
+        const int64_t nb = n / 32;                                                             \
+        float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f), mins = vdupq_n_f32(0.0f); \
+        int64_t ib = 0;                                                                        \
+        for (; ib + 2 <= nb; ib += 2) {                                                        \
+            const float32x4_t sc = scale_pairs(&w[ib], &w[ib + 1], &a[ib], &a[ib + 1]);       \
+            if (WITH_MIN) mins = vaddq_f32(mins, sc);                                          \
+            acc0 = vfmaq_laneq_f32(acc0, block_sums(CODES(&w[ib]), a[ib].qs), sc, 0);         \
+            acc1 = vfmaq_laneq_f32(acc1, block_sums(CODES(&w[ib + 1]), a[ib + 1].qs), sc, 2); \
+        }                                                                                      \
+        float tail_min = 0.0f;                                                                 \
+        if (ib < nb) {                                                                         \
+            const float32x4_t sc = scale_pairs(&w[ib], &w[ib], &a[ib], &a[ib]);               \
+            if (WITH_MIN) tail_min = vgetq_lane_f32(sc, 1);                                    \
+            acc0 = vfmaq_laneq_f32(acc0, block_sums(CODES(&w[ib]), a[ib].qs), sc, 0);         \
+        }                                                                                      \
+        float sum = vaddvq_f32(vaddq_f32(acc0, acc1));                                         \
+        if (WITH_MIN) sum += vgetq_lane_f32(mins, 1) + vgetq_lane_f32(mins, 3) + tail_min;    \
+        *s = sum;                                                                              \
+    }
+
+DEFINE_VEC_DOT(vec_dot_q4_0_q8_0, block_q4_0, block_q8_0, codes_q4_0, 0)
+DEFINE_VEC_DOT(vec_dot_q4_1_q8_1, block_q4_1, block_q8_1, codes_q4_1, 1)
+DEFINE_VEC_DOT(vec_dot_q5_0_q8_0, block_q5_0, block_q8_0, codes_q5_0, 0)
+DEFINE_VEC_DOT(vec_dot_q5_1_q8_1, block_q5_1, block_q8_1, codes_q5_1, 1)
+DEFINE_VEC_DOT(vec_dot_q8_0_q8_0, block_q8_0, block_q8_0, codes_q8_0, 0)
+
+/* ---- dequantize ---------------------------------------------------------------------- */
+
+/* 16 codes -> q * d (+ m); q * d is exact, so this equals the reference. */
+static inline void store16(float *y, int8x16_t q, float d, const float *m) {
+    const int16x8_t h[2] = {vmovl_s8(vget_low_s8(q)), vmovl_high_s8(q)};
+    for (int k = 0; k < 4; k++) {
+        const int32x4_t i = k & 1 ? vmovl_high_s16(h[k >> 1]) : vmovl_s16(vget_low_s16(h[k >> 1]));
+        float32x4_t v = vmulq_n_f32(vcvtq_f32_s32(i), d);
+        if (m) v = vaddq_f32(v, vdupq_n_f32(*m));
+        vst1q_f32(y + 4 * k, v);
+    }
+}
+
+/* WITH_MIN adds m, the second half of the _1 blocks. */
+#define DEFINE_TO_FLOAT(NAME, WBLOCK, CODES, WITH_MIN)                                        \
+    static void NAME(const void *vx, float *y, int64_t n) {                                   \
+        const WBLOCK *x = vx;                                                                 \
+        for (int64_t ib = 0; ib < n / 32; ib++, y += 32) {                                    \
+            const codes32 c = CODES(&x[ib]);                                                   \
+            const float d = f16_to_f32(x[ib].d);                                              \
+            const float m = f16_to_f32((pe_f16)(load_u32(&x[ib]) >> 16));                     \
+            store16(y, c.lo, d, WITH_MIN ? &m : NULL);                                        \
+            store16(y + 16, c.hi, d, WITH_MIN ? &m : NULL);                                   \
+        }                                                                                     \
+    }
+
+DEFINE_TO_FLOAT(dequantize_q4_0, block_q4_0, codes_q4_0, 0)
+DEFINE_TO_FLOAT(dequantize_q4_1, block_q4_1, codes_q4_1, 1)
+DEFINE_TO_FLOAT(dequantize_q5_0, block_q5_0, codes_q5_0, 0)
+DEFINE_TO_FLOAT(dequantize_q5_1, block_q5_1, codes_q5_1, 1)
+DEFINE_TO_FLOAT(dequantize_q8_0, block_q8_0, codes_q8_0, 0)
+
+/* ---- activation quantizers ---------------------------------------------------------- */
+
+/* One block of 32 floats: returns d; the codes (roundf of x/d, clamped to
+ * +-127, NaN to -127 as in the reference) go to q. */
+static inline float quantize_block_q8(const float *x, int8_t *q, int *sum) {
+    float32x4_t v[8], amax = vdupq_n_f32(0.0f);
+    for (int k = 0; k < 8; k++) {
+        v[k] = vld1q_f32(x + 4 * k);
+        amax = vmaxq_f32(amax, vabsq_f32(v[k]));
+    }
+    const float d = vmaxvq_f32(amax) / 127;
+    const float id = d ? 1.0f / d : 0.0f;
+    const float32x4_t lo = vdupq_n_f32(-127.0f), hi = vdupq_n_f32(127.0f);
+    int32x4_t total = vdupq_n_s32(0);
+    for (int k = 0; k < 8; k += 2) {
+        const int32x4_t q0 = vcvtaq_s32_f32(vminnmq_f32(vmaxnmq_f32(vmulq_n_f32(v[k], id), lo), hi));
+        const int32x4_t q1 = vcvtaq_s32_f32(vminnmq_f32(vmaxnmq_f32(vmulq_n_f32(v[k + 1], id), lo), hi));
+        total = vaddq_s32(total, vaddq_s32(q0, q1));
+        const int16x8_t h = vcombine_s16(vmovn_s32(q0), vmovn_s32(q1));
+        vst1_s8(q + 4 * k, vmovn_s16(h));
+    }
+    *sum = vaddvq_s32(total);
+    return d;
+}
+
+static void quantize_q8_0(const float *x, void *vy, int64_t n) {
+    block_q8_0 *y = vy;
+    for (int64_t ib = 0; ib < n / 32; ib++, x += 32) {
+        int sum;
+        const float d = quantize_block_q8(x, y[ib].qs, &sum);
+        y[ib].d = pe_f32_to_f16(d);
+    }
+}
+
+static void quantize_q8_1(const float *x, void *vy, int64_t n) {
+    block_q8_1 *y = vy;
+    for (int64_t ib = 0; ib < n / 32; ib++, x += 32) {
+        int sum;
+        const float d = quantize_block_q8(x, y[ib].qs, &sum);
+        y[ib].d = pe_f32_to_f16(d);
+        y[ib].s = pe_f32_to_f16((float)sum * d);
+    }
+}
+
+/* ---- float types ------------------------------------------------------------------- */
+
+static inline float32x4_t load_f32x4(const float *p) { return vld1q_f32(p); }
+
+static inline float32x4_t load_f16x4(const pe_f16 *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+
+static inline float32x4_t load_bf16x4(const pe_bf16 *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+
+static inline float f32_id(float v) { return v; }
+
+static void f16_to_float(const void *vx, float *y, int64_t n) {
+    const pe_f16 *x = vx;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, load_f16x4(x + i));
+    for (; i < n; i++) y[i] = pe_f16_to_f32(x[i]);
+}
+
+/* Round to nearest even (the FPCR default) like the reference. */
+static void f16_from_float(const float *x, void *vy, int64_t n) {
+    pe_f16 *y = vy;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    for (; i < n; i++) y[i] = pe_f32_to_f16(x[i]);
+}
+
+static void bf16_to_float(const void *vx, float *y, int64_t n) {
+    const pe_bf16 *x = vx;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, load_bf16x4(x + i));
+    for (; i < n; i++) y[i] = pe_bf16_to_f32(x[i]);
+}
+
+/* Round to nearest even on the bits; NaN keeps its top bits and turns quiet. */
+static inline uint16x4_t bf16_round4(float32x4_t v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t odd = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t rounded = vaddq_u32(u, vaddq_u32(odd, vdupq_n_u32(0x7fff)));
+    const uint32x4_t quiet = vorrq_u32(u, vdupq_n_u32(64u << 16));
+    const uint32x4_t is_num = vceqq_f32(v, v);
+    return vshrn_n_u32(vbslq_u32(is_num, rounded, quiet), 16);
+}
+
+static void bf16_from_float(const float *x, void *vy, int64_t n) {
+    pe_bf16 *y = vy;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(y + i, bf16_round4(vld1q_f32(x + i)));
+    for (; i < n; i++) y[i] = pe_f32_to_bf16(x[i]);
+}
+
+/* Float dot loops: 16 elements per iteration in four accumulators. */
+#define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD4, SCALAR)                                             \
+    static void NAME(int64_t n, float *s, const void *vw, const void *va) {                     \
+        const ELEM *x = vw, *y = va;                                                             \
+        float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; \
+        int64_t i = 0;                                                                           \
+        for (; i + 16 <= n; i += 16)                                                             \
+            for (int k = 0; k < 4; k++)                                                          \
+                acc[k] = vfmaq_f32(acc[k], LOAD4(x + i + 4 * k), LOAD4(y + i + 4 * k));          \
+        for (; i + 4 <= n; i += 4) acc[0] = vfmaq_f32(acc[0], LOAD4(x + i), LOAD4(y + i));       \
+        float sum = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]))); \
+        for (; i < n; i++) sum += SCALAR(x[i]) * SCALAR(y[i]);                                   \
+        *s = sum;                                                                                \
+    }
+
+DEFINE_FLOAT_DOT(f32_vec_dot, float, load_f32x4, f32_id)
+DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16x4, pe_f16_to_f32)
+DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x4, pe_bf16_to_f32)
+
+void pe_fill_neon_legacy(pe_kernels *k) {
+    k->type[PE_TYPE_F32].vec_dot = f32_vec_dot;
+    k->type[PE_TYPE_F16] = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot};
+    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot};
+
+    k->type[PE_TYPE_Q4_0].to_float = dequantize_q4_0;
+    k->type[PE_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
+    k->type[PE_TYPE_Q4_1].to_float = dequantize_q4_1;
+    k->type[PE_TYPE_Q4_1].vec_dot = vec_dot_q4_1_q8_1;
+    k->type[PE_TYPE_Q5_0].to_float = dequantize_q5_0;
+    k->type[PE_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0;
+    k->type[PE_TYPE_Q5_1].to_float = dequantize_q5_1;
+    k->type[PE_TYPE_Q5_1].vec_dot = vec_dot_q5_1_q8_1;
+    k->type[PE_TYPE_Q8_0] = (pe_type_kernels){dequantize_q8_0, quantize_q8_0, vec_dot_q8_0_q8_0};
+    k->type[PE_TYPE_Q8_1].from_float = quantize_q8_1;
+}
+
+#else /* no NEON: keep the reference kernels */
+
 void pe_fill_neon_legacy(pe_kernels *k) { (void)k; }
+
+#endif

@@ -1,0 +1,177 @@
+/* ref_iq4.c - scalar reference kernels of the non-linear 4-bit types:
+ * IQ4_NL (blocks of 32, dot partner Q8_0) and IQ4_XS (super-blocks of 256
+ * with 6-bit sub-block scales, dot partner Q8_K).  Each 4-bit index picks a
+ * level of a fixed 16-entry grid. */
+#include <math.h>
+
+#include "internal.h"
+#include "kquants.h"
+
+const int8_t pe_iq4nl_values[16] = {
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+};
+
+#define GROUP_MAX_EPS 1e-15f
+
+/* ---- dequantize and dot ------------------------------------------------------ */
+
+/* 16 bytes of indices: element j in the low nibble of byte j, element j + 16
+ * in its high nibble */
+static void dequantize_32(const uint8_t *qs, float d, float *y) {
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * pe_iq4nl_values[qs[j] & 0xF];
+        y[j + 16] = d * pe_iq4nl_values[qs[j] >> 4];
+    }
+}
+
+static int dot_32(const uint8_t *qs, const int8_t *a) {
+    int sum = 0;
+    for (int j = 0; j < 16; j++)
+        sum += a[j] * pe_iq4nl_values[qs[j] & 0xF] + a[j + 16] * pe_iq4nl_values[qs[j] >> 4];
+    return sum;
+}
+
+static void dequantize_iq4_nl(const void *vx, float *y, int64_t n) {
+    const block_iq4_nl *x = vx;
+    for (int64_t i = 0; i < n / QK4_NL; i++, y += QK4_NL) dequantize_32(x[i].qs, pe_f16_to_f32(x[i].d), y);
+}
+
+static void vec_dot_iq4_nl(int64_t n, float *s, const void *vw, const void *va) {
+    const block_iq4_nl *x = vw;
+    const block_q8_0 *a = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK4_NL; i++)
+        sum += pe_f16_to_f32(a[i].d) * pe_f16_to_f32(x[i].d) * dot_32(x[i].qs, a[i].qs);
+    *s = sum;
+}
+
+static void dequantize_iq4_xs(const void *vx, float *y, int64_t n) {
+    const block_iq4_xs *x = vx;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = pe_f16_to_f32(x[i].d);
+        for (int ib = 0; ib < QK_K / 32; ib++, y += 32)
+            dequantize_32(x[i].qs + 16 * ib, d * pe_iq4xs_scale(&x[i], ib), y);
+    }
+}
+
+static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) {
+    const block_iq4_xs *x = vw;
+    const block_q8_K *a = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int isum = 0;
+        for (int ib = 0; ib < QK_K / 32; ib++)
+            isum += pe_iq4xs_scale(&x[i], ib) * dot_32(x[i].qs + 16 * ib, a[i].qs + 32 * ib);
+        sum += pe_f16_to_f32(x[i].d) * a[i].d * isum;
+    }
+    *s = sum;
+}
+
+/* ---- quantize (ggml's quantize_row_iq4_{nl,xs}_ref) --------------------------- */
+
+/* The grid index nearest to v: the grid is sorted, so v takes level i once it
+ * reaches the midpoint of levels i-1 and i; doubling v keeps the test exact. */
+static int nearest_level(float v) {
+    const float v2 = v + v;
+    int idx = 0;
+    for (int step = 8; step > 0; step >>= 1) {
+        const int j = idx + step;
+        if (v2 >= (float)(pe_iq4nl_values[j - 1] + pe_iq4nl_values[j])) idx = j;
+    }
+    return idx;
+}
+
+/* Best scale of one block of 32 (weights x^2): start from max / grid[0] (or
+ * its negative when ntry > 0), refit by least squares, then try 2 ntry + 1
+ * further starting scales. L gets the levels of the first fit. */
+static float fit_block(const float *xb, int ntry, uint8_t *Lb) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++) {
+        const float ax = fabsf(xb[j]);
+        if (ax > amax) { amax = ax; max = xb[j]; }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        for (int j = 0; j < 32; j++) Lb[j] = (uint8_t)nearest_level(0.f);
+        return 0.f;
+    }
+    const float v0 = pe_iq4nl_values[0];
+    float d = ntry > 0 ? -max / v0 : max / v0;
+    float id = 1 / d;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < 32; j++) {
+        const int l = nearest_level(id * xb[j]);
+        Lb[j] = (uint8_t)l;
+        const float q = pe_iq4nl_values[l], w = xb[j] * xb[j];
+        sumqx += w * q * xb[j];
+        sumq2 += w * q * q;
+    }
+    d = sumqx / sumq2;
+    float best = d * sumqx;
+    for (int itry = -ntry; itry <= ntry; itry++) {
+        id = (itry + v0) / max;
+        sumqx = sumq2 = 0;
+        for (int j = 0; j < 32; j++) {
+            const float q = pe_iq4nl_values[nearest_level(id * xb[j])], w = xb[j] * xb[j];
+            sumqx += w * q * xb[j];
+            sumq2 += w * q * q;
+        }
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+            d = sumqx / sumq2;
+            best = d * sumqx;
+        }
+    }
+    return d;
+}
+
+static void pack_indices(const uint8_t *L, uint8_t *qs, int n) {
+    for (int i = 0; i < n / 32; i++)
+        for (int j = 0; j < 16; j++) qs[16 * i + j] = (uint8_t)(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+}
+
+/* ggml's reference for IQ4_NL does no scale search (ntry = -1) and keeps the
+ * levels of the first fit. */
+static void quantize_iq4_nl(const float *x, void *vy, int64_t n) {
+    block_iq4_nl *y = vy;
+    uint8_t L[QK4_NL];
+    for (int64_t i = 0; i < n / QK4_NL; i++, x += QK4_NL) {
+        y[i].d = pe_f32_to_f16(fit_block(x, -1, L));
+        pack_indices(L, y[i].qs, QK4_NL);
+    }
+}
+
+/* IQ4_XS: fit each block of 32 with 7 tries each side, quantize the eight
+ * scales to 6 bits against -max_scale / 32, and re-pick every level against
+ * its block's quantized scale. */
+static void quantize_iq4_xs(const float *x, void *vy, int64_t n) {
+    block_iq4_xs *y = vy;
+    uint8_t L[QK_K];
+    float scales[QK_K / 32];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max_scale = 0, amax_scale = 0;
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            scales[ib] = fit_block(x + 32 * ib, 7, L + 32 * ib);
+            if (fabsf(scales[ib]) > amax_scale) { amax_scale = fabsf(scales[ib]); max_scale = scales[ib]; }
+        }
+        const float d = -max_scale / 32;
+        const float id = d ? 1 / d : 0.f;
+        y[i].d = pe_f32_to_f16(d);
+        y[i].scales_h = 0;
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            int l = pe_nearest_int(id * scales[ib]);
+            l = l < -32 ? -32 : l > 31 ? 31 : l;
+            const float dl = d * l;
+            const float idl = dl ? 1 / dl : 0.f;
+            for (int j = 0; j < 32; j++) L[32 * ib + j] = (uint8_t)nearest_level(idl * x[32 * ib + j]);
+            l += 32;
+            if (ib % 2 == 0) y[i].scales_l[ib / 2] = (uint8_t)(l & 0xF);
+            else y[i].scales_l[ib / 2] |= (uint8_t)((l & 0xF) << 4);
+            y[i].scales_h |= (uint16_t)((l >> 4) << (2 * ib));
+        }
+        pack_indices(L, y[i].qs, QK_K);
+    }
+}
+
+void pe_fill_ref_iq4(pe_kernels *k) {
+    k->type[PE_TYPE_IQ4_NL] = (pe_type_kernels){dequantize_iq4_nl, quantize_iq4_nl, vec_dot_iq4_nl};
+    k->type[PE_TYPE_IQ4_XS] = (pe_type_kernels){dequantize_iq4_xs, quantize_iq4_xs, vec_dot_iq4_xs};
+}
