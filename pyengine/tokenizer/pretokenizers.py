@@ -123,6 +123,8 @@ def regex_splitter(pattern: str) -> Splitter:
 
     def split(piece: str) -> list[str]:
         words = findall(piece)
+        if not words:
+            return [piece]  # no match: the whole piece is one gap
         if sum(map(len, words)) == len(piece) and "" not in words:
             return words  # the matches tile the piece: no gaps (the common case)
         pieces, last = [], 0
@@ -320,6 +322,9 @@ def split_words(text: str, splitters: Sequence[Splitter]) -> list[str]:
     for split in splitters:
         out: list[str] = []
         for piece in pieces:
-            out += split(piece)
+            if len(piece) == 1:
+                out.append(piece)  # one character splits into itself, whatever the pattern
+            else:
+                out += split(piece)
         pieces = out
     return pieces
