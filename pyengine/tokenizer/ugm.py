@@ -15,6 +15,7 @@ import re
 import numpy as np
 
 from pyengine.errors import TokenizerError
+from pyengine.tokenizer import native
 from pyengine.tokenizer.vocab import Attr, Vocab
 
 _SPACE = 0x20
@@ -132,6 +133,15 @@ class UGMEncoder:
         self._prepend = flags.add_space_prefix and not flags.treat_whitespace_as_suffix
         self._append = flags.add_space_prefix and flags.treat_whitespace_as_suffix
         self._merge_spaces = flags.remove_extra_whitespaces
+        if native.available():
+            kinds = [native.UGM_USER_DEFINED if a & Attr.USER_DEFINED else
+                     native.UGM_NORMAL if a & (Attr.NORMAL | Attr.UNUSED) else native.UGM_NONE
+                     for a in attrs]
+            switches = ((native.UGM_ESCAPE_SPACES if flags.escape_whitespaces else 0)
+                        | (native.UGM_PREPEND_SPACE if self._prepend else 0)
+                        | (native.UGM_APPEND_SPACE if self._append else 0)
+                        | (native.UGM_MERGE_SPACES if self._merge_spaces else 0))
+            self.encode = native.ugm_encoder(vocab, kinds, self._unknown_score, switches).encode
 
     def encode(self, text: str) -> list[int]:
         normalized = self.normalize(text.encode("utf-8"))
