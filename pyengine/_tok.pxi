@@ -17,6 +17,8 @@ cdef extern from "pe_tok.h":
     int PE_TOK_ENOMEM
     int PE_TOK_EINVAL
     int PE_TOK_ENOBYTE
+    int PE_TOK_ECHARSMAP
+    int PE_TOK_ENOUNK
     int PE_TOK_N_CODEPOINTS
 
     ctypedef struct pe_tok_spm:
@@ -50,6 +52,15 @@ cdef extern from "pe_tok.h":
                                 const int64_t *word_cps, int64_t n_words, pe_tok_ids *out)
     int pe_tok_bpe_split(pe_tok_bpe *bpe, const char *text, int64_t len, pe_tok_ids *word_cps)
 
+    ctypedef struct pe_tok_ugm:
+        pass
+    pe_tok_ugm *pe_tok_ugm_new(const char *texts, const int64_t *offsets, int32_t n_tokens,
+                               const float *scores, const uint8_t *kinds, int32_t unk_id,
+                               float unknown_score, const char *charsmap, int64_t charsmap_len,
+                               int32_t flags)
+    void pe_tok_ugm_free(pe_tok_ugm *ugm)
+    int pe_tok_ugm_encode(pe_tok_ugm *ugm, const char *text, int64_t len, pe_tok_ids *out)
+
 
 from pyengine.errors import TokenizerError as _TokenizerError
 
@@ -64,6 +75,12 @@ cdef list _tok_take_ids(pe_tok_ids *ids, int rc):
         if rc == PE_TOK_ENOBYTE:
             raise _TokenizerError("the text has a byte with no token, and the vocabulary "
                                   "has no unknown token")
+        if rc == PE_TOK_ECHARSMAP:
+            raise _TokenizerError("corrupt tokenizer.ggml.precompiled_charsmap: it points "
+                                  "outside itself")
+        if rc == PE_TOK_ENOUNK:
+            raise _TokenizerError("the text has a character no token starts with, and the "
+                                  "vocabulary has no unknown token")
         if rc < 0:
             raise _TokenizerError(f"the native tokenizer rejected its input (code {rc})")
         result = [ids.data[i] for i in range(ids.len)]
@@ -226,4 +243,36 @@ cdef class TokBPE:
         ids.len = 0
         ids.cap = 0
         cdef int rc = pe_tok_bpe_split(self.bpe, data, size, &ids)
+        return _tok_take_ids(&ids, rc)
+
+
+cdef class TokUGM:
+    """Unigram normalization and Viterbi segmentation (pe_tok_ugm)."""
+
+    cdef pe_tok_ugm *ugm
+
+    def __cinit__(self, bytes texts, const int64_t[::1] offsets, const float[::1] scores,
+                  const uint8_t[::1] kinds, int32_t unk_id, float unknown_score,
+                  bytes charsmap, int32_t flags):
+        cdef Py_ssize_t n_tokens = scores.shape[0]
+        if offsets.shape[0] != n_tokens + 1 or kinds.shape[0] != n_tokens or n_tokens == 0:
+            raise ValueError("TokUGM: arrays of inconsistent lengths")
+        if offsets[0] < 0 or offsets[n_tokens] > len(texts):
+            raise ValueError("TokUGM: offsets outside the token texts")
+        self.ugm = pe_tok_ugm_new(texts, &offsets[0], <int32_t> n_tokens, &scores[0], &kinds[0],
+                                  unk_id, unknown_score, charsmap, len(charsmap), flags)
+        if self.ugm is NULL:
+            raise _TokenizerError("TokUGM: cannot build the tables (corrupt charsmap, or out of memory)")
+
+    def __dealloc__(self):
+        pe_tok_ugm_free(self.ugm)
+
+    def encode(self, str text) -> list:
+        cdef Py_ssize_t size
+        cdef const char *data = _tok_utf8(text, &size)
+        cdef pe_tok_ids ids
+        ids.data = NULL
+        ids.len = 0
+        ids.cap = 0
+        cdef int rc = pe_tok_ugm_encode(self.ugm, data, size, &ids)
         return _tok_take_ids(&ids, rc)

@@ -39,6 +39,7 @@ def test_native_core_has_the_tokenizer_loops():
 
     assert hasattr(_core, "TokSPM") and hasattr(_core, "TokBPE"), \
         "pyengine/_core.pyx must `include \"_tok.pxi\"`"
+    assert hasattr(_core, "TokUGM")
     assert native.available()
 
 
@@ -81,7 +82,7 @@ def suite_pair(name: str) -> tuple[Tokenizer, Tokenizer]:
 
 
 @pytest.mark.parametrize("name", ["gpt-2", "llama-bpe", "qwen35", "gemma-4", "deepseek-llm",
-                                  "starcoder", "llama-spm", "phi-3"])
+                                  "starcoder", "llama-spm", "phi-3", "nomic-bert-moe"])
 def test_native_matches_pure(name):
     fast, slow = suite_pair(name)
     for parse_special in (False, True):

@@ -33,6 +33,17 @@ def test_every_pre_tokenizer_tiles_the_text(name):
         assert "".join(words) == text and all(words)
 
 
+@pytest.mark.parametrize("name", ["deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
+                                  "default", "afmoe", "youtu", "viking", "spark2_5"])
+def test_joined_stages_split_like_piece_by_piece(name):
+    splitters = PRE_TOKENIZERS[name].splitters()
+    assert any(getattr(s, "joined", None) for s in splitters)
+    for text in fuzz_texts(17, 300) + CORPUS["texts"]:
+        assert split_words(text, splitters) == split_words(text, splitters, join=False), repr(text)
+    text = "a\uffffb 12\n"  # holds the separator: split piece by piece
+    assert split_words(text, splitters) == split_words(text, splitters, join=False)
+
+
 def test_gaps_between_matches_are_words():
     split = regex_splitter(r"\p{N}+")
     assert split("ab12cd3") == ["ab", "12", "cd", "3"]

@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from tokenizer_vocabs import CONTROL, NORMAL, USER_DEFINED, bpe_metadata, spm_metadata
+from tokenizer_vocabs import NORMAL, USER_DEFINED, bpe_metadata, spm_metadata
 
 from pyengine.errors import TokenizerError
 from pyengine.tokenizer import StreamDecoder, Tokenizer

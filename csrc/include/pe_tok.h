@@ -18,6 +18,8 @@ extern "C" {
 #define PE_TOK_ENOMEM  (-1)  /* out of memory */
 #define PE_TOK_EINVAL  (-2)  /* arguments that contradict each other */
 #define PE_TOK_ENOBYTE (-3)  /* a byte has no token and there is no unknown token */
+#define PE_TOK_ECHARSMAP (-4) /* a precompiled_charsmap that points outside itself */
+#define PE_TOK_ENOUNK  (-5)  /* an unknown character and no unknown token */
 
 /* A growable array of token ids; start zeroed, free with pe_tok_ids_free. */
 typedef struct pe_tok_ids {
@@ -99,6 +101,29 @@ int pe_tok_bpe_encode_words(pe_tok_bpe *bpe, const char *text, int64_t len,
                             const int64_t *word_cps, int64_t n_words, pe_tok_ids *out);
 /* The word boundaries (code point counts) the built-in splitter finds: for tests. */
 int pe_tok_bpe_split(pe_tok_bpe *bpe, const char *text, int64_t len, pe_tok_ids *word_cps);
+
+/* ---- Unigram (llama.cpp's llm_tokenizer_ugm) ------------------------------------ */
+
+typedef struct pe_tok_ugm pe_tok_ugm;
+
+#define PE_TOK_UGM_ESCAPE_SPACES 1  /* spaces become U+2581 */
+#define PE_TOK_UGM_PREPEND_SPACE 2  /* one more before the first word */
+#define PE_TOK_UGM_APPEND_SPACE  4  /* one after the text */
+#define PE_TOK_UGM_MERGE_SPACES  8  /* runs of spaces: one before each word */
+
+#define PE_TOK_UGM_NONE         0   /* kinds[] of a token: never part of a segmentation */
+#define PE_TOK_UGM_NORMAL       1   /* normal or unused: matched with its score */
+#define PE_TOK_UGM_USER_DEFINED 2   /* matched with score 0; the normalizer keeps its text */
+
+/* tokens as for pe_tok_spm_new; kinds: PE_TOK_UGM_* per token; unknown_score: the score
+ * of an unknown character; charsmap: SentencePiece's precompiled_charsmap (may be empty). */
+pe_tok_ugm *pe_tok_ugm_new(const char *texts, const int64_t *offsets, int32_t n_tokens,
+                           const float *scores, const uint8_t *kinds, int32_t unk_id,
+                           float unknown_score, const char *charsmap, int64_t charsmap_len,
+                           int32_t flags);
+void pe_tok_ugm_free(pe_tok_ugm *ugm);
+/* Normalize and segment text; ids are appended to out. */
+int pe_tok_ugm_encode(pe_tok_ugm *ugm, const char *text, int64_t len, pe_tok_ids *out);
 
 #ifdef __cplusplus
 }

@@ -77,7 +77,9 @@ pe_tok_spm *pe_tok_spm_new(const char *texts, const int64_t *offsets, int32_t n_
         return NULL;
     }
     memcpy(spm->scores, scores, (size_t) n_tokens * sizeof(float));
-    memcpy(spm->glued, glued, (size_t) n_glued * sizeof(uint32_t));
+    if (n_glued > 0) {
+        memcpy(spm->glued, glued, (size_t) n_glued * sizeof(uint32_t));
+    }
     spm->n_glued = n_glued;
     for (int b = 0; b < 256; b++) {
         spm->byte_ids[b] = byte_ids[b] < n_tokens ? byte_ids[b] : -1;

@@ -43,6 +43,9 @@ int tok_ids_push(pe_tok_ids *out, int32_t id) {
 }
 
 int tok_ids_append(pe_tok_ids *out, const int32_t *ids, int64_t n) {
+    if (n <= 0) {
+        return 0;
+    }
     if (tok_grow((void **) &out->data, &out->cap, out->len + n, sizeof(int32_t)) < 0) {
         return PE_TOK_ENOMEM;
     }
@@ -72,7 +75,9 @@ uint64_t tok_hash(const char *p, int64_t n) {
         n -= 8;
     }
     uint64_t tail = 0;
-    memcpy(&tail, p, (size_t) n);
+    if (n > 0) {
+        memcpy(&tail, p, (size_t) n);
+    }
     h = mix64(h ^ tail ^ ((uint64_t) n << 56));
     return h ? h : 1;  /* 0 marks empty slots */
 }
@@ -293,7 +298,9 @@ int tok_cache_store(tok_cache *c, const char *word, int64_t len, const int32_t *
         tok_map_put(&c->index, word, len, (int32_t) c->n_entries) < 0) {
         return PE_TOK_ENOMEM;
     }
-    memcpy(c->ids + c->ids_len, ids, (size_t) n * sizeof(int32_t));
+    if (n > 0) {
+        memcpy(c->ids + c->ids_len, ids, (size_t) n * sizeof(int32_t));
+    }
     c->entries[c->n_entries].off = c->ids_len;
     c->entries[c->n_entries].len = n;
     c->n_entries++;

@@ -9,6 +9,7 @@ llama.cpp does. Words repeat a lot, so their ids are cached.
 from __future__ import annotations
 
 import heapq
+import operator
 
 import numpy as np
 
@@ -76,7 +77,7 @@ class BPEEncoder:
         assert vocab.pre is not None
         self._token_to_id = vocab.token_to_id
         self._pairs = merge_pairs(vocab.merges)
-        self._ranks = {pair: rank for rank, pair in enumerate(self._pairs)}
+        self._rank_table: dict[tuple[str, str], int] | None = None
         self._splitters = vocab.pre.splitters()
         self._byte_encode = vocab.pre.byte_encode
         self._ignore_merges = vocab.flags.ignore_merges
@@ -84,6 +85,12 @@ class BPEEncoder:
         self._cache: dict[str, list[int]] = {}
         self._native_fragments = None
         self._native = self._native_encoder(vocab) if native.available() else None
+
+    def _ranks(self) -> dict[tuple[str, str], int]:
+        """Merge pair -> rank, built on first use (the native path does not need it)."""
+        if self._rank_table is None:
+            self._rank_table = {pair: rank for rank, pair in enumerate(self._pairs)}
+        return self._rank_table
 
     def _native_encoder(self, vocab: Vocab):
         byte_level = self._byte_encode
@@ -147,7 +154,7 @@ class BPEEncoder:
         n = len(symbols)
         if n < 2:
             return symbols
-        ranks = self._ranks
+        ranks = self._ranks()
         heap = []
         for i in range(n - 1):
             rank = ranks.get((symbols[i], symbols[i + 1]))
@@ -216,8 +223,14 @@ def merge_pairs(merges: list[str]) -> list[tuple[str, str]]:
     "left right": the first space after the first character separates them (a left
     side may be a space itself); an entry without one can never match (llama.cpp
     reads it as an empty pair) and is dropped."""
-    pairs = [m.split(" ", 1) if m[:1] != " " else _split_after_first(m) for m in merges]
-    return [p for p in dict.fromkeys(map(tuple, pairs)) if len(p) == 2 and p[0] and p[1]]
+    if any(m[:1] == " " for m in merges):
+        parts = map(tuple, map(_split_after_first, merges))
+    else:
+        parts = map(tuple, map(_split_at_space, merges))
+    return [p for p in dict.fromkeys(parts) if len(p) == 2 and p[0] and p[1]]
+
+
+_split_at_space = operator.methodcaller("split", " ", 1)
 
 
 def _split_after_first(merge: str) -> list[str]:

@@ -23,7 +23,7 @@ def _core_module():
         from pyengine import _core
     except ImportError:
         return None
-    return _core if hasattr(_core, "TokSPM") and hasattr(_core, "TokBPE") else None
+    return _core if all(hasattr(_core, name) for name in ("TokSPM", "TokBPE", "TokUGM")) else None
 
 
 def available() -> bool:
@@ -118,3 +118,18 @@ def bpe_encoder(vocab: Vocab, pairs: list[tuple[str, str]], to_raw, byte_fallbac
     classes = codepoint_classes() if splitter != SPLIT_NONE else None
     return core.TokBPE(n_vocab, b"".join(raw), offsets, merges, byte_symbols,
                        np.array(byte_fallback, dtype=np.int32), flags, splitter, classes)
+
+
+# ---- Unigram ------------------------------------------------------------------------------
+
+UGM_ESCAPE_SPACES, UGM_PREPEND_SPACE, UGM_APPEND_SPACE, UGM_MERGE_SPACES = 1, 2, 4, 8
+UGM_NONE, UGM_NORMAL, UGM_USER_DEFINED = 0, 1, 2
+
+
+def ugm_encoder(vocab: Vocab, kinds: list[int], unknown_score: float, flags: int):
+    core = _core_module()
+    blob, offsets = token_blob(vocab.tokens)
+    unk = vocab.special["unk"]
+    return core.TokUGM(blob, offsets, np.asarray(vocab.scores, dtype=np.float32),
+                       np.array(kinds, dtype=np.uint8), -1 if unk is None else unk,
+                       unknown_score, vocab.precompiled_charsmap, flags)

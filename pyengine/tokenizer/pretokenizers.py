@@ -123,6 +123,8 @@ def regex_splitter(pattern: str) -> Splitter:
 
     def split(piece: str) -> list[str]:
         words = findall(piece)
+        if not words:
+            return [piece]  # no match: the whole piece is one gap
         if sum(map(len, words)) == len(piece) and "" not in words:
             return words  # the matches tile the piece: no gaps (the common case)
         pieces, last = [], 0
@@ -138,7 +140,18 @@ def regex_splitter(pattern: str) -> Splitter:
         return pieces
 
     split.pattern = compiled.pattern  # type: ignore[attr-defined]
+    if pattern in _JOINABLE:
+        joined = compiled.pattern.replace(r"\Z", rf"(?={_SEPARATOR}|\Z)")
+        split.joined = regex.compile(f"({joined})")  # type: ignore[attr-defined]
     return split
+
+
+# Pieces can be split all at once, joined by a separator, with the patterns below: they
+# are made of character classes none of which holds U+FFFF (a non-character: no letter,
+# number, punctuation, symbol or space), so no match can cross or touch a separator,
+# and they look neither ahead nor behind (their \Z, the end of a piece, becomes "before
+# a separator or the end"). Texts that hold U+FFFF themselves are split piece by piece.
+_SEPARATOR = "\uffff"
 
 
 def split_digit_groups(piece: str) -> list[str]:
@@ -181,6 +194,28 @@ def split_newline_runs(piece: str) -> list[str]:
 
 
 _NEWLINE_RUNS = regex.compile(r"[^\n]+|\n+")
+
+
+_JOINABLE = frozenset({
+    "[\r\n]", DEEPSEEK_LLM_LETTERS, DEEPSEEK_LLM_PUNCT, r"\s+\Z", CJK_HANGUL, CJK_KANA, AFMOE_CJK,
+    YOUTU_CJK, r"\p{N}+", r"\p{N}", r"\p{N}{1,3}", r"\s?\p{L}+", r"\s?\p{P}+", "[0-9][0-9][0-9]",
+    r"[\p{P}\$\+<=>\^~\|]+", r"[\p{P}\$\+<=>\^~\|`]+",
+})
+
+
+def _split_joined(pieces: list[str], joined: regex.Pattern) -> list[str]:
+    """One split over all pieces at once (see _JOINABLE): matches, and the gaps between
+    them cut at the separators."""
+    parts = joined.split(_SEPARATOR.join(pieces))
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        if i & 1:
+            out.append(part)
+        elif _SEPARATOR in part:
+            out += [gap for gap in part.split(_SEPARATOR) if gap]
+        elif part:
+            out.append(part)
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -314,12 +349,21 @@ def pre_tokenizer_for(name: str) -> PreTokenizer:
     return spec
 
 
-def split_words(text: str, splitters: Sequence[Splitter]) -> list[str]:
-    """Apply the splitters in order; each splits every piece the previous one made."""
+def split_words(text: str, splitters: Sequence[Splitter], join: bool = True) -> list[str]:
+    """Apply the splitters in order; each splits every piece the previous one made
+    (join=False: one call per piece even where all pieces could go at once)."""
     pieces = [text]
+    can_join = join and _SEPARATOR not in text
     for split in splitters:
+        joined = getattr(split, "joined", None)
+        if joined is not None and can_join and len(pieces) > 1:
+            pieces = _split_joined(pieces, joined)
+            continue
         out: list[str] = []
         for piece in pieces:
-            out += split(piece)
+            if len(piece) == 1:
+                out.append(piece)  # one character splits into itself, whatever the pattern
+            else:
+                out += split(piece)
         pieces = out
     return pieces

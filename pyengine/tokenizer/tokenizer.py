@@ -66,7 +66,8 @@ class Tokenizer:
         user-defined tokens are always recognised, as in llama.cpp.
         """
         if not isinstance(text, str):
-            raise TokenizerError(f"encode takes a str, not {type(text).__name__}")
+            raise TokenizerError(f"encode takes a str, not {type(text).__name__} (decode bytes "
+                                 "first, e.g. data.decode('utf-8', 'replace'))")
         text = _without_surrogates(text)
         fragments = self._special_splitter(parse_special).split(text)
         family = self.vocab.family

@@ -228,7 +228,7 @@ def _string_list(metadata: Mapping[str, object], key: str) -> list[str] | None:
     values = _get_array(metadata, key)
     if values is None:
         return None
-    if isinstance(values, np.ndarray) or not all(isinstance(v, str) for v in values):
+    if isinstance(values, np.ndarray) or not set(map(type, values)) <= {str}:
         raise TokenizerError(f"metadata key {key!r} should be an array of strings")
     return list(values)
 
