@@ -21,6 +21,7 @@ cdef extern from "pe.h" nogil:
     int pe_dequantize_row_ref(int type, const void *x, float *y, int64_t n)
     int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out)
     int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out)
+    int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *out, int reference)
 
     ctypedef struct pe_pool:
         pass

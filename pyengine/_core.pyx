@@ -130,6 +130,21 @@ def vec_dot(int type_id, const uint8_t[::1] w, const float[::1] x, bint referenc
     return out
 
 
+def vec_dot_blocks(int type_id, const uint8_t[::1] w, const uint8_t[::1] a, int64_t n, bint reference=False) -> float:
+    """Dot product of a weight row with activations already quantized to the
+    type's partner (both raw blocks), with no quantization step in between."""
+    _row_len(type_id, n)
+    cdef int vdt = pe_type_vec_dot_type(type_id)
+    if vdt < 0 or <size_t>w.shape[0] < pe_row_bytes(type_id, n) or <size_t>a.shape[0] < pe_row_bytes(vdt, n):
+        raise ValueError("buffers too small for the row length (or type without a dot product)")
+    cdef float out = 0
+    cdef int rc
+    with nogil:
+        rc = pe_vec_dot_blocks(type_id, &w[0], &a[0], n, &out, reference)
+    _check(rc)
+    return out
+
+
 # ---- thread pool -------------------------------------------------------------
 
 cdef class ThreadPool:
@@ -327,3 +342,8 @@ cdef class Graph:
     @property
     def n_tensors(self) -> int:
         return pe_graph_n_tensors(self.g)
+
+
+# ---- tokenizer inner loops ------------------------------------------------------
+
+include "_tok.pxi"

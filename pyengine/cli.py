@@ -1,4 +1,4 @@
-"""The ``pyengine`` command line: pull | list | rm | show | run | bench.
+"""The ``pyengine`` command line: pull | list | rm | show | run | serve | bench.
 
 Heavy modules (the store's HTTP client, the GGUF reader, the native core) are
 imported inside the subcommands, so ``pyengine --help`` is instant and works on a
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pyengine {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (_add_pull, _add_list, _add_rm, _add_show, _add_run, _add_bench):
+    for add in (_add_pull, _add_list, _add_rm, _add_show, _add_run, _add_serve, _add_bench):
         add(commands)
     return parser
 
@@ -254,9 +254,10 @@ def _format_value(value) -> str:
 
 def _add_run(commands) -> None:
     sub = commands.add_parser(
-        "run", help="generate text from a prompt",
-        description="Generate a continuation of PROMPT (or of stdin when it is piped), "
-        "streaming it to stdout. The model is pulled on first use.",
+        "run", help="answer a prompt, or chat interactively",
+        description="Answer PROMPT (or stdin when it is piped), streaming the reply to stdout; "
+        "with no PROMPT on a terminal, chat interactively (/? lists the commands). "
+        "The model is pulled on first use.",
     )
     sub.add_argument("model", metavar="NAME|PATH", help="model name or path to a .gguf file")
     sub.add_argument("prompt", metavar="PROMPT", nargs="?", help="prompt text (default: stdin)")
@@ -268,18 +269,22 @@ def _add_run(commands) -> None:
                      help="context length (default: the model's, capped by the engine)")
     sub.add_argument("--threads", type=_int_at_least(1), default=None,
                      help="worker threads (default: physical cores)")
+    sub.add_argument("--raw", action="store_true",
+                     help="send the prompt as is, without the model's chat template")
     sub.set_defaults(handler=_cmd_run)
 
 
+def _interactive(args) -> bool:
+    return args.prompt is None and sys.stdin is not None and sys.stdin.isatty()
+
+
 def _read_prompt(args) -> str:
-    from pyengine.errors import InvalidOptionError, UnsupportedError
+    from pyengine.errors import InvalidOptionError
 
     if args.prompt is not None:
         return args.prompt
-    if sys.stdin is None or sys.stdin.isatty():
-        raise UnsupportedError(
-            "interactive chat is not available yet; give a PROMPT or pipe one on stdin"
-        )
+    if sys.stdin is None:
+        raise InvalidOptionError("no PROMPT given and no stdin to read one from")
     prompt = sys.stdin.read()
     if not prompt.strip():
         raise InvalidOptionError("the prompt read from stdin is empty")
@@ -289,11 +294,20 @@ def _read_prompt(args) -> str:
 def _cmd_run(args) -> int:
     from pyengine import store
 
-    prompt = _read_prompt(args)  # before any download, so usage mistakes cost nothing
+    interactive = _interactive(args)
+    prompt = None if interactive else _read_prompt(args)  # before any download: usage mistakes cost nothing
     path = store.resolve_model(args.model, pull=True, progress=True)
     from pyengine.api import LLM
 
     llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads)
+    if interactive:
+        return _chat_loop(args, llm, path)
+    if not args.raw:
+        from pyengine.chat.prompt import encode_rendered, model_template
+
+        template = model_template(llm.gguf, llm.tokenizer)
+        text = template.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
+        prompt = encode_rendered(llm.tokenizer, template, text)
     pieces = llm.generate(
         prompt, max_tokens=args.max_tokens, temperature=args.temperature,
         stream=True, seed=args.seed,
@@ -308,6 +322,80 @@ def _cmd_run(args) -> int:
         sys.stdout.write("\n")
     sys.stdout.flush()
     return EXIT_OK
+
+
+def _chat_loop(args, llm, path) -> int:
+    from pyengine.repl import ChatRepl, enable_line_editing
+
+    enable_line_editing()
+    options = {"temperature": args.temperature, "num_predict": args.max_tokens}
+    if args.seed is not None:
+        options["seed"] = args.seed
+    return ChatRepl(llm, path, options).run()
+
+
+# --------------------------------------------------------------------------------------
+# serve
+# --------------------------------------------------------------------------------------
+
+
+def _add_serve(commands) -> None:
+    from pyengine.server.config import API_KEY_ENV, DEFAULT_HOST, DEFAULT_PORT
+
+    sub = commands.add_parser(
+        "serve", help="serve models over HTTP (Ollama and OpenAI APIs)",
+        description="Serve the models of the store (and those given with --model) over HTTP: "
+        "Ollama's API under /api and OpenAI's under /v1. Listens on loopback unless told "
+        f"otherwise; another address needs --api-key (or ${API_KEY_ENV}) or --insecure.",
+    )
+    sub.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
+    sub.add_argument("--port", type=_int_at_least(0), default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    sub.add_argument("--model", dest="models", metavar="NAME|PATH", action="extend", nargs="+", default=[],
+                     help="models to serve besides the store's: names (pulled if needed) or .gguf paths")
+    sub.add_argument("--parallel", type=_int_at_least(1), default=4,
+                     help="requests generating at once per model (default 4)")
+    sub.add_argument("--max-queue", type=_int_at_least(0), default=64,
+                     help="requests waiting beyond those; more get 503 (default 64)")
+    sub.add_argument("--api-key", default=None,
+                     help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
+    sub.add_argument("--insecure", action="store_true",
+                     help="allow a non-loopback --host without an API key")
+    sub.add_argument("--cors-origin", dest="cors_origins", metavar="ORIGIN", action="extend", nargs="+",
+                     default=[], help="browser origins allowed besides loopback ones ('*' for any)")
+    sub.add_argument("--ctx", type=_int_at_least(1), default=None, help="context length of each loaded model")
+    sub.add_argument("--threads", type=_int_at_least(1), default=None,
+                     help="worker threads (default: physical cores)")
+    sub.add_argument("--keep-alive", default="5m",
+                     help="how long an idle model stays loaded: 30s, 5m, 1h, -1 = forever (default 5m)")
+    sub.add_argument("--max-body-mb", type=_int_at_least(1), default=8,
+                     help="largest request body in MiB (default 8)")
+    sub.set_defaults(handler=_cmd_serve)
+
+
+def _cmd_serve(args) -> int:
+    from pyengine.errors import InvalidOptionError
+    from pyengine.server import ServerConfig, check_bind, serve
+    from pyengine.server.errors import HTTPError
+    from pyengine.server.registry import parse_keep_alive
+
+    try:
+        keep_alive = parse_keep_alive(args.keep_alive)
+    except HTTPError as exc:
+        raise InvalidOptionError(exc.message.replace("'keep_alive'", "--keep-alive")) from None
+    config = ServerConfig.with_env_key(
+        host=args.host, port=args.port, models=tuple(args.models), parallel=args.parallel,
+        max_queue=args.max_queue, api_key=args.api_key, insecure=args.insecure,
+        cors_origins=tuple(args.cors_origins), n_ctx=args.ctx, n_threads=args.threads,
+        keep_alive_s=keep_alive, max_body_bytes=args.max_body_mb * 1024 * 1024,
+    )
+    check_bind(config)  # before pulling anything
+    print(f"pyengine serving on http://{_url_host(config.host)}:{config.port}", file=sys.stderr, flush=True)
+    serve(config)
+    return EXIT_OK
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _add_bench(commands) -> None:
@@ -343,6 +431,8 @@ def _cmd_bench(args) -> int:
         (f"generation (tg{args.gen_tokens})", f"{result['tg_tps']:.1f} tokens/s"),
         ("python per token", f"{result['py_us_per_token']:.1f} us"),
         ("load time", f"{result['load_s']:.2f} s"),
+        ("first token", f"{result['first_token_s']:.2f} s after load started"),
+        ("peak memory", f"{result['peak_rss_mb']:.0f} MiB (model file {result['model_mb']:.0f} MiB)"),
     ])
     return EXIT_OK
 

@@ -270,7 +270,7 @@ MODEL = str(SYNTH / "llama-f16.gguf")
 
 
 def test_run_streams_the_pieces(capsys, fake_api):
-    code, out, err = run_cli(capsys, "run", MODEL, "Say hello", "--max-tokens", "7",
+    code, out, err = run_cli(capsys, "run", MODEL, "Say hello", "--raw", "--max-tokens", "7",
                              "--temperature", "0.5", "--seed", "3", "--ctx", "256",
                              "--threads", "2")
     assert (code, out, err) == (0, "Hello, world\n", "")
@@ -282,7 +282,7 @@ def test_run_streams_the_pieces(capsys, fake_api):
 
 def test_run_defaults_and_prompt_from_stdin(capsys, fake_api, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("piped prompt\n"))
-    code, out, _ = run_cli(capsys, "run", MODEL)
+    code, out, _ = run_cli(capsys, "run", MODEL, "--raw")
     assert (code, out) == (0, "Hello, world\n")
     [llm] = fake_api.instances
     assert (llm.n_ctx, llm.n_threads) == (None, None)
@@ -290,16 +290,17 @@ def test_run_defaults_and_prompt_from_stdin(capsys, fake_api, monkeypatch):
                               stream=True, seed=None)]
 
 
-def test_run_without_prompt_on_a_terminal(capsys, fake_api, monkeypatch):
+def test_run_without_prompt_on_a_terminal_opens_the_chat(capsys, fake_api, monkeypatch):
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
 
+    calls = []
     monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr(cli, "_chat_loop", lambda args, llm, path: calls.append(llm) or 0)
     code, out, err = run_cli(capsys, "run", MODEL)
-    assert code == 1 and out == ""
-    assert err.startswith("error: interactive chat is not available yet")
-    assert fake_api.instances == []  # refused before loading anything
+    assert code == 0 and err == ""
+    assert len(calls) == 1 and calls[0] is fake_api.instances[0]
 
 
 def test_run_empty_stdin(capsys, fake_api, monkeypatch):
@@ -310,10 +311,10 @@ def test_run_empty_stdin(capsys, fake_api, monkeypatch):
 
 def test_run_engine_errors_and_ctrl_c(capsys, fake_api, monkeypatch):
     monkeypatch.setattr(FakeLLM, "fail_with", ContextLengthError("prompt of 900 tokens > 512"))
-    code, _, err = run_cli(capsys, "run", MODEL, "x")
+    code, _, err = run_cli(capsys, "run", MODEL, "x", "--raw")
     assert (code, err) == (1, "error: prompt of 900 tokens > 512\n")
     monkeypatch.setattr(FakeLLM, "fail_with", KeyboardInterrupt())
-    code, _, _ = run_cli(capsys, "run", MODEL, "x")
+    code, _, _ = run_cli(capsys, "run", MODEL, "x", "--raw")
     assert code == 130
 
 
@@ -325,7 +326,7 @@ def test_run_unknown_model_loads_nothing(capsys, fake_api, fake_index):
 
 def test_run_pulls_on_first_use(capsys, fake_api, fake_index, monkeypatch):
     add_fake_model(fake_index, monkeypatch)
-    code, out, _ = run_cli(capsys, "run", FAKE_NAME, "hi")
+    code, out, _ = run_cli(capsys, "run", FAKE_NAME, "hi", "--raw")
     assert (code, out) == (0, "Hello, world\n")
     [llm] = fake_api.instances
     assert llm.model == str(store.cache_dir() / "models" / f"{FAKE_NAME}.gguf")
@@ -338,7 +339,8 @@ def test_bench_prints_the_results(capsys, monkeypatch):
         seen.update(model=model, n_threads=n_threads, n_prompt=n_prompt, n_gen=n_gen,
                     repeat=repeat)
         return dict(model=model, n_threads=n_threads or 2, isa="avx2", pp_tps=512.25,
-                    tg_tps=181.04, py_us_per_token=41.5, load_s=0.123)
+                    tg_tps=181.04, py_us_per_token=41.5, load_s=0.123, first_token_s=0.5,
+                    peak_rss_mb=150.4, model_mb=94.0)
 
     module = types.ModuleType("pyengine.bench")
     module.run_bench = run_bench
@@ -353,6 +355,14 @@ def test_bench_prints_the_results(capsys, monkeypatch):
     assert rows["generation (tg16)"] == "181.0 tokens/s"
     assert rows["python per token"] == "41.5 us"
     assert rows["load time"] == "0.12 s"
+    assert rows["first token"] == "0.50 s after load started"
+    assert rows["peak memory"] == "150 MiB (model file 94 MiB)"
     code, out, _ = run_cli(capsys, "bench", MODEL)
     assert code == 0
     assert seen == dict(model=MODEL, n_threads=None, n_prompt=512, n_gen=128, repeat=3)
+
+
+def test_run_real_model_uses_its_chat_template(capsys, real_models):
+    code, out, err = run_cli(capsys, "run", "smollm2-135m", "Say hi", "--max-tokens", "12")
+    assert code == 0 and err == ""
+    assert len(out.strip()) > 0

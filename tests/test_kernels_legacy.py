@@ -107,6 +107,31 @@ def q8_1_model(x: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
+def q8_x86_model(qtype: T, x: np.ndarray) -> np.ndarray:
+    """Q8_0/Q8_1 blocks as llama.cpp's x86 build quantizes activations (and so
+    do our AVX2/AVX-512 kernels): codes = rint(x * (127 / amax)) with ties to
+    even, d = amax / 127, Q8_1's s = f16(d * sum(codes))."""
+    blocks = x.reshape(-1, 32).astype(np.float32)
+    amax = np.abs(blocks).max(axis=1)
+    with np.errstate(divide="ignore"):
+        mul = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    codes = np.rint((blocks * mul[:, None]).astype(np.float32)).astype(np.int8)
+    d = (amax / np.float32(127)).astype(np.float32)
+    parts = [d.astype(np.float16).reshape(-1, 1).view(np.uint8)]
+    if qtype == T.Q8_1:
+        s = (codes.astype(np.int32).sum(axis=1).astype(np.float32) * d).astype(np.float16)
+        parts.append(s.reshape(-1, 1).view(np.uint8))
+    parts.append(codes.view(np.uint8))
+    return np.concatenate(parts, axis=1).reshape(-1)
+
+
+def expected_activation_blocks(isa: str, qtype: T, x: np.ndarray) -> np.ndarray:
+    """What the ISA's activation quantizer must produce, bit for bit."""
+    if qtype in (T.Q8_0, T.Q8_1) and isa in ("avx2", "avx512"):
+        return q8_x86_model(qtype, x)
+    return _core.quantize(int(qtype), x, reference=True)
+
+
 def same_floats(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
@@ -237,7 +262,7 @@ def test_activation_quantize_bit_exact(isa: str, qtype: T) -> None:
     with using_isa(isa):
         for x in rows:
             fast = _core.quantize(int(qtype), x, reference=False)
-            assert np.array_equal(fast, _core.quantize(int(qtype), x, reference=True)), (isa, x.size)
+            assert np.array_equal(fast, expected_activation_blocks(isa, qtype, x)), (isa, x.size)
 
 
 def rounding_edges() -> np.ndarray:
@@ -257,7 +282,10 @@ def rounding_edges() -> np.ndarray:
 @pytest.mark.parametrize("qtype", (T.Q8_0, T.Q8_1), ids=lambda t: t.name)
 def test_activation_rounding_edges(isa: str, qtype: T) -> None:
     x = rounding_edges()
-    expected = gguf_quantize(T.Q8_0, x) if qtype == T.Q8_0 else q8_1_model(x)
+    if isa in ("avx2", "avx512"):
+        expected = q8_x86_model(qtype, x)
+    else:
+        expected = gguf_quantize(T.Q8_0, x) if qtype == T.Q8_0 else q8_1_model(x)
     with using_isa(isa):
         assert np.array_equal(_core.quantize(int(qtype), x, reference=False), expected)
 
@@ -291,7 +319,9 @@ def assert_dot_bytes_close(isa: str, qtype: T, w: np.ndarray, x: np.ndarray) -> 
     """The ISA's dot of weight row w (raw bytes) with x: within 1e-5 of the
     sum of |terms| of the reference's, and within the type's budget of the
     float64 dot of the dequantized weights with x."""
-    ref = _core.vec_dot(int(qtype), w, x, reference=True)
+    partner = T(_core.vec_dot_type(int(qtype)))
+    a = expected_activation_blocks(isa, partner, x)
+    ref = _core.vec_dot_blocks(int(qtype), w, a, x.size, reference=True)
     with using_isa(isa):
         fast = _core.vec_dot(int(qtype), w, x, reference=False)
     wd = _core.dequantize(int(qtype), w, x.size, reference=True)

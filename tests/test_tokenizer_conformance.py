@@ -5,12 +5,13 @@ The suite is fetched once from the pinned llama-cpp-python sdist (tests/tokenize
 
 from __future__ import annotations
 
-import functools
+import json
+from pathlib import Path
 
 import pytest
 import tokenizer_suite
 
-from pyengine.tokenizer import StreamDecoder, Tokenizer
+from pyengine.tokenizer import StreamDecoder
 
 # The vocabularies of llama-cpp-python 0.3.36 that come with .inp/.out files.
 WITH_CASES = [
@@ -23,9 +24,8 @@ WITHOUT_CASES = ["aquila", "baichuan", "gpt-neox", "nomic-bert-moe"]
 LOSSY = {"bert-bge", "nomic-bert-moe"}
 
 
-@functools.lru_cache(maxsize=None)
-def tokenizer(name: str) -> Tokenizer:
-    return Tokenizer.from_gguf(tokenizer_suite.suite_dir() / f"ggml-vocab-{name}.gguf")
+tokenizer = tokenizer_suite.tokenizer
+DATA = Path(__file__).parent / "data"
 
 
 def test_suite_is_complete():
@@ -73,3 +73,17 @@ def test_stream_matches_decode(name):
     full = tok.decode(ids)
     # The stream keeps the SentencePiece prefix space that decode removes.
     assert joined == full or joined == " " + full
+
+
+def test_unigram_matches_sentencepiece():
+    """nomic-bert-moe (t5/Unigram, precompiled charsmap) has no .inp/.out in the suite:
+    its ids were recorded from SentencePiece itself (tests/data/tokenizer/)."""
+    golden = json.loads((DATA / "tokenizer" / "ugm_nomic_golden.json").read_text("utf-8"))
+    corpus = json.loads((DATA / "corpus_golden.json").read_text("utf-8"))["texts"]
+    tok = tokenizer("nomic-bert-moe")
+    cases = golden["cases"] + list(zip(corpus, golden["corpus_ids"]))
+    assert len(cases) > 300
+    failures = [(text, ids) for text, ids in cases if tok.encode(text) != ids]
+    assert not failures, failures[:3]
+    ids = tok.encode("Hello world", add_special=True)
+    assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id  # <s> ... </s>

@@ -8,6 +8,7 @@ ggml-vocab-* files are unpacked into <cache>/tokenizer-suite/<version>/.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -15,6 +16,7 @@ import tarfile
 from pathlib import Path
 
 from pyengine import store
+from pyengine.tokenizer import Tokenizer
 
 PROJECT = "llama-cpp-python"
 VERSION = "0.3.36"
@@ -75,3 +77,9 @@ def read_cases(vocab: Path) -> list[tuple[str, list[int]]]:
     if len(texts) != len(lines):
         raise AssertionError(f"{vocab.name}: {len(texts)} inputs but {len(lines)} outputs")
     return [(text, [int(t) for t in line.split()]) for text, line in zip(texts, lines)]
+
+
+@functools.lru_cache(maxsize=None)
+def tokenizer(name: str) -> Tokenizer:
+    """The suite's ggml-vocab-<name>.gguf, loaded once per test session."""
+    return Tokenizer.from_gguf(suite_dir() / f"ggml-vocab-{name}.gguf")

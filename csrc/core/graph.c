@@ -102,8 +102,7 @@ static size_t extent(const pe_tensor *t) {
     return end;
 }
 
-static size_t base_bytes(const pe_graph *g, const pe_tensor *base) {
-    (void)g;
+static size_t base_bytes(const pe_tensor *base) {
     return base->op == PE_OP_NONE ? base->nbytes_external : base->nbytes;
 }
 
@@ -122,10 +121,10 @@ int pe_graph_view(pe_graph *g, int src, int n_dims, const int64_t *ne, const siz
         for (int i = 1; i < PE_MAX_DIMS; i++) t->nb[i] = i < n_dims ? nb[i] : t->nb[i - 1] * (size_t)t->ne[i - 1];
     }
     const pe_tensor *base = &g->t[base_id];
-    if (base_offset + extent(t) > base_bytes(g, base)) {
+    if (base_offset + extent(t) > base_bytes(base)) {
         g->n--;
         return pe_fail("view [offset %zu, %zu bytes] runs past its base tensor (%zu bytes)",
-                       base_offset, extent(t), base_bytes(g, base));
+                       base_offset, extent(t), base_bytes(base));
     }
     t->op = PE_OP_VIEW;
     t->src[0] = src;

@@ -19,10 +19,20 @@ typedef void (*pe_from_float_fn)(const float *x, void *y, int64_t n);
  * vec_dot partner type (already quantized). */
 typedef void (*pe_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a);
 
+/* A tile of dot products over n elements: for i < nr weight rows (stride bw
+ * bytes) and j < nc activation rows (stride ba bytes, already quantized to
+ * the partner type), s[j * bs + i] = dot(w_i, a_j).  nr, nc <= PE_GEMM_MAX.
+ * Every element must be bit-identical to vec_dot(w_i, a_j): a row's result
+ * may not depend on which other rows share its tile (batch invariance). */
+#define PE_GEMM_MAX 4
+typedef void (*pe_gemm_fn)(int64_t n, float *s, size_t bs, const void *w, size_t bw,
+                           const void *a, size_t ba, int nr, int nc);
+
 typedef struct pe_type_kernels {
     pe_to_float_fn   to_float;
     pe_from_float_fn from_float;
     pe_vec_dot_fn    vec_dot;
+    pe_gemm_fn       gemm;     /* optional; NULL -> vec_dot pair by pair */
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */

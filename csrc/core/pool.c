@@ -53,8 +53,9 @@ static void thread_yield(void) { sched_yield(); }
 
 /* spins before a waiting worker goes to sleep (~0.2-1 ms) */
 #define PE_SPIN_BEFORE_SLEEP 20000
-/* spins at a barrier before yielding the core (oversubscribed machines) */
-#define PE_SPIN_BEFORE_YIELD 100000
+/* spins at a barrier before yielding the core (~50 us): on a busy or
+ * oversubscribed machine a waiting thread must let the others run */
+#define PE_SPIN_BEFORE_YIELD 2000
 
 struct pe_pool {
     int          n_threads;

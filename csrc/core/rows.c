@@ -76,3 +76,12 @@ int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out) {
 int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out) {
     return vec_dot_with(pe_kernels_ref(), type, w, x, n, out);
 }
+
+int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *out, int reference) {
+    pe_init();
+    const pe_type_kernels *k = kernels_for(reference ? pe_kernels_ref() : pe_kern, type, n);
+    if (!k) return -1;
+    if (!k->vec_dot || pe_type_vec_dot_type(type) < 0) return pe_fail("type %s has no dot product", pe_type_name(type));
+    k->vec_dot(n, out, w, a);
+    return 0;
+}

@@ -48,12 +48,35 @@ static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *x, int 
     return ex->work;
 }
 
+/* One tile: weight rows [i0, i1) against activation rows [j0, j1). */
+static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
+                 const pe_tensor *x, const uint8_t *q, size_t qstride,
+                 int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    const uint8_t *wd = w->data;
+    const size_t wstride = w->nb[1];
+    if (k->gemm && q) {
+        for (int64_t j = j0; j < j1; j += PE_GEMM_MAX) {
+            const int nc = (int)(j1 - j < PE_GEMM_MAX ? j1 - j : PE_GEMM_MAX);
+            for (int64_t i = i0; i < i1; i += PE_GEMM_MAX) {
+                const int nr = (int)(i1 - i < PE_GEMM_MAX ? i1 - i : PE_GEMM_MAX);
+                k->gemm(kdim, dst + j * n + i, (size_t)n, wd + i * wstride, wstride, q + j * qstride, qstride, nr, nc);
+            }
+        }
+        return;
+    }
+    for (int64_t j = j0; j < j1; j++) {
+        const void *a = q ? (const void *)(q + j * qstride) : x_row(x, j);
+        float *d = dst + j * n;
+        for (int64_t i = i0; i < i1; i++) k->vec_dot(kdim, d + i, wd + i * wstride, a);
+    }
+}
+
 void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1);
     const int vdt = pe_type_vec_dot_type(w->type);
     size_t qstride;
     const uint8_t *q = quantize_activations(ex, x, vdt, &qstride);
-    const pe_vec_dot_fn dot = pe_kern->type[w->type].vec_dot;
+    const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], m = pe_nrows(x);
     const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS;
     const int64_t cols = m == 1 ? 1 : TILE_COLS;
@@ -64,12 +87,7 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
         const int64_t rb = task / n_cb, cb = task % n_cb;
         const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
         const int64_t j0 = cb * cols, j1 = j0 + cols < m ? j0 + cols : m;
-        for (int64_t j = j0; j < j1; j++) {
-            const void *a = q ? (const void *)(q + j * qstride) : x_row(x, j);
-            float *d = dst + j * n;
-            for (int64_t i = i0; i < i1; i++)
-                dot(k, d + i, (const uint8_t *)w->data + i * w->nb[1], a);
-        }
+        tile(kern, k, dst, n, w, x, q, qstride, i0, i1, j0, j1);
     }
 }
 

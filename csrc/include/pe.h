@@ -83,6 +83,9 @@ int pe_dequantize_row_ref(int type, const void *x, float *y, int64_t n);
  * row of `type`, with the current ISA's kernels (or the reference ones). */
 int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out);
 int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out);
+/* The dot product of a weight row with an activation row already quantized
+ * to the type's partner (raw blocks), current ISA or reference kernels. */
+int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *out, int reference);
 /* Quantize a row with the current ISA's activation quantizer. */
 int pe_quantize_row(int type, const float *x, void *y, int64_t n);
 

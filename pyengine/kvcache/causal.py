@@ -1,91 +1,231 @@
-"""The causal KV cache: per-layer K/V rows in cells, with cell metadata.
+"""The causal KV cache: K/V rows in cells, grouped by attention window.
 
-Each cell holds one token's keys and values for every layer, plus its
-position and the set of sequences (a bit mask) that may attend to it.  The
-attention mask of a batch is derived from that metadata, so several
-sequences can share one cache and a sequence can be cut or dropped by
-clearing its bits.
+Layers that attend to everything share one group of `n_cells` cells.  Layers
+with a sliding window get a group of their own, which can be much smaller:
+a sequence only keeps the cells its window (plus a margin for prefix reuse)
+can still see, and `slide` frees the rest.  Each group has its own cell
+metadata (cells.py) and K/V buffers, so a token lands in a different cell in
+each group; the batch graph gets slots, a mask and a KV length per group.
+
+Sliding groups reuse their cells like a ring, except that a wrap is replaced
+by a compaction: the order rule of cells.py (cell order = position order
+within a sequence) is what makes results independent of the batch, and a
+wrapping ring would break it.
+
+K/V rows are F16 (stored as uint16 so numpy never converts them by
+accident).  Q8_0 rows are not offered: the native attention reads F16 only.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from pyengine.errors import ContextLengthError, InvalidOptionError
+from pyengine.errors import ContextLengthError, InvalidOptionError, UnsupportedError
+from pyengine.kvcache.cells import MAX_SEQUENCES, CellTable, seq_bit
 from pyengine.ml.nn import CacheSpec
 
-MAX_SEQUENCES = 64
-_NEG_INF = np.float32(-np.inf)
+KV_TYPES = ("f16",)
+
+# rotate(layers, rows, delta): rows[i] is float32 [n, k_dim] of layers[i]; returns the
+# rows re-roped by `delta` positions.
+Rotator = Callable[[Sequence[int], Sequence[np.ndarray], int], Sequence[np.ndarray]]
+
+
+@dataclass(eq=False)
+class CacheGroup:
+    """Layers that share cell metadata: one window, one cell table, K/V per layer."""
+
+    window: int
+    layers: list[int]
+    cells: CellTable
+    k: dict[int, np.ndarray] = field(default_factory=dict)
+    v: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n_cells(self) -> int:
+        return self.cells.n_cells
+
+    def move(self, order: np.ndarray) -> None:
+        """K/V rows follow a rebuild: new row i is old row order[i]."""
+        n = len(order)
+        for buffers in (self.k, self.v):
+            for rows in buffers.values():
+                rows[:n] = rows[order]
 
 
 class KVCache:
-    def __init__(self, layout: Sequence[CacheSpec], n_cells: int) -> None:
-        if not isinstance(n_cells, int) or n_cells < 1:
-            raise InvalidOptionError(f"context size must be a positive integer, got {n_cells!r}")
-        self.layout = list(layout)
-        self.n_cells = n_cells
-        # F16 rows, stored as uint16 so numpy never converts them by accident
-        self.k = [np.zeros((n_cells, s.k_dim), np.uint16) for s in self.layout]
-        self.v = [np.zeros((n_cells, s.v_dim), np.uint16) for s in self.layout]
-        self.pos = np.full(n_cells, -1, np.int32)
-        self.seq = np.zeros(n_cells, np.uint64)
-        self.windows = sorted({s.window for s in self.layout})
+    """Cells for several sequences (up to 64), grouped by attention window."""
 
-    # ---- metadata ----------------------------------------------------------
+    def __init__(self, layout: Sequence[CacheSpec], n_cells: int, *,
+                 window_cells: Mapping[int, int] | None = None, kv_type: str = "f16") -> None:
+        if isinstance(n_cells, bool) or not isinstance(n_cells, int) or n_cells < 1:
+            raise InvalidOptionError(f"context size must be a positive integer, got {n_cells!r}")
+        if kv_type not in KV_TYPES:
+            if isinstance(kv_type, str) and kv_type.lower() == "q8_0":
+                raise UnsupportedError("a Q8_0 KV cache needs attention over Q8_0 rows, which the native "
+                                       "core does not have yet; use kv_type='f16'")
+            raise InvalidOptionError(f"kv_type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}")
+        self.layout = list(layout)
+        if not self.layout:
+            raise InvalidOptionError("the cache layout has no layers")
+        self.n_cells = n_cells
+        self.kv_type = kv_type
+        self.groups: list[CacheGroup] = []
+        self.layer_group: list[CacheGroup] = []
+        by_window: dict[int, CacheGroup] = {}
+        for i, spec in enumerate(self.layout):
+            group = by_window.get(spec.window)
+            if group is None:
+                size = n_cells if not spec.window else _window_size(spec.window, n_cells, window_cells)
+                group = CacheGroup(spec.window, [], CellTable(size))
+                by_window[spec.window] = group
+                self.groups.append(group)
+            group.layers.append(i)
+            group.k[i] = np.zeros((group.n_cells, spec.k_dim), np.uint16)
+            group.v[i] = np.zeros((group.n_cells, spec.v_dim), np.uint16)
+            self.layer_group.append(group)
+        self.k = [self.layer_group[i].k[i] for i in range(len(self.layout))]
+        self.v = [self.layer_group[i].v[i] for i in range(len(self.layout))]
+        self.epoch = 0   # bumped by clear(), so holders of bookkeeping notice
+
+    # ---- queries -------------------------------------------------------------
+
+    @property
+    def windows(self) -> list[int]:
+        return [g.window for g in self.groups]
 
     @property
     def n_used(self) -> int:
-        return int(np.count_nonzero(self.seq))
+        """Used cells summed over the groups (0 means the cache is empty)."""
+        return sum(g.cells.n_used for g in self.groups)
 
     @property
     def n_kv(self) -> int:
-        """Cells an attention pass must look at: up to the last used one."""
-        used = np.flatnonzero(self.seq)
-        return int(used[-1]) + 1 if used.size else 0
+        return self.groups[0].cells.n_kv
+
+    def seq_positions(self, seq_id: int) -> np.ndarray:
+        """Positions the sequence holds in the first (widest) group."""
+        return self.groups[0].cells.positions_of(seq_id)
+
+    def seq_ids(self) -> list[int]:
+        present: set[int] = set()
+        for g in self.groups:
+            present.update(g.cells.seq_ids())
+        return sorted(present)
+
+    def usable_prefix(self, seq_id: int, n: int) -> int:
+        """The largest p <= n such that a sequence continuing at position p finds every
+        cell it needs of `seq_id`'s positions [0, p) in every group (0 if none)."""
+        p = n
+        for g in self.groups:
+            pos = g.cells.positions_of(seq_id)
+            if pos.size == 0 or pos[0] > 0 and not g.window:
+                return 0
+            if np.any(np.diff(pos) != 1):
+                return 0   # holes: only after edits the engine never makes; do not trust them
+            p = min(p, int(pos[-1]) + 1)
+        for g in self.groups:
+            if g.window and p > 0:
+                first = int(g.cells.positions_of(seq_id)[0])
+                if max(0, p - g.window + 1) < first:
+                    return 0
+        return max(p, 0)
+
+    # ---- edits ---------------------------------------------------------------
 
     def clear(self) -> None:
-        self.pos.fill(-1)
-        self.seq.fill(0)
+        for g in self.groups:
+            g.cells.clear()
+        self.epoch += 1
 
-    def allocate(self, positions: np.ndarray, seq_ids: np.ndarray) -> np.ndarray:
-        """Claim one free cell per token (lowest first) and record its metadata."""
-        free = np.flatnonzero(self.seq == 0)
-        n = len(positions)
-        if n > free.size:
-            raise ContextLengthError(
-                f"the KV cache is full: {n} new tokens need cells but only {free.size} of "
-                f"{self.n_cells} are free (raise num_ctx)")
-        slots = free[:n].astype(np.int32)
-        self.pos[slots] = positions
-        self.seq[slots] = np.left_shift(np.uint64(1), seq_ids.astype(np.uint64))
-        return slots
+    def allocate(self, positions: np.ndarray, seq_ids: np.ndarray) -> list[np.ndarray]:
+        """Claim a cell per token in every group; the slots per group."""
+        positions = np.asarray(positions, np.int32)
+        seq_ids = np.asarray(seq_ids, np.int64)
+        plans = []
+        for g in self.groups:
+            if len(positions) > g.cells.n_free:
+                raise ContextLengthError(
+                    f"the KV cache is full: {len(positions)} new tokens need cells but only "
+                    f"{g.cells.n_free} of {g.n_cells} are free (raise num_ctx)")
+            slots = g.cells.plan(positions, seq_ids)
+            if slots is None:
+                self._compact(g)
+                slots = g.cells.plan(positions, seq_ids)
+                if slots is None:    # cannot happen after a compaction: all free cells are on top
+                    raise ContextLengthError("the KV cache has no room left for this batch")
+            plans.append(slots)
+        for g, slots in zip(self.groups, plans):
+            g.cells.record(slots, positions, seq_ids)
+        return plans
 
     def remove(self, seq_id: int, p0: int = 0, p1: int | None = None) -> None:
         """Drop positions [p0, p1) of a sequence; cells no sequence uses become free."""
-        bit = np.uint64(1) << np.uint64(seq_id)
-        sel = (self.seq & bit) != 0
-        sel &= self.pos >= p0
-        if p1 is not None:
-            sel &= self.pos < p1
-        self.seq[sel] &= ~bit
-        self.pos[self.seq == 0] = -1
+        for g in self.groups:
+            g.cells.remove(seq_id, p0, p1)
 
-    def seq_positions(self, seq_id: int) -> np.ndarray:
-        bit = np.uint64(1) << np.uint64(seq_id)
-        return np.sort(self.pos[(self.seq & bit) != 0])
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """Let `dst` (empty) attend `src`'s cells of positions [0, n) in every group."""
+        for g in self.groups:
+            g.cells.copy(src, dst, 0, n)
 
-    # ---- masks -------------------------------------------------------------
+    def slide(self, seq_id: int, next_pos: int, margin: int = 0) -> None:
+        """Free the sliding-window cells of a sequence that a token at `next_pos` or
+        later can no longer see, except the last `margin` of them."""
+        for g in self.groups:
+            if g.window:
+                g.cells.remove(seq_id, 0, next_pos - g.window + 1 - margin)
 
-    def fill_mask(self, out: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
-                  n_kv: int, window: int = 0) -> None:
-        """out[t, c] = 0 where token t may attend cell c, else -inf (first n_kv cells)."""
-        pos = self.pos[:n_kv]
-        bits = np.left_shift(np.uint64(1), seq_ids.astype(np.uint64))
-        visible = (self.seq[:n_kv][None, :] & bits[:, None]) != 0
-        visible &= pos[None, :] <= positions[:, None]
-        if window:
-            visible &= (positions[:, None] - pos[None, :]) < window
-        t = len(positions)
-        np.copyto(out[:t, :n_kv], np.where(visible, np.float32(0), _NEG_INF))
+    def shift(self, seq_id: int, n_keep: int, n_discard: int, rotate: Rotator) -> None:
+        """Context shift: drop positions [n_keep, n_keep + n_discard) of the sequence,
+        move the later ones down by n_discard and re-rotate their keys."""
+        if n_keep < 0 or n_discard <= 0:
+            raise InvalidOptionError(f"bad context shift: keep {n_keep}, discard {n_discard}")
+        first_moved = n_keep + n_discard
+        for g in self.groups:
+            g.cells.remove(seq_id, n_keep, first_moved)
+            shared = g.cells.shared_cells(seq_id, first_moved)
+            if shared.size:
+                if shared.size > g.cells.n_free:
+                    raise ContextLengthError("the KV cache has no room to shift a shared sequence")
+                order, bits = g.cells.unshare_order(seq_id, shared)
+                g.move(order)
+                g.cells.rebuild(order, bits)
+            cells = np.flatnonzero(((g.cells.seq & seq_bit(seq_id)) != 0) & (g.cells.pos >= first_moved))
+            if cells.size:
+                self._rotate_keys(g, cells, -n_discard, rotate)
+            g.cells.shift(seq_id, first_moved, -n_discard)
+
+    def compact(self) -> None:
+        """Move every group's used cells to the bottom (order kept)."""
+        for g in self.groups:
+            self._compact(g)
+
+    # ---- internals -----------------------------------------------------------
+
+    @staticmethod
+    def _compact(g: CacheGroup) -> None:
+        order = g.cells.compaction()
+        bits = g.cells.seq[order].copy()
+        g.move(order)
+        g.cells.rebuild(order, bits)
+
+    @staticmethod
+    def _rotate_keys(g: CacheGroup, cells: np.ndarray, delta: int, rotate: Rotator) -> None:
+        rows = [g.k[layer][cells].view(np.float16).astype(np.float32) for layer in g.layers]
+        rotated = rotate(g.layers, rows, delta)
+        for layer, new in zip(g.layers, rotated):
+            g.k[layer][cells] = np.asarray(new, np.float32).astype(np.float16).view(np.uint16)
+
+
+def _window_size(window: int, n_cells: int, window_cells: Mapping[int, int] | None) -> int:
+    size = (window_cells or {}).get(window, n_cells)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidOptionError(f"cells for window {window} must be a positive integer, got {size!r}")
+    return min(size, n_cells)
+
+
+__all__ = ["KVCache", "CacheGroup", "KV_TYPES", "MAX_SEQUENCES", "Rotator"]

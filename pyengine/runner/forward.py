@@ -1,21 +1,32 @@
 """Forward passes with reusable graphs.
 
 A graph is built once per batch shape (tokens, output rows) and kept; a
-decode step re-runs the same graph after writing the new token, position,
-cache slot, mask and KV length into its input buffers.  Python work per step
-is therefore independent of the number of layers."""
+decode step re-runs the same graph after writing the new tokens, positions,
+cache slots, masks and KV lengths into its input buffers.  Python work per
+step is therefore independent of the number of layers.
+
+The cache has one group of cells per attention window (kvcache/causal.py);
+each group gives the graph its own slots, mask and KV length, and
+`attn_inputs(layer)` hands a layer those of its group.
+
+The input buffers are shared by every graph: a graph for T tokens reads the
+first T rows of them.  Only one graph computes at a time, so one set of
+buffers (the masks are the big ones: tokens x cells per group) serves all.
+"""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
+from pyengine.errors import InvalidOptionError
 from pyengine.kvcache import KVCache
 from pyengine.ml.context import F16, Backend, Context, Tensor
 
-MAX_GRAPHS = 6
+MAX_GRAPHS = 12
 
 
 @dataclass(frozen=True)
@@ -27,33 +38,45 @@ class AttnInputs:
     kv_len: Tensor
 
 
+class HostBuffers:
+    """Input arrays for batches of up to `capacity` tokens, shared by every graph."""
+
+    def __init__(self, cache: KVCache, capacity: int) -> None:
+        self.capacity = capacity
+        self.tokens = np.zeros(capacity, np.int32)
+        self.positions = np.zeros(capacity, np.int32)
+        self.out_ids = np.zeros(capacity, np.int32)
+        self.slots = [np.zeros(capacity, np.int32) for _ in cache.groups]
+        self.kv_len = [np.zeros(1, np.int32) for _ in cache.groups]
+        # filled per step up to the cells in use; zeros so untouched pages cost no memory
+        self.masks = [np.zeros((capacity, g.n_cells), np.float32) for g in cache.groups]
+
+
 class BatchGraph:
     """The graph for batches of `n_tokens` tokens with `n_out` logit rows."""
 
-    def __init__(self, model, backend: Backend, cache: KVCache, n_tokens: int, n_out: int) -> None:
+    def __init__(self, model, backend: Backend, cache: KVCache, buffers: HostBuffers,
+                 n_tokens: int, n_out: int) -> None:
         self.n_tokens, self.n_out = n_tokens, n_out
-        n_cells = cache.n_cells
-        self.host_tokens = np.zeros(n_tokens, np.int32)
-        self.host_positions = np.zeros(n_tokens, np.int32)
-        self.host_slots = np.zeros(n_tokens, np.int32)
-        self.host_out_ids = np.zeros(n_out, np.int32)
-        self.host_kv_len = np.zeros(1, np.int32)
-        self.host_masks = {w: np.full((n_tokens, n_cells), -np.inf, np.float32) for w in cache.windows}
-
         ctx = Context(backend)
         self.ctx = ctx
-        self.tokens = ctx.input(self.host_tokens, "tokens")
-        self.positions = ctx.input(self.host_positions, "positions")
-        self.out_ids = ctx.input(self.host_out_ids, "out_ids")
-        slots = ctx.input(self.host_slots, "slots")
-        kv_len = ctx.input(self.host_kv_len, "kv_len")
-        masks = {w: ctx.input(m, f"mask_w{w}") for w, m in self.host_masks.items()}
-        self._attn = [
-            AttnInputs(ctx.cache(cache.k[i], F16, (spec.k_dim, n_cells), f"cache_k.{i}"),
-                       ctx.cache(cache.v[i], F16, (spec.v_dim, n_cells), f"cache_v.{i}"),
-                       slots, masks[spec.window], kv_len)
-            for i, spec in enumerate(cache.layout)
-        ]
+        self.tokens = ctx.input(buffers.tokens[:n_tokens], "tokens")
+        self.positions = ctx.input(buffers.positions[:n_tokens], "positions")
+        self.out_ids = ctx.input(buffers.out_ids[:n_out], "out_ids")
+        per_group = []
+        for gi, group in enumerate(cache.groups):
+            slots = ctx.input(buffers.slots[gi][:n_tokens], f"slots.g{gi}")
+            kv_len = ctx.input(buffers.kv_len[gi], f"kv_len.g{gi}")
+            mask = ctx.input(buffers.masks[gi][:n_tokens], f"mask.g{gi}")
+            per_group.append((slots, mask, kv_len))
+        self._attn = []
+        for i, spec in enumerate(cache.layout):
+            group = cache.layer_group[i]
+            slots, mask, kv_len = per_group[cache.groups.index(group)]
+            self._attn.append(AttnInputs(
+                ctx.cache(group.k[i], F16, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
+                ctx.cache(group.v[i], F16, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
+                slots, mask, kv_len))
         self.logits = model.forward(ctx, self)
         ctx.set_output(self.logits)
 
@@ -62,20 +85,28 @@ class BatchGraph:
 
 
 class Forward:
-    """Runs batches of tokens through a model over one KV cache."""
+    """Runs batches of tokens (of one or more sequences) through a model over one KV cache."""
 
-    def __init__(self, model, backend: Backend, cache: KVCache) -> None:
+    def __init__(self, model, backend: Backend, cache: KVCache, max_tokens: int = 512) -> None:
         self.model = model
         self.backend = backend
         self.cache = cache
         self.n_vocab = model.cfg.n_vocab
+        self._buffers = HostBuffers(cache, max_tokens)
         self._graphs: OrderedDict[tuple[int, int], BatchGraph] = OrderedDict()
+        self.compute_seconds = 0.0   # time inside the native core, for the bench
+        self.n_graphs_built = 0
 
     def _graph(self, n_tokens: int, n_out: int) -> BatchGraph:
+        if n_tokens > self._buffers.capacity:
+            # graphs keep views of the old buffers: start over with bigger ones
+            self._buffers = HostBuffers(self.cache, n_tokens)
+            self._graphs.clear()
         key = (n_tokens, n_out)
         g = self._graphs.get(key)
         if g is None:
-            g = BatchGraph(self.model, self.backend, self.cache, n_tokens, n_out)
+            g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out)
+            self.n_graphs_built += 1
             self._graphs[key] = g
             if len(self._graphs) > MAX_GRAPHS:
                 self._graphs.popitem(last=False)
@@ -85,23 +116,35 @@ class Forward:
 
     def __call__(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
                  out_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Logits [len(out_rows), n_vocab] for the given rows of the batch."""
+        """Logits [len(out_rows), n_vocab] for the given rows of the batch.
+
+        Token t of the batch sits at positions[t] of sequence seq_ids[t]; within a
+        sequence positions must increase and follow what the cache holds."""
         tokens = np.asarray(tokens, np.int32)
         positions = np.asarray(positions, np.int32)
-        seq_ids = np.asarray(seq_ids, np.int32)
+        seq_ids = np.asarray(seq_ids, np.int64)
         out_rows = np.asarray(out_rows, np.int32)
-        if tokens.size and (tokens.min() < 0 or tokens.max() >= self.n_vocab):
-            from pyengine.errors import InvalidOptionError
+        n = len(tokens)
+        if n == 0 or tokens.ndim != 1 or positions.shape != tokens.shape or seq_ids.shape != tokens.shape:
+            raise InvalidOptionError("a batch needs one position and one sequence id per token, and a token")
+        if tokens.min() < 0 or tokens.max() >= self.n_vocab:
             raise InvalidOptionError(f"token ids must be in 0..{self.n_vocab - 1}")
-        g = self._graph(len(tokens), len(out_rows))
+        if positions.min() < 0:
+            raise InvalidOptionError("positions must be >= 0")
+        if out_rows.ndim != 1 or out_rows.size == 0 or out_rows.min() < 0 or out_rows.max() >= n:
+            raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
+        g = self._graph(n, len(out_rows))
         slots = self.cache.allocate(positions, seq_ids)
-        n_kv = self.cache.n_kv
-        g.host_tokens[:] = tokens
-        g.host_positions[:] = positions
-        g.host_slots[:] = slots
-        g.host_out_ids[:] = out_rows
-        g.host_kv_len[0] = n_kv
-        for window, mask in g.host_masks.items():
-            self.cache.fill_mask(mask, positions, seq_ids, n_kv, window)
+        buf = self._buffers
+        buf.tokens[:n] = tokens
+        buf.positions[:n] = positions
+        buf.out_ids[:len(out_rows)] = out_rows
+        for gi, group in enumerate(self.cache.groups):
+            n_kv = group.cells.n_kv
+            buf.slots[gi][:n] = slots[gi]
+            buf.kv_len[gi][0] = n_kv
+            group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window)
+        t0 = time.perf_counter()
         g.ctx.compute()
+        self.compute_seconds += time.perf_counter() - t0
         return g.ctx.read(g.logits, out)

@@ -9,11 +9,27 @@ llama.cpp does. Words repeat a lot, so their ids are cached.
 from __future__ import annotations
 
 import heapq
+import operator
 
+import numpy as np
+
+from pyengine.errors import TokenizerError
+from pyengine.tokenizer import native
 from pyengine.tokenizer.pretokenizers import split_words
-from pyengine.tokenizer.vocab import Vocab
+from pyengine.tokenizer.vocab import ESCAPED_SPACE, Vocab
 
 _CACHE_LIMIT = 1 << 17  # words; the cache is simply emptied when it grows past this
+# The pure-Python merge loop costs ~3 us and ~100 bytes per character of a word; past
+# this a word (a run of letters, spaces, ...) is refused rather than eating gigabytes.
+PURE_MAX_WORD = 1_000_000
+
+
+def check_pure_length(word: str) -> None:
+    if len(word) > PURE_MAX_WORD:
+        raise TokenizerError(
+            f"a single word of {len(word)} characters (no spaces or punctuation to split it) "
+            f"is more than the pure-Python tokenizer takes ({PURE_MAX_WORD}); the native core "
+            "(pyengine._core) tokenizes it")
 
 
 def _bytes_to_unicode() -> list[str]:
@@ -36,8 +52,22 @@ CHAR_TO_BYTE: dict[str, int] = {ch: b for b, ch in enumerate(BYTE_TO_CHAR)}
 _LATIN1_TO_GPT2 = {b: ch for b, ch in enumerate(BYTE_TO_CHAR)}
 
 
+# GPT-2 characters back to latin-1 ones; other characters become one that latin-1
+# cannot encode, so that byte_decode_strict rejects text that is no byte sequence.
+_GPT2_TO_LATIN1 = {**{ord(ch): chr(b) for b, ch in enumerate(BYTE_TO_CHAR)},
+                   **{c: "\uffff" for c in range(256) if chr(c) not in CHAR_TO_BYTE}}
+
+
 def byte_encode(word: str) -> str:
     return word.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_GPT2)
+
+
+def byte_decode_strict(text: str) -> bytes | None:
+    """The bytes a GPT-2-mapped text stands for; None if it has other characters."""
+    try:
+        return text.translate(_GPT2_TO_LATIN1).encode("latin-1")
+    except UnicodeEncodeError:
+        return None
 
 
 class BPEEncoder:
@@ -46,14 +76,58 @@ class BPEEncoder:
     def __init__(self, vocab: Vocab) -> None:
         assert vocab.pre is not None
         self._token_to_id = vocab.token_to_id
-        self._ranks = _merge_ranks(vocab.merges)
+        self._pairs = merge_pairs(vocab.merges)
+        self._rank_table: dict[tuple[str, str], int] | None = None
         self._splitters = vocab.pre.splitters()
         self._byte_encode = vocab.pre.byte_encode
         self._ignore_merges = vocab.flags.ignore_merges
         self._newline_words_whole = vocab.pre.name == "gemma4"
         self._cache: dict[str, list[int]] = {}
+        self._native_fragments = None
+        self._native = self._native_encoder(vocab) if native.available() else None
+
+    def _ranks(self) -> dict[tuple[str, str], int]:
+        """Merge pair -> rank, built on first use (the native path does not need it)."""
+        if self._rank_table is None:
+            self._rank_table = {pair: rank for rank, pair in enumerate(self._pairs)}
+        return self._rank_table
+
+    def _native_encoder(self, vocab: Vocab):
+        byte_level = self._byte_encode
+        get = self._token_to_id.get
+        if byte_level:
+            fallback = [get(chr(b), -1) if 0x21 <= b <= 0x7E else -1 for b in range(256)]
+        else:
+            fallback = [get(f"<0x{b:02X}>", -1) for b in range(256)]
+        flags = ((native.BYTE_LEVEL if byte_level else 0)
+                 | (native.IGNORE_MERGES if self._ignore_merges else 0)
+                 | (native.NEWLINES_WHOLE if self._newline_words_whole else 0))
+        splitter = native.splitter_kind(vocab.pre)
+        encoder = native.bpe_encoder(
+            vocab, self._pairs, byte_decode_strict if byte_level else _utf8, fallback,
+            BYTE_TO_CHAR if byte_level else None, flags, splitter)
+        if splitter != native.SPLIT_NONE:
+            self.encode = encoder.encode  # splitting and merging both in C
+            self._native_fragments = encoder.encode_fragments
+        return encoder
+
+    def encode_fragments(self, fragments: list[str | int], escape_spaces: bool) -> list[int]:
+        """Raw text and special token ids to ids (spaces become ▁ when escape_spaces)."""
+        if self._native_fragments is not None and not escape_spaces:
+            return self._native_fragments(fragments)
+        out: list[int] = []
+        for fragment in fragments:
+            if isinstance(fragment, int):
+                out.append(fragment)
+            else:
+                out += self.encode(fragment.replace(" ", ESCAPED_SPACE) if escape_spaces else fragment)
+        return out
 
     def encode(self, text: str) -> list[int]:
+        if self._native is not None:  # Python splits, C merges
+            words = split_words(text, self._splitters)
+            lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+            return self._native.encode_words(text, lengths)
         out: list[int] = []
         cache = self._cache
         for word in split_words(text, self._splitters):
@@ -67,6 +141,7 @@ class BPEEncoder:
         return out
 
     def _encode_word(self, word: str) -> list[int]:
+        check_pure_length(word)
         symbol_text = byte_encode(word) if self._byte_encode else word
         whole = self._token_to_id.get(symbol_text)
         if whole is not None and (self._ignore_merges or
@@ -79,7 +154,7 @@ class BPEEncoder:
         n = len(symbols)
         if n < 2:
             return symbols
-        ranks = self._ranks
+        ranks = self._ranks()
         heap = []
         for i in range(n - 1):
             rank = ranks.get((symbols[i], symbols[i + 1]))
@@ -138,11 +213,26 @@ class BPEEncoder:
         return ids
 
 
-def _merge_ranks(merges: list[str]) -> dict[tuple[str, str], int]:
-    """ "left right" -> rank; the first space after the first character separates them."""
-    ranks: dict[tuple[str, str], int] = {}
-    for rank, merge in enumerate(merges):
-        pos = merge.find(" ", 1)
-        pair = (merge[:pos], merge[pos + 1:]) if pos >= 0 else ("", "")
-        ranks.setdefault(pair, rank)
-    return ranks
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def merge_pairs(merges: list[str]) -> list[tuple[str, str]]:
+    """(left, right) of every merge in rank order, the first of duplicates kept.
+
+    "left right": the first space after the first character separates them (a left
+    side may be a space itself); an entry without one can never match (llama.cpp
+    reads it as an empty pair) and is dropped."""
+    if any(m[:1] == " " for m in merges):
+        parts = map(tuple, map(_split_after_first, merges))
+    else:
+        parts = map(tuple, map(_split_at_space, merges))
+    return [p for p in dict.fromkeys(parts) if len(p) == 2 and p[0] and p[1]]
+
+
+_split_at_space = operator.methodcaller("split", " ", 1)
+
+
+def _split_after_first(merge: str) -> list[str]:
+    pos = merge.find(" ", 1)
+    return [merge[:pos], merge[pos + 1:]] if pos >= 0 else [merge]

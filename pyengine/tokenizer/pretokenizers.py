@@ -93,6 +93,16 @@ SEED_CODER = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p
 UFAKZEKA = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]")
 
+# Single patterns that split exactly as a stage list does, so that one findall does the
+# work (tests/test_tokenizer_pretok.py checks each against its stages).
+# GPT-2's pattern leaves gaps only of one whitespace character before a non-space (a
+# longer run would match \s+(?!\S) up to its last character), so "|\s" closes them.
+GPT2_FUSED = GPT2 + r"|\s"
+# Digits first split off one by one, then GPT-2's pattern inside the rest: the same as
+# GPT-2's pattern with digits alone and a digit ending a run of spaces like the end of text.
+DIGITS_GPT2_FUSED = (r"\p{N}|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?[^\s\p{L}\p{N}]+"
+                     r"|\s+(?![^\s\p{N}])|\s")
+
 
 # --------------------------------------------------------------------------------------
 # Splitters
@@ -113,6 +123,8 @@ def regex_splitter(pattern: str) -> Splitter:
 
     def split(piece: str) -> list[str]:
         words = findall(piece)
+        if not words:
+            return [piece]  # no match: the whole piece is one gap
         if sum(map(len, words)) == len(piece) and "" not in words:
             return words  # the matches tile the piece: no gaps (the common case)
         pieces, last = [], 0
@@ -128,7 +140,18 @@ def regex_splitter(pattern: str) -> Splitter:
         return pieces
 
     split.pattern = compiled.pattern  # type: ignore[attr-defined]
+    if pattern in _JOINABLE:
+        joined = compiled.pattern.replace(r"\Z", rf"(?={_SEPARATOR}|\Z)")
+        split.joined = regex.compile(f"({joined})")  # type: ignore[attr-defined]
     return split
+
+
+# Pieces can be split all at once, joined by a separator, with the patterns below: they
+# are made of character classes none of which holds U+FFFF (a non-character: no letter,
+# number, punctuation, symbol or space), so no match can cross or touch a separator,
+# and they look neither ahead nor behind (their \Z, the end of a piece, becomes "before
+# a separator or the end"). Texts that hold U+FFFF themselves are split piece by piece.
+_SEPARATOR = "\uffff"
 
 
 def split_digit_groups(piece: str) -> list[str]:
@@ -173,6 +196,28 @@ def split_newline_runs(piece: str) -> list[str]:
 _NEWLINE_RUNS = regex.compile(r"[^\n]+|\n+")
 
 
+_JOINABLE = frozenset({
+    "[\r\n]", DEEPSEEK_LLM_LETTERS, DEEPSEEK_LLM_PUNCT, r"\s+\Z", CJK_HANGUL, CJK_KANA, AFMOE_CJK,
+    YOUTU_CJK, r"\p{N}+", r"\p{N}", r"\p{N}{1,3}", r"\s?\p{L}+", r"\s?\p{P}+", "[0-9][0-9][0-9]",
+    r"[\p{P}\$\+<=>\^~\|]+", r"[\p{P}\$\+<=>\^~\|`]+",
+})
+
+
+def _split_joined(pieces: list[str], joined: regex.Pattern) -> list[str]:
+    """One split over all pieces at once (see _JOINABLE): matches, and the gaps between
+    them cut at the separators."""
+    parts = joined.split(_SEPARATOR.join(pieces))
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        if i & 1:
+            out.append(part)
+        elif _SEPARATOR in part:
+            out += [gap for gap in part.split(_SEPARATOR) if gap]
+        elif part:
+            out.append(part)
+    return out
+
+
 # --------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------
@@ -192,13 +237,17 @@ class PreTokenizer:
     byte_encode: bool = True         # GPT-2 byte-to-unicode mapping of every word
     escape_whitespaces: bool = False  # spaces become ▁ before splitting (SPM-style BPE)
     lowercase: bool = True
+    fused: str | None = None         # one pattern equivalent to all of `patterns`
 
-    def splitters(self) -> list[Splitter]:
+    def splitters(self, fused: bool = True) -> list[Splitter]:
+        if fused and self.fused is not None:
+            return [regex_splitter(self.fused)]
         return [p if callable(p) else regex_splitter(p) for p in self.patterns]
 
 
-def _pre(name: str, *patterns: str | Splitter, **flags: bool) -> PreTokenizer:
-    return PreTokenizer(name, tuple(patterns), **flags)
+def _pre(name: str, *patterns: str | Splitter, fused: str | None = None,
+         **flags: bool) -> PreTokenizer:
+    return PreTokenizer(name, tuple(patterns), fused=fused, **flags)
 
 
 _NO_CLEAN = {"clean_spaces": False}
@@ -217,8 +266,8 @@ _TYPES: dict[str, PreTokenizer] = {
     "deepseek-coder": _pre("deepseek-coder", "[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", CJK_HANGUL,
                            r"\p{N}", **_NO_CLEAN),
     "falcon": _pre("falcon", r"[\p{P}\$\+<=>\^~\|`]+", GPT2, "[0-9][0-9][0-9]"),
-    "starcoder": _pre("starcoder", r"\p{N}", GPT2),
-    "gpt-2": _pre("gpt-2", GPT2),
+    "starcoder": _pre("starcoder", r"\p{N}", GPT2, fused=DIGITS_GPT2_FUSED),
+    "gpt-2": _pre("gpt-2", GPT2, fused=GPT2_FUSED),
     "qwen2": _pre("qwen2", QWEN2, **_NO_CLEAN),
     "qwen35": _pre("qwen35", QWEN35, **_NO_CLEAN),
     "bloom": _pre("bloom", BLOOM),
@@ -249,7 +298,8 @@ def _variant(base: str, name: str, **flags: bool) -> PreTokenizer:
     spec = _TYPES[base]
     fields = {**{k: getattr(spec, k) for k in ("clean_spaces", "ignore_merges", "add_bos",
                                                 "add_sep", "no_bos", "byte_encode",
-                                                "escape_whitespaces", "lowercase")}, **flags}
+                                                "escape_whitespaces", "lowercase", "fused")},
+              **flags}
     return PreTokenizer(name, spec.patterns, **fields)
 
 
@@ -299,12 +349,21 @@ def pre_tokenizer_for(name: str) -> PreTokenizer:
     return spec
 
 
-def split_words(text: str, splitters: Sequence[Splitter]) -> list[str]:
-    """Apply the splitters in order; each splits every piece the previous one made."""
+def split_words(text: str, splitters: Sequence[Splitter], join: bool = True) -> list[str]:
+    """Apply the splitters in order; each splits every piece the previous one made
+    (join=False: one call per piece even where all pieces could go at once)."""
     pieces = [text]
+    can_join = join and _SEPARATOR not in text
     for split in splitters:
+        joined = getattr(split, "joined", None)
+        if joined is not None and can_join and len(pieces) > 1:
+            pieces = _split_joined(pieces, joined)
+            continue
         out: list[str] = []
         for piece in pieces:
-            out += split(piece)
+            if len(piece) == 1:
+                out.append(piece)  # one character splits into itself, whatever the pattern
+            else:
+                out += split(piece)
         pieces = out
     return pieces

@@ -35,39 +35,48 @@ class SpecialSplitter:
         self._rank = {i: r for r, i in enumerate(ordered)}
         self._strip = {i: vocab.attrs[i] & (Attr.LSTRIP | Attr.RSTRIP) for i in ordered
                        if vocab.attrs[i] & (Attr.LSTRIP | Attr.RSTRIP)}
-        self._pattern = regex.compile(_trie_pattern(self._texts)) if ordered else None
+        trie = _trie_pattern(self._texts)
+        self._pattern = regex.compile(trie) if ordered else None
+        self._splitter = regex.compile(f"({trie})") if ordered else None
         self._prefixes = _special_prefixes(self._texts)
         self._risky = _risky_tokens(self._texts, self._rank)
+        self._risky_texts = frozenset(tokens[i] for i in self._risky)
 
     def split(self, text: str) -> list[Fragment]:
-        if self._pattern is None or not text:
+        if self._splitter is None or not text:
             return [text] if text else []
-        spans = [(m.start(), m.end()) for m in self._pattern.finditer(text)]
-        if not spans:
+        # Leftmost-longest matches, alternating with the raw text around them (maybe "").
+        parts = self._splitter.split(text)
+        if len(parts) == 1:
             return [text]
-        if self._strip or not self._leftmost_longest_is_exact(text, spans):
+        if self._strip or not self._leftmost_longest_is_exact(text, parts):
             spans, taken = self._priority_spans(text)
             return self._fragments(text, spans, taken)
-        return self._fragments(text, spans, None)
+        texts = self._texts
+        return [texts[part] if i & 1 else part for i, part in enumerate(parts) if part]
 
     # -- the fast path ------------------------------------------------------------------
 
-    def _leftmost_longest_is_exact(self, text: str, spans: list[tuple[int, int]]) -> bool:
+    def _leftmost_longest_is_exact(self, text: str, parts: list[str]) -> bool:
         """True when no higher-priority token starts inside any leftmost-longest match.
 
         Then every match outranks everything overlapping it, so llama.cpp's order picks
         exactly these matches.
         """
-        match, texts, rank, risky = self._pattern.match, self._texts, self._rank, self._risky
-        for start, end in spans:
-            token_id = texts[text[start:end]]
-            if token_id not in risky:
-                continue
-            own = rank[token_id]
-            for inner in range(start + 1, end):
-                found = match(text, inner)
-                if found is not None and rank[texts[found.group()]] < own:
-                    return False
+        risky = self._risky_texts
+        if risky.isdisjoint(parts[1::2]):
+            return True
+        match, texts, rank = self._pattern.match, self._texts, self._rank
+        start = 0
+        for i, part in enumerate(parts):
+            end = start + len(part)
+            if i & 1 and part in risky:
+                own = rank[texts[part]]
+                for inner in range(start + 1, end):
+                    found = match(text, inner)
+                    if found is not None and rank[texts[found.group()]] < own:
+                        return False
+            start = end
         return True
 
     # -- the exact path -----------------------------------------------------------------
@@ -166,7 +175,8 @@ def _risky_tokens(texts: dict[str, int], rank: dict[int, int]) -> set[int]:
     """Tokens inside whose occurrences a higher-priority token could start.
 
     Token B can start at offset d inside an occurrence of A when A[d:] and B agree on
-    their common length (one is a prefix of the other).
+    their common length (one is a prefix of the other). Runs of one character against
+    longer runs of the same character are safe (see _is_run).
     """
     by_first: dict[str, list[str]] = {}
     for text in texts:
@@ -174,10 +184,21 @@ def _risky_tokens(texts: dict[str, int], rank: dict[int, int]) -> set[int]:
     risky = set()
     for text, token_id in texts.items():
         own = rank[token_id]
+        run = _is_run(text)
         for d in range(1, len(text)):
             rest = text[d:]
             if any(rank[texts[other]] < own and (other.startswith(rest) or rest.startswith(other))
+                   and not (run and _is_run(other) and other[0] == text[0])
                    for other in by_first.get(rest[0], ())):
                 risky.add(token_id)
                 break
     return risky
+
+
+def _is_run(text: str) -> bool:
+    """One character repeated ("  ", "\n\n\n").
+
+    A run token picked leftmost-longest is never overtaken by a longer run of the same
+    character starting inside it: that longer run would have fit at the same start.
+    """
+    return text == text[0] * len(text)

@@ -21,6 +21,8 @@ import heapq
 import regex
 
 from pyengine.errors import TokenizerError
+from pyengine.tokenizer import native
+from pyengine.tokenizer.bpe import check_pure_length
 from pyengine.tokenizer.vocab import ESCAPED_SPACE, Vocab
 
 _CACHE_LIMIT = 1 << 17
@@ -38,11 +40,15 @@ def byte_token_ids(vocab: Vocab) -> list[int | None]:
     return ids
 
 
-def chunk_pattern(tokens: list[str]) -> regex.Pattern:
+def glued_characters(tokens: list[str]) -> set[str]:
+    """Characters some vocabulary token has right before a ▁."""
+    return {tok[i - 1] for tok in tokens if ESCAPED_SPACE in tok[1:]
+            for i in range(1, len(tok)) if tok[i] == ESCAPED_SPACE}
+
+
+def chunk_pattern(glued: set[str]) -> regex.Pattern:
     """Where an SPM text can be cut into independent chunks: before each ▁ whose left
     neighbour is never followed by ▁ inside a vocabulary token."""
-    glued = {tok[i - 1] for tok in tokens if ESCAPED_SPACE in tok[1:]
-             for i in range(1, len(tok)) if tok[i] == ESCAPED_SPACE}
     if not glued:
         return regex.compile(f"(?={ESCAPED_SPACE})")
     chars = "".join(regex.escape(ch) for ch in sorted(glued))
@@ -57,10 +63,34 @@ class SPMEncoder:
         self._scores = vocab.scores
         self._byte_ids = byte_token_ids(vocab)
         self._unk = vocab.special["unk"]
-        self._chunker = chunk_pattern(vocab.tokens)
+        glued = glued_characters(vocab.tokens)
+        self._chunker = chunk_pattern(glued)
         self._cache: dict[str, list[int]] = {}
+        self._native = native.spm_encoder(vocab, self._byte_ids, glued) if native.available() else None
+        if self._native is not None:
+            self.encode = self._native.encode  # same ids, the loops in C
+
+    def encode_fragments(self, fragments: list[str | int], space_prefix: bool) -> list[int]:
+        """Raw text and special token ids to ids, as llama.cpp's SPM tokenize: spaces
+        become ▁, and with space_prefix every text that opens the input or follows a
+        special token gets one in front."""
+        if self._native is not None:
+            return self._native.encode_fragments(fragments, space_prefix)
+        out: list[int] = []
+        after_special = True
+        for fragment in fragments:
+            if isinstance(fragment, int):
+                out.append(fragment)
+                after_special = True
+                continue
+            if space_prefix and after_special:
+                fragment = " " + fragment
+            out += self.encode(fragment.replace(" ", ESCAPED_SPACE))
+            after_special = False
+        return out
 
     def encode(self, text: str) -> list[int]:
+        """Ids of one ▁-escaped text."""
         out: list[int] = []
         cache = self._cache
         for chunk in self._chunker.split(text):
@@ -77,6 +107,7 @@ class SPMEncoder:
 
     def segment(self, text: str) -> list[int]:
         """llama.cpp's SPM merge loop on one chunk."""
+        check_pure_length(text)
         n = len(text)
         get, scores = self._token_to_id.get, self._scores
         if n == 1:

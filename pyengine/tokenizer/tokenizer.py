@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterable, Mapping
 
@@ -10,7 +11,7 @@ import regex
 from pyengine.errors import TokenizerError
 from pyengine.tokenizer.decode import PieceTable
 from pyengine.tokenizer.special import Fragment, SpecialSplitter
-from pyengine.tokenizer.vocab import ESCAPED_SPACE, Attr, Vocab
+from pyengine.tokenizer.vocab import Attr, Vocab
 
 
 class Tokenizer:
@@ -65,48 +66,36 @@ class Tokenizer:
         user-defined tokens are always recognised, as in llama.cpp.
         """
         if not isinstance(text, str):
-            raise TokenizerError(f"encode takes a str, not {type(text).__name__}")
+            raise TokenizerError(f"encode takes a str, not {type(text).__name__} (decode bytes "
+                                 "first, e.g. data.decode('utf-8', 'replace'))")
         text = _without_surrogates(text)
         fragments = self._special_splitter(parse_special).split(text)
         family = self.vocab.family
-        if family == "spm":
-            return self._encode_spm(fragments, add_special)
         out = []
         if add_special and (self.add_bos or family == "wpm"):
             out.append(self._required("bos"))
-        flags = self.vocab.flags
-        encode = self._encoder.encode
-        for fragment in fragments:
-            if isinstance(fragment, int):
-                out.append(fragment)
-            elif family == "bpe" and flags.escape_whitespaces:
-                out += encode(fragment.replace(" ", ESCAPED_SPACE))
-            else:
-                out += encode(fragment)
+        out += self._encode_fragments(fragments)
         if add_special and family == "wpm":
             out.append(self._required("sep"))
         elif add_special and self.add_eos:
             out.append(self._required("eos"))
         return out
 
-    def _encode_spm(self, fragments: list[Fragment], add_special: bool) -> list[int]:
-        out = []
-        if add_special and self.add_bos:
-            out.append(self._required("bos"))
-        space_prefix = self.vocab.flags.add_space_prefix
-        prev_special = True  # the first text gets the space prefix
+    def _encode_fragments(self, fragments: list[Fragment]) -> list[int]:
+        """Raw text and special ids (from the special-token splitter) to ids."""
+        flags = self.vocab.flags
+        family = self.vocab.family
+        if family == "spm":
+            return self._encoder.encode_fragments(fragments, flags.add_space_prefix)
+        if family == "bpe":
+            return self._encoder.encode_fragments(fragments, flags.escape_whitespaces)
+        out: list[int] = []
         encode = self._encoder.encode
         for fragment in fragments:
             if isinstance(fragment, int):
                 out.append(fragment)
-                prev_special = True
-                continue
-            if space_prefix and prev_special:
-                fragment = " " + fragment
-            out += encode(fragment.replace(" ", ESCAPED_SPACE))
-            prev_special = False
-        if add_special and self.add_eos:
-            out.append(self._required("eos"))
+            else:
+                out += encode(fragment)
         return out
 
     def _special_splitter(self, parse_special: bool) -> SpecialSplitter:
@@ -167,10 +156,12 @@ class Tokenizer:
         return self._pieces.table(special=special)
 
     def _checked_id(self, token_id: object) -> int:
-        if isinstance(token_id, bool) or not isinstance(token_id, int):
+        if type(token_id) is not int:
             try:
-                token_id = int(token_id)  # numpy integers
-            except (TypeError, ValueError):
+                if isinstance(token_id, bool):
+                    raise TypeError
+                token_id = operator.index(token_id)  # numpy integers too, no floats or strings
+            except TypeError:
                 raise TokenizerError(f"token ids are integers, got {token_id!r}") from None
         if not 0 <= token_id < self.n_vocab:
             raise TokenizerError(f"token id {token_id} is out of range [0, {self.n_vocab})")

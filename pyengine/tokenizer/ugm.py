@@ -10,9 +10,12 @@ llama.cpp, so odd inputs fall apart the same way.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from pyengine.errors import TokenizerError
+from pyengine.tokenizer import native
 from pyengine.tokenizer.vocab import Attr, Vocab
 
 _SPACE = 0x20
@@ -27,6 +30,19 @@ class CharsMap:
         size = int.from_bytes(blob[:4], "little")
         self._nodes = np.frombuffer(blob, dtype="<u4", count=size // 4, offset=4).tolist()
         self._replacements = blob[4 + size:]
+
+    def first_bytes(self) -> set[int]:
+        """Bytes some mapped sequence starts with (the root's children)."""
+        if not self._nodes:
+            return set()
+        root = self._nodes[0]
+        base = (root >> 10) << ((root & (1 << 9)) >> 6)
+        found = set()
+        for c in range(1, 256):
+            index = base ^ c
+            if index < len(self._nodes) and self._nodes[index] & ((1 << 31) | 0xFF) == c:
+                found.add(c)
+        return found
 
     def _node(self, index: int) -> int:
         if index >= len(self._nodes):
@@ -92,7 +108,13 @@ class UGMEncoder:
         matchable = Attr.NORMAL | Attr.USER_DEFINED | Attr.UNUSED
         self._ids = {tok.encode("utf-8", "surrogateescape"): i
                      for i, tok in enumerate(vocab.tokens) if attrs[i] & matchable}
-        self._max_len = max(map(len, self._ids), default=1)
+        # Token lengths by their first 4 bytes: the candidates at a position, instead of
+        # every length up to the longest token (a trie's job, done with dicts).
+        lengths: dict[bytes, set[int]] = {}
+        for key in self._ids:
+            if len(key) > 3:
+                lengths.setdefault(key[:4], set()).add(len(key))
+        self._long_lengths = {k: tuple(sorted(v)) for k, v in lengths.items()}
         normal_scores = [s for s, a in zip(vocab.scores, attrs) if a & Attr.NORMAL]
         min_score = min(normal_scores) if normal_scores else float(np.finfo(np.float32).max)
         self._unknown_score = float(np.float32(min_score - _UNKNOWN_PENALTY))
@@ -102,11 +124,24 @@ class UGMEncoder:
                 for i, a in enumerate(attrs) if a & Attr.USER_DEFINED]
         self._user_trie = _ByteTrie(user)
         self._charsmap = CharsMap(vocab.precompiled_charsmap) if vocab.precompiled_charsmap else None
+        special_first = {u[0] for u in user if u}
+        if self._charsmap is not None:
+            special_first |= self._charsmap.first_bytes()
+        self._unchanged = _unchanged_run_pattern(special_first)
         flags = vocab.flags
         self._space = "\u2581".encode() if flags.escape_whitespaces else b" "
         self._prepend = flags.add_space_prefix and not flags.treat_whitespace_as_suffix
         self._append = flags.add_space_prefix and flags.treat_whitespace_as_suffix
         self._merge_spaces = flags.remove_extra_whitespaces
+        if native.available():
+            kinds = [native.UGM_USER_DEFINED if a & Attr.USER_DEFINED else
+                     native.UGM_NORMAL if a & (Attr.NORMAL | Attr.UNUSED) else native.UGM_NONE
+                     for a in attrs]
+            switches = ((native.UGM_ESCAPE_SPACES if flags.escape_whitespaces else 0)
+                        | (native.UGM_PREPEND_SPACE if self._prepend else 0)
+                        | (native.UGM_APPEND_SPACE if self._append else 0)
+                        | (native.UGM_MERGE_SPACES if self._merge_spaces else 0))
+            self.encode = native.ugm_encoder(vocab, kinds, self._unknown_score, switches).encode
 
     def encode(self, text: str) -> list[int]:
         normalized = self.normalize(text.encode("utf-8"))
@@ -115,28 +150,34 @@ class UGMEncoder:
     # -- normalization ------------------------------------------------------------------
 
     def normalize(self, data: bytes) -> bytes:
-        out = bytearray()
-        space, merge = self._space, self._merge_spaces
-        space_prepended = in_word = False
+        """The character map applied, then spaces escaped (llama.cpp's normalize)."""
+        pieces = []
+        unchanged = self._unchanged.match
         pos = 0
         while pos < len(data):
+            run = unchanged(data, pos)  # characters no mapping or user token starts with
+            if run is not None:
+                pieces.append(run.group())
+                pos = run.end()
+                continue
             piece, consumed = self._normalize_prefix(data, pos)
-            for c in piece:
-                if c != _SPACE:
-                    if not in_word:
-                        in_word = True
-                        if (self._prepend and not space_prepended) or merge:
-                            out += space
-                            space_prepended = True
-                    out.append(c)
-                else:
-                    in_word = False
-                    if not merge:
-                        out += space
+            pieces.append(piece)
             pos += consumed
-        if self._append:
-            out += space
-        return bytes(out)
+        return self._place_spaces(b"".join(pieces))
+
+    def _place_spaces(self, raw: bytes) -> bytes:
+        """Spaces become ▁ (or runs of them one ▁ before each word when merging); the
+        first word gets one more in front when a space prefix is asked for."""
+        space = self._space
+        if self._merge_spaces:
+            out = b"".join(space + word for word in raw.split(b" ") if word)
+        else:
+            out = raw.replace(b" ", space)
+            lead = len(raw) - len(raw.lstrip(b" "))
+            if self._prepend and lead < len(raw):
+                cut = lead * len(space)
+                out = out[:cut] + space + out[cut:]
+        return out + space if self._append else out
 
     def _normalize_prefix(self, data: bytes, pos: int) -> tuple[bytes, int]:
         walked = self._user_trie.longest_walk(data, pos)
@@ -160,13 +201,15 @@ class UGMEncoder:
         best_score[0] = 0.0
         best_id = [unk] * (n + 1)
         best_from = [0] * (n + 1)
-        get, scores, max_len = self._ids.get, self._scores, self._max_len
+        get, scores, long_lengths = self._ids.get, self._scores, self._long_lengths.get
         pos = 0
         while pos < n:
             char_len = min(_UTF8_LEN[data[pos] >> 4], n - pos)
             here = best_score[pos]
             whole_char = False
-            for length in range(1, min(max_len, n - pos) + 1):
+            for length in (1, 2, 3, *long_lengths(data[pos:pos + 4], ())):
+                if length > n - pos:
+                    break
                 token_id = get(data[pos:pos + length])
                 if token_id is None:
                     continue
@@ -197,6 +240,23 @@ class UGMEncoder:
             pos = best_from[pos]
         ids.reverse()
         return ids
+
+
+def _unchanged_run_pattern(special_first: set[int]) -> re.Pattern:
+    """Runs of whole UTF-8 characters whose first byte starts no mapping and no user
+    token: the normalizer copies them as they are."""
+    def byte_class(bytes_: range) -> bytes:
+        return b"".join(re.escape(bytes([b])) for b in bytes_ if b not in special_first)
+
+    ascii_ = byte_class(range(0x00, 0x80))
+    two, three, four = byte_class(range(0xC2, 0xE0)), byte_class(range(0xE0, 0xF0)), \
+        byte_class(range(0xF0, 0xF5))
+    tail = rb"[\x80-\xbf]"
+    alternatives = [rb"[" + cls + rb"]" + tail * k for cls, k in
+                    ((ascii_, 0), (two, 1), (three, 2), (four, 3)) if cls]
+    if not alternatives:
+        return re.compile(rb"(?!)")
+    return re.compile(rb"(?:" + rb"|".join(alternatives) + rb")+")
 
 
 def _utf8_char_len(data: bytes, pos: int) -> int:

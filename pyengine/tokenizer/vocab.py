@@ -43,8 +43,8 @@ class TokenType(enum.IntEnum):
     BYTE = 6
 
 
-class Attr(enum.IntFlag):
-    """Per-token attributes (llama.cpp's llama_token_attr)."""
+class Attr:
+    """Per-token attribute bits (llama.cpp's llama_token_attr); plain ints, for speed."""
 
     UNDEFINED = 0
     UNKNOWN = 1 << 0
@@ -228,7 +228,7 @@ def _string_list(metadata: Mapping[str, object], key: str) -> list[str] | None:
     values = _get_array(metadata, key)
     if values is None:
         return None
-    if isinstance(values, np.ndarray) or not all(isinstance(v, str) for v in values):
+    if isinstance(values, np.ndarray) or not set(map(type, values)) <= {str}:
         raise TokenizerError(f"metadata key {key!r} should be an array of strings")
     return list(values)
 
@@ -279,7 +279,6 @@ def _build(metadata: Mapping[str, object]) -> Vocab:
     scores = _numeric_list(metadata, "tokenizer.ggml.scores", n_vocab, float) or [0.0] * n_vocab
     types = _numeric_list(metadata, "tokenizer.ggml.token_type", n_vocab, int)
     attrs = [_ATTR_OF_TYPE.get(t, Attr.UNDEFINED) for t in types] if types else [Attr.NORMAL] * n_vocab
-    attrs = [int(a) for a in attrs]
 
     flags = Flags(**_FAMILY_FLAGS[family])
     special: dict[str, int | None] = dict.fromkeys(
@@ -417,7 +416,7 @@ def _find_special_by_text(tokens: list[str], attrs: list[int], token_to_id: dict
     for text in _ALWAYS_RENDERED:
         token_id = token_to_id.get(text)
         if token_id is not None:
-            attrs[token_id] = int(Attr.USER_DEFINED)
+            attrs[token_id] = Attr.USER_DEFINED
     eog.update(special[name] for name in ("eos", "eot", "eom") if special[name] is not None)
     _drop_false_eog(tokens, attrs, eog)
     return frozenset(eog)
@@ -430,18 +429,18 @@ def _drop_false_eog(tokens: list[str], attrs: list[int], eog: set[int]) -> None:
     if "<|end|>" in by_text and has_call and ("<|return|>" in by_text or "<|flush|>" in by_text):
         end_id = by_text["<|end|>"]
         eog.discard(end_id)
-        attrs[end_id] = int(Attr.USER_DEFINED)
+        attrs[end_id] = Attr.USER_DEFINED
     # Gemma 4 and PLaMo have an ordinary "</s>".
     if "</s>" in by_text and ("<|tool_response>" in by_text or "<|plamo:eos|>" in by_text):
         s_id = by_text["</s>"]
         eog.discard(s_id)
-        attrs[s_id] = int(Attr.NORMAL)
+        attrs[s_id] = Attr.NORMAL
 
 
 def _set_strip_attrs(attrs: list[int], token_to_id: dict[str, int], name: str, arch: str,
                      pre_text: str) -> None:
     """Per-model whitespace stripping around special tokens (llama.cpp keys it by name)."""
-    def set_attr(text: str, attr: Attr, value: bool) -> None:
+    def set_attr(text: str, attr: int, value: bool) -> None:
         token_id = token_to_id.get(text)
         if token_id is not None:
             attrs[token_id] = attrs[token_id] | attr if value else attrs[token_id] & ~attr

@@ -57,50 +57,67 @@ def _char_class(ch: str) -> str:
     return "w"
 
 
+class _Normalizer(dict):
+    """str.translate table of BERT's character rules, filled in as characters appear:
+    whitespace -> " ", dropped characters -> None, punctuation / CJK -> " c ",
+    anything else -> itself (lowercased and reduced to its NFD base when asked)."""
+
+    def __init__(self, lowercase: bool, strip_accents: bool) -> None:
+        super().__init__()
+        self._lowercase = lowercase
+        self._strip_accents = strip_accents
+
+    def __missing__(self, code: int) -> str | None:
+        ch = chr(code)
+        if self._strip_accents:
+            ch = nfd_first(ch)
+        kind = _char_class(ch)
+        if kind == " ":
+            out = " "
+        elif kind == "x" or (kind == "m" and self._strip_accents):
+            out = None
+        else:
+            if self._lowercase:
+                ch = simple_lower(ch)
+            out = f" {ch} " if kind == "p" else ch
+        self[code] = out
+        return out
+
+
+_CACHE_LIMIT = 1 << 17
+
+
 class WPMEncoder:
     def __init__(self, vocab: Vocab) -> None:
         self._token_to_id = vocab.token_to_id
         self._max_len = max(map(len, vocab.tokens)) + 1
         self._unk = vocab.special["unk"]
-        self._lowercase = vocab.flags.lowercase
-        self._strip_accents = vocab.flags.strip_accents
+        self._normalizer = _Normalizer(vocab.flags.lowercase, vocab.flags.strip_accents)
+        self._cache: dict[str, list[int]] = {}
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
+        cache = self._cache
         for word in self.words(text):
-            ids = self._word_ids(ESCAPED_SPACE + word)
+            ids = cache.get(word)
             if ids is None:
-                if self._unk is None:
-                    raise TokenizerError(f"cannot encode {word!r}: no unknown token")
-                ids = [self._unk]
+                ids = self._word_ids(ESCAPED_SPACE + word)
+                if ids is None:
+                    if self._unk is None:
+                        raise TokenizerError(f"cannot encode {word!r}: no unknown token")
+                    ids = [self._unk]
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[word] = ids
             out += ids
         return out
 
     def words(self, text: str) -> list[str]:
-        """BERT's basic tokenization: normalized words and single punctuation marks."""
-        words = [""]
-        for ch in text:
-            if self._strip_accents:
-                ch = nfd_first(ch)
-            kind = _char_class(ch)
-            if kind == " ":
-                if words[-1]:
-                    words.append("")
-                continue
-            if kind == "x" or (kind == "m" and self._strip_accents):
-                continue
-            if self._lowercase:
-                ch = simple_lower(ch)
-            if kind == "p":
-                if words[-1]:
-                    words.append("")
-                words[-1] = ch
-                words.append("")
-            else:
-                words[-1] += ch
-        if not words[-1]:
-            words.pop()
-        return words
+        """BERT's basic tokenization: normalized words and single punctuation marks.
+
+        Every whitespace character became " " and every other character str.split()
+        would split on (\\x1c-\\x1f) is a control character that was dropped."""
+        return text.translate(self._normalizer).split()
 
     def _word_ids(self, word: str) -> list[int] | None:
         """Longest-first greedy cut; None when some position starts no token."""

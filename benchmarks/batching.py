@@ -1,0 +1,87 @@
+"""Continuous batching: total generated tokens/s with 1 and with N concurrent greedy
+generations sharing the engine's batch loop, and time to first token with and
+without a cached prompt prefix.
+
+    PYTHONPATH=. python benchmarks/batching.py [--model smollm2-135m] [--threads 2]
+                                               [--tokens 64] [--parallel 4] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
+           "The three laws of robotics are", "Water boils at", "My favourite book is",
+           "The best way to learn a language is", "In 1969, astronauts"]
+
+
+def generate_concurrently(llm, prompts: list[str], n_tokens: int) -> tuple[int, float, float]:
+    """Tokens generated, wall seconds and process CPU seconds for all prompts at once
+    (one thread each).  CPU time is what to compare on a machine shared with others."""
+    counts = [0] * len(prompts)
+
+    def run(i: int) -> None:
+        result = llm.submit(prompts[i], max_tokens=n_tokens, cache_prompt=False).result()
+        counts[i] = result.completion_tokens
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    start, cpu = time.perf_counter(), time.process_time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts), time.perf_counter() - start, time.process_time() - cpu
+
+
+def best_rate(llm, prompts: list[str], n_tokens: int, repeat: int) -> tuple[float, float]:
+    """Best tokens/s (wall) and best CPU milliseconds per token over `repeat` runs."""
+    rates, cpu_ms = [], []
+    for _ in range(repeat):
+        tokens, seconds, cpu = generate_concurrently(llm, prompts, n_tokens)
+        rates.append(tokens / seconds)
+        cpu_ms.append(cpu / tokens * 1000)
+    return max(rates), min(cpu_ms)
+
+
+def prefix_reuse(llm) -> tuple[float, float, int]:
+    """Time to first token of a ~600-token prompt, then of one sharing all but its end."""
+    text = " ".join(f"Item {i}: the {w} is on the table." for i, w in enumerate(
+        ["apple", "book", "cup", "lamp", "pen", "phone", "key", "plate"] * 7))
+    prefix = llm.tokenize(text)
+    llm.engine.drop_cache()
+    first = llm.submit(prefix + llm.tokenize(" First?", add_special=False), max_tokens=1).result()
+    second = llm.submit(prefix + llm.tokenize(" Second?", add_special=False), max_tokens=1).result()
+    return (first.queue_seconds + first.prompt_seconds, second.queue_seconds + second.prompt_seconds,
+            second.cached_tokens)
+
+
+def main() -> None:
+    from pyengine.api import LLM
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    llm = LLM(args.model, n_ctx=1024, n_threads=args.threads, n_parallel=args.parallel)
+    prompts = (PROMPTS * args.parallel)[: args.parallel]
+    generate_concurrently(llm, prompts[:1], 4)            # warm graphs and pages
+    single = best_rate(llm, prompts[:1], args.tokens, args.repeat)
+    batched = best_rate(llm, prompts, args.tokens, args.repeat)
+    print(f"model {llm.path.name}, {llm.n_threads} threads, {args.tokens} greedy tokens per generation")
+    print(f"{'concurrent':>10}  {'total tok/s':>11}  {'cpu ms/token':>12}")
+    print(f"{1:>10}  {single[0]:>11.1f}  {single[1]:>12.2f}")
+    print(f"{args.parallel:>10}  {batched[0]:>11.1f}  {batched[1]:>12.2f}")
+    print(f"throughput ratio: {batched[0] / single[0]:.2f}x (wall), {single[1] / batched[1]:.2f}x (cpu per token)")
+    cold, warm, cached = prefix_reuse(llm)
+    print(f"time to first token, {cached}-token prefix cached: {cold * 1000:.0f} ms -> {warm * 1000:.0f} ms "
+          f"({cold / warm:.1f}x sooner)")
+    llm.close()
+
+
+if __name__ == "__main__":
+    main()

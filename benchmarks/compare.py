@@ -1,0 +1,120 @@
+"""Side-by-side speed: pyengine against llama.cpp (through llama-cpp-python,
+when it is installed) on the same GGUF files and thread count.
+
+    python benchmarks/compare.py smollm2-135m gemma3-270m --threads 2 --rounds 3
+
+Each measurement runs in a fresh process (so peak memory is per engine), and
+the engines alternate round by round so that machine noise hits both alike.
+Prints prompt (pp512) and generation (tg128) tokens/s, their ratios, and peak
+resident memory."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# benchmarks/tokenize.py would shadow the standard library's tokenize module
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+
+def worker_pyengine(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
+    from pyengine.bench import run_bench
+
+    r = run_bench(path, n_threads=threads, n_prompt=n_prompt, n_gen=n_gen, repeat=1)
+    return {"pp": r["pp_tps"], "tg": r["tg_tps"], "rss": r["peak_rss_mb"]}
+
+
+def worker_llamacpp(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
+    import numpy as np
+    from llama_cpp import Llama
+
+    from pyengine.bench import peak_rss_mb
+
+    llm = Llama(model_path=path, n_ctx=n_prompt + n_gen + 16, n_batch=n_prompt, n_ubatch=n_prompt,
+                n_threads=threads, n_threads_batch=threads, verbose=False)
+    rng = np.random.default_rng(0)
+    prompt = [int(t) for t in rng.integers(0, llm.n_vocab(), n_prompt)]
+    llm.eval(prompt[:8])  # warm up
+    llm.reset()
+    t = time.perf_counter()
+    llm.eval(prompt)
+    pp = n_prompt / (time.perf_counter() - t)
+    llm.reset()
+    token = prompt[0]
+    t = time.perf_counter()
+    for _ in range(n_gen):
+        llm.eval([token])
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    tg = n_gen / (time.perf_counter() - t)
+    return {"pp": pp, "tg": tg, "rss": peak_rss_mb()}
+
+
+WORKERS = {"pyengine": worker_pyengine, "llama.cpp": worker_llamacpp}
+
+
+def measure(engine: str, path: str, args) -> dict | None:
+    cmd = [sys.executable, __file__, "--worker", engine, path, "--threads", str(args.threads),
+           "--n-prompt", str(args.n_prompt), "--n-gen", str(args.n_gen)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"{engine} failed on {path}:\n{out.stderr[-1500:]}", file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def llamacpp_available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="+", help="catalog names or .gguf paths")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--n-prompt", type=int, default=512)
+    ap.add_argument("--n-gen", type=int, default=128)
+    ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker](args.models[0], args.threads, args.n_prompt, args.n_gen)))
+        return 0
+
+    from pyengine.store import resolve_model
+
+    engines = ["pyengine"] + (["llama.cpp"] if llamacpp_available() else [])
+    if len(engines) == 1:
+        print("llama-cpp-python is not installed: showing pyengine alone "
+              "(CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python)")
+    print(f"{'model':<22} {'engine':<10} {'pp' + str(args.n_prompt):>9} {'tg' + str(args.n_gen):>9} "
+          f"{'peak MiB':>9}   (tokens/s, median of {args.rounds}, {args.threads} threads)")
+    for name in args.models:
+        path = str(resolve_model(name))
+        runs: dict[str, list[dict]] = {e: [] for e in engines}
+        for _ in range(args.rounds):
+            for engine in engines:
+                r = measure(engine, path, args)
+                if r:
+                    runs[engine].append(r)
+        med = {e: {k: statistics.median(r[k] for r in rs) for k in ("pp", "tg", "rss")}
+               for e, rs in runs.items() if rs}
+        for engine, m in med.items():
+            print(f"{name:<22} {engine:<10} {m['pp']:>9.1f} {m['tg']:>9.1f} {m['rss']:>9.0f}")
+        if len(med) == 2:
+            a, b = med["pyengine"], med["llama.cpp"]
+            print(f"{name:<22} {'ratio':<10} {a['pp'] / b['pp']:>8.2f}x {a['tg'] / b['tg']:>8.2f}x "
+                  f"{a['rss'] / b['rss']:>8.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""The Python API: `LLM` loads a GGUF model and runs it.
+
+    from pyengine import LLM
+    llm = LLM("smollm2-135m")               # a catalog name or a path to a .gguf
+    print(llm.generate("Why is the sky blue?", max_tokens=64))
+    for piece in llm.generate("Tell me a story", stream=True, temperature=0.7, top_k=40):
+        print(piece, end="", flush=True)
+    llm.create_completion("Once upon a time", max_tokens=32)   # OpenAI completion dict
+
+Options use Ollama's names (temperature, top_k, top_p, min_p, typical_p,
+repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed,
+num_predict, stop, mirostat, mirostat_tau, mirostat_eta, num_ctx, num_keep,
+grammar, format, logit_bias, logprobs, top_logprobs, shift, truncate, ...); an unknown
+name or a bad value raises InvalidOptionError naming it.
+
+Every method may be called from many threads at once: generations share
+the engine's batch loop (up to `n_parallel` sequences in each forward pass).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+import weakref
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from pyengine.errors import InvalidOptionError
+from pyengine.gguf import GGUFFile
+from pyengine.ml.context import Backend
+from pyengine.models import load_model
+from pyengine.runner.engine import DEFAULT_BATCH, DEFAULT_PARALLEL, Engine
+from pyengine.runner.handle import RequestHandle
+from pyengine.runner.sequence import Chunk, Completion, TokenLogprob
+from pyengine.sample import Grammar, SamplingOptions
+from pyengine.tokenizer import Tokenizer
+
+DEFAULT_CTX = 4096
+
+# Options that shape the request rather than the sampler chain.
+REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "grammar", "format", "logprobs",
+                             "top_logprobs", "shift", "truncate", "cache_prompt"})
+
+
+class LLM:
+    """A loaded model with its tokenizer, KV cache, thread pool and batch loop."""
+
+    def __init__(self, model: str | os.PathLike, *, n_ctx: int | None = None, n_threads: int | None = None,
+                 n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str = "f16",
+                 swa_full: bool = False) -> None:
+        from pyengine.store import resolve_model
+
+        self.path = resolve_model(model)
+        self.model_name = self.path.stem if os.path.sep in str(model) else str(model)
+        self.gguf = GGUFFile(self.path)
+        self.model = load_model(self.gguf)
+        self.tokenizer = Tokenizer.from_gguf(self.gguf)
+        cfg = self.model.cfg
+        self.n_ctx = _positive_int("n_ctx", n_ctx if n_ctx is not None else min(cfg.n_ctx_train, DEFAULT_CTX))
+        self.n_batch = _positive_int("n_batch", n_batch)
+        self.backend = Backend(n_threads)
+        self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
+                             n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full)
+        self._closer = weakref.finalize(self, self.engine.close)
+
+    # ---- properties ----------------------------------------------------------
+
+    @property
+    def n_vocab(self) -> int:
+        return self.model.cfg.n_vocab
+
+    @property
+    def n_threads(self) -> int:
+        return self.backend.n_threads
+
+    @property
+    def n_parallel(self) -> int:
+        return self.engine.n_parallel
+
+    @property
+    def architecture(self) -> str:
+        return self.gguf.architecture
+
+    @property
+    def cache(self):
+        """The engine's KV cache (for inspection and benchmarks)."""
+        return self.engine.cache
+
+    @property
+    def forward(self):
+        """The engine's Forward (benchmarks drive it directly while no request runs)."""
+        return self.engine.forward
+
+    def stats(self) -> dict:
+        return self.engine.stats()
+
+    def close(self) -> None:
+        """Stop the batch loop (unfinished requests end as cancelled)."""
+        self._closer()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- tokens ----------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+    # ---- forward ---------------------------------------------------------------
+
+    def forward_logits(self, ids: Sequence[int]) -> np.ndarray:
+        """Logits of every position, float32 [len(ids), n_vocab], as from an empty cache."""
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise InvalidOptionError("ids must be a non-empty 1-D sequence of token ids")
+        handle = self.engine.submit(ids.tolist(), max_tokens=0, all_logits=True, shift=False)
+        return _wait(handle).logits
+
+    # ---- generation --------------------------------------------------------------
+
+    def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
+                 stream: bool = False, seed: int | None = None, stop: Sequence[str] | str | None = None,
+                 **options) -> str | Iterator[str]:
+        """Continue `prompt` (text or token ids); the text, or an iterator of text pieces."""
+        handle = self.submit(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
+                             **options)
+        if stream:
+            return _Stream(handle, lambda event: event.text or None if isinstance(event, Chunk) else None)
+        return _wait(handle).text
+
+    def create_completion(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
+                          stream: bool = False, seed: int | None = None,
+                          stop: Sequence[str] | str | None = None, **options) -> dict | Iterator[dict]:
+        """OpenAI's completion object (`text_completion`), or its chunks when streaming."""
+        handle = self.submit(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
+                             **options)
+        head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion",
+                "created": int(time.time()), "model": self.model_name}
+        if stream:
+            return _Stream(handle, lambda event: self._completion_chunk(head, event))
+        result = _wait(handle)
+        choice = {"text": result.text, "index": 0,
+                  "logprobs": self._openai_logprobs(result.logprobs) if result.logprobs is not None else None,
+                  "finish_reason": result.finish_reason}
+        return {**head, "choices": [choice], "usage": _usage(result)}
+
+    def submit(self, prompt: str | Sequence[int], *, max_tokens: int | None = 128, temperature: float = 0.0,
+               seed: int | None = None, stop: Sequence[str] | str | None = None, **options) -> RequestHandle:
+        """Queue a generation with Ollama-named options; the handle streams Chunk events and
+        ends with the Completion (counts, timings, finish_reason, logprobs)."""
+        ids = self.tokenize(prompt, parse_special=True) if isinstance(prompt, str) else prompt
+        sampling_opts = {k: v for k, v in options.items() if k not in REQUEST_OPTIONS}
+        request_opts = {k: v for k, v in options.items() if k in REQUEST_OPTIONS}
+        sampling_opts.update(temperature=temperature, seed=seed)
+        sampling = SamplingOptions.from_dict(sampling_opts)
+        if "num_predict" in request_opts:
+            max_tokens = request_opts.pop("num_predict")
+        grammar = _grammar(request_opts.pop("grammar", None), request_opts.pop("format", None))
+        top = request_opts.pop("top_logprobs", None)
+        if sampling.n_probs and top is None:
+            top = sampling.n_probs
+        return self.engine.submit(ids, sampling, max_tokens=max_tokens, stop=stop, grammar=grammar,
+                                  top_logprobs=top, **request_opts)
+
+    # ---- OpenAI shapes -----------------------------------------------------------
+
+    def _completion_chunk(self, head: dict, event: Chunk | Completion) -> dict | None:
+        if isinstance(event, Completion):
+            choice = {"text": "", "index": 0, "logprobs": None, "finish_reason": event.finish_reason}
+            return {**head, "choices": [choice], "usage": _usage(event)}
+        if not event.text and not event.logprobs:
+            return None
+        logprobs = self._openai_logprobs(list(event.logprobs)) if event.logprobs else None
+        return {**head, "choices": [{"text": event.text, "index": 0, "logprobs": logprobs, "finish_reason": None}]}
+
+    def _openai_logprobs(self, items: list[TokenLogprob]) -> dict:
+        tokens = [self._piece(lp.token) for lp in items]
+        offsets = np.cumsum([0] + [len(t) for t in tokens[:-1]]).tolist() if tokens else []
+        return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in items],
+                "top_logprobs": [{self._piece(t): v for t, v in lp.top} for lp in items],
+                "text_offset": offsets}
+
+    def _piece(self, token: int) -> str:
+        return self.tokenizer.token_to_bytes(token).decode("utf-8", "replace")
+
+
+class _Stream:
+    """Iterator over a request's events mapped to values (None: skipped); stopping early
+    (close, garbage collection) cancels the request."""
+
+    def __init__(self, handle: RequestHandle, mapper) -> None:
+        self._handle = handle
+        self._events = iter(handle)
+        self._mapper = mapper
+
+    def __iter__(self) -> "_Stream":
+        return self
+
+    def __next__(self):
+        while True:
+            try:
+                event = next(self._events)
+            except BaseException:
+                self._handle.cancel()
+                raise
+            value = self._mapper(event)
+            if value is not None:
+                return value
+
+    def close(self) -> None:
+        if not self._handle.done:
+            self._handle.cancel()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _wait(handle: RequestHandle) -> Completion:
+    try:
+        return handle.result()
+    except BaseException:
+        handle.cancel()
+        raise
+
+
+def _usage(result: Completion) -> dict:
+    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+            "total_tokens": result.prompt_tokens + result.completion_tokens}
+
+
+def _grammar(grammar: object, fmt: object) -> Grammar | None:
+    if grammar is not None and fmt not in (None, ""):
+        raise InvalidOptionError("give either option 'grammar' or option 'format', not both")
+    if isinstance(grammar, Grammar):
+        return grammar
+    if grammar is not None:
+        if not isinstance(grammar, str):
+            raise InvalidOptionError(f"option 'grammar' must be GBNF text, got {type(grammar).__name__}")
+        return Grammar.from_gbnf(grammar) if grammar.strip() else None
+    if fmt in (None, ""):
+        return None
+    return Grammar.from_format(fmt)
+
+
+    # ---- chat ------------------------------------------------------------------
+
+    def chat(self, messages, tools=None, format=None, think=None, stream=False, **options):
+        """Ollama-style chat: the model's template, reasoning and tool-call parsing."""
+        from pyengine.chat.session import chat
+
+        return chat(self, messages, tools=tools, format=format, think=think, stream=stream, **options)
+
+    def create_chat_completion(self, messages, **kwargs):
+        """OpenAI-style chat completion (llama-cpp-python's method of the same name)."""
+        from pyengine.chat.session import create_chat_completion
+
+        return create_chat_completion(self, messages, **kwargs)
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{name} must be a positive integer, got {value!r}")
+    return value

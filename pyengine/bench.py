@@ -1,0 +1,71 @@
+"""`pyengine bench`: prompt and generation speed of a model, llama-bench style.
+
+Prompt speed runs `n_prompt` tokens through the model in one batch (pp512);
+generation speed decodes `n_gen` tokens one at a time (tg128).  The Python
+time per generated token is the wall time of a step minus the time spent in
+the native core: it must stay flat however many layers the model has."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+
+def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: int = 128,
+              repeat: int = 3) -> dict:
+    from pyengine.api import LLM
+
+    t0 = time.perf_counter()
+    llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 16, n_threads=n_threads, n_batch=max(n_prompt, 1))
+    load_s = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, llm.n_vocab, n_prompt)
+    llm.generate([int(t) for t in prompt[:8]], max_tokens=1)
+    first_token_s = time.perf_counter() - t0
+    fw = llm.forward
+    pp, tg, py = [], [], []
+    for rep in range(repeat + 1):   # the first round warms graphs and pages
+        llm.cache.clear()
+        t = time.perf_counter()
+        fw(prompt, np.arange(n_prompt), np.zeros(n_prompt), np.array([n_prompt - 1]))
+        pp_s = time.perf_counter() - t
+        llm.cache.clear()
+        token = np.array([int(prompt[0])])
+        core_before = fw.compute_seconds
+        t = time.perf_counter()
+        for pos in range(n_gen):
+            logits = fw(token, np.array([pos]), np.zeros(1), np.zeros(1))
+            token[0] = int(np.argmax(logits[0]))
+        tg_s = time.perf_counter() - t
+        core_s = fw.compute_seconds - core_before
+        if rep:
+            pp.append(n_prompt / pp_s)
+            tg.append(n_gen / tg_s)
+            py.append((tg_s - core_s) / n_gen * 1e6)
+    llm.cache.clear()
+    return {
+        "model": str(llm.path.name),
+        "n_threads": llm.n_threads,
+        "isa": llm.backend.isa,
+        "pp_tps": float(np.median(pp)),
+        "tg_tps": float(np.median(tg)),
+        "py_us_per_token": float(np.median(py)),
+        "load_s": load_s,
+        "first_token_s": first_token_s,
+        "peak_rss_mb": peak_rss_mb(),
+        "model_mb": llm.path.stat().st_size / 2**20,
+        "n_prompt": n_prompt,
+        "n_gen": n_gen,
+    }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return float("nan")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10

@@ -1,0 +1,24 @@
+"""A model's own chat template, ready to render conversations for it."""
+
+from __future__ import annotations
+
+from pyengine.chat.template import ChatTemplate
+
+
+def model_template(gguf, tokenizer) -> ChatTemplate:
+    """The GGUF's `tokenizer.chat_template`, or the documented fallback, with
+    the model's BOS/EOS texts bound."""
+    bos = tokenizer.token_text(tokenizer.bos_id) if tokenizer.bos_id is not None else ""
+    eos = tokenizer.token_text(tokenizer.eos_id) if tokenizer.eos_id is not None else ""
+    source = gguf.get_str("tokenizer.chat_template", "")
+    if not source:
+        return ChatTemplate.fallback(bos_token=bos, eos_token=eos)
+    return ChatTemplate(source, bos_token=bos, eos_token=eos)
+
+
+def encode_rendered(tokenizer, template: ChatTemplate, text: str) -> list[int]:
+    """Token ids of a rendered conversation: special tokens parsed, and BOS
+    added only when the template did not already write it."""
+    bos = template.bos_token
+    add_special = not (bos and text.startswith(bos))
+    return tokenizer.encode(text, add_special=add_special, parse_special=True)

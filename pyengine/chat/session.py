@@ -1,0 +1,406 @@
+"""Chatting with an `LLM`: render, tokenize, generate, parse, and shape the reply.
+
+    from pyengine.chat.session import chat, create_chat_completion
+    reply = chat(llm, [{"role": "user", "content": "Hi"}])            # Ollama /api/chat shape
+    print(reply["message"]["content"])
+    for chunk in create_chat_completion(llm, messages, stream=True):  # OpenAI chunks
+        print(chunk["choices"][0]["delta"].get("content", ""), end="")
+
+Both take options by Ollama's names (``temperature``, ``top_k``, ``num_predict``,
+``num_ctx``, ``stop``, ``seed``, ...). The conversation is rendered with the model's
+own chat template (``think`` switches reasoning on or off where the template has a
+switch), the reply is split into reasoning, content and tool calls (tool calls are
+parsed only when ``tools`` are given, in the format the template teaches), and
+``format`` ("json" or a JSON schema) constrains the answer.
+
+Lower level: :func:`start_chat` / :func:`start_prompt` return a :class:`ChatStream`
+of :class:`ChatPiece` events ending with a :class:`ChatResult`; the server uses these.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterator, Sequence
+
+from pyengine.chat import shapes
+from pyengine.chat.generation import submit
+from pyengine.chat.messages import normalize_messages, normalize_tools
+from pyengine.chat.parsers import Delta, StreamParser, collect, detect_tool_format, prompt_opens_reasoning
+from pyengine.chat.prompt import encode_rendered, model_template
+from pyengine.chat.template import ChatTemplate, thinking_kwargs
+from pyengine.errors import InvalidOptionError
+from pyengine.runner.sequence import Completion
+
+THINK_LEVELS = ("low", "medium", "high")
+_TEMPLATES: "weakref.WeakKeyDictionary[Any, ChatTemplate]" = weakref.WeakKeyDictionary()
+
+
+# --------------------------------------------------------------------------------------
+# Prompts
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """Token ids to generate after, and how to read the reply."""
+
+    ids: list[int]
+    text: str | None = None            # the rendered prompt, when there was one
+    tool_format: str | None = None     # parse tool calls in this format (None: not at all)
+    starts_in_reasoning: bool = False  # the prompt opened a reasoning block
+    parse: bool = True                 # split reasoning/tool calls (False: raw text)
+
+
+def chat_template(llm: Any) -> ChatTemplate:
+    """The model's chat template (compiled once per LLM)."""
+    try:
+        return _TEMPLATES[llm]
+    except (KeyError, TypeError):
+        pass
+    template = model_template(llm.gguf, llm.tokenizer)
+    try:
+        _TEMPLATES[llm] = template
+    except TypeError:  # an object that cannot be weakly referenced: no caching
+        pass
+    return template
+
+
+def prepare_chat(llm: Any, messages: Any, tools: Any = None, think: bool | str | None = None) -> PreparedPrompt:
+    """Render `messages` (and `tools`) with the model's template and tokenize the result."""
+    conversation = normalize_messages(messages)
+    tool_list = normalize_tools(tools)
+    template = chat_template(llm)
+    kwargs = _think_kwargs(template, think)
+    text = template.render(conversation, tools=tool_list, add_generation_prompt=True, **kwargs)
+    ids = encode_rendered(llm.tokenizer, template, text)
+    tool_format = detect_tool_format(template.source) if tool_list else None
+    return PreparedPrompt(ids, text, tool_format, prompt_opens_reasoning(text))
+
+
+def prepare_prompt(llm: Any, prompt: str | Sequence[int], *, parse: bool = False) -> PreparedPrompt:
+    """A raw prompt: text (special tokens parsed, BOS added as the model wants) or token ids."""
+    if isinstance(prompt, str):
+        ids = llm.tokenize(prompt, add_special=True, parse_special=True)
+        text = prompt
+    else:
+        ids, text = _token_ids(llm, prompt), None
+    if not ids:
+        raise InvalidOptionError("the prompt is empty")
+    opens = prompt_opens_reasoning(text) if (parse and text) else False
+    return PreparedPrompt(ids, text, None, opens, parse)
+
+
+def _think_kwargs(template: ChatTemplate, think: bool | str | None) -> dict:
+    if think is None:
+        return {}
+    if isinstance(think, str):
+        if think not in THINK_LEVELS:
+            raise InvalidOptionError(f"think must be true, false or one of {THINK_LEVELS}, got {think!r}")
+        kwargs = {"reasoning_effort": think} if "reasoning_effort" in template.source else {}
+        return {**kwargs, **thinking_kwargs(template.source, True)}
+    if not isinstance(think, bool):
+        raise InvalidOptionError(f"think must be true, false or one of {THINK_LEVELS}, got {think!r}")
+    # A template without a switch is rendered as is: the model reasons (or not) on its own.
+    return thinking_kwargs(template.source, think)
+
+
+def _token_ids(llm: Any, prompt: Sequence[int]) -> list[int]:
+    ids = []
+    for token in prompt:
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < llm.n_vocab:
+            raise InvalidOptionError(f"prompt token {token!r} is not a token id in [0, {llm.n_vocab})")
+        ids.append(token)
+    return ids
+
+
+# --------------------------------------------------------------------------------------
+# Streams
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChatPiece:
+    """What one step of generation released: parsed deltas (content, reasoning or a
+    whole tool call) and the log-probabilities of its tokens when they were asked for."""
+
+    deltas: tuple[Delta, ...]
+    logprobs: tuple | None = None
+
+    def text(self, kind: str = "content") -> str:
+        return "".join(delta.text for delta in self.deltas if delta.kind == kind)
+
+    @property
+    def tool_calls(self) -> list[dict]:
+        return [delta.tool_call for delta in self.deltas if delta.kind == "tool_call" and delta.tool_call]
+
+
+@dataclass
+class ChatResult:
+    """The whole reply, parsed, with its counts and timings."""
+
+    content: str
+    reasoning: str | None
+    tool_calls: list[dict]
+    finish_reason: str                 # "stop", "length", "tool_calls" or "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_seconds: float = 0.0
+    generation_seconds: float = 0.0
+    total_seconds: float = 0.0
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class ChatStream:
+    """A running reply: iterate it (``for`` or ``async for``) for ChatPiece events,
+    the last event being the ChatResult; stopping early cancels the generation."""
+
+    def __init__(self, handle: Any, prepared: PreparedPrompt) -> None:
+        self._handle = handle
+        self.prepared = prepared
+        self.result: ChatResult | None = None
+        self._parser = StreamParser(reasoning=True, tool_format=prepared.tool_format,
+                                    starts_in_reasoning=prepared.starts_in_reasoning) if prepared.parse else None
+        self._deltas: list[Delta] = []
+        self._t0 = time.perf_counter()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+    def __iter__(self) -> Iterator[ChatPiece | ChatResult]:
+        try:
+            for event in self._handle:
+                yield from self._convert(event)
+        finally:
+            if self.result is None:
+                self._handle.cancel()
+
+    def __aiter__(self) -> AsyncIterator[ChatPiece | ChatResult]:
+        return self._aiter()
+
+    async def _aiter(self) -> AsyncIterator[ChatPiece | ChatResult]:
+        try:
+            async for event in self._handle:
+                for out in self._convert(event):
+                    yield out
+        finally:
+            if self.result is None:
+                self._handle.cancel()
+
+    def collect(self) -> ChatResult:
+        """Run to the end; the result."""
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
+    def _convert(self, event: Any) -> list[ChatPiece | ChatResult]:
+        if isinstance(event, Completion):
+            deltas = self._parser.finish() if self._parser is not None else []
+            out: list[ChatPiece | ChatResult] = [ChatPiece(tuple(deltas))] if deltas else []
+            self._deltas.extend(deltas)
+            self.result = self._result(event)
+            return out + [self.result]
+        text = getattr(event, "text", "") or ""
+        logprobs = getattr(event, "logprobs", None) or None
+        if self._parser is not None:
+            deltas = self._parser.push(text) if text else []
+        else:
+            deltas = [Delta("content", text)] if text else []
+        self._deltas.extend(deltas)
+        if not deltas and not logprobs:
+            return []
+        return [ChatPiece(tuple(deltas), tuple(logprobs) if logprobs else None)]
+
+    def _result(self, completion: Completion) -> ChatResult:
+        parsed = collect(self._deltas)
+        finish = completion.finish_reason
+        if parsed.tool_calls and finish == "stop":
+            finish = "tool_calls"
+        return ChatResult(
+            content=parsed.content, reasoning=parsed.reasoning, tool_calls=parsed.tool_calls,
+            finish_reason=finish, prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens, prompt_seconds=completion.prompt_seconds,
+            generation_seconds=completion.generation_seconds, total_seconds=time.perf_counter() - self._t0,
+            tokens=list(completion.tokens), logprobs=getattr(completion, "logprobs", None),
+            prompt_ids=list(self.prepared.ids),
+        )
+
+
+def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, default_temperature: float = 0.0,
+                   **options: Any) -> ChatStream:
+    """Start generating after a prepared prompt (options by Ollama's names)."""
+    options = {name: value for name, value in options.items() if value is not None or name == "seed"}
+    temperature = options.pop("temperature", default_temperature)
+    max_tokens = options.pop("num_predict", None)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise InvalidOptionError(f"option 'num_predict' must be an integer, got {max_tokens!r}")
+    if max_tokens is not None and max_tokens < 0:
+        max_tokens = None  # Ollama's -1 (and -2): no limit of its own
+    seed = options.pop("seed", None)
+    stop = options.pop("stop", None)
+    if format not in (None, "", "text"):
+        options["format"] = format
+    handle = submit(llm, prepared.ids, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
+                    **options)
+    return ChatStream(handle, prepared)
+
+
+def start_chat(llm: Any, messages: Any, tools: Any = None, format: Any = None, think: bool | str | None = None,
+               **options: Any) -> ChatStream:
+    """Render, tokenize and start generating a reply to `messages`."""
+    prepared = prepare_chat(llm, messages, tools=tools, think=think)
+    return start_prepared(llm, prepared, format=format, **options)
+
+
+# --------------------------------------------------------------------------------------
+# The Python API: Ollama's chat shape and OpenAI's chat.completion shape
+# --------------------------------------------------------------------------------------
+
+
+def model_name(llm: Any) -> str:
+    name = getattr(llm, "model_name", None)
+    if isinstance(name, str) and name:
+        return name
+    return os.path.splitext(os.path.basename(str(llm.path)))[0]
+
+
+def chat(llm: Any, messages: Any, tools: Any = None, format: Any = None, think: bool | str | None = None,
+         stream: bool = False, **options: Any) -> dict | Iterator[dict]:
+    """Reply to a conversation, in the shape of Ollama's ``/api/chat``.
+
+    Returns ``{"model", "created_at", "message": {"role": "assistant", "content",
+    "thinking"?, "tool_calls"?}, "done": True, "done_reason", "prompt_eval_count",
+    "eval_count", ...}``, or with ``stream=True`` an iterator of such chunks (the last
+    one with ``done`` True). Greedy unless ``temperature`` is given.
+    """
+    run = start_chat(llm, messages, tools=tools, format=format, think=think, **options)
+    shaper = shapes.OllamaShaper(model_name(llm), kind="chat", token_bytes=llm.tokenizer.token_to_bytes)
+    if stream:
+        return _shaped_stream(run, shaper.piece, lambda result: [shaper.final(result, streamed=True)])
+    return shaper.final(run.collect(), streamed=False)
+
+
+def create_chat_completion(
+    llm: Any,
+    messages: Any,
+    *,
+    tools: Any = None,
+    tool_choice: Any = None,
+    temperature: float = 0.2,
+    top_p: float = 0.95,
+    top_k: int = 40,
+    min_p: float = 0.05,
+    typical_p: float = 1.0,
+    stream: bool = False,
+    stop: str | Sequence[str] | None = None,
+    seed: int | None = None,
+    response_format: Any = None,
+    max_tokens: int | None = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    repeat_penalty: float = 1.0,
+    mirostat_mode: int = 0,
+    mirostat_tau: float = 5.0,
+    mirostat_eta: float = 0.1,
+    model: str | None = None,
+    logit_bias: dict | None = None,
+    logprobs: bool | None = None,
+    top_logprobs: int | None = None,
+    think: bool | str | None = None,
+    stream_options: dict | None = None,
+    **options: Any,
+) -> dict | Iterator[dict]:
+    """An OpenAI ``chat.completion`` (or, streaming, ``chat.completion.chunk`` dicts),
+    with llama-cpp-python's parameters and defaults; extra options by Ollama's names."""
+    tools = apply_tool_choice(tools, tool_choice)
+    sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
+                    presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                    repeat_penalty=repeat_penalty, mirostat=mirostat_mode, mirostat_tau=mirostat_tau,
+                    mirostat_eta=mirostat_eta, seed=seed, stop=stop, logit_bias=logit_bias,
+                    num_predict=max_tokens)
+    if logprobs:
+        sampling.update(logprobs=True, top_logprobs=top_logprobs or 0)
+    run = start_chat(llm, messages, tools=tools, format=response_format_to_format(response_format), think=think,
+                     **{**sampling, **options})
+    shaper = shapes.OpenAIChatShaper(model or model_name(llm), token_bytes=llm.tokenizer.token_to_bytes)
+    if stream:
+        include_usage = bool((stream_options or {}).get("include_usage"))
+        return _shaped_stream(run, shaper.chunk, lambda result: shaper.final_chunks(result, include_usage),
+                              head=shaper.first_chunk())
+    return shaper.response(run.collect())
+
+
+def apply_tool_choice(tools: Any, tool_choice: Any) -> Any:
+    """OpenAI's tool_choice: "none" hides the tools; "auto", "required" and a named
+    function let the model choose (it is not forced to call)."""
+    if tool_choice is None or tool_choice in ("auto", "required"):
+        return tools
+    if tool_choice == "none":
+        return None
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function" \
+            and isinstance(tool_choice.get("function"), dict) and isinstance(tool_choice["function"].get("name"), str):
+        return tools
+    raise InvalidOptionError('tool_choice must be "none", "auto", "required" or '
+                             '{"type": "function", "function": {"name": ...}}')
+
+
+def response_format_to_format(response_format: Any) -> Any:
+    """OpenAI's response_format as the `format` option: None, "json" or a JSON schema."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise InvalidOptionError("response_format must be an object with a 'type'")
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = response_format.get("schema")  # llama-cpp-python's extension
+        return schema if isinstance(schema, dict) and schema else "json"
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict):
+            raise InvalidOptionError("response_format.json_schema must be an object with a 'schema'")
+        schema = spec.get("schema", {})
+        if not isinstance(schema, (dict, bool)):
+            raise InvalidOptionError("response_format.json_schema.schema must be a JSON schema object")
+        return schema if schema not in ({}, True) else "json"
+    raise InvalidOptionError(f"response_format.type must be text, json_object or json_schema, got {kind!r}")
+
+
+def _shaped_stream(run: ChatStream, on_piece, on_result, head: dict | None = None) -> Iterator[dict]:
+    if head is not None:
+        yield head
+    for event in run:
+        if isinstance(event, ChatResult):
+            yield from on_result(event)
+        else:
+            chunk = on_piece(event)
+            if chunk is not None:
+                yield chunk
+
+
+__all__ = [
+    "ChatPiece",
+    "ChatResult",
+    "ChatStream",
+    "PreparedPrompt",
+    "apply_tool_choice",
+    "chat",
+    "chat_template",
+    "create_chat_completion",
+    "model_name",
+    "prepare_chat",
+    "prepare_prompt",
+    "response_format_to_format",
+    "start_chat",
+    "start_prepared",
+]

@@ -1,0 +1,201 @@
+"""Cell metadata of one cache group: which position of which sequences each cell holds.
+
+A cell holds one token's keys and values (for every layer of its group), its
+position, and the set of sequences that may attend to it, as a bit mask (up to
+64 sequences).  A cell is free when no sequence uses it.  Sharing a cell
+between sequences (a common prompt prefix) is just setting more bits.
+
+Order rule: within every sequence, cell index grows with position.  The
+native attention walks cells in index order with an online softmax, so the
+order of a sequence's cells decides its rounding; keeping it equal to
+position order makes a sequence's results independent of whatever else
+lives in the cache (batch invariance).  Allocation therefore only takes free
+cells above a sequence's last cell, and when there are none left above it
+the table is compacted (used cells moved down, order kept) by the owner, who
+also moves the K/V rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pyengine.errors import InvalidOptionError
+
+MAX_SEQUENCES = 64
+_NEG_INF = np.float32(-np.inf)
+_ONE = np.uint64(1)
+
+
+def seq_bit(seq_id: int) -> np.uint64:
+    """The bit of sequence `seq_id` (0..63) in a cell's sequence set."""
+    if isinstance(seq_id, bool) or not isinstance(seq_id, (int, np.integer)) \
+            or not 0 <= int(seq_id) < MAX_SEQUENCES:
+        raise InvalidOptionError(f"sequence ids must be integers in 0..{MAX_SEQUENCES - 1}, got {seq_id!r}")
+    return _ONE << np.uint64(int(seq_id))
+
+
+def seq_bits(seq_ids: np.ndarray) -> np.ndarray:
+    """Bits of an array of sequence ids (validated)."""
+    ids = np.asarray(seq_ids)
+    if ids.size and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() >= MAX_SEQUENCES):
+        raise InvalidOptionError(f"sequence ids must be integers in 0..{MAX_SEQUENCES - 1}")
+    return np.left_shift(_ONE, ids.astype(np.uint64))
+
+
+class CellTable:
+    """Positions and sequence sets of `n_cells` cells."""
+
+    def __init__(self, n_cells: int) -> None:
+        self.n_cells = n_cells
+        self.pos = np.full(n_cells, -1, np.int32)
+        self.seq = np.zeros(n_cells, np.uint64)
+
+    # ---- queries -------------------------------------------------------------
+
+    @property
+    def n_used(self) -> int:
+        return int(np.count_nonzero(self.seq))
+
+    @property
+    def n_free(self) -> int:
+        return self.n_cells - self.n_used
+
+    @property
+    def n_kv(self) -> int:
+        """Cells an attention pass must look at: up to the last used one."""
+        used = np.flatnonzero(self.seq)
+        return int(used[-1]) + 1 if used.size else 0
+
+    def cells_of(self, seq_id: int) -> np.ndarray:
+        """Indices of the sequence's cells (ascending, hence in position order)."""
+        return np.flatnonzero(self.seq & seq_bit(seq_id))
+
+    def positions_of(self, seq_id: int) -> np.ndarray:
+        return self.pos[self.cells_of(seq_id)]
+
+    def seq_ids(self) -> list[int]:
+        """Sequences that hold at least one cell."""
+        present = np.bitwise_or.reduce(self.seq) if self.n_cells else np.uint64(0)
+        return [s for s in range(MAX_SEQUENCES) if int(present) >> s & 1]
+
+    # ---- edits ---------------------------------------------------------------
+
+    def clear(self) -> None:
+        self.pos.fill(-1)
+        self.seq.fill(0)
+
+    def plan(self, positions: np.ndarray, seq_ids: np.ndarray) -> np.ndarray | None:
+        """Free cells for a batch, each sequence's above its last cell; None when
+        the order rule needs a compaction first.  Nothing is recorded."""
+        slots = np.empty(len(positions), np.int32)
+        free = self.seq == 0
+        for sid in _in_order_of_appearance(seq_ids):
+            rows = np.flatnonzero(seq_ids == sid)
+            if np.any(np.diff(positions[rows]) <= 0):
+                raise InvalidOptionError(f"sequence {sid}: positions in a batch must increase")
+            mine = self.cells_of(int(sid))
+            if mine.size and positions[rows[0]] <= self.pos[mine[-1]]:
+                raise InvalidOptionError(
+                    f"sequence {sid}: position {positions[rows[0]]} is not after its cached "
+                    f"position {self.pos[mine[-1]]} (remove the tail first)")
+            start = int(mine[-1]) + 1 if mine.size else 0
+            avail = np.flatnonzero(free[start:])[: rows.size] + start
+            if avail.size < rows.size:
+                return None
+            slots[rows] = avail
+            free[avail] = False
+        return slots
+
+    def record(self, slots: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray) -> None:
+        self.pos[slots] = positions
+        self.seq[slots] = seq_bits(seq_ids)
+
+    def compaction(self) -> np.ndarray:
+        """Old indices of the used cells in their new order (compaction keeps order)."""
+        return np.flatnonzero(self.seq)
+
+    def rebuild(self, order: np.ndarray, bits: np.ndarray) -> None:
+        """New layout: cell i takes old cell order[i]'s position with sequence set bits[i]."""
+        n = len(order)
+        pos = self.pos[order]
+        self.clear()
+        self.pos[:n] = pos
+        self.seq[:n] = bits
+
+    def remove(self, seq_id: int, p0: int = 0, p1: int | None = None) -> int:
+        """Drop the sequence from its cells at positions [p0, p1); returns cells freed."""
+        bit = seq_bit(seq_id)
+        sel = (self.seq & bit) != 0
+        sel &= self.pos >= p0
+        if p1 is not None:
+            sel &= self.pos < p1
+        before = self.n_used
+        self.seq[sel] &= ~bit
+        self.pos[self.seq == 0] = -1
+        return before - self.n_used
+
+    def copy(self, src: int, dst: int, p0: int, p1: int) -> None:
+        """Let `dst` (which must hold no cell) attend the cells of `src` at positions [p0, p1)."""
+        if self.cells_of(dst).size:
+            raise InvalidOptionError(f"sequence {dst} must be empty before a prefix is copied into it")
+        sel = (self.seq & seq_bit(src)) != 0
+        sel &= (self.pos >= p0) & (self.pos < p1)
+        self.seq[sel] |= seq_bit(dst)
+
+    def shared_cells(self, seq_id: int, p0: int) -> np.ndarray:
+        """The sequence's cells at positions >= p0 that other sequences also use."""
+        bit = seq_bit(seq_id)
+        mine = (self.seq & bit) != 0
+        return np.flatnonzero(mine & (self.pos >= p0) & ((self.seq & ~bit) != 0))
+
+    def unshare_order(self, seq_id: int, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A rebuild that splits each given cell in two adjacent cells: one for the other
+        sequences, one (a copy) for `seq_id` alone.  Order is kept for everyone."""
+        bit = seq_bit(seq_id)
+        used = np.flatnonzero(self.seq)
+        split = np.isin(used, cells)
+        reps = np.where(split, 2, 1)
+        order = np.repeat(used, reps)
+        bits = np.repeat(self.seq[used], reps)
+        first = np.cumsum(reps) - reps                 # where each used cell lands
+        bits[first[split]] &= ~bit                     # the others keep the first copy
+        bits[first[split] + 1] = bit                   # the sequence gets the second
+        return order, bits
+
+    def shift(self, seq_id: int, p0: int, delta: int) -> np.ndarray:
+        """Add delta to the sequence's positions >= p0; its cells there must be its own.
+        Returns the cells moved."""
+        bit = seq_bit(seq_id)
+        cells = np.flatnonzero(((self.seq & bit) != 0) & (self.pos >= p0))
+        if np.any(self.seq[cells] != bit):
+            raise InvalidOptionError("cannot shift positions of cells other sequences share")
+        self.pos[cells] += delta
+        return cells
+
+    # ---- masks ---------------------------------------------------------------
+
+    def fill_mask(self, out: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
+                  n_kv: int, window: int = 0) -> None:
+        """out[t, c] = 0 where token t may attend cell c, else -inf (first n_kv cells).
+
+        Built per sequence over that sequence's cells only, so the work is the batch's
+        tokens times their own cells, not times the whole cache."""
+        t = len(positions)
+        view = out[:t, :n_kv]
+        view.fill(_NEG_INF)
+        for sid in _in_order_of_appearance(seq_ids):
+            rows = np.flatnonzero(seq_ids == sid)
+            cells = np.flatnonzero(self.seq[:n_kv] & seq_bit(sid))
+            if not cells.size:
+                continue
+            cell_pos = self.pos[cells][None, :]
+            tok_pos = positions[rows][:, None]
+            visible = cell_pos <= tok_pos
+            if window:
+                visible &= (tok_pos - cell_pos) < window
+            view[np.ix_(rows, cells)] = np.where(visible, np.float32(0), _NEG_INF)
+
+
+def _in_order_of_appearance(ids: np.ndarray) -> list[int]:
+    _, first = np.unique(ids, return_index=True)
+    return [int(ids[i]) for i in np.sort(first)]

@@ -1,0 +1,483 @@
+"""Engine: the batch loop.
+
+Requests queue; a background thread runs steps.  Each step gathers one
+token from every generating sequence and then prompt chunks of the others,
+up to n_batch tokens in all, into ONE forward pass whose output rows are only
+the rows whose logits someone needs.  Then each sequence samples with its own
+chain, checks end-of-generation, stop strings, max_tokens and the context,
+and streams what is safe to show.
+
+    engine = Engine(model, tokenizer, backend, n_ctx=4096)
+    handle = engine.submit(ids, SamplingOptions(temperature=0), max_tokens=64)
+    for event in handle: ...            # Chunk ... Completion
+
+Batch invariance: a sequence's tokens do not depend on what shares its batch
+or on how its prompt is chunked.  The native matmul treats each row alike
+whatever the batch size, attention visits only the sequence's own cells and
+in position order (kvcache/cells.py), and each sequence samples alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pyengine.errors import ContextLengthError, InvalidOptionError, PyEngineError
+from pyengine.kvcache import MAX_SEQUENCES, KeyRotator, KVCache
+from pyengine.ml.context import Backend
+from pyengine.runner.forward import Forward
+from pyengine.runner.handle import RequestHandle
+from pyengine.runner.request import Request, make_request
+from pyengine.runner.sequence import Chunk, Completion, StopMatcher, TokenLogprob
+from pyengine.runner.slots import Slot, SlotTable
+from pyengine.sample import Grammar, SamplerChain, SamplingOptions
+from pyengine.tokenizer import StreamDecoder, Tokenizer
+
+DEFAULT_BATCH = 512
+DEFAULT_PARALLEL = 4
+SWA_MARGIN = 32   # sliding-window cells kept beyond the window, so a prompt may diverge a little late
+
+
+@dataclass(eq=False)
+class _Seq:
+    """A request in flight."""
+
+    req: Request
+    handle: RequestHandle
+    chain: SamplerChain
+    decoder: StreamDecoder
+    matcher: StopMatcher
+    result: Completion
+    slot: Slot | None = None
+    cache_tokens: list[int] = field(default_factory=list)   # fed to the model, position order
+    pending: list[int] = field(default_factory=list)        # to feed next
+    prefill: bool = True
+    valid: int | None = None     # reusable leading tokens after a shift (None: all)
+    t_submit: float = 0.0
+    t_start: float = 0.0
+    t_first: float = 0.0
+
+    def cached(self) -> tuple[list[int], int]:
+        """Tokens in the cache and how many leading ones another request may reuse."""
+        return self.cache_tokens, len(self.cache_tokens) if self.valid is None else self.valid
+
+
+class Engine:
+    """The batch loop over one model and one KV cache, in a background thread."""
+
+    def __init__(self, model, tokenizer: Tokenizer, backend: Backend, *, n_ctx: int,
+                 n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str = "f16",
+                 swa_margin: int = SWA_MARGIN, swa_full: bool = False, background: bool = True) -> None:
+        _check_int("n_ctx", n_ctx, 1, 1 << 24)
+        _check_int("n_batch", n_batch, 1, 1 << 16)
+        _check_int("n_parallel", n_parallel, 1, MAX_SEQUENCES)
+        _check_int("swa_margin", swa_margin, 0, 1 << 20)
+        self.model, self.tokenizer, self.backend = model, tokenizer, backend
+        self.n_ctx, self.n_batch, self.n_parallel = n_ctx, n_batch, n_parallel
+        self.n_vocab = model.cfg.n_vocab
+        self.swa_margin = swa_margin
+        layout = model.cache_layout()
+        n_cells = n_ctx * n_parallel
+        # a sliding layer keeps window + margin cells per sequence, plus room for a batch
+        windows = {s.window: n_cells if swa_full else min(n_cells, n_parallel * (s.window + swa_margin) + n_batch)
+                   for s in layout if s.window}
+        self.cache = KVCache(layout, n_cells, window_cells=windows, kv_type=kv_type)
+        self.forward = Forward(model, backend, self.cache, max_tokens=n_batch)
+        self.rotator = KeyRotator(model, backend)
+        self.slots = SlotTable(self.cache)
+        self.eog_ids = frozenset(t for t in tokenizer.eog_ids if 0 <= t < self.n_vocab)
+        self._pieces: list[bytes] | None = None
+        self._cv = threading.Condition()
+        self._queue: deque[_Seq] = deque()
+        self._commands: deque[tuple[Callable[[], object], list]] = deque()
+        self._waiting: deque[_Seq] = deque()
+        self._live: list[_Seq] = []
+        self._closed = False
+        self._next_id = 0
+        self.steps = 0
+        self._thread = threading.Thread(target=self._run, name="pyengine-engine", daemon=True)
+        if background:
+            self._thread.start()
+
+    # ---- public ----------------------------------------------------------------------
+
+    def submit(self, prompt: Sequence[int], sampling: SamplingOptions | None = None, *,
+               max_tokens: int | None = 128, stop: Sequence[str] | str | None = (),
+               logprobs: bool | int | None = False, top_logprobs: int | None = None,
+               grammar: Grammar | None = None, num_keep: int | None = None, shift: bool = True,
+               truncate: bool = False, num_ctx: int | None = None, cache_prompt: bool = True,
+               all_logits: bool = False) -> RequestHandle:
+        """Queue a request; returns its handle at once (errors in the options raise here)."""
+        req = make_request(prompt, sampling, n_vocab=self.n_vocab, engine_ctx=self.n_ctx,
+                           max_tokens=max_tokens, stop=stop, logprobs=logprobs, top_logprobs=top_logprobs,
+                           grammar=grammar, num_keep=num_keep, shift=shift, truncate=truncate, num_ctx=num_ctx,
+                           cache_prompt=cache_prompt, all_logits=all_logits)
+        chain = SamplerChain(req.sampling, self.n_vocab, token_pieces=self.token_pieces(),
+                             eog_ids=self.eog_ids, grammar=req.grammar, n_ctx=req.n_ctx)
+        with self._cv:
+            if self._closed:
+                raise PyEngineError("the engine is closed")
+            self._next_id += 1
+            handle = RequestHandle(self._next_id, self._wake)
+            result = Completion(prompt_tokens=len(req.prompt), truncated_tokens=req.truncated,
+                                logprobs=[] if req.logprobs else None)
+            seq = _Seq(req, handle, chain, StreamDecoder(self.tokenizer), StopMatcher(req.stop), result,
+                       t_submit=time.perf_counter())
+            self._queue.append(seq)
+            self._cv.notify_all()
+        return handle
+
+    def token_pieces(self) -> list[bytes]:
+        """Each token's bytes (control tokens empty), padded to the model's vocabulary."""
+        if self._pieces is None:
+            pieces = list(self.tokenizer.piece_table(special=False))[: self.n_vocab]
+            self._pieces = pieces + [b""] * (self.n_vocab - len(pieces))
+        return self._pieces
+
+    def stats(self) -> dict:
+        """Live/waiting requests and cells in use (live ones, cached ones), read between steps."""
+        def read() -> dict:
+            return {"live": len(self._live), "waiting": len(self._waiting) + len(self._queue),
+                    "cells_used": self.cache.n_used, "cells_live": self.slots.live_cells(),
+                    "cached_slots": len(self.slots.idle_with_cells()), "steps": self.steps}
+        return self.call(read)
+
+    def drop_cache(self) -> None:
+        """Forget every cached (idle) prefix; cells of running requests stay."""
+        def drop() -> None:
+            while self.slots.evict_lru():
+                pass
+        self.call(drop)
+
+    def call(self, fn: Callable[[], object]) -> object:
+        """Run fn in the engine thread between two steps and return its result."""
+        if threading.current_thread() is self._thread or not self._thread.is_alive():
+            return fn()
+        box: list = []
+        with self._cv:
+            self._commands.append((fn, box))
+            self._cv.notify_all()
+            self._cv.wait_for(lambda: box or not self._thread.is_alive())
+        if not box:
+            return fn()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def step(self) -> bool:
+        """Run one step in the calling thread (for an engine made with background=False);
+        whether requests remain."""
+        if self._thread.is_alive():
+            raise PyEngineError("this engine runs its own loop; step() is for background=False")
+        self._one_round()
+        return bool(self._live or self._waiting or self._queue)
+
+    def close(self) -> None:
+        """Stop the loop; unfinished requests end as cancelled."""
+        with self._cv:
+            if self._closed:
+                return
+            self._closed = True
+            self._cv.notify_all()
+        if not self._thread.is_alive():
+            self._shutdown()
+        elif threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # ---- loop ------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+    def _has_work(self) -> bool:
+        if self._closed or self._queue or self._commands or self._live:
+            return True
+        return any(s.handle.cancel_requested for s in self._waiting) or bool(
+            self._waiting and len(self._live) < self.n_parallel)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(self._has_work)
+                if self._closed:
+                    break
+            self._one_round()
+        self._shutdown()
+
+    def _one_round(self) -> None:
+        with self._cv:
+            self._waiting.extend(self._queue)
+            self._queue.clear()
+            commands = list(self._commands)
+            self._commands.clear()
+        self._run_commands(commands)
+        try:
+            self._step()
+        except BaseException as error:   # keep serving: fail what was running, not the loop
+            self._fail_all(error)
+
+    def _run_commands(self, commands) -> None:
+        for fn, box in commands:
+            try:
+                box.append((True, fn()))
+            except BaseException as error:
+                box.append((False, error))
+        if commands:
+            with self._cv:
+                self._cv.notify_all()
+
+    def _shutdown(self) -> None:
+        with self._cv:
+            self._waiting.extend(self._queue)
+            self._queue.clear()
+            commands = list(self._commands)
+            self._commands.clear()
+        self._run_commands(commands)
+        for seq in list(self._live) + list(self._waiting):
+            self._finish(seq, "cancelled")
+        self._waiting.clear()
+
+    # ---- one step --------------------------------------------------------------------
+
+    def _step(self) -> None:
+        self.slots.check_epoch()
+        self._reap_cancelled()
+        while self._waiting and len(self._live) < self.n_parallel:
+            seq = self._waiting.popleft()
+            try:
+                self._start(seq)
+            except PyEngineError as error:
+                self._finish(seq, "error", error)
+        batch = self._plan()
+        if not batch:
+            return
+        self._make_room(batch)
+        tokens = np.concatenate([np.asarray(toks, np.int32) for _, toks in batch])
+        positions = np.concatenate([np.arange(len(s.cache_tokens), len(s.cache_tokens) + len(toks))
+                                    for s, toks in batch])
+        seq_ids = np.concatenate([np.full(len(toks), s.slot.id) for s, toks in batch])
+        rows, owners, start = [], [], 0
+        for seq, toks in batch:
+            wanted = self._rows_wanted(seq, len(toks))
+            rows.extend(start + r for r in wanted)
+            owners.append((seq, toks, len(rows) - len(wanted), len(wanted)))
+            start += len(toks)
+        try:
+            # a step of prompt chunks only still has to run; it reads one row it ignores
+            logits = self.forward(tokens, positions, seq_ids, np.asarray(rows or [0], np.int32))
+        except BaseException as error:
+            for seq, _ in batch:
+                self._finish(seq, "error", error)
+            return
+        self.steps += 1
+        for seq, toks, first, count in owners:
+            self._advance(seq, toks, logits[first:first + count] if count else None)
+
+    def _reap_cancelled(self) -> None:
+        for seq in [s for s in self._waiting if s.handle.cancel_requested]:
+            self._waiting.remove(seq)
+            self._finish(seq, "cancelled")
+        for seq in [s for s in self._live if s.handle.cancel_requested]:
+            self._finish(seq, "cancelled")
+
+    def _start(self, seq: _Seq) -> None:
+        """Give a sequence a slot, reusing the longest cached prefix of its prompt."""
+        prompt = seq.req.prompt
+        reuse, n = self.slots.best_prefix(prompt) if seq.req.cache_prompt else (None, 0)
+        if reuse is not None and not reuse.live:
+            slot = reuse
+            self.cache.remove(slot.id, n)
+        else:
+            slot = self.slots.free_slot()
+            if reuse is not None:
+                self.cache.copy_prefix(reuse.id, slot.id, n)
+        slot.seq, slot.tokens, slot.valid = seq, [], 0
+        self.slots.touch(slot)
+        seq.slot = slot
+        seq.cache_tokens = prompt[:n]
+        seq.pending = prompt[n:]
+        seq.result.cached_tokens = n
+        seq.t_start = time.perf_counter()
+        seq.result.queue_seconds = seq.t_start - seq.t_submit
+        seq.chain.accept_prompt(prompt)
+        if seq.req.all_logits:
+            seq.result.logits = np.empty((len(prompt), self.n_vocab), np.float32)
+        self._live.append(seq)
+
+    def _plan(self) -> list[tuple[_Seq, list[int]]]:
+        """One token of each generating sequence, then prompt chunks, n_batch tokens at most."""
+        budget = self.n_batch
+        batch = []
+        for seq in [s for s in self._live if not s.prefill]:
+            if budget == 0:
+                break
+            try:
+                full = len(seq.cache_tokens) >= seq.req.n_ctx and not self._shift(seq)
+            except PyEngineError as error:
+                self._finish(seq, "error", error)
+                continue
+            if full:
+                self._finish(seq, "length")
+                continue
+            batch.append((seq, seq.pending[:1]))
+            budget -= 1
+        for seq in [s for s in self._live if s.prefill]:
+            if budget == 0:
+                break
+            chunk = seq.pending[:budget]
+            batch.append((seq, chunk))
+            budget -= len(chunk)
+        return batch
+
+    def _rows_wanted(self, seq: _Seq, n: int) -> range:
+        if not seq.prefill:
+            return range(n)
+        if seq.req.all_logits:
+            return range(n)
+        return range(n - 1, n) if n == len(seq.pending) else range(0)
+
+    def _make_room(self, batch: list[tuple[_Seq, list[int]]]) -> None:
+        """Free sliding-window cells out of reach, then evict idle slots until every group
+        has a cell for each new token (live sequences always fit: see the sizes in __init__)."""
+        for seq, _ in batch:
+            self.cache.slide(seq.slot.id, len(seq.cache_tokens), self.swa_margin)
+        n_new = sum(len(toks) for _, toks in batch)
+        for group in self.cache.groups:
+            while group.cells.n_free < n_new:
+                if not self.slots.evict_lru():
+                    raise ContextLengthError(f"the KV cache has {group.cells.n_free} free cells but the "
+                                             f"batch needs {n_new}")
+
+    def _advance(self, seq: _Seq, toks: list[int], logits: np.ndarray | None) -> None:
+        """Book the tokens just fed; sample when the sequence got its logits."""
+        n_before = len(seq.cache_tokens)
+        seq.cache_tokens.extend(toks)
+        del seq.pending[:len(toks)]
+        self.cache.slide(seq.slot.id, len(seq.cache_tokens), self.swa_margin)
+        if seq.prefill:
+            if seq.req.all_logits and logits is not None:
+                seq.result.logits[n_before:n_before + len(toks)] = logits
+            if seq.pending:
+                return
+            seq.prefill = False
+            seq.t_first = time.perf_counter()
+            seq.result.prompt_seconds = seq.t_first - seq.t_start
+        if seq.req.max_tokens is not None and len(seq.result.tokens) >= seq.req.max_tokens:
+            self._finish(seq, "length")
+            return
+        try:
+            self._sample(seq, logits[-1])
+        except PyEngineError as error:
+            self._finish(seq, "error", error)
+
+    def _sample(self, seq: _Seq, row: np.ndarray) -> None:
+        req, result = seq.req, seq.result
+        token = seq.chain.sample(row)
+        lp = None
+        if req.logprobs:
+            value, top = seq.chain.logprobs(row, token, req.top_logprobs)
+            lp = TokenLogprob(token, value, tuple(top))
+        seq.chain.accept(token)
+        if token in self.eog_ids:
+            self._finish(seq, "stop")
+            return
+        result.tokens.append(token)
+        if lp is not None:
+            result.logprobs.append(lp)
+        text = seq.matcher.push(seq.decoder.push(token))
+        result.text += text
+        seq.handle._put(Chunk(text, (token,), (lp,) if lp is not None else None))
+        if seq.matcher.stopped:
+            result.stop_string = seq.matcher.matched
+            self._finish(seq, "stop")
+        elif req.max_tokens is not None and len(result.tokens) >= req.max_tokens:
+            self._finish(seq, "length")
+        else:
+            seq.pending = [token]
+
+    def _shift(self, seq: _Seq) -> bool:
+        """Make room for one more token by dropping half of what follows num_keep."""
+        if not seq.req.shift:
+            return False
+        n_past = len(seq.cache_tokens)
+        keep = len(seq.req.prompt) if seq.req.num_keep < 0 else seq.req.num_keep
+        keep = min(keep, n_past)
+        n_discard = (n_past - keep) // 2
+        if n_discard <= 0:
+            return False
+        self._prepare_shift(seq.slot, keep + n_discard)
+        self.cache.shift(seq.slot.id, keep, n_discard, self.rotator)
+        del seq.cache_tokens[keep:keep + n_discard]
+        seq.valid = keep if seq.valid is None else min(seq.valid, keep)
+        seq.result.context_shifts += 1
+        return True
+
+    def _prepare_shift(self, slot: Slot, first_moved: int) -> None:
+        """Cells that move must be the sequence's own: idle slots sharing them are evicted,
+        live ones keep theirs and the shift copies; make room for those copies."""
+        bit = np.uint64(1) << np.uint64(slot.id)
+        for group in self.cache.groups:
+            shared = group.cells.shared_cells(slot.id, first_moved)
+            if not shared.size:
+                continue
+            others = int(np.bitwise_or.reduce(group.cells.seq[shared]) & ~bit)
+            for other in self.slots.slots:
+                if others >> other.id & 1 and not other.live:
+                    self.slots.evict(other)
+        for group in self.cache.groups:
+            while group.cells.n_free < group.cells.shared_cells(slot.id, first_moved).size:
+                if not self.slots.evict_lru():
+                    break
+
+    def _finish(self, seq: _Seq, reason: str, error: BaseException | None = None) -> None:
+        result = seq.result
+        if reason in ("stop", "length") and not seq.matcher.stopped:
+            tail = seq.matcher.push(seq.decoder.flush()) + seq.matcher.flush()
+            if seq.matcher.stopped:
+                result.stop_string = seq.matcher.matched
+                reason = "stop"
+            if tail:
+                result.text += tail
+                seq.handle._put(Chunk(tail))
+        now = time.perf_counter()
+        if seq.t_first:
+            result.generation_seconds = now - seq.t_first
+        elif seq.t_start:
+            result.prompt_seconds = now - seq.t_start
+        self._release(seq, keep=reason in ("stop", "length") and seq.req.cache_prompt)
+        if error is not None:
+            seq.handle._fail(error)
+            return
+        result.finish_reason = reason
+        seq.handle._put(result)
+
+    def _release(self, seq: _Seq, keep: bool) -> None:
+        if seq in self._live:
+            self._live.remove(seq)
+        slot = seq.slot
+        if slot is None:
+            return
+        slot.seq = None
+        seq.slot = None
+        if keep:
+            slot.tokens = seq.cache_tokens
+            slot.valid = len(seq.cache_tokens) if seq.valid is None else seq.valid
+            self.slots.touch(slot)
+        else:
+            self.slots.evict(slot)
+
+    def _fail_all(self, error: BaseException) -> None:
+        for seq in list(self._live):
+            self._finish(seq, "error", error)
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidOptionError(f"{name} must be an integer in {low}..{high}, got {value!r}")

@@ -1,0 +1,85 @@
+"""What both APIs share: the server's state, reading a body, and starting a reply
+(admission, then the model's lease, then the generation) so that every exit path
+gives back what it took."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from pyengine.errors import PyEngineError
+from pyengine.server.config import ServerConfig
+from pyengine.server.errors import HTTPError, from_engine_error
+from pyengine.server.fields import Fields, parse_json_object
+from pyengine.server.registry import KEEP, Admission, Lease, ModelRegistry, Ticket
+
+
+@dataclass
+class ServerState:
+    config: ServerConfig
+    registry: ModelRegistry
+    admission: Admission
+
+
+def state_of(request: Request) -> ServerState:
+    return request.app.state.pyengine
+
+
+async def read_fields(request: Request) -> Fields:
+    return Fields(parse_json_object(await request.body()))
+
+
+@dataclass
+class Started:
+    """A reply in progress and what it holds; `close` gives both back (idempotent)."""
+
+    ticket: Ticket
+    lease: Lease
+    run: Any
+
+    def close(self, keep_alive: Any = KEEP) -> None:
+        try:
+            self.run.cancel()  # a no-op once it has finished
+        finally:
+            self.ticket.release()
+            self.lease.release(keep_alive)
+
+
+def admit(state: ServerState) -> Ticket:
+    ticket = state.admission.try_enter()
+    if ticket is None:
+        retry = str(state.config.retry_after_s)
+        raise HTTPError(503, f"the server is busy ({state.admission.capacity} requests in flight); retry later",
+                        code="server_busy", headers={"Retry-After": retry})
+    return ticket
+
+
+async def start_reply(state: ServerState, model: Any, start: Callable[[Any], Any]) -> Started:
+    """Admit the request, lease its model (loading it if needed) and start the reply."""
+    ticket = admit(state)
+    try:
+        lease = await state.registry.lease(model)
+    except BaseException:
+        ticket.release()
+        raise
+    try:
+        run = await run_in_threadpool(start, lease.adapter)
+    except BaseException:
+        ticket.release()
+        lease.release()
+        raise
+    return Started(ticket, lease, run)
+
+
+def as_http_error(exc: BaseException) -> HTTPError | None:
+    if isinstance(exc, HTTPError):
+        return exc
+    if isinstance(exc, PyEngineError):
+        return from_engine_error(exc)
+    return None
+
+
+__all__ = ["ServerState", "Started", "admit", "as_http_error", "read_fields", "start_reply", "state_of"]

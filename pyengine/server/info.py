@@ -1,0 +1,128 @@
+"""What the listing endpoints say about a model file, read from its GGUF header
+(cached per file version, so listing stays cheap)."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pyengine import store
+from pyengine.chat.parsers import detect_tool_format
+from pyengine.chat.template import supports_thinking
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    path: Path
+    size: int
+    modified: float
+    architecture: str
+    n_params: int
+    quantization: str
+    template: str
+    metadata: dict
+
+
+def model_facts(path: Path) -> ModelFacts:
+    stat = os.stat(path)
+    return _read_facts(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_facts(path: str, mtime_ns: int, size: int) -> ModelFacts:
+    from pyengine.gguf import GGUFFile
+
+    with GGUFFile(path) as gguf:
+        metadata = dict(gguf.metadata)
+        tensors = list(gguf.tensors.values())
+    arch = metadata.get("general.architecture")
+    return ModelFacts(
+        path=Path(path), size=size, modified=mtime_ns / 1e9,
+        architecture=arch if isinstance(arch, str) else "unknown",
+        n_params=sum(t.n_elements for t in tensors),
+        quantization=_quantization(metadata, tensors),
+        template=metadata.get("tokenizer.chat_template") or "",
+        metadata=metadata,
+    )
+
+
+def _quantization(metadata: dict, tensors: list) -> str:
+    file_type = metadata.get("general.file_type")
+    if isinstance(file_type, int):
+        try:
+            import gguf
+
+            return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_")
+        except (ValueError, ImportError):
+            pass
+    counts = collections.Counter(t.type_name for t in tensors)
+    return counts.most_common(1)[0][0] if counts else "unknown"
+
+
+def parameter_size(n: int) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:.1f}B"
+    if n >= 1e6:
+        return f"{n / 1e6:.0f}M"
+    return f"{n / 1e3:.0f}K"
+
+
+def details(facts: ModelFacts) -> dict:
+    return {"parent_model": "", "format": "gguf", "family": facts.architecture,
+            "families": [facts.architecture], "parameter_size": parameter_size(facts.n_params),
+            "quantization_level": facts.quantization}
+
+
+def digest(name: str) -> str:
+    entry = store.catalog().get(name)
+    return entry.sha256 if entry is not None else ""
+
+
+def rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def capabilities(template: str) -> list[str]:
+    found = ["completion"]
+    if detect_tool_format(template) or "tools" in template:
+        found.append("tools")
+    if supports_thinking(template):
+        found.append("thinking")
+    return found
+
+
+def model_info(facts: ModelFacts, verbose: bool) -> dict:
+    """The GGUF metadata as JSON values; long arrays (the vocabulary) only when verbose."""
+    info: dict[str, Any] = {"general.parameter_count": facts.n_params}
+    for key, value in facts.metadata.items():
+        if key == "tokenizer.chat_template":
+            continue
+        info[key] = _json_value(value, verbose)
+    return info
+
+
+def _json_value(value: Any, verbose: bool) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist() if verbose else None
+    if isinstance(value, (list, tuple)):
+        if not verbose and len(value) > 64:
+            return None
+        return [_json_value(item, True) for item in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+__all__ = ["ModelFacts", "capabilities", "details", "digest", "model_facts", "model_info", "parameter_size",
+           "rfc3339"]

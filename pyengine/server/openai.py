@@ -1,0 +1,257 @@
+"""OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models. Streams are
+server-sent events ending with ``data: [DONE]``; errors are ``{"error": {"message",
+"type", "param", "code"}}``. Unknown request fields are refused, as OpenAI does;
+llama.cpp's and Ollama's extra sampling fields (``top_k``, ``min_p``, ``num_ctx``,
+``repeat_penalty``, ...) are accepted."""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from pyengine.chat.session import ChatResult, apply_tool_choice, response_format_to_format
+from pyengine.chat.shapes import OpenAIChatShaper, OpenAICompletionShaper
+from pyengine.errors import InvalidOptionError
+from pyengine.sample.options import MAX_TOP_LOGPROBS
+from pyengine.server import info
+from pyengine.server.common import read_fields, start_reply, state_of
+from pyengine.server.errors import HTTPError, error_body
+from pyengine.server.fields import Fields
+from pyengine.server.registry import KEEP, parse_keep_alive
+from pyengine.server.streaming import SSE, GenerationResponse, collect, sse, stream_error_message
+
+router = APIRouter()
+
+DEFAULT_TEMPERATURE = 0.8
+MAX_TOKENS = 1 << 31
+# Extra sampling fields (llama.cpp's / Ollama's names) passed to the sampler as they are.
+EXTRA_OPTIONS = ("top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_ctx", "mirostat",
+                 "mirostat_tau", "mirostat_eta", "top_n_sigma", "xtc_probability", "xtc_threshold",
+                 "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "num_keep")
+COMMON_FIELDS = frozenset({"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop",
+                           "seed", "presence_penalty", "frequency_penalty", "logit_bias", "user", "keep_alive",
+                           *EXTRA_OPTIONS})
+CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
+                               "tools", "tool_choice", "parallel_tool_calls", "store", "metadata", "service_tier",
+                               "reasoning_effort", "think"}
+COMPLETION_FIELDS = COMMON_FIELDS | {"prompt", "logprobs", "echo", "best_of", "suffix"}
+REASONING_EFFORTS = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+
+
+# --------------------------------------------------------------------------------------
+# Reading requests
+# --------------------------------------------------------------------------------------
+
+
+def read_sampling(fields: Fields, max_tokens_default: int | None) -> dict:
+    """The options every endpoint shares, by Ollama's names."""
+    if fields.integer("n", 1, low=1, high=128) != 1:
+        raise HTTPError(400, "only n=1 is supported", param="n")
+    options: dict[str, Any] = {
+        "temperature": fields.number("temperature", DEFAULT_TEMPERATURE, low=0.0, high=2.0),
+        "top_p": fields.number("top_p", 1.0, low=0.0, high=1.0),
+        "presence_penalty": fields.number("presence_penalty", 0.0, low=-2.0, high=2.0),
+        "frequency_penalty": fields.number("frequency_penalty", 0.0, low=-2.0, high=2.0),
+        "seed": fields.integer("seed", low=-(2**63), high=2**64 - 1),
+        "stop": fields.stop("stop"),
+        "num_predict": fields.integer("max_tokens", max_tokens_default, low=1, high=MAX_TOKENS),
+    }
+    bias = fields.obj("logit_bias")
+    if bias:
+        options["logit_bias"] = _logit_bias(bias)
+    for name in EXTRA_OPTIONS:
+        if fields.has(name):
+            options[name] = fields.data[name]
+    return options
+
+
+def _logit_bias(bias: dict) -> dict[int, float]:
+    out = {}
+    for key, value in bias.items():
+        if not key.strip().isdigit():
+            raise HTTPError(400, f"logit_bias keys must be token ids, got {key!r}", param="logit_bias")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise HTTPError(400, f"logit_bias values must be numbers in [-100, 100], got {value!r}",
+                            param="logit_bias")
+        out[int(key)] = float(value)
+    return out
+
+
+def read_stream(fields: Fields) -> tuple[bool, bool]:
+    stream = fields.boolean("stream", False)
+    stream_options = fields.nested("stream_options")
+    stream_options.reject_unknown({"include_usage", "include_obfuscation"})
+    include_usage = bool(stream_options.boolean("include_usage", False))
+    if include_usage and not stream:
+        raise HTTPError(400, "stream_options is only allowed with stream=true", param="stream_options")
+    return stream, include_usage
+
+
+def read_keep_alive(fields: Fields) -> Any:
+    value = fields.data.get("keep_alive")
+    return KEEP if value is None else parse_keep_alive(value)
+
+
+def read_think(fields: Fields) -> bool | str | None:
+    effort = fields.string("reasoning_effort")
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            raise HTTPError(400, f"reasoning_effort must be one of {sorted(REASONING_EFFORTS)}",
+                            param="reasoning_effort")
+        return REASONING_EFFORTS[effort]
+    return fields.boolean("think")
+
+
+def _options_error(exc: InvalidOptionError, param: str) -> HTTPError:
+    return HTTPError(400, str(exc), param=param)
+
+
+# --------------------------------------------------------------------------------------
+# /v1/chat/completions
+# --------------------------------------------------------------------------------------
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    fields = await read_fields(request)
+    fields.reject_unknown(CHAT_FIELDS)
+    model = fields.string("model", required=True)
+    messages = fields.array("messages")
+    if not messages:
+        raise HTTPError(400, "'messages' must be a non-empty array", param="messages")
+    stream, include_usage = read_stream(fields)
+    options = read_sampling(fields, None)
+    if fields.has("max_completion_tokens"):
+        options["num_predict"] = fields.integer("max_completion_tokens", low=1, high=MAX_TOKENS)
+    if fields.boolean("logprobs", False):
+        options["logprobs"] = True
+        options["top_logprobs"] = fields.integer("top_logprobs", 0, low=0, high=MAX_TOP_LOGPROBS)
+    elif fields.has("top_logprobs"):
+        raise HTTPError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
+    fields.boolean("parallel_tool_calls")
+    try:
+        tools = apply_tool_choice(fields.array("tools"), fields.data.get("tool_choice"))
+        fmt = response_format_to_format(fields.data.get("response_format"))
+    except InvalidOptionError as exc:
+        raise _options_error(exc, "response_format" if "response_format" in str(exc) else "tool_choice") from None
+    think = read_think(fields)
+    keep_alive = read_keep_alive(fields)
+
+    def start(adapter):
+        return adapter.start_chat(messages, tools=tools, format=fmt, think=think, options=options)
+
+    started = await start_reply(state_of(request), model, start)
+    shaper = OpenAIChatShaper(model, token_bytes=started.lease.adapter.token_bytes)
+    if stream:
+        body = _sse_stream(started.run, shaper, include_usage)
+        return GenerationResponse(body, SSE, on_close=lambda: started.close(keep_alive),
+                                  headers={"Cache-Control": "no-cache"})
+    try:
+        result = await collect(started.run, request.receive)
+    finally:
+        started.close(keep_alive)
+    if result is None:
+        return Response(status_code=499)
+    return JSONResponse(shaper.response(result))
+
+
+async def _sse_stream(run, shaper, include_usage: bool) -> AsyncIterator[bytes]:
+    try:
+        head = shaper.first_chunk()
+        if head is not None:
+            yield sse(head)
+        async for event in run:
+            if isinstance(event, ChatResult):
+                for chunk in shaper.final_chunks(event, include_usage):
+                    yield sse(chunk)
+            else:
+                chunk = shaper.chunk(event)
+                if chunk is not None:
+                    yield sse(chunk)
+    except Exception as exc:  # after the headers: report in the stream
+        yield sse(error_body("/v1/", 400, stream_error_message(exc)))
+    yield sse("[DONE]")
+
+
+# --------------------------------------------------------------------------------------
+# /v1/completions
+# --------------------------------------------------------------------------------------
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    fields = await read_fields(request)
+    fields.reject_unknown(COMPLETION_FIELDS)
+    model = fields.string("model", required=True)
+    prompt = _read_prompt(fields)
+    stream, include_usage = read_stream(fields)
+    options = read_sampling(fields, 16)  # OpenAI's default max_tokens for completions
+    if fields.integer("best_of", 1, low=1, high=128) != 1:
+        raise HTTPError(400, "only best_of=1 is supported", param="best_of")
+    if fields.string("suffix"):
+        raise HTTPError(400, "'suffix' (fill-in-the-middle) is not supported", param="suffix")
+    n_logprobs = fields.integer("logprobs", low=0, high=5)
+    if n_logprobs is not None:
+        options["logprobs"] = True
+        options["top_logprobs"] = n_logprobs
+    echo = fields.boolean("echo", False)
+    keep_alive = read_keep_alive(fields)
+
+    def start(adapter):
+        return adapter.start_completion(prompt, options=options)
+
+    started = await start_reply(state_of(request), model, start)
+    adapter = started.lease.adapter
+    echo_text = "" if not echo else (prompt if isinstance(prompt, str) else adapter.detokenize(prompt))
+    shaper = OpenAICompletionShaper(model, token_bytes=adapter.token_bytes, echo_text=echo_text)
+    if stream:
+        body = _sse_stream(started.run, shaper, include_usage)
+        return GenerationResponse(body, SSE, on_close=lambda: started.close(keep_alive),
+                                  headers={"Cache-Control": "no-cache"})
+    try:
+        result = await collect(started.run, request.receive)
+    finally:
+        started.close(keep_alive)
+    if result is None:
+        return Response(status_code=499)
+    return JSONResponse(shaper.response(result))
+
+
+def _read_prompt(fields: Fields) -> str | list[int]:
+    prompt = fields.data.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # one prompt in a batch of one
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return prompt
+    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):
+        raise HTTPError(400, "only one prompt per request is supported", param="prompt")
+    raise HTTPError(400, "'prompt' must be a non-empty string or an array of token ids", param="prompt")
+
+
+# --------------------------------------------------------------------------------------
+# /v1/models
+# --------------------------------------------------------------------------------------
+
+
+def _model_object(name: str, path) -> dict:
+    try:
+        created = int(info.model_facts(path).modified)
+    except (OSError, ValueError):
+        created = 0
+    return {"id": name, "object": "model", "created": created, "owned_by": "pyengine"}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> Response:
+    available = state_of(request).registry.available()
+    return JSONResponse({"object": "list", "data": [_model_object(n, p) for n, p in sorted(available.items())]})
+
+
+@router.get("/v1/models/{model}")
+async def get_model(request: Request, model: str) -> Response:
+    name, path = state_of(request).registry.resolve(model)
+    return JSONResponse(_model_object(name, path))

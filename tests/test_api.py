@@ -1,0 +1,188 @@
+"""The Python API on small synthetic models: shapes, streaming, graph reuse,
+instruction sets, and every kind of bad input as a typed error."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import GOLDEN, SYNTH, available_isas
+
+from pyengine import LLM
+from pyengine.errors import (
+    ContextLengthError,
+    GGUFError,
+    InvalidOptionError,
+    ModelError,
+    ModelNotFoundError,
+    UnknownArchitectureError,
+)
+
+LLAMA = SYNTH / "llama-bpe-q5_1-tied.gguf"
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(LLAMA, n_ctx=256, n_threads=2)
+
+
+def test_forward_logits_shape_and_type(llm):
+    ids = [1, 2, 3, 4, 5]
+    logits = llm.forward_logits(ids)
+    assert logits.shape == (5, llm.n_vocab) and logits.dtype == np.float32
+    assert np.all(np.isfinite(logits))
+
+
+def test_forward_logits_is_independent_of_previous_calls(llm):
+    a = llm.forward_logits([7, 8, 9])
+    llm.forward_logits([100, 200, 300, 400])
+    assert np.array_equal(a, llm.forward_logits([7, 8, 9]))
+
+
+def test_prompt_chunking_does_not_change_logits(tmp_path):
+    ids = list(range(1, 41))
+    whole = LLM(LLAMA, n_ctx=128, n_threads=1).forward_logits(ids)
+    chunked = LLM(LLAMA, n_ctx=128, n_threads=1, n_batch=7).forward_logits(ids)
+    assert np.array_equal(whole.argmax(-1), chunked.argmax(-1))
+    np.testing.assert_allclose(whole, chunked, atol=1e-4)
+
+
+def test_generate_stream_and_text_agree(llm):
+    text = llm.generate([1, 2, 3], max_tokens=12)
+    pieces = list(llm.generate([1, 2, 3], max_tokens=12, stream=True))
+    assert "".join(pieces) == text
+
+
+def test_decode_steps_reuse_one_graph(llm):
+    """Graph reuse: generating more tokens builds no new graphs, so Python
+    work per token does not grow with the model's depth."""
+    llm.generate([1, 2, 3], max_tokens=4)
+    graphs = dict(llm.forward._graphs)
+    llm.generate([1, 2, 3], max_tokens=20)
+    assert dict(llm.forward._graphs).keys() == graphs.keys()
+    assert all(llm.forward._graphs[k] is graphs[k] for k in graphs)
+
+
+def test_greedy_synthetic_continuation_matches_llamacpp():
+    case = json.loads((GOLDEN / "synth" / "llama-f32-gqa1.json").read_text())["cases"][1]
+    llm = LLM(SYNTH / "llama-f32-gqa1.gguf", n_ctx=256, n_threads=2)
+    fw, ids = llm.forward, case["ids"]
+    llm.cache.clear()
+    row = fw(np.array(ids), np.arange(len(ids)), np.zeros(len(ids)), np.array([len(ids) - 1]))[0]
+    out = []
+    for pos in range(len(ids), len(ids) + len(case["greedy"])):
+        out.append(int(row.argmax()))
+        row = fw(np.array(out[-1:]), np.array([pos]), np.zeros(1), np.zeros(1))[0]
+    assert out == case["greedy"]
+
+
+@pytest.mark.parametrize("isa", available_isas())
+def test_forced_isa_through_environment(isa):
+    code = ("import numpy as np; from pyengine import LLM, _core; "
+            f"llm = LLM({str(LLAMA)!r}, n_threads=1); print(_core.isa()); "
+            "print(int(llm.forward_logits([1, 2, 3])[-1].argmax()))")
+    env = dict(os.environ, PYENGINE_ISA=isa)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[0] == isa
+
+
+def test_unavailable_isa_is_a_clear_error():
+    code = f"from pyengine import LLM; LLM({str(LLAMA)!r})"
+    env = dict(os.environ, PYENGINE_ISA="not-an-isa")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "PYENGINE_ISA" in out.stderr
+
+
+# ---- bad input -----------------------------------------------------------------
+
+def test_missing_file():
+    with pytest.raises(ModelNotFoundError):
+        LLM("/nonexistent/model.gguf")
+
+
+def test_not_a_gguf(tmp_path):
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("just some text, not a model")
+    with pytest.raises(GGUFError):
+        LLM(bad)
+
+
+def test_truncated_model(tmp_path):
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(LLAMA.read_bytes()[: LLAMA.stat().st_size // 2])
+    with pytest.raises(GGUFError, match="truncated|past the end|outside"):
+        LLM(cut)
+
+
+def test_unknown_architecture(tmp_path):
+    import gguf
+
+    path = tmp_path / "martian.gguf"
+    w = gguf.GGUFWriter(str(path), "martian")
+    w.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(UnknownArchitectureError, match="martian"):
+        LLM(path)
+
+
+def test_missing_tensor_is_named(tmp_path):
+    import gguf
+    from gguf import GGUFReader
+
+    src = GGUFReader(str(LLAMA))
+    path = tmp_path / "holey.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    for field in src.fields.values():
+        if field.name.startswith(("GGUF.", "general.architecture")):
+            continue
+        value = field.contents()
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(field.name, value, vtype, sub_type=sub)
+    for t in src.tensors:
+        if t.name != "blk.1.ffn_up.weight":
+            w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelError, match="blk.1.ffn_up.weight"):
+        LLM(path)
+
+
+@pytest.mark.parametrize("kwargs", [dict(n_ctx=0), dict(n_ctx=-5), dict(n_threads=0), dict(n_batch=0),
+                                    dict(n_ctx="big")])
+def test_invalid_options(kwargs):
+    with pytest.raises(InvalidOptionError):
+        LLM(LLAMA, **kwargs)
+
+
+def test_prompt_longer_than_context():
+    small = LLM(LLAMA, n_ctx=16, n_threads=1)
+    with pytest.raises(ContextLengthError, match="20.*16|16.*20"):
+        small.forward_logits(list(range(1, 21)))
+    with pytest.raises(ContextLengthError):
+        small.generate(list(range(1, 21)), max_tokens=2)
+
+
+def test_out_of_range_token_ids(llm):
+    with pytest.raises(InvalidOptionError):
+        llm.forward_logits([1, llm.n_vocab])
+    with pytest.raises(InvalidOptionError):
+        llm.forward_logits([-1])
+
+
+def test_cli_bench_reports_python_time():
+    exe = shutil.which("pyengine")
+    cmd = [exe] if exe else [sys.executable, "-m", "pyengine"]
+    out = subprocess.run(cmd + ["bench", str(LLAMA), "--prompt-tokens", "32", "--gen-tokens", "8",
+                                "--repeat", "1", "--threads", "1"], capture_output=True, text=True, check=True)
+    assert "python per token" in out.stdout and "tokens/s" in out.stdout

@@ -1,0 +1,259 @@
+"""Every graph op against a numpy reference, under every instruction set."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import available_isas, forced_isa
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+
+from pyengine import _core
+from pyengine.errors import NativeError
+from pyengine.ml.context import ROPE_NEOX, ROPE_NORMAL, Backend, Context
+
+ISAS = available_isas()
+rng = np.random.default_rng(1234)
+
+
+def ctx1() -> Context:
+    return Context(Backend(2))
+
+
+def run(ctx: Context, out):
+    ctx.set_output(out)
+    ctx.compute()
+    return ctx.read(out)
+
+
+def f32(*shape) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+class W:
+    """A weight-like object for Context.weight()."""
+
+    def __init__(self, name, type_id, shape, data):
+        self.name, self.type, self.shape, self.data = name, int(type_id), shape, data
+
+
+def quantized(qtype: T, rows: int, cols: int):
+    x = f32(rows, cols)
+    data = np.ascontiguousarray(quants.quantize(x, qtype)).reshape(-1).view(np.uint8)
+    deq = quants.dequantize(data.reshape(rows, -1), qtype).astype(np.float64)
+    return W("w", qtype, (cols, rows), data), deq
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", [T.F32, T.F16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1])
+@pytest.mark.parametrize("m", [1, 3, 70])
+def test_mul_mat_matches_dequantized_product(isa, qtype, m):
+    k, n = 96, 40
+    w, deq = quantized(qtype, n, k)
+    x = f32(m, k)
+    with forced_isa(isa):
+        ctx = ctx1()
+        y = run(ctx, ctx.mul_mat(ctx.weight(w), ctx.input(x, "x")))
+    expected = x.astype(np.float64) @ deq.T
+    scale = np.abs(x).astype(np.float64) @ np.abs(deq).T
+    assert y.shape == (m, n)
+    assert np.all(np.abs(y - expected) <= 0.02 * scale + 1e-4)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_mul_mat_rows_do_not_depend_on_batch(isa):
+    """Batch invariance: a row's result is the same alone or among others."""
+    w, _ = quantized(T.Q4_1, 64, 128)
+    x = f32(9, 128)
+    with forced_isa(isa):
+        ctx = ctx1()
+        full = run(ctx, ctx.mul_mat(ctx.weight(w), ctx.input(x, "x")))
+        for i in (0, 4, 8):
+            ctx = ctx1()
+            one = run(ctx, ctx.mul_mat(ctx.weight(w), ctx.input(np.ascontiguousarray(x[i:i + 1]), "x")))
+            assert np.array_equal(one[0], full[i])
+
+
+@pytest.mark.parametrize("qtype", [T.F32, T.F16, T.Q8_0, T.Q4_0, T.Q4_1])
+def test_get_rows_dequantizes_exactly(qtype):
+    w, deq = quantized(qtype, 20, 64)
+    ids = np.array([3, 0, 19, 3], np.int32)
+    ctx = ctx1()
+    rows = run(ctx, ctx.get_rows(ctx.weight(w), ctx.input(ids, "ids")))
+    assert np.array_equal(rows, deq[ids].astype(np.float32))
+
+
+def test_get_rows_rejects_out_of_range_ids_at_compute():
+    w, _ = quantized(T.F32, 4, 32)
+    ids = np.array([1, 4], np.int32)
+    ctx = ctx1()
+    out = ctx.get_rows(ctx.weight(w), ctx.input(ids, "ids"))
+    ctx.set_output(out)
+    with pytest.raises(NativeError, match="out of range"):
+        ctx.compute()
+
+
+def test_add_mul_broadcast_scale_softcap():
+    a, b, r = f32(5, 3, 8), f32(1, 1, 8), f32(5, 1, 8)
+    ctx = ctx1()
+    ta, tb, tr = ctx.input(a, "a"), ctx.input(b, "b"), ctx.input(r, "r")
+    outs = [ctx.add(ta, tb), ctx.mul(ta, tr), ctx.scale(ta, 0.5), ctx.softcap(ta, 2.0)]
+    for o in outs:
+        ctx.set_output(o)
+    ctx.compute()
+    np.testing.assert_allclose(ctx.read(outs[0]), a + b, rtol=1e-6)
+    np.testing.assert_allclose(ctx.read(outs[1]), a * r, rtol=1e-6)
+    np.testing.assert_allclose(ctx.read(outs[2]), a * 0.5, rtol=1e-6)
+    np.testing.assert_allclose(ctx.read(outs[3]), 2 * np.tanh(a / 2), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_norms_and_activations(isa):
+    x, g, u = f32(7, 96), f32(7, 96), f32(7, 96)
+    w = f32(96)
+    with forced_isa(isa):
+        ctx = ctx1()
+        tx, tg, tu, tw = (ctx.input(v, n) for v, n in ((x, "x"), (g, "g"), (u, "u"), (w, "w")))
+        outs = [ctx.rms_norm(tx, tw, 1e-5), ctx.silu(tx), ctx.gelu(tx), ctx.swiglu(tg, tu),
+                ctx.geglu(tg, tu), ctx.softmax(tx)]
+        for o in outs:
+            ctx.set_output(o)
+        ctx.compute()
+        got = [ctx.read(o) for o in outs]
+    xd = x.astype(np.float64)
+    gelu = lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))  # noqa: E731
+    silu = lambda v: v / (1 + np.exp(-v))  # noqa: E731
+    e = np.exp(xd - xd.max(-1, keepdims=True))
+    expected = [xd / np.sqrt((xd ** 2).mean(-1, keepdims=True) + 1e-5) * w, silu(xd), gelu(xd),
+                silu(g.astype(np.float64)) * u, gelu(g.astype(np.float64)) * u, e / e.sum(-1, keepdims=True)]
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+
+
+def rope_reference(x, pos, n_dims, mode, base, ff=None):
+    """x [T, H, hd] float64; GGML's rotation (NORMAL: adjacent pairs; NEOX: halves)."""
+    out = x.copy()
+    half = n_dims // 2
+    inv = base ** (-np.arange(half) * 2.0 / n_dims)
+    if ff is not None:
+        inv = inv / ff[:half]
+    ang = pos[:, None].astype(np.float64) * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    if mode == ROPE_NORMAL:
+        a, b = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
+        out[..., 0:n_dims:2], out[..., 1:n_dims:2] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., :half], x[..., half:n_dims]
+        out[..., :half], out[..., half:n_dims] = a * c - b * s, a * s + b * c
+    return out
+
+
+@pytest.mark.parametrize("mode", [ROPE_NORMAL, ROPE_NEOX])
+@pytest.mark.parametrize("n_dims", [32, 16])
+@pytest.mark.parametrize("with_factors", [False, True])
+def test_rope(mode, n_dims, with_factors):
+    x = f32(5, 3, 32)
+    pos = np.array([0, 1, 7, 100, 4095], np.int32)
+    ff = (1 + rng.random(n_dims // 2)).astype(np.float32) if with_factors else None
+    ctx = ctx1()
+    t = ctx.rope(ctx.input(x, "x"), ctx.input(pos, "pos"), n_dims=n_dims, mode=mode, base=10000.0,
+                 freq_factors=ctx.input(ff, "ff") if with_factors else None)
+    got = run(ctx, t)
+    np.testing.assert_allclose(got, rope_reference(x.astype(np.float64), pos, n_dims, mode, 10000.0, ff),
+                               rtol=1e-4, atol=2e-4)
+
+
+def attention_reference(q, k, v, mask, n_head_kv, scale, softcap=0.0):
+    """q [T, H, hd]; k, v [C, Hkv, hd]; mask [T, C]."""
+    t, h, hd = q.shape
+    group = h // n_head_kv
+    kk = np.repeat(k, group, axis=1)
+    vv = np.repeat(v, group, axis=1)
+    s = np.einsum("thd,chd->htc", q, kk) * scale
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    s = s + mask[None, :, :]
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("htc,chd->thd", p, vv).reshape(t, h * hd)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("softcap", [0.0, 5.0])
+def test_set_rows_then_attention(isa, softcap):
+    n_cells, hd, h, hkv, t = 16, 32, 4, 2, 3
+    cache_k = np.zeros((n_cells, hd * hkv), np.uint16)
+    cache_v = np.zeros((n_cells, hd * hkv), np.uint16)
+    old = f32(5, hkv * hd)  # five cells already filled
+    cache_k[:5] = old.astype(np.float16).view(np.uint16)
+    cache_v[:5] = (old * 0.5).astype(np.float16).view(np.uint16)
+    q, k, v = f32(t, h, hd), f32(t, hkv * hd), f32(t, hkv * hd)
+    slots = np.array([5, 6, 7], np.int32)
+    kv_len = np.array([8], np.int32)
+    mask = np.full((t, n_cells), -np.inf, np.float32)
+    for i in range(t):
+        mask[i, : 6 + i] = 0  # causal: token i sees cells 0..5+i
+    with forced_isa(isa):
+        ctx = ctx1()
+        kc = ctx.set_rows(ctx.cache(cache_k, 1, (hd * hkv, n_cells), "k"), ctx.input(k, "k_new"), ctx.input(slots, "s"))
+        vc = ctx.set_rows(ctx.cache(cache_v, 1, (hd * hkv, n_cells), "v"), ctx.input(v, "v_new"), ctx.input(slots, "s2"))
+        out = ctx.attn(ctx.input(q, "q"), kc, vc, ctx.input(mask, "mask"), ctx.input(kv_len, "kv_len"),
+                       n_head_kv=hkv, scale=hd ** -0.5, softcap=softcap)
+        got = run(ctx, out)
+    kf = cache_k[:8].view(np.float16).astype(np.float64).reshape(8, hkv, hd)
+    vf = cache_v[:8].view(np.float16).astype(np.float64).reshape(8, hkv, hd)
+    assert np.array_equal(cache_k[5:8], k.astype(np.float16).view(np.uint16))
+    expected = attention_reference(q.astype(np.float64), kf, vf, mask[:, :8], hkv, hd ** -0.5, softcap)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_moe_routing_ops():
+    logits = f32(3, 8)
+    ctx = ctx1()
+    tl = ctx.input(logits, "l")
+    ids = ctx.topk(tl, 2)
+    w = ctx.moe_weights(tl, ids, True)
+    expert_out = f32(3, 2, 5)
+    s = ctx.weighted_sum(ctx.input(expert_out, "e"), w)
+    for o in (ids, w, s):
+        ctx.set_output(o)
+    ctx.compute()
+    got_ids, got_w, got_s = ctx.read(ids), ctx.read(w), ctx.read(s)
+    expected_ids = np.argsort(-logits, axis=1)[:, :2]
+    assert np.array_equal(got_ids, expected_ids)
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    picked = np.take_along_axis(p, expected_ids, 1)
+    weights = picked / picked.sum(1, keepdims=True)
+    np.testing.assert_allclose(got_w, weights, rtol=1e-5)
+    np.testing.assert_allclose(got_s, np.einsum("tue,tu->te", expert_out, weights), rtol=1e-5, atol=1e-6)
+
+
+def test_graph_is_reused_with_new_inputs():
+    x = f32(1, 64)
+    w, deq = quantized(T.Q8_0, 16, 64)
+    ctx = ctx1()
+    y = ctx.mul_mat(ctx.weight(w), ctx.input(x, "x"))
+    first = run(ctx, y).copy()
+    x[:] = f32(1, 64)
+    ctx.compute()
+    second = ctx.read(y)
+    assert not np.array_equal(first, second)
+    np.testing.assert_allclose(second, x.astype(np.float64) @ deq.T, rtol=0.05, atol=0.05)
+
+
+def test_shape_errors_are_exceptions():
+    ctx = ctx1()
+    a, b = ctx.input(f32(2, 8), "a"), ctx.input(f32(2, 6), "b")
+    with pytest.raises(NativeError, match="broadcast"):
+        ctx.add(a, b)
+    with pytest.raises(NativeError, match="inner dimensions"):
+        ctx.mul_mat(a, b)
+    with pytest.raises(NativeError, match="n_dims"):
+        ctx.rope(a, ctx.input(np.zeros(1, np.int32), "p"), n_dims=3, mode=0, base=1e4)
+
+
+def test_isa_selection_errors():
+    with pytest.raises(NativeError, match="unknown instruction set"):
+        _core.set_isa("sse9")
+    assert _core.isa() in ISAS

@@ -1,0 +1,273 @@
+"""KV cache bookkeeping: cells shared by sequences, the order rule, window groups,
+compaction and shifts moving the right rows, key re-rotation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyengine.errors import ContextLengthError, InvalidOptionError, UnsupportedError
+from pyengine.gguf import GGUFFile
+from pyengine.kvcache import KeyRotator, KVCache
+from pyengine.kvcache.cells import CellTable
+from pyengine.ml.context import Backend
+from pyengine.ml.nn import CacheSpec
+from pyengine.models import load_model
+from pyengine.runner.forward import Forward
+
+SYNTH = Path(__file__).parent / "data" / "synth"
+
+
+def alloc(cache: KVCache, seq: int, positions) -> list[np.ndarray]:
+    positions = np.asarray(positions)
+    return cache.allocate(positions, np.full(len(positions), seq))
+
+
+def full_layout(n_layer: int = 2, dim: int = 4) -> list[CacheSpec]:
+    return [CacheSpec(dim, dim, 0)] * n_layer
+
+
+# ---- cells and sequences ---------------------------------------------------------------
+
+
+def test_sequences_share_a_cache_and_removal_frees_cells():
+    cache = KVCache(full_layout(), 16)
+    a = alloc(cache, 0, range(4))[0]
+    b = alloc(cache, 5, range(3))[0]
+    assert list(a) == [0, 1, 2, 3] and list(b) == [4, 5, 6]
+    assert cache.n_used == 7 and cache.seq_ids() == [0, 5]
+    cache.remove(0, 2)
+    assert list(cache.seq_positions(0)) == [0, 1] and cache.n_used == 5
+    cache.remove(5)
+    assert cache.seq_ids() == [0] and cache.n_used == 2
+    cache.clear()
+    assert cache.n_used == 0
+
+
+def test_a_sequence_never_takes_a_cell_below_its_last_one():
+    cache = KVCache(full_layout(), 16)
+    alloc(cache, 0, range(4))       # cells 0-3
+    alloc(cache, 1, range(2))       # cells 4-5
+    cache.remove(0)                 # 0-3 free
+    assert list(alloc(cache, 1, [2])[0]) == [6]      # above its own cells, not the hole
+    assert list(alloc(cache, 2, [0, 1])[0]) == [0, 1]  # a new sequence fills the hole
+
+
+def test_compaction_keeps_every_rows_data_and_order():
+    cache = KVCache(full_layout(1, 2), 8)
+    alloc(cache, 0, range(3))
+    alloc(cache, 1, range(5))
+    for cell in range(8):   # tag each cell's K row with (sequence, position)
+        cache.k[0][cell] = np.array([cache.groups[0].cells.seq[cell], cache.groups[0].cells.pos[cell]],
+                                    np.float16).view(np.uint16)
+    cache.remove(0)
+    slots = alloc(cache, 1, [5, 6])[0]   # no free cell above seq 1's last: compacts first
+    assert list(slots) == [5, 6]
+    cells = cache.groups[0].cells
+    assert list(cells.positions_of(1)) == list(range(7))
+    tags = cache.k[0][:5].view(np.float16).astype(int)
+    assert tags[:, 1].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_sequence_ids_are_validated_and_64_fit():
+    cache = KVCache(full_layout(), 128)
+    for seq in range(64):
+        alloc(cache, seq, [0])
+    assert len(cache.seq_ids()) == 64
+    for bad in (64, -1):
+        with pytest.raises(InvalidOptionError, match="0..63"):
+            alloc(cache, bad, [1])
+    with pytest.raises(InvalidOptionError):
+        cache.remove(99)
+
+
+def test_positions_must_follow_the_cached_ones():
+    cache = KVCache(full_layout(), 8)
+    alloc(cache, 0, [0, 1, 2])
+    with pytest.raises(InvalidOptionError, match="not after"):
+        alloc(cache, 0, [1])
+    with pytest.raises(InvalidOptionError, match="increase"):
+        alloc(cache, 1, [3, 2])
+
+
+def test_full_cache_is_a_context_error():
+    cache = KVCache(full_layout(), 4)
+    alloc(cache, 0, range(3))
+    with pytest.raises(ContextLengthError, match="full"):
+        alloc(cache, 1, range(2))
+
+
+def test_kv_types():
+    with pytest.raises(UnsupportedError, match="Q8_0"):
+        KVCache(full_layout(), 4, kv_type="q8_0")
+    with pytest.raises(InvalidOptionError):
+        KVCache(full_layout(), 4, kv_type="f8")
+    with pytest.raises(InvalidOptionError):
+        KVCache(full_layout(), 0)
+
+
+def test_masks_follow_sequences_positions_and_windows():
+    cache = KVCache(full_layout(), 8)
+    alloc(cache, 0, range(3))
+    cache.copy_prefix(0, 1, 2)          # seq 1 shares positions 0-1
+    alloc(cache, 1, [2, 3])
+    mask = np.zeros((2, 8), np.float32)
+    table = cache.groups[0].cells
+    table.fill_mask(mask, np.array([3, 3]), np.array([1, 0]), table.n_kv)
+    assert (mask[0, :5] == 0).tolist() == [True, True, False, True, True]
+    assert (mask[1, :5] == 0).tolist() == [True, True, True, False, False]
+    table.fill_mask(mask, np.array([3]), np.array([1]), table.n_kv, window=2)
+    assert (mask[0, :5] == 0).tolist() == [False, False, False, True, True]
+
+
+def test_shared_prefix_cells_stay_until_the_last_sequence_leaves():
+    cache = KVCache(full_layout(), 16)
+    alloc(cache, 0, range(6))
+    cache.copy_prefix(0, 1, 4)
+    assert cache.n_used == 6
+    cache.remove(0)
+    assert cache.n_used == 4 and list(cache.seq_positions(1)) == [0, 1, 2, 3]
+    with pytest.raises(InvalidOptionError, match="empty"):
+        cache.copy_prefix(1, 1, 2)
+    cache.remove(1)
+    assert cache.n_used == 0
+
+
+# ---- window groups ---------------------------------------------------------------------
+
+
+def test_window_layers_get_their_own_smaller_group():
+    layout = [CacheSpec(4, 4, 0), CacheSpec(4, 4, 8), CacheSpec(4, 4, 0), CacheSpec(4, 4, 8)]
+    cache = KVCache(layout, 64, window_cells={8: 12})
+    assert [g.n_cells for g in cache.groups] == [64, 12]
+    assert cache.groups[1].layers == [1, 3] and cache.k[1].shape == (12, 4)
+    for start in range(0, 40, 4):   # a long sequence through a 12-cell ring
+        alloc(cache, 0, range(start, start + 4))
+        cache.slide(0, start + 4, margin=0)
+        held = cache.groups[1].cells.positions_of(0)
+        assert held.size <= 8 and held[-1] == start + 3
+    assert cache.groups[0].cells.n_used == 40
+
+
+def test_usable_prefix_needs_every_group():
+    layout = [CacheSpec(4, 4, 0), CacheSpec(4, 4, 4)]
+    cache = KVCache(layout, 64, window_cells={4: 64})
+    alloc(cache, 0, range(20))
+    assert cache.usable_prefix(0, 20) == 20 and cache.usable_prefix(0, 7) == 7
+    cache.slide(0, 20, margin=2)          # window group keeps positions 15..19
+    assert list(cache.groups[1].cells.positions_of(0)) == [15, 16, 17, 18, 19]
+    assert cache.usable_prefix(0, 20) == 20   # continuing at 20 needs 17..19
+    assert cache.usable_prefix(0, 18) == 18   # at 18 needs 15..17
+    assert cache.usable_prefix(0, 17) == 0    # at 17 would need 14
+    assert cache.usable_prefix(3, 10) == 0
+
+
+# ---- edits under random operations ----------------------------------------------------
+
+
+def test_random_edits_keep_order_and_data():
+    """Allocate, remove, share, shift and compact at random; every (sequence, position)
+    must keep its row and every sequence its cells in position order."""
+    rng = np.random.default_rng(7)
+    cache = KVCache(full_layout(1, 1), 48)
+    shadow: dict[int, dict[int, float]] = {}   # seq -> pos -> tag in its K row
+    tag = 0.0
+
+    def identity(layers, rows, delta):
+        return rows
+
+    for _ in range(400):
+        op = rng.integers(5)
+        seq = int(rng.integers(6))
+        mine = shadow.setdefault(seq, {})
+        if op <= 1 and cache.groups[0].cells.n_free >= 3:
+            start = max(mine) + 1 if mine else 0
+            slots = alloc(cache, seq, range(start, start + 3))[0]
+            for p, cell in zip(range(start, start + 3), slots):
+                tag += 1
+                cache.k[0][cell] = np.float16(tag).view(np.uint16)
+                mine[p] = tag
+        elif op == 2 and mine:
+            p0 = int(rng.integers(max(mine) + 1))
+            cache.remove(seq, p0)
+            for p in [p for p in mine if p >= p0]:
+                del mine[p]
+        elif op == 3 and mine:
+            dst = int(rng.integers(6))
+            if dst != seq and not shadow.get(dst):
+                n = int(rng.integers(1, max(mine) + 2))
+                cache.copy_prefix(seq, dst, n)
+                shadow[dst] = {p: t for p, t in mine.items() if p < n}
+        elif op == 4 and len(mine) > 4 and cache.groups[0].cells.n_free >= len(mine):
+            keep, drop = 1, 2
+            cache.shift(seq, keep, drop, identity)
+            shadow[seq] = {(p if p < keep else p - drop): t for p, t in mine.items()
+                           if p < keep or p >= keep + drop}
+        if rng.integers(10) == 0:
+            cache.compact()
+        cells = cache.groups[0].cells
+        for s, held in shadow.items():
+            idx = cells.cells_of(s)
+            assert list(cells.pos[idx]) == sorted(held), (s, list(cells.pos[idx]), sorted(held))
+            tags = cache.k[0][idx, 0].view(np.float16).astype(float)
+            assert tags.tolist() == [held[p] for p in sorted(held)]
+        assert cells.n_used == len({t for held in shadow.values() for t in held.values()})
+
+
+# ---- shift re-rotation -------------------------------------------------------------------
+
+
+def test_shift_rerotates_keys_like_a_fresh_run():
+    """Layer 0's keys depend only on the token and its position, so after a shift by -d
+    they must equal the keys of the same tokens run at the new positions."""
+    model = load_model(GGUFFile(SYNTH / "llama-f16.gguf"))
+    backend = Backend(1)
+    tokens = np.array([5, 17, 42, 99, 7, 300, 12, 8, 64, 65], np.int32)
+    n, keep, drop = len(tokens), 2, 3
+
+    def run(positions, tok):
+        cache = KVCache(model.cache_layout(), 32)
+        Forward(model, backend, cache)(tok, positions, np.zeros(len(tok)), np.array([len(tok) - 1]))
+        return cache
+
+    shifted = run(np.arange(n), tokens)
+    shifted.shift(0, keep, drop, KeyRotator(model, backend))
+    kept = np.r_[tokens[:keep], tokens[keep + drop:]]
+    fresh = run(np.arange(len(kept)), kept)
+    assert list(shifted.seq_positions(0)) == list(range(len(kept)))
+    got = shifted.k[0][shifted.groups[0].cells.cells_of(0)].view(np.float16).astype(np.float32)
+    want = fresh.k[0][: len(kept)].view(np.float16).astype(np.float32)
+    assert np.allclose(got, want, atol=2e-2, rtol=1e-2)
+    moved = got[keep:] - want[keep:]
+    # and the rotation did something: the unrotated keys are far off
+    before = run(np.arange(n), tokens).k[0][keep + drop:n].view(np.float16).astype(np.float32)
+    assert np.abs(before - want[keep:]).max() > 10 * np.abs(moved).max()
+
+
+def test_shift_of_a_shared_sequence_leaves_the_other_alone():
+    cache = KVCache(full_layout(1, 2), 16)
+    alloc(cache, 0, range(6))
+    for cell in range(6):
+        cache.k[0][cell] = np.array([cell, 0], np.float16).view(np.uint16)
+    cache.copy_prefix(0, 1, 6)
+
+    def plus_one(layers, rows, delta):
+        return [r + 1 for r in rows]
+
+    cache.shift(0, 1, 2, plus_one)
+    table = cache.groups[0].cells
+    assert list(table.positions_of(1)) == list(range(6))
+    assert list(table.positions_of(0)) == [0, 1, 2, 3]
+    k = cache.k[0].view(np.float16)
+    assert k[table.cells_of(1), 0].tolist() == [0, 1, 2, 3, 4, 5]
+    assert k[table.cells_of(0), 0].tolist() == [0, 4, 5, 6]
+
+
+def test_cell_table_compaction_order_is_stable():
+    table = CellTable(6)
+    table.record(np.array([1, 3, 5]), np.array([0, 1, 2]), np.array([2, 2, 2]))
+    order = table.compaction()
+    table.rebuild(order, table.seq[order].copy())
+    assert table.positions_of(2).tolist() == [0, 1, 2] and table.cells_of(2).tolist() == [0, 1, 2]
