@@ -33,7 +33,7 @@ from gguf import GGUFValueType
 
 from model_parity import DATA, CaseRun, compare, golden, load, prompt_logits, rewrite, run_case
 from model_reference import Reference
-from pyengine.kvcache import KVCache
+from pyengine.kvcache import KeyRotator, KVCache
 from pyengine.ml.context import Backend
 from pyengine.runner.forward import Forward
 
@@ -173,18 +173,23 @@ def test_sliding_window_changes_the_result():
     assert np.abs(unwindowed.logits - results[2].logits).max() > 0.5
 
 
+def phi3_longrope(tmp_path):
+    """phi3-q5_0 plus LongRoPE factor tensors, original context 64, attn_factor 1.19."""
+    rng = np.random.default_rng(7)
+    pairs = 8                                                  # rope.dimension_count 16 / 2
+    return rewrite(tmp_path, "phi3-q5_0",
+                   add={"rope_factors_short.weight": 1 + rng.random(pairs),
+                        "rope_factors_long.weight": 1 + 8 * rng.random(pairs)},
+                   meta={"phi3.rope.scaling.original_context_length": (64, GGUFValueType.UINT32),
+                         "phi3.rope.scaling.attn_factor": (1.19, GGUFValueType.FLOAT32)})
+
+
 def test_phi3_longrope_factors(tmp_path):
     """Phi-3 with LongRoPE factors (phi3-q5_0 plus factor tensors and keys): the
     short set while the context fits rope.scaling.original_context_length, the
     long set beyond it, cos/sin scaled by rope.scaling.attn_factor; checked
     against the exact reference, which chooses the same way."""
-    rng = np.random.default_rng(7)
-    pairs = 8                                                  # rope.dimension_count 16 / 2
-    path = rewrite(tmp_path, "phi3-q5_0",
-                   add={"rope_factors_short.weight": 1 + rng.random(pairs),
-                        "rope_factors_long.weight": 1 + 8 * rng.random(pairs)},
-                   meta={"phi3.rope.scaling.original_context_length": (64, GGUFValueType.UINT32),
-                         "phi3.rope.scaling.attn_factor": (1.19, GGUFValueType.FLOAT32)})
+    path = phi3_longrope(tmp_path)
     model, ref = load(path), Reference(path)
     ids = runs("phi3-q5_0")[0][1]["ids"]                       # 41 tokens
     ours = {}
@@ -195,6 +200,37 @@ def test_phi3_longrope_factors(tmp_path):
         assert np.abs(ours[n_ctx] - ref.forward(ids)).max() <= 0.15
     assert np.abs(ours[48] - ours[128]).max() > 0.5
     assert np.abs(ours[48] - runs("phi3-q5_0")[1][1].logits).max() > 0.5
+
+
+@pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "phi3-longrope-short", "phi3-longrope-long"])
+def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
+    """After a context shift the moved keys of layer 0 (which depend only on the
+    token and its position) must equal those of a fresh run at the new positions:
+    the re-rotation uses each layer's rope (Gemma's per-layer base, Phi-3's
+    LongRoPE factors without a second attn_factor)."""
+    path = phi3_longrope(tmp_path) if variant.startswith("phi3") else DATA / "synth" / f"{variant}.gguf"
+    n_cells = 128 if variant.endswith("long") else 32          # beyond / within the original 64
+    model = load(path)
+    tokens = np.array([5, 17, 42, 99, 7, 300, 12, 8, 64, 65, 3, 4], np.int32)
+    n, keep, drop = len(tokens), 2, 3
+
+    def run(tok):
+        cache = KVCache(model.cache_layout(), n_cells)
+        Forward(model, backend(), cache)(tok, np.arange(len(tok)), np.zeros(len(tok)), np.array([len(tok) - 1]))
+        return cache
+
+    def keys(cache, cells):
+        return cache.k[0][cells].view(np.float16).astype(np.float32)
+
+    shifted = run(tokens)
+    before = keys(shifted, np.arange(keep + drop, n))
+    shifted.shift(0, keep, drop, KeyRotator(model, backend()))
+    kept = np.r_[tokens[:keep], tokens[keep + drop:]]
+    fresh = run(kept)
+    got = keys(shifted, shifted.layer_group[0].cells.cells_of(0))
+    want = keys(fresh, np.arange(len(kept)))
+    assert np.abs(got - want).max() <= 0.02 * max(1.0, np.abs(want).max())
+    assert np.abs(before - want[keep:]).max() > 10 * np.abs(got - want).max()
 
 
 def _set_cfg(module, cfg) -> None:

@@ -107,20 +107,31 @@ class Phi3(Module):
     layers: list[Block] = blocks("blk")
     output_norm: RMSNorm = tensor("output_norm", shape=("n_embd",))
     output: Linear = tensor("output", alt="token_embd", shape=("n_embd", "n_vocab"))
+    n_ctx: int = 0      # context size of the last graph built: which factors the keys were roped with
 
     def rope_factors(self, n_ctx: int) -> F32Param | None:
         """LongRoPE's factors for a context of n_ctx tokens, as llama.cpp chooses them."""
         return self.rope_factors_long if n_ctx > self.cfg.n_ctx_orig else self.rope_factors_short
 
     def forward(self, ctx: Context, batch) -> Tensor:
-        n_ctx = batch.attn_inputs(0).k.shape[1]                                    # cells of the KV cache
-        factors = self.rope_factors(n_ctx)
+        # every Phi-3 layer attends globally, so layer 0's cache holds the whole context
+        self.n_ctx = batch.attn_inputs(0).k.shape[1]
+        factors = self.rope_factors(self.n_ctx)
         ff = ctx.weight(factors.weight) if factors else None
         x = self.token_embd(ctx, batch.tokens)                                     # [n_embd, T]
         for i, block in enumerate(self.layers):
             x = block(ctx, x, batch, i, ff)
         x = ctx.get_rows(x, batch.out_ids)                                         # [n_embd, n_out]
         return self.output(ctx, self.output_norm(ctx, x, self.cfg.eps))           # [n_vocab, n_out]
+
+    def rope_for_layer(self, ctx: Context, x: Tensor, positions: Tensor, layer: int) -> Tensor:
+        """Rotate cached keys further (a context shift, kvcache/rotate.py): the factors
+        the forward pass used, and no attn_factor, which the keys already carry."""
+        c = self.cfg
+        factors = self.rope_factors(self.n_ctx)
+        return ctx.rope(x, positions, n_dims=c.rope_dims, mode=c.rope_mode, base=c.rope_base,
+                        scale=c.rope_scale, freq_factors=ctx.weight(factors.weight) if factors else None,
+                        n_ctx_orig=c.n_ctx_orig)
 
     def cache_layout(self) -> list[nn.CacheSpec]:
         return self.cfg.cache_layout()
