@@ -12,10 +12,10 @@ and minutes), the largest top-10 error at the last position was, by prompt,
     ours:      0.16  0.33  0.28  0.29  0.26
     llama.cpp: 0.27  0.55  0.42  0.39  0.15
 and on prompt 4 the exact top token is ours (4560), not llama.cpp's (236743).
-Measured against llama.cpp (AVX-512 / AVX2 / scalar kernels): argmax at 703 / 706 /
-703 of 707 positions (146-147 of the 147 past position 512), top-10 within 0.67 /
+Measured against llama.cpp (AVX-512 / AVX2 / scalar kernels): argmax at 701 / 705 /
+703 of 707 positions (146-147 of the 147 past position 512), top-10 within 0.61 /
 0.60 / 0.39, every argmax or greedy difference a near-tie (gap <= 0.12 / 0.11 /
-0.31), greedy fully equal on 2 / 2 / 2 of the 5 prompts.
+0.31), greedy fully equal on 2 / 2 / 2 of the 5 prompts (not the same ones).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from pyengine.ml.context import Backend
 from pyengine.store import resolve_model
 
 GOLDEN = DATA / "golden" / "real" / "gemma-3-270m-q4_k_m.json"
-ARGMAX_MIN = 0.99          # over all 707 prompt positions (measured 0.994)
+ARGMAX_MIN = 0.985         # over all 707 prompt positions (measured 0.9915 to 0.997)
 PAST_WINDOW_MIN = 0.97     # positions >= 512 of the long prompt (measured 1.0; 0.78 without the window)
-TOP10_MAX = 0.8            # measured up to 0.67; llama.cpp is up to 0.55 from the exact result
+TOP10_MAX = 0.8            # measured up to 0.61; llama.cpp is up to 0.55 from the exact result
 TIE_MAX = 0.5              # llama.cpp's token within this of our best where they differ (measured <= 0.31)
 
 pytestmark = pytest.mark.slow
@@ -87,4 +87,4 @@ def test_greedy_matches_llamacpp_until_a_near_tie():
             full += 1
         else:
             assert a.greedy_gap <= TIE_MAX, f"greedy differs at token {a.greedy_match} by {a.greedy_gap}"
-    assert full >= 1   # measured 2 of 5 on every ISA, not the same 2: the noise decides the rest
+    assert full >= 1   # measured 2 of 5 on every ISA: the noise decides the rest

@@ -55,9 +55,13 @@ class Phi3Config(qwen2.AttentionConfig):
 
     def layer_rope(self, ctx: Context, x: Tensor, positions: Tensor, layer: int,
                    freq_factors: Tensor | None = None) -> Tensor:
+        return self.longrope(ctx, x, positions, freq_factors, self.rope_attn_factor)
+
+    def longrope(self, ctx: Context, x: Tensor, positions: Tensor, freq_factors: Tensor | None,
+                 attn_factor: float) -> Tensor:
         return ctx.rope(x, positions, n_dims=self.rope_dims, mode=self.rope_mode, base=self.rope_base,
-                        scale=self.rope_scale, freq_factors=freq_factors,
-                        attn_factor=self.rope_attn_factor, n_ctx_orig=self.n_ctx_orig)
+                        scale=self.rope_scale, freq_factors=freq_factors, attn_factor=attn_factor,
+                        n_ctx_orig=self.n_ctx_orig)
 
 
 @dataclass(eq=False)
@@ -100,10 +104,8 @@ class Phi3(Module):
     Config = Phi3Config
 
     token_embd: Embedding = tensor("token_embd", shape=("n_embd", "n_vocab"))
-    rope_factors_short: F32Param | None = tensor("rope_factors_short", optional=True,
-                                                     shape=("rope_pairs",))
-    rope_factors_long: F32Param | None = tensor("rope_factors_long", optional=True,
-                                                    shape=("rope_pairs",))
+    rope_factors_short: F32Param | None = tensor("rope_factors_short", optional=True, shape=("rope_pairs",))
+    rope_factors_long: F32Param | None = tensor("rope_factors_long", optional=True, shape=("rope_pairs",))
     layers: list[Block] = blocks("blk")
     output_norm: RMSNorm = tensor("output_norm", shape=("n_embd",))
     output: Linear = tensor("output", alt="token_embd", shape=("n_embd", "n_vocab"))
@@ -127,11 +129,9 @@ class Phi3(Module):
     def rope_for_layer(self, ctx: Context, x: Tensor, positions: Tensor, layer: int) -> Tensor:
         """Rotate cached keys further (a context shift, kvcache/rotate.py): the factors
         the forward pass used, and no attn_factor, which the keys already carry."""
-        c = self.cfg
         factors = self.rope_factors(self.n_ctx)
-        return ctx.rope(x, positions, n_dims=c.rope_dims, mode=c.rope_mode, base=c.rope_base,
-                        scale=c.rope_scale, freq_factors=ctx.weight(factors.weight) if factors else None,
-                        n_ctx_orig=c.n_ctx_orig)
+        ff = ctx.weight(factors.weight) if factors else None
+        return self.cfg.longrope(ctx, x, positions, ff, attn_factor=1.0)
 
     def cache_layout(self) -> list[nn.CacheSpec]:
         return self.cfg.cache_layout()
