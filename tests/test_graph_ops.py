@@ -126,8 +126,10 @@ def test_norms_and_activations(isa):
     e = np.exp(xd - xd.max(-1, keepdims=True))
     expected = [xd / np.sqrt((xd ** 2).mean(-1, keepdims=True) + 1e-5) * w, silu(xd), gelu(xd),
                 silu(g.astype(np.float64)) * u, gelu(g.astype(np.float64)) * u, e / e.sum(-1, keepdims=True)]
-    for a, b in zip(got, expected):
-        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    # GELU comes from a table over F16 inputs (GGML's method): F16 precision
+    tolerances = [2e-5, 2e-5, 2e-3, 2e-5, 2e-3, 2e-5]
+    for a, b, rtol in zip(got, expected, tolerances):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol / 10)
 
 
 def rope_reference(x, pos, n_dims, mode, base, ff=None):
@@ -204,7 +206,8 @@ def test_set_rows_then_attention(isa, softcap):
     vf = cache_v[:8].view(np.float16).astype(np.float64).reshape(8, hkv, hd)
     assert np.array_equal(cache_k[5:8], k.astype(np.float16).view(np.uint16))
     expected = attention_reference(q.astype(np.float64), kf, vf, mask[:, :8], hkv, hd ** -0.5, softcap)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    # the query and the probabilities are rounded to F16 (llama.cpp's numerics)
+    np.testing.assert_allclose(got, expected, rtol=3e-3, atol=3e-3)
 
 
 def test_moe_routing_ops():

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "blocks.h"
 #include "kernels.h"
 #include "pe.h"
 
@@ -100,6 +101,20 @@ static inline bool pe_is_contiguous(const pe_tensor *t) {
         expect *= (size_t)t->ne[i];
     }
     return true;
+}
+
+/* ---- GELU ----------------------------------------------------------------- */
+
+/* GELU(tanh) of every F16 value, as F16 (filled by pe_init). */
+extern uint16_t pe_gelu_table[1 << 16];
+void pe_gelu_table_init(void);
+
+/* GELU as GGML computes it: 0 below -10, identity above 10, else the table
+ * entry of the input rounded to F16. */
+static inline float pe_gelu(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return pe_f16_to_f32(pe_gelu_table[pe_f32_to_f16(x)]);
 }
 
 /* ---- executor ------------------------------------------------------------ */

@@ -44,7 +44,7 @@ typedef struct pe_vec_kernels {
     void  (*scale_mad_f16)(int64_t n, float *y, float s, const uint16_t *x, float v);
     void  (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);
     void  (*f16_to_f32)(int64_t n, const uint16_t *x, float *y);
-    float (*sum_sq)(int64_t n, const float *x);                 /* sum x^2 (double inside) */
+    double (*sum_sq)(int64_t n, const float *x);                /* sum of float x^2, in double */
     void  (*silu_mul)(int64_t n, float *y, const float *g, const float *u);  /* silu(g)*u */
     void  (*gelu_mul)(int64_t n, float *y, const float *g, const float *u);  /* gelu_tanh(g)*u */
 } pe_vec_kernels;

@@ -116,6 +116,7 @@ static int isa_index(const char *name) {
 void pe_init(void) {
     if (initialised) return;
     initialised = true;
+    pe_gelu_table_init();
     detect();
     build_tables();
     current = best;

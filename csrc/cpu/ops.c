@@ -45,10 +45,6 @@ static void binary_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
-static inline float gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
-}
-
 static void unary_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0);
     const int64_t n = a->ne[0];
@@ -63,7 +59,7 @@ static void unary_run(pe_exec *ex, pe_tensor *t) {
         case PE_OP_SOFTCAP: for (int64_t i = 0; i < n; i++) d[i] = p * tanhf(x[i] / p); break;
         case PE_OP_CONT:    memcpy(d, x, (size_t)n * sizeof(float)); break;
         case 100 + PE_UNARY_SILU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] / (1.0f + expf(-x[i])); break;
-        case 100 + PE_UNARY_GELU:     for (int64_t i = 0; i < n; i++) d[i] = gelu_tanh(x[i]); break;
+        case 100 + PE_UNARY_GELU:     for (int64_t i = 0; i < n; i++) d[i] = pe_gelu(x[i]); break;
         case 100 + PE_UNARY_GELU_ERF: for (int64_t i = 0; i < n; i++) d[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f)); break;
         case 100 + PE_UNARY_RELU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] > 0 ? x[i] : 0; break;
         default: break;
@@ -90,7 +86,7 @@ static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     for (int64_t r = r0; r < r1; r++) {
         const float *x = row_f32(a, r);
         float *d = row_f32(t, r);
-        const float mean = pe_kern->vec.sum_sq(n, x) / (float)n;
+        const float mean = (float)(pe_kern->vec.sum_sq(n, x) / (double)n);
         const float scale = 1.0f / sqrtf(mean + t->fp[0]);
         /* (x * scale) * w, the same rounding as a norm followed by a mul */
         if (wd) for (int64_t i = 0; i < n; i++) d[i] = (x[i] * scale) * wd[i];

@@ -1,9 +1,10 @@
 /* ops_attn.c - writes into the KV cache and attention over it.
  *
- * Attention runs one (token, head) pair at a time with an online softmax
- * (one pass over the cells, no score matrix), reading K and V rows straight
- * from the F16 cache.  The number of cells to read is an input read at
- * compute time, so a decode graph can be reused as the cache grows. */
+ * Attention runs one (token, head) pair at a time, reading K and V rows
+ * straight from the F16 cache, with llama.cpp's roundings (query and
+ * probabilities to F16) so logits agree with it to float noise.  The number
+ * of cells to read is an input read at compute time, so a decode graph can
+ * be reused as the cache grows. */
 #include <math.h>
 #include <string.h>
 
@@ -29,52 +30,73 @@ void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
-size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
-    const pe_tensor *q = &g->t[t->src[0]];
-    return (size_t)n_threads * ((size_t)q->ne[0] * sizeof(float) + 64);
+/* Per thread: the rounded query row and one score per cell. */
+static size_t attn_thread_floats(const pe_tensor *q, const pe_tensor *k) {
+    return (size_t)(q->ne[0] + k->ne[1] + 16);
 }
 
+size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
+    const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]];
+    return (size_t)n_threads * attn_thread_floats(q, k) * sizeof(float) + 64;
+}
+
+static inline float round_f16(float x) { return pe_f16_to_f32(pe_f32_to_f16(x)); }
+
+/* Scores of one query against cells [0, n_kv): the query is rounded to F16
+ * (as a product with an F16 cache does in GGML), soft-capped models scale
+ * the query first (Gemma's query_pre_attn_scalar), others scale the score.
+ * Returns the largest score; masked cells get -inf. */
+static float attn_scores(const pe_tensor *t, const float *qr, float *qh, float *scores, const float *m,
+                         const pe_tensor *k, size_t head_off, int64_t hd, int64_t n_kv) {
+    const float scale = t->fp[0], softcap = t->fp[1];
+    const float q_scale = softcap > 0 ? scale : 1.0f;
+    for (int64_t i = 0; i < hd; i++) qh[i] = round_f16(qr[i] * q_scale);
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < n_kv; c++) {
+        if (m[c] == -INFINITY) { scores[c] = -INFINITY; continue; }
+        const uint16_t *kr = (const uint16_t *)((const uint8_t *)k->data + c * k->nb[1] + head_off);
+        float s = pe_kern->vec.dot_f32_f16(hd, qh, kr);
+        s = softcap > 0 ? softcap * tanhf(s * (1.0f / softcap)) : s * scale;
+        s += m[c];
+        scores[c] = s;
+        if (s > mx) mx = s;
+    }
+    return mx;
+}
+
+/* Two passes, as GGML's softmax-then-product does: normalised probabilities
+ * rounded to F16 (the type of the product with the V cache) weight V rows. */
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const pe_graph *g = ex->g;
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
     const pe_tensor *mask = &g->t[t->src[3]], *len = &g->t[t->src[4]];
     const int64_t hd = q->ne[0], nh = q->ne[1], nt = q->ne[2];
-    const int n_kv_head = t->ip[0];
-    const int64_t group = nh / n_kv_head;
-    const float scale = t->fp[0], softcap = t->fp[1];
+    const int64_t group = nh / t->ip[0];
     const int64_t n_kv = *(const int32_t *)len->data;
     if (n_kv < 0 || n_kv > k->ne[1]) { pe_exec_fail(ex, "attn: kv length out of range"); return; }
-    float *acc = (float *)(ex->work + (size_t)ex->ith * (hd * sizeof(float) + 64));
+    float *qh = (float *)ex->work + (size_t)ex->ith * attn_thread_floats(q, k);
+    float *scores = qh + hd + 8;
     const pe_vec_kernels *vk = &pe_kern->vec;
     int64_t p0, p1;
     pe_split(nt * nh, ex->ith, ex->nth, &p0, &p1);
     for (int64_t p = p0; p < p1; p++) {
         const int64_t tok = p / nh, h = p % nh;
-        const float *qr = pe_row(q, h, tok, 0);
         const float *m = (const float *)((const uint8_t *)mask->data + tok * mask->nb[1]);
         const size_t head_off = (size_t)(h / group) * hd * sizeof(uint16_t);
-        float mx = -INFINITY, sum = 0.0f;
-        memset(acc, 0, (size_t)hd * sizeof(float));
-        for (int64_t c = 0; c < n_kv; c++) {
-            if (m[c] == -INFINITY) continue;
-            const uint16_t *kr = (const uint16_t *)((const uint8_t *)k->data + c * k->nb[1] + head_off);
-            const uint16_t *vr = (const uint16_t *)((const uint8_t *)v->data + c * v->nb[1] + head_off);
-            float s = vk->dot_f32_f16(hd, qr, kr) * scale;
-            if (softcap > 0) s = softcap * tanhf(s / softcap);
-            s += m[c];
-            if (s > mx) {
-                const float shrink = expf(mx - s);  /* rescale what was summed so far */
-                mx = s;
-                sum = sum * shrink + 1.0f;
-                vk->scale_mad_f16(hd, acc, shrink, vr, 1.0f);
-            } else {
-                const float e = expf(s - mx);
-                sum += e;
-                vk->scale_mad_f16(hd, acc, 1.0f, vr, e);
-            }
-        }
         float *d = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h * hd;
-        const float inv = sum > 0 ? 1.0f / sum : 0.0f;
-        for (int64_t i = 0; i < hd; i++) d[i] = acc[i] * inv;
+        memset(d, 0, (size_t)hd * sizeof(float));
+        const float mx = attn_scores(t, pe_row(q, h, tok, 0), qh, scores, m, k, head_off, hd, n_kv);
+        if (mx == -INFINITY) continue;  /* nothing visible: zeros */
+        double sum = 0.0;
+        for (int64_t c = 0; c < n_kv; c++) {
+            scores[c] = scores[c] == -INFINITY ? 0.0f : expf(scores[c] - mx);
+            sum += scores[c];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int64_t c = 0; c < n_kv; c++) {
+            if (scores[c] == 0.0f) continue;
+            const uint16_t *vr = (const uint16_t *)((const uint8_t *)v->data + c * v->nb[1] + head_off);
+            vk->scale_mad_f16(hd, d, 1.0f, vr, round_f16(scores[c] * inv));
+        }
     }
 }

@@ -133,45 +133,43 @@ static void scale_mad_f16(int64_t n, float *y, float s, const uint16_t *x, float
     for (; i < n; i++) y[i] = y[i] * s + pe_f16_to_f32(x[i]) * v;
 }
 
-static float sum_sq(int64_t n, const float *x) {
-    /* accumulate in double, as the reference does, so long rows stay exact */
+static double sum_sq(int64_t n, const float *x) {
+    /* float squares summed in double, as GGML's RMS norm does */
     double sum = 0.0;
     int64_t i = 0;
 #if defined(__AVX512F__)
     __m512d acc = _mm512_setzero_pd();
-    for (; i + 8 <= n; i += 8) {
-        __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-        acc = _mm512_fmadd_pd(v, v, acc);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        const __m512 sq = _mm512_mul_ps(v, v);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
     }
     sum = _mm512_reduce_add_pd(acc);
 #elif defined(__AVX2__)
     __m256d acc = _mm256_setzero_pd();
-    for (; i + 4 <= n; i += 4) {
-        __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
-        acc = _mm256_fmadd_pd(v, v, acc);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 sq = _mm256_mul_ps(v, v);
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
     }
     double tmp[4];
     _mm256_storeu_pd(tmp, acc);
     sum = tmp[0] + tmp[1] + tmp[2] + tmp[3];
 #endif
-    for (; i < n; i++) sum += (double)x[i] * x[i];
-    return (float)sum;
+    for (; i < n; i++) sum += (double)(x[i] * x[i]);
+    return sum;
 }
 
 static inline float silu1(float x) { return x / (1.0f + expf(-x)); }
-
-/* GELU, tanh approximation (what GGUF models are converted to expect). */
-static inline float gelu1(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
-}
 
 static void silu_mul(int64_t n, float *y, const float *g, const float *u) {
     for (int64_t i = 0; i < n; i++) y[i] = silu1(g[i]) * u[i];
 }
 
 static void gelu_mul(int64_t n, float *y, const float *g, const float *u) {
-    for (int64_t i = 0; i < n; i++) y[i] = gelu1(g[i]) * u[i];
+    for (int64_t i = 0; i < n; i++) y[i] = pe_gelu(g[i]) * u[i];
 }
 
 void PE_VEC_FILL(pe_kernels *k) {

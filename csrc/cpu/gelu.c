@@ -1,0 +1,17 @@
+/* gelu.c - GELU through a table indexed by the input's F16 bits, the way
+ * GGML computes it, so GELU models (Gemma) match llama.cpp's numerics. */
+#include <math.h>
+
+#include "blocks.h"
+#include "internal.h"
+
+uint16_t pe_gelu_table[1 << 16];
+
+static float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
+}
+
+void pe_gelu_table_init(void) {
+    for (uint32_t i = 0; i < (1u << 16); i++)
+        pe_gelu_table[i] = pe_f32_to_f16(gelu_tanh(pe_f16_to_f32((pe_f16)i)));
+}
