@@ -49,12 +49,15 @@ class CellTable:
         self.n_cells = n_cells
         self.pos = np.full(n_cells, -1, np.int32)
         self.seq = np.zeros(n_cells, np.uint64)
+        # every used cell lies below `top` (an upper bound, so scans of a
+        # decode step cost the used part of the cache, not all of it)
+        self.top = 0
 
     # ---- queries -------------------------------------------------------------
 
     @property
     def n_used(self) -> int:
-        return int(np.count_nonzero(self.seq))
+        return int(np.count_nonzero(self.seq[: self.top]))
 
     @property
     def n_free(self) -> int:
@@ -63,12 +66,12 @@ class CellTable:
     @property
     def n_kv(self) -> int:
         """Cells an attention pass must look at: up to the last used one."""
-        used = np.flatnonzero(self.seq)
+        used = np.flatnonzero(self.seq[: self.top])
         return int(used[-1]) + 1 if used.size else 0
 
     def cells_of(self, seq_id: int) -> np.ndarray:
         """Indices of the sequence's cells (ascending, hence in position order)."""
-        return np.flatnonzero(self.seq & seq_bit(seq_id))
+        return np.flatnonzero(self.seq[: self.top] & seq_bit(seq_id))
 
     def positions_of(self, seq_id: int) -> np.ndarray:
         return self.pos[self.cells_of(seq_id)]
@@ -83,6 +86,7 @@ class CellTable:
     def clear(self) -> None:
         self.pos.fill(-1)
         self.seq.fill(0)
+        self.top = 0
 
     def plan(self, positions: np.ndarray, seq_ids: np.ndarray) -> np.ndarray | None:
         """Free cells for a batch, each sequence's above its last cell; None when
@@ -109,6 +113,8 @@ class CellTable:
     def record(self, slots: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray) -> None:
         self.pos[slots] = positions
         self.seq[slots] = seq_bits(seq_ids)
+        if len(slots):
+            self.top = max(self.top, int(slots.max()) + 1)
 
     def compaction(self) -> np.ndarray:
         """Old indices of the used cells in their new order (compaction keeps order)."""
@@ -121,6 +127,7 @@ class CellTable:
         self.clear()
         self.pos[:n] = pos
         self.seq[:n] = bits
+        self.top = n
 
     def remove(self, seq_id: int, p0: int = 0, p1: int | None = None) -> int:
         """Drop the sequence from its cells at positions [p0, p1); returns cells freed."""
