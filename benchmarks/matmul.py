@@ -20,7 +20,10 @@ import time
 
 import numpy as np
 
-SHAPES = ((576, 1536), (1536, 576), (576, 576))  # (input features k, output features n)
+# (input features k, output features n): SmolLM2-135M's projections, and for
+# the k-quants (rows of 256) Gemma-3-270M's attn_output and ffn_down
+SHAPES = ((576, 1536), (1536, 576), (576, 576))
+SHAPES_K = ((1024, 640), (2048, 640))
 BATCHES = (512, 1)
 
 
@@ -66,7 +69,7 @@ def _child(args: argparse.Namespace) -> None:
     results = {}
     for name in args.types.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
-            for k, n in SHAPES:
+            for k, n in SHAPES_K if name.endswith("_K") else SHAPES:
                 for m in BATCHES:
                     key = f"{name} {threads} {k} {n} {m}"
                     results[key] = _time_one(int(T[name]), k, n, m, threads, args.min_seconds)
