@@ -182,11 +182,12 @@ static inline void gmk_k4_scales_tile(const uint8_t *const sc[4], __m256i *scale
 
 #define GMK_DEFINE_K4_TILE(NAME, WB, QH_TILE, HAS_QH)                                                        \
     GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],        \
-                                   const uint8_t *a, size_t ba, int nr, const int nc) {               \
+                                   const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {    \
         __m256 acc[4];                                                                                \
         for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_ps();                                     \
         for (int64_t i = 0; i < n / QK_K; i++) {                                                      \
             GM_ROWS(WB, w, i);                                                                        \
+            gm_prefetch_ahead(w, bw, (size_t)i * sizeof(WB), sizeof(WB));                             \
             const uint8_t *qs[4] = {b0->qs, b1->qs, b2->qs, b3->qs};                                  \
             const uint8_t *scp[4] = {b0->scales, b1->scales, b2->scales, b3->scales};                 \
             __m256i scz, mz, h[4];                                                                    \
@@ -272,13 +273,14 @@ GM_INLINE void gmk_q6_quarter(const __m256i l[4], const __m256i h[4], int high_n
 }
 
 GM_INLINE void gemm_q6_K_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4], const uint8_t *a, size_t ba,
-                           int nr, const int nc) {
+                           size_t bw, int nr, const int nc) {
     /* quarter q: chunk A (q even) or B, low or high nibbles, qh bits 2q..2q+1 to bits 4..5 */
     static const int chunk_of[4] = {0, 1, 0, 1}, high_of[4] = {0, 0, 1, 1}, shift_of[4] = {4, 2, 0, -2};
     __m256 acc[4];
     for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         GM_ROWS(block_q6_K, w, i);
+        gm_prefetch_ahead(w, bw, (size_t)i * sizeof(block_q6_K), sizeof(block_q6_K));
         __m256i z[2]; /* scales 0..7 and 8..15 of each row */
         gm_transpose16((const uint8_t *)b0->scales, (const uint8_t *)b1->scales, (const uint8_t *)b2->scales,
                        (const uint8_t *)b3->scales, &z[0], &z[1]);
@@ -329,10 +331,10 @@ GM_INLINE void gemm_q6_K_n(int64_t n, float *s, size_t bs, const uint8_t *const 
         const uint8_t *rows[4];                                                                       \
         gm_rows(w, bw, nr, rows);                                                                     \
         switch (nc) {                                                                                 \
-        case 1: gemm_##NAME##_n(n, s, bs, rows, a, ba, nr, 1); break;                                 \
-        case 2: gemm_##NAME##_n(n, s, bs, rows, a, ba, nr, 2); break;                                 \
-        case 3: gemm_##NAME##_n(n, s, bs, rows, a, ba, nr, 3); break;                                 \
-        default: gemm_##NAME##_n(n, s, bs, rows, a, ba, nr, 4); break;                                \
+        case 1: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 1); break;                                 \
+        case 2: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 2); break;                                 \
+        case 3: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 3); break;                                 \
+        default: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 4); break;                                \
         }                                                                                             \
     }
 
