@@ -41,13 +41,20 @@ static inline __m256i gmk_scale_tile(__m256i z, int u, int is_signed) {
 #endif
 }
 
-/* Row form: scale lo for elements 0..15 of a 32-element vector, hi for 16..31. */
-static inline __m256i gmk_scale_row(int lo, int hi) {
+/* Row form: 8 scale bytes as 32-bit lanes, zero- or sign-extended (AVX2:
+ * the value in both 16-bit halves, for madd). */
+static inline __m256i gmk_scales_row(__m128i bytes, int is_signed) {
+    const __m256i v = is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
 #if defined(PE_GEMM_VNNI)
-    return _mm256_setr_m128i(_mm_set1_epi32(lo), _mm_set1_epi32(hi));
+    return v;
 #else
-    return _mm256_setr_m128i(_mm_set1_epi16((short)lo), _mm_set1_epi16((short)hi));
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 #endif
+}
+
+/* scale lo for elements 0..15 of a 32-element vector, hi for 16..31 */
+static inline __m256i gmk_pick(__m256i scales, int lo, int hi) {
+    return _mm256_permutevar8x32_epi32(scales, _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi));
 }
 
 /* Tile form: codes t[0..count) (8 elements per vector, as in x86_gemm.h)
@@ -112,7 +119,7 @@ static inline __m256i gmk_mins_tile(__m256i mins_lo, __m256i mins_hi, const int1
 
 /* Row form: chunk c (32 bytes of qs) gives sub-blocks 2c (low nibbles) and
  * 2c + 1 (high); Q5_K's qh bits 2c and 2c + 1 are their fifth bits. */
-GM_INLINE __m256i gmk_k4_isum_row(const uint8_t *qs, const uint8_t *qh, const uint8_t *sc, const int8_t *a) {
+GM_INLINE __m256i gmk_k4_isum_row(const uint8_t *qs, const uint8_t *qh, __m256i sc, const int8_t *a) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     __m256i hbits = qh ? gm_load256(qh) : _mm256_setzero_si256();
     __m256i isum = _mm256_setzero_si256();
@@ -124,8 +131,8 @@ GM_INLINE __m256i gmk_k4_isum_row(const uint8_t *qs, const uint8_t *qh, const ui
             hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hbits, 3), b4));
             hbits = _mm256_srli_epi16(hbits, 2);
         }
-        isum = _mm256_add_epi32(isum, gmk_sub_row(lo, a, gmk_scale_row(sc[2 * c], sc[2 * c])));
-        isum = _mm256_add_epi32(isum, gmk_sub_row(hi, a + 32, gmk_scale_row(sc[2 * c + 1], sc[2 * c + 1])));
+        isum = _mm256_add_epi32(isum, gmk_sub_row(lo, a, gmk_pick(sc, 2 * c, 2 * c)));
+        isum = _mm256_add_epi32(isum, gmk_sub_row(hi, a + 32, gmk_pick(sc, 2 * c + 1, 2 * c + 1)));
     }
     return isum;
 }
@@ -137,8 +144,7 @@ GM_INLINE __m256i gmk_k4_isum_row(const uint8_t *qs, const uint8_t *qh, const ui
         __m128 acc = _mm_setzero_ps();                                                               \
         for (int64_t i = 0; i < n / QK_K; i++) {                                                     \
             const __m128i unpacked = k4_unpack(x[i].scales);                                         \
-            uint8_t sc[16];                                                                          \
-            _mm_storeu_si128((__m128i *)sc, unpacked);                                               \
+            const __m256i sc = gmk_scales_row(unpacked, 0);                                          \
             const __m256i isum = gmk_k4_isum_row(x[i].qs, QH, sc, a[i].qs);                          \
             const __m128 dd = f16_pair_scaled(&x[i].d, a[i].d); /* [d * da, dmin * da] */           \
             acc = _mm_fmadd_ps(_mm_broadcastss_ps(dd), _mm_cvtepi32_ps(gm_parity(isum)), acc);       \
@@ -224,6 +230,8 @@ static inline void gmk_k4_scales_tile(const uint8_t *const sc[4], __m256i *scale
 /* Row form: codes of quarter q (32 elements) of half h, as in the AVX2 k-quants file. */
 GM_INLINE __m256i gmk_q6_isum_row(const block_q6_K *x, const int8_t *a) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m128i sc8 = gm_load128(x->scales);
+    const __m256i scales[2] = {gmk_scales_row(sc8, 1), gmk_scales_row(_mm_unpackhi_epi64(sc8, sc8), 1)};
     __m256i isum = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
         const __m256i ql0 = gm_load256(x->ql + 64 * h), ql1 = gm_load256(x->ql + 64 * h + 32);
@@ -235,8 +243,7 @@ GM_INLINE __m256i gmk_q6_isum_row(const block_q6_K *x, const int8_t *a) {
         q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
         for (int k = 0; k < 4; k++) {
-            const __m256i sc = gmk_scale_row(x->scales[8 * h + 2 * k], x->scales[8 * h + 2 * k + 1]);
-            isum = _mm256_add_epi32(isum, gmk_sub_row(q[k], a + 128 * h + 32 * k, sc));
+            isum = _mm256_add_epi32(isum, gmk_sub_row(q[k], a + 128 * h + 32 * k, gmk_pick(scales[h], 2 * k, 2 * k + 1)));
         }
     }
     return isum;
