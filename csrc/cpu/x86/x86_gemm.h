@@ -1,9 +1,11 @@
 /* x86_gemm.h - the dot products of the block types as a GEMM micro-kernel
  * (4 weight rows x up to 4 activation rows) and as vec_dot (1 x 1), written
- * once for avx2_gemm.c and avx512_gemm.c.  Both files compile this with
- * AVX2; the AVX-512 one defines PE_GEMM_VNNI first, which swaps the integer
- * dot products (maddubs + madd) for vpdpbusd and the fifth-bit insertion for
- * byte masks.
+ * once for avx2_gemm.c and avx512_gemm.c: the shared pieces and the legacy
+ * types Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 here, Q4_K Q5_K Q6_K in
+ * x86_gemm_kquants.h.  Both files compile this with AVX2; the AVX-512 one
+ * defines PE_GEMM_VNNI first, which swaps the integer dot products (maddubs +
+ * madd) for vpdpbusd and the fifth-bit insertion for byte masks.
+ * PYENGINE_GEMM=0 in the environment installs vec_dot only (A/B timing).
  *
  * Batch invariance.  A row's result may not depend on which other rows share
  * its tile, so every (weight row, activation row) pair follows one
@@ -16,7 +18,9 @@
  *   - the result is (even + odd) + mins.
  * The integer sums are exact however they are formed, and the float
  * operations are the same ones in the same order, so a tile's elements equal
- * vec_dot's bit for bit (and AVX2's equal AVX-512's).
+ * vec_dot's bit for bit (and AVX2's equal AVX-512's).  Two lanes rather than
+ * one keep vec_dot's chain of dependent multiply-adds short; the tile has
+ * enough independent pairs either way.
  *
  * The tile layout.  Weight codes are transposed once per block: vector t[k]
  * holds the codes of elements 8k..8k+7 of the four rows, row r in 64-bit lane
