@@ -75,7 +75,9 @@ static inline void gm_transpose16(const uint8_t *p0, const uint8_t *p1, const ui
 /* ---- integer dot products ------------------------------------------------------------ */
 
 /* How a type's codes multiply: unsigned (< 32), signed with |w| <= 16, or
- * Q8_0's full signed bytes (whose 16-bit pair sums may not be added up). */
+ * Q8_0's full signed bytes (whose 16-bit pair sums may not be added up).
+ * Activations are in [-127, 127] (the q8 quantizers never give -128), so
+ * sign(a, w) cannot overflow and maddubs pair sums stay below 2^15. */
 enum { GM_UNSIGNED, GM_SIGNED, GM_SIGNED8 };
 
 /* Row form: per 32-bit lane t, the dot product of elements 4t..4t+3. */
