@@ -261,6 +261,29 @@ static inline __m256 gm_scales_tile(const uint8_t *const w[4], size_t block_byte
 /* the f16 pair opening an activation block in every lane pair: [da sa da sa ...] */
 static inline __m256 gm_scales_act(const void *block) { return _mm256_cvtph_ps(_mm_set1_epi32((int)gm_u32(block))); }
 
+/* the f16 pairs opening block ib of activation rows 0..3 (rows past nc
+ * repeat the last): [da0 sa0 da1 sa1 da2 sa2 da3 sa3] */
+static inline __m256 gm_scales_acts(const uint8_t *a, size_t ba, size_t block_bytes, int64_t ib, int nc) {
+    const uint8_t *p = a + (size_t)ib * block_bytes;
+    const size_t s1 = nc > 1 ? ba : 0, s2 = nc > 2 ? 2 * ba : s1, s3 = nc > 3 ? 3 * ba : s2;
+    const __m128i h = _mm_setr_epi32((int)gm_u32(p), (int)gm_u32(p + s1), (int)gm_u32(p + s2), (int)gm_u32(p + s3));
+    return _mm256_cvtph_ps(h);
+}
+
+static inline __m256 gm_lane(__m256 v, int i) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(i)); }
+
+/* lane i in the low half, lane k in the high half */
+static inline __m256 gm_lanes2(__m256 v, int i, int k) {
+    return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(i, i, i, i, k, k, k, k));
+}
+
+/* min terms kept as lane r + 4h (weight row r, activation row 2q + h) moved
+ * to lane 2r, where gm_finish_tile reads them */
+static inline __m256 gm_spread_mins(__m256 m, int h) {
+    const int b = 4 * h;
+    return _mm256_permutevar8x32_ps(m, _mm256_setr_epi32(b, b, b + 1, b + 1, b + 2, b + 2, b + 3, b + 3));
+}
+
 /* (even + odd) + mins of one pair */
 static inline float gm_finish_row(__m128 acc, __m128 mins, int with_min) {
     __m128 r = _mm_add_ss(acc, _mm_movehdup_ps(acc));
@@ -311,6 +334,8 @@ static inline void gm_rows(const void *w, size_t bw, int nr, const uint8_t *rows
                                                                                                       \
     GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],        \
                                    const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {    \
+        /* one activation row: its scales broadcast; more: gathered, converted \
+         * once, and the min terms of two rows share a vector (lane r + 4j) */ \
         __m256 acc[4], mins[4];                                                                       \
         for (int j = 0; j < 4; j++) acc[j] = mins[j] = _mm256_setzero_ps();                           \
         for (int64_t ib = 0; ib < n / 32; ib++) {                                                     \
@@ -319,17 +344,33 @@ static inline void gm_rows(const void *w, size_t bw, int nr, const uint8_t *rows
             TILE(w, ib, t);                                                                           \
             for (int k = 0; k < 4; k++) u[k] = _mm256_abs_epi8(t[k]);                                 \
             const __m256 wd = gm_scales_tile(w, sizeof(WB), ib);                                      \
-            const __m256 dw = _mm256_moveldup_ps(wd), mw = _mm256_movehdup_ps(wd);                    \
+            const __m256 dw = _mm256_moveldup_ps(wd);                                                 \
+            if (nc == 1) {                                                                            \
+                const AB *a0 = (const AB *)a + ib;                                                    \
+                const __m256i e_o = gm_dot_tile(t, u, a0->qs, KIND);                                  \
+                const __m256 ad = gm_scales_act(a0);                                                  \
+                const __m256 d = _mm256_mul_ps(dw, _mm256_moveldup_ps(ad));                           \
+                acc[0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(e_o), acc[0]);                         \
+                if (WITH_MIN) mins[0] = _mm256_fmadd_ps(_mm256_movehdup_ps(wd), _mm256_movehdup_ps(ad), mins[0]); \
+                continue;                                                                             \
+            }                                                                                         \
+            const __m256 ad = gm_scales_acts(a, ba, sizeof(AB), ib, nc);                              \
             for (int j = 0; j < nc; j++) {                                                            \
                 const AB *aj = (const AB *)(a + (size_t)j * ba) + ib;                                 \
                 const __m256i e_o = gm_dot_tile(t, u, aj->qs, KIND);                                  \
-                const __m256 ad = gm_scales_act(aj);                                                  \
-                const __m256 d = _mm256_mul_ps(dw, _mm256_moveldup_ps(ad));                           \
+                const __m256 d = _mm256_mul_ps(dw, gm_lane(ad, 2 * j));                               \
                 acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(e_o), acc[j]);                         \
-                if (WITH_MIN) mins[j] = _mm256_fmadd_ps(mw, _mm256_movehdup_ps(ad), mins[j]);         \
+            }                                                                                         \
+            if (WITH_MIN) {                                                                           \
+                const __m256 mw = _mm256_permutevar8x32_ps(wd, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)); \
+                mins[0] = _mm256_fmadd_ps(mw, gm_lanes2(ad, 1, 3), mins[0]);                          \
+                if (nc > 2) mins[1] = _mm256_fmadd_ps(mw, gm_lanes2(ad, 5, 7), mins[1]);              \
             }                                                                                         \
         }                                                                                             \
-        for (int j = 0; j < nc; j++) gm_finish_tile(s + (size_t)j * bs, acc[j], mins[j], WITH_MIN, nr); \
+        for (int j = 0; j < nc; j++) {                                                                \
+            const __m256 m = nc == 1 ? mins[0] : gm_spread_mins(mins[j / 2], j % 2);                  \
+            gm_finish_tile(s + (size_t)j * bs, acc[j], m, WITH_MIN, nr);                              \
+        }                                                                                             \
     }                                                                                                 \
                                                                                                       \
     static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,  \
