@@ -205,7 +205,7 @@ static inline __m256i gm_row_q5_0(const block_q5_0 *b) { return gm_fifth_row(gm_
 static inline __m256i gm_row_q5_1(const block_q5_1 *b) { return gm_fifth_row(gm_nibbles_row(b->qs), gm_u32(b->qh), 0); }
 static inline __m256i gm_row_q8_0(const block_q8_0 *b) { return gm_load256(b->qs); }
 
-#define GM_ROWS(TYPE, w, ib) \
+#define GM_ROWS(TYPE, w, ib)                                                                        \
     const TYPE *b0 = (const TYPE *)w[0] + ib, *b1 = (const TYPE *)w[1] + ib, *b2 = (const TYPE *)w[2] + ib, *b3 = (const TYPE *)w[3] + ib
 
 GM_INLINE void gm_tile_q4_0(const uint8_t *const w[4], int64_t ib, __m256i t[4]) {
@@ -317,79 +317,79 @@ static inline void gm_rows(const void *w, size_t bw, int nr, const uint8_t *rows
 /* vec_dot_NAME and gemm_NAME for a weight block WB with activation block AB:
  * ROW / TILE give the codes, KIND how they multiply, WITH_MIN whether the
  * block carries m (and the activations s = d * sum). */
-#define GM_DEFINE_LEGACY(NAME, WB, AB, ROW, TILE, KIND, WITH_MIN)                                     \
-    static void vec_dot_##NAME(int64_t n, float *s, const void *vw, const void *va) {                \
-        const WB *w = vw;                                                                             \
-        const AB *a = va;                                                                             \
-        __m128 acc = _mm_setzero_ps(), mins = _mm_setzero_ps();                                       \
-        for (int64_t ib = 0; ib < n / 32; ib++) {                                                     \
-            const __m128i e_o = gm_parity(gm_dot_row(ROW(&w[ib]), a[ib].qs, KIND));                   \
-            const __m128 wd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(&w[ib])));                   \
-            const __m128 ad = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(&a[ib])));                   \
-            acc = _mm_fmadd_ps(_mm_broadcastss_ps(_mm_mul_ss(wd, ad)), _mm_cvtepi32_ps(e_o), acc);    \
-            if (WITH_MIN) mins = _mm_fmadd_ss(_mm_movehdup_ps(wd), _mm_movehdup_ps(ad), mins);        \
-        }                                                                                             \
-        *s = gm_finish_row(acc, mins, WITH_MIN);                                                      \
-    }                                                                                                 \
-                                                                                                      \
-    GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],        \
-                                   const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {    \
-        /* one activation row: its scales broadcast; more: gathered, converted \
-         * once, and the min terms of two rows share a vector (lane r + 4j) */ \
-        __m256 acc[4], mins[4];                                                                       \
-        for (int j = 0; j < 4; j++) acc[j] = mins[j] = _mm256_setzero_ps();                           \
-        for (int64_t ib = 0; ib < n / 32; ib++) {                                                     \
-            __m256i t[4], u[4];                                                                       \
-            gm_prefetch_ahead(w, bw, (size_t)ib * sizeof(WB), sizeof(WB));                             \
-            TILE(w, ib, t);                                                                           \
-            for (int k = 0; k < 4; k++) u[k] = _mm256_abs_epi8(t[k]);                                 \
-            const __m256 wd = gm_scales_tile(w, sizeof(WB), ib);                                      \
-            const __m256 dw = _mm256_moveldup_ps(wd);                                                 \
-            if (nc == 1) {                                                                            \
-                const AB *a0 = (const AB *)a + ib;                                                    \
-                const __m256i e_o = gm_dot_tile(t, u, a0->qs, KIND);                                  \
-                const __m256 ad = gm_scales_act(a0);                                                  \
-                const __m256 d = _mm256_mul_ps(dw, _mm256_moveldup_ps(ad));                           \
-                acc[0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(e_o), acc[0]);                         \
+#define GM_DEFINE_LEGACY(NAME, WB, AB, ROW, TILE, KIND, WITH_MIN)                                                 \
+    static void vec_dot_##NAME(int64_t n, float *s, const void *vw, const void *va) {                             \
+        const WB *w = vw;                                                                                         \
+        const AB *a = va;                                                                                         \
+        __m128 acc = _mm_setzero_ps(), mins = _mm_setzero_ps();                                                   \
+        for (int64_t ib = 0; ib < n / 32; ib++) {                                                                 \
+            const __m128i e_o = gm_parity(gm_dot_row(ROW(&w[ib]), a[ib].qs, KIND));                               \
+            const __m128 wd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(&w[ib])));                               \
+            const __m128 ad = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(&a[ib])));                               \
+            acc = _mm_fmadd_ps(_mm_broadcastss_ps(_mm_mul_ss(wd, ad)), _mm_cvtepi32_ps(e_o), acc);                \
+            if (WITH_MIN) mins = _mm_fmadd_ss(_mm_movehdup_ps(wd), _mm_movehdup_ps(ad), mins);                    \
+        }                                                                                                         \
+        *s = gm_finish_row(acc, mins, WITH_MIN);                                                                  \
+    }                                                                                                             \
+                                                                                                                  \
+    GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],                     \
+                                   const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {                \
+        /* one activation row: its scales broadcast; more: gathered, converted                                    \
+         * once, and the min terms of two rows share a vector (lane r + 4j) */                                    \
+        __m256 acc[4], mins[4];                                                                                   \
+        for (int j = 0; j < 4; j++) acc[j] = mins[j] = _mm256_setzero_ps();                                       \
+        for (int64_t ib = 0; ib < n / 32; ib++) {                                                                 \
+            __m256i t[4], u[4];                                                                                   \
+            gm_prefetch_ahead(w, bw, (size_t)ib * sizeof(WB), sizeof(WB));                                        \
+            TILE(w, ib, t);                                                                                       \
+            for (int k = 0; k < 4; k++) u[k] = _mm256_abs_epi8(t[k]);                                             \
+            const __m256 wd = gm_scales_tile(w, sizeof(WB), ib);                                                  \
+            const __m256 dw = _mm256_moveldup_ps(wd);                                                             \
+            if (nc == 1) {                                                                                        \
+                const AB *a0 = (const AB *)a + ib;                                                                \
+                const __m256i e_o = gm_dot_tile(t, u, a0->qs, KIND);                                              \
+                const __m256 ad = gm_scales_act(a0);                                                              \
+                const __m256 d = _mm256_mul_ps(dw, _mm256_moveldup_ps(ad));                                       \
+                acc[0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(e_o), acc[0]);                                     \
                 if (WITH_MIN) mins[0] = _mm256_fmadd_ps(_mm256_movehdup_ps(wd), _mm256_movehdup_ps(ad), mins[0]); \
-                continue;                                                                             \
-            }                                                                                         \
-            const __m256 ad = gm_scales_acts(a, ba, sizeof(AB), ib, nc);                              \
-            for (int j = 0; j < nc; j++) {                                                            \
-                const AB *aj = (const AB *)(a + (size_t)j * ba) + ib;                                 \
-                const __m256i e_o = gm_dot_tile(t, u, aj->qs, KIND);                                  \
-                const __m256 d = _mm256_mul_ps(dw, gm_lane(ad, 2 * j));                               \
-                acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(e_o), acc[j]);                         \
-            }                                                                                         \
-            if (WITH_MIN) {                                                                           \
-                const __m256 mw = _mm256_permutevar8x32_ps(wd, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)); \
-                mins[0] = _mm256_fmadd_ps(mw, gm_lanes2(ad, 1, 3), mins[0]);                          \
-                if (nc > 2) mins[1] = _mm256_fmadd_ps(mw, gm_lanes2(ad, 5, 7), mins[1]);              \
-            }                                                                                         \
-        }                                                                                             \
-        for (int j = 0; j < nc; j++) {                                                                \
-            const __m256 m = nc == 1 ? mins[0] : gm_spread_mins(mins[j / 2], j % 2);                  \
-            gm_finish_tile(s + (size_t)j * bs, acc[j], m, WITH_MIN, nr);                              \
-        }                                                                                             \
-    }                                                                                                 \
-                                                                                                      \
-    static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,  \
-                            size_t ba, int nr, int nc) {                                              \
-        const uint8_t *rows[4];                                                                       \
-        gm_rows(w, bw, nr, rows);                                                                     \
-        switch (nc) {                                                                                 \
-        case 1: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 1); break;                                 \
-        case 2: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 2); break;                                 \
-        case 3: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 3); break;                                 \
-        default: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 4); break;                                \
-        }                                                                                             \
+                continue;                                                                                         \
+            }                                                                                                     \
+            const __m256 ad = gm_scales_acts(a, ba, sizeof(AB), ib, nc);                                          \
+            for (int j = 0; j < nc; j++) {                                                                        \
+                const AB *aj = (const AB *)(a + (size_t)j * ba) + ib;                                             \
+                const __m256i e_o = gm_dot_tile(t, u, aj->qs, KIND);                                              \
+                const __m256 d = _mm256_mul_ps(dw, gm_lane(ad, 2 * j));                                           \
+                acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(e_o), acc[j]);                                     \
+            }                                                                                                     \
+            if (WITH_MIN) {                                                                                       \
+                const __m256 mw = _mm256_permutevar8x32_ps(wd, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));        \
+                mins[0] = _mm256_fmadd_ps(mw, gm_lanes2(ad, 1, 3), mins[0]);                                      \
+                if (nc > 2) mins[1] = _mm256_fmadd_ps(mw, gm_lanes2(ad, 5, 7), mins[1]);                          \
+            }                                                                                                     \
+        }                                                                                                         \
+        for (int j = 0; j < nc; j++) {                                                                            \
+            const __m256 m = nc == 1 ? mins[0] : gm_spread_mins(mins[j / 2], j % 2);                              \
+            gm_finish_tile(s + (size_t)j * bs, acc[j], m, WITH_MIN, nr);                                          \
+        }                                                                                                         \
+    }                                                                                                             \
+                                                                                                                  \
+    static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,              \
+                            size_t ba, int nr, int nc) {                                                          \
+        const uint8_t *rows[4];                                                                                   \
+        gm_rows(w, bw, nr, rows);                                                                                 \
+        switch (nc) {                                                                                             \
+        case 1: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 1); break;                                         \
+        case 2: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 2); break;                                         \
+        case 3: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 3); break;                                         \
+        default: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 4); break;                                        \
+        }                                                                                                         \
     }
 
-#define GM_DEFINE_ALL_LEGACY()                                                                   \
-    GM_DEFINE_LEGACY(q4_0, block_q4_0, block_q8_0, gm_row_q4_0, gm_tile_q4_0, GM_SIGNED, 0)     \
-    GM_DEFINE_LEGACY(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, gm_tile_q4_1, GM_UNSIGNED, 1)   \
-    GM_DEFINE_LEGACY(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, gm_tile_q5_0, GM_SIGNED, 0)     \
-    GM_DEFINE_LEGACY(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, gm_tile_q5_1, GM_UNSIGNED, 1)   \
+#define GM_DEFINE_ALL_LEGACY()                                                                      \
+    GM_DEFINE_LEGACY(q4_0, block_q4_0, block_q8_0, gm_row_q4_0, gm_tile_q4_0, GM_SIGNED, 0)         \
+    GM_DEFINE_LEGACY(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, gm_tile_q4_1, GM_UNSIGNED, 1)       \
+    GM_DEFINE_LEGACY(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, gm_tile_q5_0, GM_SIGNED, 0)         \
+    GM_DEFINE_LEGACY(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, gm_tile_q5_1, GM_UNSIGNED, 1)       \
     GM_DEFINE_LEGACY(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, gm_tile_q8_0, GM_SIGNED8, 0)
 
 /* PYENGINE_GEMM=0 leaves the tiles to vec_dot pair by pair (for A/B timing). */
@@ -398,10 +398,10 @@ static inline int gm_gemm_enabled(void) {
     return !(v && strcmp(v, "0") == 0);
 }
 
-#define GM_INSTALL(k, TYPE, NAME, with_gemm)                  \
-    do {                                                      \
-        (k)->type[TYPE].vec_dot = vec_dot_##NAME;             \
-        (k)->type[TYPE].gemm = (with_gemm) ? gemm_##NAME : NULL; \
+#define GM_INSTALL(k, TYPE, NAME, with_gemm)                                                        \
+    do {                                                                                            \
+        (k)->type[TYPE].vec_dot = vec_dot_##NAME;                                                   \
+        (k)->type[TYPE].gemm = (with_gemm) ? gemm_##NAME : NULL;                                    \
     } while (0)
 
 #endif /* PE_X86_GEMM_H */

@@ -139,19 +139,19 @@ GM_INLINE __m256i gmk_k4_isum_row(const uint8_t *qs, const uint8_t *qh, __m256i 
 
 #define GMK_DEFINE_K4_ROW(NAME, WB, QH)                                                             \
     static void vec_dot_##NAME(int64_t n, float *s, const void *vw, const void *va) {               \
-        const WB *x = vw;                                                                            \
-        const block_q8_K *a = va;                                                                    \
-        __m128 acc = _mm_setzero_ps();                                                               \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                                     \
-            const __m128i unpacked = k4_unpack(x[i].scales);                                         \
-            const __m256i sc = gmk_scales_row(unpacked, 0);                                          \
-            const __m256i isum = gmk_k4_isum_row(x[i].qs, QH, sc, a[i].qs);                          \
+        const WB *x = vw;                                                                           \
+        const block_q8_K *a = va;                                                                   \
+        __m128 acc = _mm_setzero_ps();                                                              \
+        for (int64_t i = 0; i < n / QK_K; i++) {                                                    \
+            const __m128i unpacked = k4_unpack(x[i].scales);                                        \
+            const __m256i sc = gmk_scales_row(unpacked, 0);                                         \
+            const __m256i isum = gmk_k4_isum_row(x[i].qs, QH, sc, a[i].qs);                         \
             const __m128 dd = f16_pair_scaled(&x[i].d, a[i].d); /* [d * da, dmin * da] */           \
-            acc = _mm_fmadd_ps(_mm_broadcastss_ps(dd), _mm_cvtepi32_ps(gm_parity(isum)), acc);       \
-            acc = _mm_fnmadd_ps(_mm_shuffle_ps(dd, dd, 0x55),                                        \
-                                _mm_cvtepi32_ps(gmk_mins_row(unpacked, a[i].bsums)), acc);           \
-        }                                                                                            \
-        *s = gm_finish_row(acc, acc, 0);                                                             \
+            acc = _mm_fmadd_ps(_mm_broadcastss_ps(dd), _mm_cvtepi32_ps(gm_parity(isum)), acc);      \
+            acc = _mm_fnmadd_ps(_mm_shuffle_ps(dd, dd, 0x55),                                       \
+                                _mm_cvtepi32_ps(gmk_mins_row(unpacked, a[i].bsums)), acc);          \
+        }                                                                                           \
+        *s = gm_finish_row(acc, acc, 0);                                                            \
     }
 
 /* Tile form: the four rows' chunk c (and, for Q5_K, their transposed qh
@@ -186,43 +186,43 @@ static inline void gmk_k4_scales_tile(const uint8_t *const sc[4], __m256i *scale
     *mins = _mm256_setr_m128i(_mm_unpackhi_epi64(u0, u1), _mm_unpackhi_epi64(u2, u3));
 }
 
-#define GMK_DEFINE_K4_TILE(NAME, WB, QH_TILE, HAS_QH)                                                        \
-    GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],        \
-                                   const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {    \
-        __m256 acc[4];                                                                                \
-        for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_ps();                                     \
-        for (int64_t i = 0; i < n / QK_K; i++) {                                                      \
-            GM_ROWS(WB, w, i);                                                                        \
-            gm_prefetch_ahead(w, bw, (size_t)i * sizeof(WB), sizeof(WB));                             \
-            const uint8_t *qs[4] = {b0->qs, b1->qs, b2->qs, b3->qs};                                  \
-            const uint8_t *scp[4] = {b0->scales, b1->scales, b2->scales, b3->scales};                 \
-            __m256i scz, mz, h[4];                                                                    \
-            gmk_k4_scales_tile(scp, &scz, &mz);                                                       \
-            QH_TILE(b0, b1, b2, b3, h);                                                               \
-            __m256i isum[4];                                                                          \
-            for (int j = 0; j < 4; j++) isum[j] = _mm256_setzero_si256();                             \
-            for (int c = 0; c < 4; c++) {                                                             \
-                __m256i lo[4], hi[4];                                                                 \
-                gmk_k4_codes_tile(qs, c, HAS_QH ? h : NULL, lo, hi);                                  \
+#define GMK_DEFINE_K4_TILE(NAME, WB, QH_TILE, HAS_QH)                                                           \
+    GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],                   \
+                                   const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {              \
+        __m256 acc[4];                                                                                          \
+        for (int j = 0; j < 4; j++) acc[j] = _mm256_setzero_ps();                                               \
+        for (int64_t i = 0; i < n / QK_K; i++) {                                                                \
+            GM_ROWS(WB, w, i);                                                                                  \
+            gm_prefetch_ahead(w, bw, (size_t)i * sizeof(WB), sizeof(WB));                                       \
+            const uint8_t *qs[4] = {b0->qs, b1->qs, b2->qs, b3->qs};                                            \
+            const uint8_t *scp[4] = {b0->scales, b1->scales, b2->scales, b3->scales};                           \
+            __m256i scz, mz, h[4];                                                                              \
+            gmk_k4_scales_tile(scp, &scz, &mz);                                                                 \
+            QH_TILE(b0, b1, b2, b3, h);                                                                         \
+            __m256i isum[4];                                                                                    \
+            for (int j = 0; j < 4; j++) isum[j] = _mm256_setzero_si256();                                       \
+            for (int c = 0; c < 4; c++) {                                                                       \
+                __m256i lo[4], hi[4];                                                                           \
+                gmk_k4_codes_tile(qs, c, HAS_QH ? h : NULL, lo, hi);                                            \
                 const __m256i sc_lo = gmk_scale_tile(scz, 2 * c, 0), sc_hi = gmk_scale_tile(scz, 2 * c + 1, 0); \
-                for (int j = 0; j < nc; j++) {                                                        \
-                    const int8_t *q8 = ((const block_q8_K *)(a + (size_t)j * ba) + i)->qs + 64 * c;   \
-                    isum[j] = _mm256_add_epi32(isum[j], gmk_sub_tile(lo, q8, 4, sc_lo));              \
-                    isum[j] = _mm256_add_epi32(isum[j], gmk_sub_tile(hi, q8 + 32, 4, sc_hi));         \
-                }                                                                                     \
-            }                                                                                         \
-            const __m256 dd = gm_scales_tile(w, sizeof(WB), i); /* [d0 dmin0 d1 dmin1 ...] */         \
-            const __m256 dw = _mm256_moveldup_ps(dd), dmw = _mm256_movehdup_ps(dd);                   \
-            const __m256i mins_lo = gmk_widen_tile(mz, 0, 0), mins_hi = gmk_widen_tile(mz, 4, 0);     \
-            for (int j = 0; j < nc; j++) {                                                            \
-                const block_q8_K *aj = (const block_q8_K *)(a + (size_t)j * ba) + i;                  \
-                const __m256 da = _mm256_set1_ps(aj->d);                                              \
-                const __m256i mi = gmk_mins_tile(mins_lo, mins_hi, aj->bsums);                        \
-                acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[j]), acc[j]); \
-                acc[j] = _mm256_fnmadd_ps(_mm256_mul_ps(dmw, da), _mm256_cvtepi32_ps(mi), acc[j]);    \
-            }                                                                                         \
-        }                                                                                             \
-        for (int j = 0; j < nc; j++) gm_finish_tile(s + (size_t)j * bs, acc[j], acc[j], 0, nr);       \
+                for (int j = 0; j < nc; j++) {                                                                  \
+                    const int8_t *q8 = ((const block_q8_K *)(a + (size_t)j * ba) + i)->qs + 64 * c;             \
+                    isum[j] = _mm256_add_epi32(isum[j], gmk_sub_tile(lo, q8, 4, sc_lo));                        \
+                    isum[j] = _mm256_add_epi32(isum[j], gmk_sub_tile(hi, q8 + 32, 4, sc_hi));                   \
+                }                                                                                               \
+            }                                                                                                   \
+            const __m256 dd = gm_scales_tile(w, sizeof(WB), i); /* [d0 dmin0 d1 dmin1 ...] */                   \
+            const __m256 dw = _mm256_moveldup_ps(dd), dmw = _mm256_movehdup_ps(dd);                             \
+            const __m256i mins_lo = gmk_widen_tile(mz, 0, 0), mins_hi = gmk_widen_tile(mz, 4, 0);               \
+            for (int j = 0; j < nc; j++) {                                                                      \
+                const block_q8_K *aj = (const block_q8_K *)(a + (size_t)j * ba) + i;                            \
+                const __m256 da = _mm256_set1_ps(aj->d);                                                        \
+                const __m256i mi = gmk_mins_tile(mins_lo, mins_hi, aj->bsums);                                  \
+                acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum[j]), acc[j]);           \
+                acc[j] = _mm256_fnmadd_ps(_mm256_mul_ps(dmw, da), _mm256_cvtepi32_ps(mi), acc[j]);              \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int j = 0; j < nc; j++) gm_finish_tile(s + (size_t)j * bs, acc[j], acc[j], 0, nr);                 \
     }
 
 /* ---- Q6_K -------------------------------------------------------------------------------- */
@@ -332,26 +332,34 @@ GM_INLINE void gemm_q6_K_n(int64_t n, float *s, size_t bs, const uint8_t *const 
 
 /* ---- entry points ------------------------------------------------------------------------ */
 
-#define GMK_DEFINE_GEMM_ENTRY(NAME)                                                                   \
-    static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,  \
-                            size_t ba, int nr, int nc) {                                              \
-        const uint8_t *rows[4];                                                                       \
-        gm_rows(w, bw, nr, rows);                                                                     \
-        switch (nc) {                                                                                 \
-        case 1: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 1); break;                                 \
-        case 2: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 2); break;                                 \
-        case 3: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 3); break;                                 \
-        default: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 4); break;                                \
-        }                                                                                             \
+/* ROWS_ALONE: one activation row goes through vec_dot row by row (Q6_K:
+ * its transposed decode costs more than four rows of vec_dot save) */
+#define GMK_DEFINE_GEMM_ENTRY(NAME, ROWS_ALONE)                                                      \
+    static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, \
+                            size_t ba, int nr, int nc) {                                             \
+        const uint8_t *rows[4];                                                                      \
+        gm_rows(w, bw, nr, rows);                                                                    \
+        switch (nc) {                                                                                \
+        case 1:                                                                                      \
+            if (ROWS_ALONE) { /* same arithmetic by construction */                                  \
+                for (int r = 0; r < nr; r++) vec_dot_##NAME(n, s + r, rows[r], a);                   \
+                break;                                                                               \
+            }                                                                                        \
+            gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 1);                                       \
+            break;                                                                                   \
+        case 2: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 2); break;                            \
+        case 3: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 3); break;                            \
+        default: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 4); break;                           \
+        }                                                                                            \
     }
 
-#define GMK_DEFINE_ALL_KQUANTS()                        \
-    GMK_DEFINE_K4_ROW(q4_K, block_q4_K, NULL)           \
-    GMK_DEFINE_K4_ROW(q5_K, block_q5_K, x[i].qh)        \
-    GMK_DEFINE_K4_TILE(q4_K, block_q4_K, GMK_QH_NONE, 0)        \
-    GMK_DEFINE_K4_TILE(q5_K, block_q5_K, GMK_QH_TILE, 1)        \
-    GMK_DEFINE_GEMM_ENTRY(q4_K)                         \
-    GMK_DEFINE_GEMM_ENTRY(q5_K)                         \
-    GMK_DEFINE_GEMM_ENTRY(q6_K)
+#define GMK_DEFINE_ALL_KQUANTS()                                                                    \
+    GMK_DEFINE_K4_ROW(q4_K, block_q4_K, NULL)                                                       \
+    GMK_DEFINE_K4_ROW(q5_K, block_q5_K, x[i].qh)                                                    \
+    GMK_DEFINE_K4_TILE(q4_K, block_q4_K, GMK_QH_NONE, 0)                                            \
+    GMK_DEFINE_K4_TILE(q5_K, block_q5_K, GMK_QH_TILE, 1)                                            \
+    GMK_DEFINE_GEMM_ENTRY(q4_K, 0)                                                                  \
+    GMK_DEFINE_GEMM_ENTRY(q5_K, 0)                                                                  \
+    GMK_DEFINE_GEMM_ENTRY(q6_K, 1)
 
 #endif /* PE_X86_GEMM_KQUANTS_H */
