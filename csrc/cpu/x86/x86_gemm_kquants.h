@@ -172,7 +172,8 @@ GM_INLINE void gmk_k4_codes_tile(const uint8_t *const qs[4], int c, const __m256
 }
 
 /* Q5_K: the four rows' qh transposed, h[k] = bytes 8k..8k+7 */
-static inline void gmk_qh_tile(const uint8_t *q0, const uint8_t *q1, const uint8_t *q2, const uint8_t *q3, __m256i h[4]) {
+static inline void gmk_qh_tile(const uint8_t *q0, const uint8_t *q1, const uint8_t *q2, const uint8_t *q3,
+                               __m256i h[4]) {
     gm_transpose16(q0, q1, q2, q3, &h[0], &h[1]);
     gm_transpose16(q0 + 16, q1 + 16, q2 + 16, q3 + 16, &h[2], &h[3]);
 }
@@ -243,7 +244,8 @@ GM_INLINE __m256i gmk_q6_isum_row(const block_q6_K *x, const int8_t *a) {
         q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
         for (int k = 0; k < 4; k++) {
-            isum = _mm256_add_epi32(isum, gmk_sub_row(q[k], a + 128 * h + 32 * k, gmk_pick(scales[h], 2 * k, 2 * k + 1)));
+            const __m256i sc = gmk_pick(scales[h], 2 * k, 2 * k + 1);
+            isum = _mm256_add_epi32(isum, gmk_sub_row(q[k], a + 128 * h + 32 * k, sc));
         }
     }
     return isum;
@@ -322,7 +324,8 @@ GM_INLINE void gemm_q6_K_n(int64_t n, float *s, size_t bs, const uint8_t *const 
         for (int j = 0; j < nc; j++) {
             const block_q8_K *aj = (const block_q8_K *)(a + (size_t)j * ba) + i;
             __m256i bias = _mm256_madd_epi16(scw[0], gm_bcast8(aj->bsums));
-            for (int t = 1; t < 4; t++) bias = _mm256_add_epi32(bias, _mm256_madd_epi16(scw[t], gm_bcast8(aj->bsums + 4 * t)));
+            for (int t = 1; t < 4; t++)
+                bias = _mm256_add_epi32(bias, _mm256_madd_epi16(scw[t], gm_bcast8(aj->bsums + 4 * t)));
             const __m256i e_o = _mm256_sub_epi32(isum[j], _mm256_slli_epi32(bias, 5));
             acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(aj->d)), _mm256_cvtepi32_ps(e_o), acc[j]);
         }
