@@ -205,8 +205,9 @@ static inline __m256i gm_row_q5_0(const block_q5_0 *b) { return gm_fifth_row(gm_
 static inline __m256i gm_row_q5_1(const block_q5_1 *b) { return gm_fifth_row(gm_nibbles_row(b->qs), gm_u32(b->qh), 0); }
 static inline __m256i gm_row_q8_0(const block_q8_0 *b) { return gm_load256(b->qs); }
 
-#define GM_ROWS(TYPE, w, ib)                                                                        \
-    const TYPE *b0 = (const TYPE *)w[0] + ib, *b1 = (const TYPE *)w[1] + ib, *b2 = (const TYPE *)w[2] + ib, *b3 = (const TYPE *)w[3] + ib
+#define GM_ROWS(TYPE, w, ib)                                                     \
+    const TYPE *b0 = (const TYPE *)w[0] + ib, *b1 = (const TYPE *)w[1] + ib,     \
+               *b2 = (const TYPE *)w[2] + ib, *b3 = (const TYPE *)w[3] + ib
 
 GM_INLINE void gm_tile_q4_0(const uint8_t *const w[4], int64_t ib, __m256i t[4]) {
     GM_ROWS(block_q4_0, w, ib);
