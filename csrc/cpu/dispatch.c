@@ -86,6 +86,7 @@ static void build_tables(void) {
         pe_fill_vec_avx2(&tables[ISA_AVX2]);
         pe_fill_avx2_legacy(&tables[ISA_AVX2]);
         pe_fill_avx2_kquants(&tables[ISA_AVX2]);
+        pe_fill_avx2_gemm(&tables[ISA_AVX2]);
     }
     if (have[ISA_AVX512]) {
         tables[ISA_AVX512] = tables[ISA_AVX2];
@@ -93,6 +94,7 @@ static void build_tables(void) {
         pe_fill_vec_avx512(&tables[ISA_AVX512]);
         pe_fill_avx512_legacy(&tables[ISA_AVX512]);
         pe_fill_avx512_kquants(&tables[ISA_AVX512]);
+        pe_fill_avx512_gemm(&tables[ISA_AVX512]);
     }
 #elif defined(PE_ARCH_ARM)
     if (have[ISA_NEON]) {

@@ -4,15 +4,16 @@
  * weight levels with the signed Q8_K activations into 16-bit pairs, madd
  * applies the 16-bit sub-block scales, and the 32-bit sums stay in a vector
  * until one float multiply-add per super-block.  Signed levels are stored
- * with a bias (Q3_K: +4, Q6_K: +32); the bias comes back out through the
+ * with a bias (Q3_K: +4); the bias comes back out through the
  * activations' per-16 sums (bsums), so the inner loop stays unsigned.
- * Only the final horizontal sum leaves the vectors. */
+ * Only the final horizontal sum leaves the vectors.  Q4_K, Q5_K and Q6_K
+ * have their dot products (vec_dot and gemm) in avx2_gemm.c. */
 #include <immintrin.h>
 
 #include "internal.h"
 #include "x86_kquants.h"
 
-/* Sixteen 16-bit scales, one per 16 elements (Q2_K, Q3_K, Q6_K): the scale
+/* Sixteen 16-bit scales, one per 16 elements (Q2_K, Q3_K): the scale
  * vector for 32 elements starting at element 128 h + 32 k holds scale
  * 8h + 2k in its low lane and 8h + 2k + 1 in its high lane.  scales_for_half
  * broadcasts lane h; the shuffle index then advances by 4 bytes per k. */
@@ -186,108 +187,6 @@ static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
     *s = hsum_f32x8(acc);
 }
 
-/* ---- Q4_K / Q5_K ----------------------------------------------------------- */
-
-static void vec_dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
-    const block_q4_K *x = vw;
-    const block_q8_K *a = va;
-    const __m256i m4 = _mm256_set1_epi8(0xF), step = _mm256_set1_epi16(0x0202);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m128 dd = f16_pair_scaled(&x[i].d, a[i].d);
-        const __m128i packed = k4_unpack(x[i].scales);
-        const __m256i msum = k4_mins_dot(packed, a[i].bsums);
-        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
-        const int8_t *q8 = a[i].qs;
-        __m256i idx = _mm256_set1_epi16(0x0100);
-        __m256i isum = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++, q8 += 64) {
-            const __m256i bits = load256(x[i].qs + 32 * j);
-            const __m256i lo = _mm256_and_si256(bits, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(q8)), _mm256_shuffle_epi8(sc, idx));
-            idx = _mm256_add_epi16(idx, step);
-            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(q8 + 32)), _mm256_shuffle_epi8(sc, idx));
-            idx = _mm256_add_epi16(idx, step);
-            isum = _mm256_add_epi32(isum, _mm256_add_epi32(plo, phi));
-        }
-        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(isum), acc);
-        acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_cvtepi32_ps(msum), acc);
-    }
-    *s = hsum_f32x8(acc);
-}
-
-static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
-    const block_q5_K *x = vw;
-    const block_q8_K *a = va;
-    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10), step = _mm256_set1_epi16(0x0202);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m128 dd = f16_pair_scaled(&x[i].d, a[i].d);
-        const __m128i packed = k4_unpack(x[i].scales);
-        const __m256i msum = k4_mins_dot(packed, a[i].bsums);
-        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
-        const int8_t *q8 = a[i].qs;
-        __m256i hbits = load256(x[i].qh);
-        __m256i idx = _mm256_set1_epi16(0x0100);
-        __m256i isum = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++, q8 += 64) {
-            const __m256i bits = load256(x[i].qs + 32 * j);
-            /* qh bit 2j for the low nibbles, 2j + 1 for the high, moved to bit 4 */
-            const __m256i hlo = _mm256_and_si256(_mm256_slli_epi16(hbits, 4), b4);
-            const __m256i hhi = _mm256_and_si256(_mm256_slli_epi16(hbits, 3), b4);
-            hbits = _mm256_srli_epi16(hbits, 2);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), hlo);
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hhi);
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(q8)), _mm256_shuffle_epi8(sc, idx));
-            idx = _mm256_add_epi16(idx, step);
-            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(q8 + 32)), _mm256_shuffle_epi8(sc, idx));
-            idx = _mm256_add_epi16(idx, step);
-            isum = _mm256_add_epi32(isum, _mm256_add_epi32(plo, phi));
-        }
-        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(isum), acc);
-        acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_cvtepi32_ps(msum), acc);
-    }
-    *s = hsum_f32x8(acc);
-}
-
-/* ---- Q6_K ------------------------------------------------------------------ */
-
-/* levels stored as 0..63 stand for level - 32 */
-static void vec_dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
-    const block_q6_K *x = vw;
-    const block_q8_K *a = va;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30), four = _mm256_set1_epi8(4);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = a[i].d * f16(x[i].d);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(load128(x[i].scales));
-        const __m256i bias = _mm256_madd_epi16(sc16, load256(a[i].bsums));
-        const int8_t *q8 = a[i].qs;
-        __m256i isum = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++, q8 += 128) {
-            const __m256i ql0 = load256(x[i].ql + 64 * h), ql1 = load256(x[i].ql + 64 * h + 32);
-            const __m256i qh = load256(x[i].qh + 32 * h);
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-            const __m256i sc = scales_for_half(sc16, h);
-            __m256i idx = pair_index_first();
-            for (int k = 0; k < 4; k++) {
-                const __m256i p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, idx)));
-                idx = _mm256_add_epi8(idx, four);
-            }
-        }
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-    }
-    *s = hsum_f32x8(acc);
-}
-
 /* ---- IQ4_NL / IQ4_XS --------------------------------------------------------- */
 
 /* sum of signed byte products in 16-bit pairs: maddubs wants an unsigned
@@ -413,11 +312,8 @@ void pe_fill_avx2_kquants(pe_kernels *k) {
     k->type[PE_TYPE_Q8_K].to_float = dequantize_q8_K;
     k->type[PE_TYPE_Q2_K].vec_dot = vec_dot_q2_K;
     k->type[PE_TYPE_Q3_K].vec_dot = vec_dot_q3_K;
-    k->type[PE_TYPE_Q4_K].vec_dot = vec_dot_q4_K;
     k->type[PE_TYPE_Q4_K].to_float = dequantize_q4_K;
-    k->type[PE_TYPE_Q5_K].vec_dot = vec_dot_q5_K;
     k->type[PE_TYPE_Q5_K].to_float = dequantize_q5_K;
-    k->type[PE_TYPE_Q6_K].vec_dot = vec_dot_q6_K;
     k->type[PE_TYPE_Q6_K].to_float = dequantize_q6_K;
     k->type[PE_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl;
     k->type[PE_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs;

@@ -2,11 +2,8 @@
  * BF16) and the legacy block types (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0, Q8_1 as the
  * activation format).
  *
- * Quantizers and dequantizers give the reference's bits exactly; dot products
- * form the same integer sums per block and differ from the reference only in
- * the order of the float additions.  Dot loops take four blocks per
- * iteration (their f16 scales converted in one instruction) into two float
- * accumulators and reduce once at the end. */
+ * Quantizers and dequantizers give the reference's bits exactly.  The block
+ * types' dot products (vec_dot and gemm) are in avx2_gemm.c. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -52,25 +49,6 @@ static inline uint32_t load_u32(const void *p) {
     return v;
 }
 
-/* Scales of four consecutive blocks: the first two halves of each weight
- * block (d, and m for the _1 types) times those of its activation block (d,
- * and s for Q8_1): lanes 2k and 2k+1 hold dw*da and mw*sa of block k.  Past
- * the first `count` blocks the last one is repeated (never read past the row). */
-static inline __m256 scales_4(const uint8_t *w, size_t w_stride, const uint8_t *a, size_t a_stride, int64_t count) {
-    __m128i hw = _mm_cvtsi32_si128((int)load_u32(w));
-    __m128i ha = _mm_cvtsi32_si128((int)load_u32(a));
-    const size_t k1 = count > 1 ? 1 : 0, k2 = count > 2 ? 2 : k1, k3 = count > 3 ? 3 : k2;
-    hw = _mm_insert_epi32(hw, (int)load_u32(w + k1 * w_stride), 1);
-    ha = _mm_insert_epi32(ha, (int)load_u32(a + k1 * a_stride), 1);
-    hw = _mm_insert_epi32(hw, (int)load_u32(w + k2 * w_stride), 2);
-    ha = _mm_insert_epi32(ha, (int)load_u32(a + k2 * a_stride), 2);
-    hw = _mm_insert_epi32(hw, (int)load_u32(w + k3 * w_stride), 3);
-    ha = _mm_insert_epi32(ha, (int)load_u32(a + k3 * a_stride), 3);
-    return _mm256_mul_ps(_mm256_cvtph_ps(hw), _mm256_cvtph_ps(ha));
-}
-
-static inline __m256 lane(__m256 v, int i) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(i)); }
-
 /* A block's 16 nibble bytes -> 32 codes 0..15: low nibbles (elements 0..15)
  * in the low half, high nibbles in the high half. */
 static inline __m256i nibbles32(const uint8_t *qs) {
@@ -92,7 +70,7 @@ static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const _
 /* ---- weight codes per block, as unsigned bytes ------------------------------------ */
 
 /* Each returns a block's 32 codes in element order; the signed types are
- * read with an offset (OFFSET below) taken off in the dot product. */
+ * read with an offset that the dequantizer takes off. */
 static inline __m256i codes_q4_0(const block_q4_0 *b) { return nibbles32(b->qs); }
 static inline __m256i codes_q4_1(const block_q4_1 *b) { return nibbles32(b->qs); }
 
@@ -107,65 +85,6 @@ static inline __m256i codes_q5_1(const block_q5_1 *b) {
 }
 
 static inline __m256i codes_q8_0(const block_q8_0 *b) { return load32(b->qs); }
-
-/* ---- dot products ------------------------------------------------------------------ */
-
-/* Per 32-bit lane, the sum of 4 products (codes - offset) * a.  Pairs of
- * products fit int16: unsigned codes are <= 31, |a| <= 127, and Q8_0's
- * signed codes are read as |w| <= 128 against a carrying w's sign. */
-static inline __m256 dot_codes(__m256i codes, __m256i a, int offset) {
-    __m256i pairs;
-    if (offset == 128) {
-        pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(codes), _mm256_sign_epi8(a, codes));
-    } else {
-        pairs = _mm256_maddubs_epi16(codes, a);
-        if (offset) pairs = _mm256_sub_epi16(pairs, _mm256_maddubs_epi16(_mm256_set1_epi8((char)offset), a));
-    }
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-}
-
-/* Four blocks per iteration (their scales converted together) into two
- * accumulators; m*s terms gather in the odd lanes of `mins`.  The last 1-3
- * blocks take one more pass of the same code. */
-#define DEFINE_VEC_DOT(NAME, WBLOCK, ABLOCK, CODES, OFFSET, WITH_MIN)                         \
-    static void NAME(int64_t n, float *s, const void *vw, const void *va) {                   \
-        const WBLOCK *w = vw;                                                                  \
-        const ABLOCK *a = va;                                                                  \
-        const int64_t nb = n / 32;                                                             \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), mins = _mm256_setzero_ps(); \
-        int64_t ib = 0;                                                                        \
-        for (; ib + 4 <= nb; ib += 4) {                                                        \
-            const __m256 sc = scales_4((const uint8_t *)&w[ib], sizeof *w, (const uint8_t *)&a[ib], sizeof *a, 4); \
-            if (WITH_MIN) mins = _mm256_add_ps(mins, sc);                                      \
-            acc0 = _mm256_fmadd_ps(lane(sc, 0), dot_codes(CODES(&w[ib]), load32(a[ib].qs), OFFSET), acc0); \
-            acc1 = _mm256_fmadd_ps(lane(sc, 2), dot_codes(CODES(&w[ib + 1]), load32(a[ib + 1].qs), OFFSET), acc1); \
-            acc0 = _mm256_fmadd_ps(lane(sc, 4), dot_codes(CODES(&w[ib + 2]), load32(a[ib + 2].qs), OFFSET), acc0); \
-            acc1 = _mm256_fmadd_ps(lane(sc, 6), dot_codes(CODES(&w[ib + 3]), load32(a[ib + 3].qs), OFFSET), acc1); \
-        }                                                                                      \
-        if (ib < nb) {                                                                         \
-            const int64_t r = nb - ib;                                                         \
-            const __m256 sc = scales_4((const uint8_t *)&w[ib], sizeof *w, (const uint8_t *)&a[ib], sizeof *a, r); \
-            if (WITH_MIN) mins = _mm256_add_ps(mins, MASK_FIRST_BLOCKS);                       \
-            acc0 = _mm256_fmadd_ps(lane(sc, 0), dot_codes(CODES(&w[ib]), load32(a[ib].qs), OFFSET), acc0); \
-            if (r > 1)                                                                         \
-                acc1 = _mm256_fmadd_ps(lane(sc, 2), dot_codes(CODES(&w[ib + 1]), load32(a[ib + 1].qs), OFFSET), acc1); \
-            if (r > 2)                                                                         \
-                acc0 = _mm256_fmadd_ps(lane(sc, 4), dot_codes(CODES(&w[ib + 2]), load32(a[ib + 2].qs), OFFSET), acc0); \
-        }                                                                                      \
-        __m256 total = _mm256_add_ps(acc0, acc1);                                              \
-        if (WITH_MIN) /* the odd lanes of mins */                                              \
-            total = _mm256_add_ps(total, _mm256_blend_ps(_mm256_setzero_ps(), mins, 0xAA));    \
-        *s = hsum_ps(total);                                                                   \
-    }
-
-/* the lanes of sc that belong to the r blocks present */
-#define MASK_FIRST_BLOCKS _mm256_and_ps(sc, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(2 * r)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))))
-
-DEFINE_VEC_DOT(vec_dot_q4_0_q8_0, block_q4_0, block_q8_0, codes_q4_0, 8, 0)
-DEFINE_VEC_DOT(vec_dot_q4_1_q8_1, block_q4_1, block_q8_1, codes_q4_1, 0, 1)
-DEFINE_VEC_DOT(vec_dot_q5_0_q8_0, block_q5_0, block_q8_0, codes_q5_0, 16, 0)
-DEFINE_VEC_DOT(vec_dot_q5_1_q8_1, block_q5_1, block_q8_1, codes_q5_1, 0, 1)
-DEFINE_VEC_DOT(vec_dot_q8_0_q8_0, block_q8_0, block_q8_0, codes_q8_0, 128, 0)
 
 /* ---- dequantize ---------------------------------------------------------------------- */
 
@@ -325,14 +244,12 @@ void pe_fill_avx2_legacy(pe_kernels *k) {
     k->type[PE_TYPE_F16] = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot};
     k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot};
 
+    /* the block types' dot products (vec_dot and gemm) are in *_gemm.c */
     k->type[PE_TYPE_Q4_0].to_float = dequantize_q4_0;
-    k->type[PE_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     k->type[PE_TYPE_Q4_1].to_float = dequantize_q4_1;
-    k->type[PE_TYPE_Q4_1].vec_dot = vec_dot_q4_1_q8_1;
     k->type[PE_TYPE_Q5_0].to_float = dequantize_q5_0;
-    k->type[PE_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0;
     k->type[PE_TYPE_Q5_1].to_float = dequantize_q5_1;
-    k->type[PE_TYPE_Q5_1].vec_dot = vec_dot_q5_1_q8_1;
-    k->type[PE_TYPE_Q8_0] = (pe_type_kernels){dequantize_q8_0, quantize_q8_0, vec_dot_q8_0_q8_0};
+    k->type[PE_TYPE_Q8_0].to_float = dequantize_q8_0;
+    k->type[PE_TYPE_Q8_0].from_float = quantize_q8_0;
     k->type[PE_TYPE_Q8_1].from_float = quantize_q8_1;
 }

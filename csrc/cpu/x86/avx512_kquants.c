@@ -1,6 +1,6 @@
-/* avx512_kquants.c - AVX-512 (BW, VL, VNNI) dot products of the k-quants
- * and IQ4_XS; everything else stays with the AVX2 kernels this table starts
- * from.
+/* avx512_kquants.c - AVX-512 (BW, VL, VNNI) dot products of Q2_K, Q3_K and
+ * IQ4_XS (Q4_K, Q5_K and Q6_K are in avx512_gemm.c); everything else stays
+ * with the AVX2 kernels this table starts from.
  *
  * 64 weight levels (unsigned bytes) meet 64 activations in one dpbusd, which
  * leaves sums of 4 products per 32-bit lane.  Those fit in 16 bits (at most
@@ -39,17 +39,7 @@ static inline __m512i scale_index(int a0, int a_step, int b0, int b_step, int la
     return _mm512_loadu_si512(idx);
 }
 
-/* int32 lanes: a in the low half of the vector, b in the high half */
-static inline __m512i halves32(int a, int b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(a)), _mm256_set1_epi32(b), 1);
-}
-
-/* the sum of a 16-lane and an 8-lane accumulator */
-static inline float hsum_f32x16_8(__m512 v, __m256 w) {
-    return _mm512_reduce_add_ps(_mm512_add_ps(v, _mm512_zextps256_ps512(w)));
-}
-
-/* ---- 16-element sub-blocks (Q2_K, Q3_K, Q6_K) ---------------------------------
+/* ---- 16-element sub-blocks (Q2_K, Q3_K) -------------------------------------
  * A half of 128 elements gives two dot4 vectors: elements 0..63 (sub-blocks
  * 0..3 of the half) and 64..127 (sub-blocks 4..7).  packs_epi32 of the two
  * puts sub-blocks k and 4 + k in 128-bit lane k; the halves' packs take
@@ -132,105 +122,6 @@ static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
     *s = hsum_f32x8(acc);
 }
 
-/* levels stored as 0..63 stand for level - 32 */
-static void vec_dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
-    const block_q6_K *x = vw;
-    const block_q8_K *a = va;
-    const scale_pair idx = sub16_index();
-    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
-    const __m512i left_a = halves16(4, 2), right_b = halves16(0, 2);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = a[i].d * f16(x[i].d);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(load128(x[i].scales));
-        const __m256i bias = _mm256_madd_epi16(sc16, load256(a[i].bsums));
-        __m512i t[4];
-        for (int h = 0; h < 2; h++) {
-            /* ql bytes 0..31 | 32..63: low nibbles are elements 0..63 of the half,
-             * high nibbles 64..127; qh bits 2k hold the top of quarter k */
-            const __m512i ql = load512(x[i].ql + 64 * h);
-            const __m512i qh = dup256(x[i].qh + 32 * h);
-            const __m512i qa = _mm512_or_si512(_mm512_and_si512(ql, m4),
-                                               _mm512_and_si512(_mm512_sllv_epi16(qh, left_a), m30));
-            const __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                               _mm512_and_si512(_mm512_srlv_epi16(qh, right_b), m30));
-            t[2 * h] = dot4(qa, a[i].qs + 128 * h);
-            t[2 * h + 1] = dot4(qb, a[i].qs + 128 * h + 64);
-        }
-        __m256i isum = fold16(sub16_sum(t, sc16, idx));
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-    }
-    *s = hsum_f32x8(acc);
-}
-
-/* ---- 32-element sub-blocks with mins (Q4_K, Q5_K) -----------------------------
- * Chunk j of 32 bytes: low nibbles are sub-block 2j, high nibbles 2j + 1;
- * duplicating the chunk and shifting the high half by 4 lines the 64 levels
- * up with 64 consecutive activations.  packs_epi32 of chunks 0, 1 puts
- * sub-blocks k / 2 and 2 + k / 2 in 128-bit lane k (chunks 2, 3: + 4). */
-static inline scale_pair sub32_index(void) {
-    return (scale_pair){scale_index(0, 1, 2, 1, 2), scale_index(4, 1, 6, 1, 2)};
-}
-
-static inline __m512i sub32_sum(const __m512i t[4], __m128i sc16, scale_pair idx) {
-    const __m512i sc = _mm512_castsi128_si512(sc16);
-    __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(t[0], t[1]),
-                                      _mm512_permutexvar_epi16(idx.lo, sc));
-    return _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(t[2], t[3]), _mm512_permutexvar_epi16(idx.hi, sc));
-}
-
-static void vec_dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
-    const block_q4_K *x = vw;
-    const block_q8_K *a = va;
-    const scale_pair idx = sub32_index();
-    const __m512i m4 = _mm512_set1_epi8(0xF), nibble = halves16(0, 4);
-    __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m128 dd = f16_pair_scaled(&x[i].d, a[i].d);
-        const __m128i packed = k4_unpack(x[i].scales);
-        const __m256i msum = k4_mins_dot(packed, a[i].bsums);
-        const __m128i sc16 = _mm_cvtepu8_epi16(packed);
-        __m512i t[4];
-        for (int j = 0; j < 4; j++) {
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(dup256(x[i].qs + 32 * j), nibble), m4);
-            t[j] = dot4(q, a[i].qs + 64 * j);
-        }
-        acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(sub32_sum(t, sc16, idx)), acc);
-        accm = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_cvtepi32_ps(msum), accm);
-    }
-    *s = hsum_f32x16_8(acc, accm);
-}
-
-static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
-    const block_q5_K *x = vw;
-    const block_q8_K *a = va;
-    const scale_pair idx = sub32_index();
-    const __m512i m4 = _mm512_set1_epi8(0xF), b4 = _mm512_set1_epi8(0x10), nibble = halves16(0, 4);
-    /* rotations (32-bit lanes) taking qh bit 2j (low half) and 2j + 1 (high
-     * half) of every byte to bit 4 of the same byte */
-    const __m512i rot[4] = {halves32(4, 3), halves32(2, 1), halves32(0, 31), halves32(30, 29)};
-    __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m128 dd = f16_pair_scaled(&x[i].d, a[i].d);
-        const __m128i packed = k4_unpack(x[i].scales);
-        const __m256i msum = k4_mins_dot(packed, a[i].bsums);
-        const __m128i sc16 = _mm_cvtepu8_epi16(packed);
-        const __m512i qh = dup256(x[i].qh);
-        __m512i t[4];
-        for (int j = 0; j < 4; j++) {
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(dup256(x[i].qs + 32 * j), nibble), m4);
-            const __m512i hb = _mm512_and_si512(_mm512_rolv_epi32(qh, rot[j]), b4);
-            t[j] = dot4(_mm512_or_si512(q, hb), a[i].qs + 64 * j);
-        }
-        acc = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(sub32_sum(t, sc16, idx)), acc);
-        accm = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_cvtepi32_ps(msum), accm);
-    }
-    *s = hsum_f32x16_8(acc, accm);
-}
-
 /* ---- IQ4_XS -------------------------------------------------------------------
  * Grid values + 128 are unsigned bytes (1..241) for dpbusd; the 128 * sum(q8)
  * they add comes back out through the bsums.  Sums of 8 such products need
@@ -279,8 +170,5 @@ static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) 
 void pe_fill_avx512_kquants(pe_kernels *k) {
     k->type[PE_TYPE_Q2_K].vec_dot = vec_dot_q2_K;
     k->type[PE_TYPE_Q3_K].vec_dot = vec_dot_q3_K;
-    k->type[PE_TYPE_Q4_K].vec_dot = vec_dot_q4_K;
-    k->type[PE_TYPE_Q5_K].vec_dot = vec_dot_q5_K;
-    k->type[PE_TYPE_Q6_K].vec_dot = vec_dot_q6_K;
     k->type[PE_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs;
 }

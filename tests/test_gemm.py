@@ -1,0 +1,146 @@
+"""The matmul's GEMM micro-kernels (4 weight rows x up to 4 activation rows)
+against vec_dot: every element of a product must be bit-identical to
+vec_dot of its (weight row, activation row) pair under the same instruction
+set, whatever the batch around it (batch invariance).
+
+Weight rows n = 21, 22, 23 leave a last tile of 1, 2 and 3 rows; activation
+rows m = 1, 3, 4, 5, 17, 64, 70 give tiles of 1, 2, 3 and 4 columns (a
+single row is the decode path)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import available_isas, forced_isa
+from gguf import GGMLQuantizationType as T
+
+from pyengine import _core
+from pyengine.ml.context import Backend, Context
+
+SIMD_ISAS = [isa for isa in available_isas() if isa in ("avx2", "avx512")]
+LEGACY = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
+KQUANTS = (T.Q4_K, T.Q5_K, T.Q6_K)
+TYPES = LEGACY + KQUANTS
+BATCHES = (1, 3, 4, 5, 17, 64, 70)
+ROWS = (21, 22, 23)
+
+# block bytes and the offsets of the f16 scales in a block
+LAYOUT = {
+    T.Q4_0: (18, (0,)), T.Q4_1: (20, (0, 2)), T.Q5_0: (22, (0,)), T.Q5_1: (24, (0, 2)),
+    T.Q8_0: (34, (0,)), T.Q4_K: (144, (0, 2)), T.Q5_K: (176, (0, 2)), T.Q6_K: (210, (208,)),
+}
+
+
+def row_length(qtype: T) -> int:
+    return 512 if qtype in KQUANTS else 160
+
+
+def random_weights(qtype: T, rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of random block bytes (every code, fifth-bit and scale pattern)
+    with finite f16 scales of either sign, as one flat uint8 array."""
+    size, scale_offsets = LAYOUT[qtype]
+    blocks = rng.integers(0, 256, (rows * k // (256 if qtype in KQUANTS else 32), size), dtype=np.uint8)
+    for off in scale_offsets:
+        scales = (rng.uniform(0.002, 0.05, len(blocks)) * rng.choice([-1, 1], len(blocks))).astype(np.float16)
+        blocks[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(-1)
+
+
+class Weight:
+    """What Context.weight() takes."""
+
+    def __init__(self, qtype: T, k: int, n: int, data: np.ndarray) -> None:
+        self.name, self.type, self.shape, self.data = "w", int(qtype), (k, n), data
+
+
+def mul_mat(weight: Weight, x: np.ndarray) -> np.ndarray:
+    ctx = Context(Backend(2))
+    out = ctx.mul_mat(ctx.weight(weight), ctx.input(np.ascontiguousarray(x), "x"))
+    ctx.set_output(out)
+    ctx.compute()
+    return ctx.read(out).copy()
+
+
+def bits(a) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def case(qtype: T, n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    k = row_length(qtype)
+    data = random_weights(qtype, n, k, rng)
+    x = (rng.standard_normal((max(BATCHES), k)) * rng.uniform(0.1, 4.0, (max(BATCHES), 1))).astype(np.float32)
+    return Weight(qtype, k, n, data), data.reshape(n, -1), x
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_every_tile_shape_equals_vec_dot(isa: str, qtype: T) -> None:
+    """Each element of every batch equals vec_dot of its pair, bit for bit."""
+    for n in ROWS:
+        weight, rows, x = case(qtype, n, seed=int(qtype) * 100 + n)
+        with forced_isa(isa):
+            dots = np.array([[_core.vec_dot(int(qtype), rows[i], x[j]) for i in range(n)]
+                             for j in range(max(BATCHES))], np.float32)
+            for m in BATCHES:
+                got = mul_mat(weight, x[:m])
+                assert got.shape == (m, n)
+                mismatch = np.argwhere(bits(got) != bits(dots[:m]))
+                assert mismatch.size == 0, (isa, qtype.name, n, m, mismatch[:5].tolist())
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_row_alone_equals_row_in_batch(isa: str, qtype: T) -> None:
+    """A row computed alone (the decode kernel) equals the same row inside a
+    prompt batch (the 4 x 4 kernel), in every position of a tile."""
+    weight, _, x = case(qtype, 23, seed=7 + int(qtype))
+    with forced_isa(isa):
+        batch = mul_mat(weight, x[:70])
+        for j in (0, 1, 2, 3, 5, 63, 64, 69):
+            alone = mul_mat(weight, x[j:j + 1])
+            assert np.array_equal(bits(alone[0]), bits(batch[j])), (isa, qtype.name, j)
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_gemm_close_to_reference(isa: str, qtype: T) -> None:
+    """The tiles compute the right numbers: within float rounding of the
+    scalar reference dot product (same quantized activations)."""
+    weight, rows, x = case(qtype, 22, seed=11 + int(qtype))
+    partner = _core.vec_dot_type(int(qtype))
+    with forced_isa(isa):
+        got = mul_mat(weight, x[:17])
+        blocks = [_core.quantize(partner, row, reference=False) for row in x[:17]]
+    ref = np.array([[_core.vec_dot_blocks(int(qtype), rows[i], a, x.shape[1], reference=True) for i in range(22)]
+                    for a in blocks])
+    scale = np.abs(ref).max()
+    assert np.all(np.isfinite(got))
+    assert np.max(np.abs(got - ref)) <= 2e-5 * scale, (isa, qtype.name)
+
+
+_SWITCH_CHILD = """
+import sys, numpy as np
+sys.path.insert(0, {tests!r})
+from test_gemm import TYPES, case, mul_mat
+out = [mul_mat(w, x[:9]) for w, _, x in (case(t, 22, seed=3) for t in TYPES)]
+np.save(sys.argv[1], np.stack([o.view(np.uint32) for o in out]))
+"""
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+def test_vec_dot_path_equals_gemm_path(isa: str, tmp_path) -> None:
+    """PYENGINE_GEMM=0 (tiles fall back to vec_dot pair by pair) gives the
+    same bits as the GEMM kernels, for every type."""
+    results = {}
+    for switch in ("0", "1"):
+        path = tmp_path / f"gemm{switch}.npy"
+        env = dict(os.environ, PYENGINE_GEMM=switch, PYENGINE_ISA=isa)
+        code = _SWITCH_CHILD.format(tests=os.path.dirname(__file__))
+        subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=True, timeout=120)
+        results[switch] = np.load(path)
+    assert np.array_equal(results["0"], results["1"])
