@@ -36,12 +36,6 @@ def oll(server):
     return ollama.Client(host=server.url, timeout=120)
 
 
-def engine_runs(server) -> bool:
-    """Whether the loaded model runs on the batching engine (grammars, logprobs)."""
-    entry = server.state.registry.get_loaded(MODEL)
-    return entry is not None and entry.adapter.concurrent
-
-
 # --------------------------------------------------------------------------------------
 # openai
 # --------------------------------------------------------------------------------------
@@ -91,17 +85,12 @@ def test_openai_json_response_format(oai, server):
                {"type": "json_schema", "json_schema": {"name": "cat", "schema": schema}}]
     oai.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=1)  # make sure it is loaded
     for response_format in formats:
-        if engine_runs(server):
-            reply = oai.chat.completions.create(model=MODEL, messages=ask, max_tokens=64,
-                                                response_format=response_format, **GREEDY)
-            content = reply.choices[0].message.content
-            assert content.lstrip().startswith("{")
-            if reply.choices[0].finish_reason == "stop":
-                assert isinstance(json.loads(content), dict)
-        else:  # the single-sequence runner: refused with a clear message, not a 500
-            with pytest.raises(openai.BadRequestError, match="format"):
-                oai.chat.completions.create(model=MODEL, messages=ask, max_tokens=4,
-                                            response_format=response_format)
+        reply = oai.chat.completions.create(model=MODEL, messages=ask, max_tokens=64,
+                                            response_format=response_format, **GREEDY)
+        content = reply.choices[0].message.content
+        assert content.lstrip().startswith("{")
+        if reply.choices[0].finish_reason == "stop":
+            assert isinstance(json.loads(content), dict)
 
 
 def test_openai_extra_options_seed_and_stop(oai):
@@ -119,15 +108,10 @@ def test_openai_extra_options_seed_and_stop(oai):
 
 
 def test_openai_logprobs(oai, server):
-    oai.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=1)
-    if engine_runs(server):
-        reply = oai.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=3, logprobs=True,
-                                            top_logprobs=2, **GREEDY)
-        entries = reply.choices[0].logprobs.content
-        assert len(entries) == 3 and all(e.logprob <= 0 and len(e.top_logprobs) == 2 for e in entries)
-    else:
-        with pytest.raises(openai.BadRequestError, match="logprobs"):
-            oai.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=3, logprobs=True)
+    reply = oai.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=3, logprobs=True,
+                                        top_logprobs=2, **GREEDY)
+    entries = reply.choices[0].logprobs.content
+    assert len(entries) == 3 and all(e.logprob <= 0 and len(e.top_logprobs) == 2 for e in entries)
 
 
 def test_openai_completions(oai):

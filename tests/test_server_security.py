@@ -251,9 +251,8 @@ def test_disconnect_frees_the_real_model(real_server):
         assert time.monotonic() - started < 20
         assert wait_for(lambda: real_server.state.admission.in_flight == 0)
         adapter = real_server.state.registry.get_loaded("smollm2-135m").adapter
-        if adapter.concurrent:  # the batching engine: no sequence left holding cache cells
-            stats = adapter.llm.stats
-            assert wait_for(lambda: stats()["live"] == 0 and stats()["cells_live"] == 0)
+        stats = adapter.llm.stats  # no sequence left holding cache cells
+        assert wait_for(lambda: stats()["live"] == 0 and stats()["cells_live"] == 0)
 
 
 # --------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pyengine.chat import session
-from pyengine.chat.generation import has_engine
 from pyengine.server.config import ServerConfig
 
 
@@ -38,11 +37,6 @@ class ModelAdapter:
     @property
     def n_ctx(self) -> int:
         return self.llm.n_ctx
-
-    @property
-    def concurrent(self) -> bool:
-        """Whether requests run side by side (else they take turns)."""
-        return has_engine(self.llm)
 
     def token_bytes(self, token: int) -> bytes:
         return self.llm.tokenizer.token_to_bytes(token)
