@@ -43,3 +43,21 @@ def gemma3_path() -> pathlib.Path:
     from pyengine.store import resolve_model
 
     return resolve_model("gemma3-270m", progress=False)
+
+
+def child_env(**extra: str) -> dict:
+    """Environment for a child Python that must import the same pyengine as
+    this process (the installed one, or the in-place build under PYTHONPATH)."""
+    import os
+
+    import pyengine
+
+    root = str(pathlib.Path(pyengine.__file__).resolve().parents[1])
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+# A working directory for children outside the source tree, whose pyengine/
+# folder (without the compiled core) would shadow the installed package.
+CHILD_CWD = str(pathlib.Path(__file__).resolve().parent)

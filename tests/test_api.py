@@ -4,14 +4,13 @@ instruction sets, and every kind of bad input as a typed error."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import GOLDEN, SYNTH, available_isas
+from conftest import CHILD_CWD, GOLDEN, SYNTH, available_isas, child_env
 
 from pyengine import LLM
 from pyengine.errors import (
@@ -86,15 +85,15 @@ def test_forced_isa_through_environment(isa):
     code = ("import numpy as np; from pyengine import LLM, _core; "
             f"llm = LLM({str(LLAMA)!r}, n_threads=1); print(_core.isa()); "
             "print(int(llm.forward_logits([1, 2, 3])[-1].argmax()))")
-    env = dict(os.environ, PYENGINE_ISA=isa)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(PYENGINE_ISA=isa), cwd=CHILD_CWD,
+                         capture_output=True, text=True, check=True)
     assert out.stdout.split()[0] == isa
 
 
 def test_unavailable_isa_is_a_clear_error():
     code = f"from pyengine import LLM; LLM({str(LLAMA)!r})"
-    env = dict(os.environ, PYENGINE_ISA="not-an-isa")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(PYENGINE_ISA="not-an-isa"), cwd=CHILD_CWD,
+                         capture_output=True, text=True)
     assert out.returncode != 0 and "PYENGINE_ISA" in out.stderr
 
 
@@ -184,5 +183,6 @@ def test_cli_bench_reports_python_time():
     exe = shutil.which("pyengine")
     cmd = [exe] if exe else [sys.executable, "-m", "pyengine"]
     out = subprocess.run(cmd + ["bench", str(LLAMA), "--prompt-tokens", "32", "--gen-tokens", "8",
-                                "--repeat", "1", "--threads", "1"], capture_output=True, text=True, check=True)
+                                "--repeat", "1", "--threads", "1"], env=child_env(), cwd=CHILD_CWD,
+                         capture_output=True, text=True, check=True)
     assert "python per token" in out.stdout and "tokens/s" in out.stdout

@@ -4,24 +4,20 @@ through a pseudo-terminal, and its command loop driven directly."""
 from __future__ import annotations
 
 import io
-import os
 import sys
-from pathlib import Path
 
 import pexpect
 import pytest
+from conftest import CHILD_CWD, child_env
 
 from pyengine.errors import InvalidOptionError
 from pyengine.repl import ChatRepl, check_option, parse_value
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_interactive_chat_in_a_terminal(smollm2_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "TERM": "dumb"}
     child = pexpect.spawn(sys.executable, ["-m", "pyengine", "run", "smollm2-135m", "--max-tokens", "8"],
-                          cwd=str(REPO), env=env, encoding="utf-8", timeout=120, dimensions=(40, 200))
+                          cwd=CHILD_CWD, env=child_env(TERM="dumb"), encoding="utf-8", timeout=120, dimensions=(40, 200))
     try:
         child.expect_exact(">>> ")
         child.sendline("What is the capital of France?")

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import available_isas, forced_isa
+from conftest import CHILD_CWD, available_isas, child_env, forced_isa
 from gguf import GGMLQuantizationType as T
 
 from pyengine import _core
@@ -139,8 +139,8 @@ def test_vec_dot_path_equals_gemm_path(isa: str, tmp_path) -> None:
     results = {}
     for switch in ("0", "1"):
         path = tmp_path / f"gemm{switch}.npy"
-        env = dict(os.environ, PYENGINE_GEMM=switch, PYENGINE_ISA=isa)
+        env = child_env(PYENGINE_GEMM=switch, PYENGINE_ISA=isa)
         code = _SWITCH_CHILD.format(tests=os.path.dirname(__file__))
-        subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=True, timeout=120)
+        subprocess.run([sys.executable, "-c", code, str(path)], env=env, cwd=CHILD_CWD, check=True, timeout=120)
         results[switch] = np.load(path)
     assert np.array_equal(results["0"], results["1"])

@@ -31,6 +31,7 @@ import pytest
 
 from gguf import GGUFValueType
 
+from conftest import available_isas, forced_isa
 from model_parity import DATA, CaseRun, compare, golden, load, prompt_logits, rewrite, run_case
 from model_reference import Reference
 from pyengine.kvcache import KeyRotator, KVCache
@@ -100,16 +101,22 @@ def test_every_synthetic_model_has_bounds():
     assert on_disk == set(BOUNDS)
 
 
+ISAS = available_isas()
+BEST_ISA = ISAS[-1]
+
+
 @lru_cache(maxsize=1)
 def backend() -> Backend:
     return Backend(2)
 
 
 @lru_cache(maxsize=None)
-def runs(name: str) -> tuple[list[dict], list[CaseRun]]:
+def runs(name: str, isa: str = BEST_ISA) -> tuple[list[dict], list[CaseRun]]:
+    """The model over its golden prompts with one instruction set's kernels."""
     model = load(DATA / "synth" / f"{name}.gguf")
     cases = golden(DATA / "golden" / "synth" / f"{name}.json")
-    return cases, [run_case(model, backend(), c["ids"], len(c["greedy"])) for c in cases]
+    with forced_isa(isa):
+        return cases, [run_case(model, backend(), c["ids"], len(c["greedy"])) for c in cases]
 
 
 @lru_cache(maxsize=None)
@@ -118,10 +125,11 @@ def exact(name: str) -> list[np.ndarray]:
     return [ref.forward(c["ids"]) for c in runs(name)[0]]
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("name", MODELS)
-def test_argmax_matches_llamacpp(name):
+def test_argmax_matches_llamacpp(name, isa):
     bounds = BOUNDS[name]
-    cases, results = runs(name)
+    cases, results = runs(name, isa)
     agreements = [compare(r, c) for r, c in zip(results, cases)]
     equal = np.concatenate([a.argmax_equal for a in agreements])
     assert equal.mean() >= bounds.argmax, f"{name}: argmax agrees at {equal.sum()}/{equal.size} positions"
@@ -129,16 +137,18 @@ def test_argmax_matches_llamacpp(name):
     assert gaps.size == 0 or gaps.max() <= bounds.tie, f"{name}: a disagreement that is no near-tie: {gaps.max()}"
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("name", MODELS)
-def test_top_logits_match_llamacpp(name):
-    cases, results = runs(name)
+def test_top_logits_match_llamacpp(name, isa):
+    cases, results = runs(name, isa)
     worst = max(compare(r, c).top10_diff for r, c in zip(results, cases))
     assert worst <= BOUNDS[name].top10, f"{name}: top-10 logits differ by {worst}"
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("name", MODELS)
-def test_greedy_matches_llamacpp_until_a_near_tie(name):
-    cases, results = runs(name)
+def test_greedy_matches_llamacpp_until_a_near_tie(name, isa):
+    cases, results = runs(name, isa)
     for r, c in zip(results, cases):
         a = compare(r, c)
         if a.greedy_match < len(c["greedy"]):
@@ -146,9 +156,10 @@ def test_greedy_matches_llamacpp_until_a_near_tie(name):
                 f"{name}: greedy differs at token {a.greedy_match} by {a.greedy_gap}, no near-tie")
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("name", MODELS)
-def test_as_close_to_exact_as_llamacpp(name):
-    cases, results = runs(name)
+def test_as_close_to_exact_as_llamacpp(name, isa):
+    cases, results = runs(name, isa)
     ours_err, cpp_err, ours_agree, cpp_agree = 0.0, 0.0, [], []
     for r, c, ref in zip(results, cases, exact(name)):
         top = np.asarray(c["top_ids"][:10])
