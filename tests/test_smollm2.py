@@ -6,10 +6,11 @@ to q8 blocks, and a value that lands near a rounding boundary flips one step
 in one engine and not the other.  On this model llama.cpp's own top logits
 differ from an exact float64 evaluation of the same weights by up to ~0.2, and
 ours by a similar amount (which prompt moves most changes with any
-ulp-level change upstream), so the logit bound is 0.75, argmax agreement must be
+ulp-level change upstream), so the logit bound is 0.5 (0.33 measured), argmax agreement must be
 >= 99% of positions, and a greedy continuation may part from llama.cpp's only
-at a near-tie (the two candidates within 0.3 in our logits); the fibonacci
-prompt meets one (0.01 apart) at its fourth token."""
+at a near-tie (the two candidates within 0.3 in our logits): 4 of the 5
+continuations are identical, the unicode prompt meets a tie (0.07 apart) at its
+sixth token."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_top_logits_close(logits):
         last = lg[-1]
         assert int(last.argmax()) == case["top_ids"][0]
         ids = np.array(case["top_ids"][:10])
-        assert np.max(np.abs(last[ids] - np.array(case["top_logits"][:10]))) < 0.75
+        assert np.max(np.abs(last[ids] - np.array(case["top_logits"][:10]))) < 0.5
 
 
 def greedy(llm, ids, n):
@@ -79,7 +80,7 @@ def test_greedy_continuations(llm):
         k = next(i for i, (a, b) in enumerate(zip(ours, case["greedy"])) if a != b)
         margin = rows[k][ours[k]] - rows[k][case["greedy"][k]]
         assert margin < 0.3, (case["prompt"][:40], k, margin)
-    assert equal >= 2
+    assert equal >= 4
 
 
 def test_generate_text_and_stream_agree(llm):
