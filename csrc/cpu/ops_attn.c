@@ -30,38 +30,58 @@ void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
-/* Per thread: the rounded query row and one score per cell. */
-static size_t attn_thread_floats(const pe_tensor *q, const pe_tensor *k) {
-    return (size_t)(q->ne[0] + k->ne[1] + 16);
+/* Per thread, for each query head of a KV group: the rounded query row and
+ * one score per cell. */
+static size_t attn_thread_floats(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k) {
+    const int64_t group = q->ne[1] / t->ip[0];
+    return (size_t)(group * (q->ne[0] + k->ne[1] + 16));
 }
 
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]];
-    return (size_t)n_threads * attn_thread_floats(q, k) * sizeof(float) + 64;
+    return (size_t)n_threads * attn_thread_floats(t, q, k) * sizeof(float) + 64;
 }
 
 static inline float round_f16(float x) { return pe_f16_to_f32(pe_f32_to_f16(x)); }
 
-/* Scores of one query against cells [0, n_kv): the query is rounded to F16
- * (as a product with an F16 cache does in GGML), soft-capped models scale
- * the query first (Gemma's query_pre_attn_scalar), others scale the score.
- * Returns the largest score; masked cells get -inf. */
-static float attn_scores(const pe_tensor *t, const float *qr, float *qh, float *scores, const float *m,
-                         const pe_tensor *k, size_t head_off, int64_t hd, int64_t n_kv) {
+/* The query heads sharing one KV head, for one token: each K and V row is
+ * read once for the whole group (GQA), while every head's arithmetic is the
+ * same, in the same order, as if it ran alone. */
+typedef struct {
+    int64_t hd, group, n_kv;
+    float  *qh;      /* [group][hd]   queries rounded to F16 */
+    float  *scores;  /* [group][n_kv] scores, then unnormalised probabilities */
+    float   mx[64];  /* largest score per head */
+} attn_group;
+
+/* Scores against cells [0, n_kv): the query is rounded to F16 (as a product
+ * with an F16 cache does in GGML); soft-capped models scale the query first
+ * (Gemma's query_pre_attn_scalar), others scale the score; masked cells get
+ * -inf. */
+static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
+                         const float *m, const pe_tensor *k, size_t head_off) {
     const float scale = t->fp[0], softcap = t->fp[1];
     const float q_scale = softcap > 0 ? scale : 1.0f;
-    for (int64_t i = 0; i < hd; i++) qh[i] = round_f16(qr[i] * q_scale);
-    float mx = -INFINITY;
-    for (int64_t c = 0; c < n_kv; c++) {
-        if (m[c] == -INFINITY) { scores[c] = -INFINITY; continue; }
-        const uint16_t *kr = (const uint16_t *)((const uint8_t *)k->data + c * k->nb[1] + head_off);
-        float s = pe_kern->vec.dot_f32_f16(hd, qh, kr);
-        s = softcap > 0 ? softcap * tanhf(s * (1.0f / softcap)) : s * scale;
-        s += m[c];
-        scores[c] = s;
-        if (s > mx) mx = s;
+    const int64_t hd = ag->hd, n_kv = ag->n_kv;
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        const float *qr = pe_row(q, h0 + gi, tok, 0);
+        for (int64_t i = 0; i < hd; i++) ag->qh[gi * hd + i] = round_f16(qr[i] * q_scale);
+        ag->mx[gi] = -INFINITY;
     }
-    return mx;
+    for (int64_t c = 0; c < n_kv; c++) {
+        if (m[c] == -INFINITY) {
+            for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n_kv + c] = -INFINITY;
+            continue;
+        }
+        const uint16_t *kr = (const uint16_t *)((const uint8_t *)k->data + c * k->nb[1] + head_off);
+        for (int64_t gi = 0; gi < ag->group; gi++) {
+            float s = pe_kern->vec.dot_f32_f16(hd, ag->qh + gi * hd, kr);
+            s = softcap > 0 ? softcap * tanhf(s * (1.0f / softcap)) : s * scale;
+            s += m[c];
+            ag->scores[gi * n_kv + c] = s;
+            if (s > ag->mx[gi]) ag->mx[gi] = s;
+        }
+    }
 }
 
 /* Two passes, as GGML's softmax-then-product does: normalised probabilities
@@ -70,33 +90,41 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const pe_graph *g = ex->g;
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
     const pe_tensor *mask = &g->t[t->src[3]], *len = &g->t[t->src[4]];
-    const int64_t hd = q->ne[0], nh = q->ne[1], nt = q->ne[2];
-    const int64_t group = nh / t->ip[0];
+    const int64_t hd = q->ne[0], nt = q->ne[2], n_kv_head = t->ip[0];
+    const int64_t group = q->ne[1] / n_kv_head;
     const int64_t n_kv = *(const int32_t *)len->data;
     if (n_kv < 0 || n_kv > k->ne[1]) { pe_exec_fail(ex, "attn: kv length out of range"); return; }
-    float *qh = (float *)ex->work + (size_t)ex->ith * attn_thread_floats(q, k);
-    float *scores = qh + hd + 8;
+    if (group > 64) { pe_exec_fail(ex, "attn: more than 64 query heads per KV head"); return; }
+    attn_group ag = {.hd = hd, .group = group, .n_kv = n_kv};
+    ag.qh = (float *)ex->work + (size_t)ex->ith * attn_thread_floats(t, q, k);
+    ag.scores = ag.qh + group * hd + 8;
     const pe_vec_kernels *vk = &pe_kern->vec;
     int64_t p0, p1;
-    pe_split(nt * nh, ex->ith, ex->nth, &p0, &p1);
+    pe_split(nt * n_kv_head, ex->ith, ex->nth, &p0, &p1);
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t tok = p / nh, h = p % nh;
+        const int64_t tok = p / n_kv_head, kvh = p % n_kv_head, h0 = kvh * group;
         const float *m = (const float *)((const uint8_t *)mask->data + tok * mask->nb[1]);
-        const size_t head_off = (size_t)(h / group) * hd * sizeof(uint16_t);
-        float *d = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h * hd;
-        memset(d, 0, (size_t)hd * sizeof(float));
-        const float mx = attn_scores(t, pe_row(q, h, tok, 0), qh, scores, m, k, head_off, hd, n_kv);
-        if (mx == -INFINITY) continue;  /* nothing visible: zeros */
-        double sum = 0.0;
-        for (int64_t c = 0; c < n_kv; c++) {
-            scores[c] = scores[c] == -INFINITY ? 0.0f : expf(scores[c] - mx);
-            sum += scores[c];
+        const size_t head_off = (size_t)kvh * hd * sizeof(uint16_t);
+        float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
+        memset(out, 0, (size_t)(group * hd) * sizeof(float));
+        group_scores(t, &ag, q, h0, tok, m, k, head_off);
+        float inv[64];
+        for (int64_t gi = 0; gi < group; gi++) {
+            float *sc = ag.scores + gi * n_kv;
+            double sum = 0.0;
+            for (int64_t c = 0; c < n_kv; c++) {
+                sc[c] = ag.mx[gi] == -INFINITY || sc[c] == -INFINITY ? 0.0f : expf(sc[c] - ag.mx[gi]);
+                sum += sc[c];
+            }
+            inv[gi] = sum > 0 ? (float)(1.0 / sum) : 0.0f;  /* nothing visible: zeros */
         }
-        const float inv = (float)(1.0 / sum);
         for (int64_t c = 0; c < n_kv; c++) {
-            if (scores[c] == 0.0f) continue;
             const uint16_t *vr = (const uint16_t *)((const uint8_t *)v->data + c * v->nb[1] + head_off);
-            vk->scale_mad_f16(hd, d, 1.0f, vr, round_f16(scores[c] * inv));
+            for (int64_t gi = 0; gi < group; gi++) {
+                const float e = ag.scores[gi * n_kv + c];
+                if (e == 0.0f) continue;
+                vk->scale_mad_f16(hd, out + gi * hd, 1.0f, vr, round_f16(e * inv[gi]));
+            }
         }
     }
 }
