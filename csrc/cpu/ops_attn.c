@@ -95,21 +95,25 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const int64_t n_kv = *(const int32_t *)len->data;
     if (n_kv < 0 || n_kv > k->ne[1]) { pe_exec_fail(ex, "attn: kv length out of range"); return; }
     if (group > 64) { pe_exec_fail(ex, "attn: more than 64 query heads per KV head"); return; }
-    attn_group ag = {.hd = hd, .group = group, .n_kv = n_kv};
+    /* a task is the heads of one KV group for one token; with fewer groups
+     * than threads (decode with one KV head), a task is a single head */
+    const int64_t per = nt * n_kv_head >= ex->nth ? group : 1;
+    const int64_t tasks_per_token = q->ne[1] / per;
+    attn_group ag = {.hd = hd, .group = per, .n_kv = n_kv};
     ag.qh = (float *)ex->work + (size_t)ex->ith * attn_thread_floats(t, q, k);
-    ag.scores = ag.qh + group * hd + 8;
+    ag.scores = ag.qh + per * hd + 8;
     const pe_vec_kernels *vk = &pe_kern->vec;
     int64_t p0, p1;
-    pe_split(nt * n_kv_head, ex->ith, ex->nth, &p0, &p1);
+    pe_split(nt * tasks_per_token, ex->ith, ex->nth, &p0, &p1);
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t tok = p / n_kv_head, kvh = p % n_kv_head, h0 = kvh * group;
+        const int64_t tok = p / tasks_per_token, h0 = (p % tasks_per_token) * per, kvh = h0 / group;
         const float *m = (const float *)((const uint8_t *)mask->data + tok * mask->nb[1]);
         const size_t head_off = (size_t)kvh * hd * sizeof(uint16_t);
         float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
-        memset(out, 0, (size_t)(group * hd) * sizeof(float));
+        memset(out, 0, (size_t)(per * hd) * sizeof(float));
         group_scores(t, &ag, q, h0, tok, m, k, head_off);
         float inv[64];
-        for (int64_t gi = 0; gi < group; gi++) {
+        for (int64_t gi = 0; gi < per; gi++) {
             float *sc = ag.scores + gi * n_kv;
             double sum = 0.0;
             for (int64_t c = 0; c < n_kv; c++) {
@@ -120,7 +124,7 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
         }
         for (int64_t c = 0; c < n_kv; c++) {
             const uint16_t *vr = (const uint16_t *)((const uint8_t *)v->data + c * v->nb[1] + head_off);
-            for (int64_t gi = 0; gi < group; gi++) {
+            for (int64_t gi = 0; gi < per; gi++) {
                 const float e = ag.scores[gi * n_kv + c];
                 if (e == 0.0f) continue;
                 vk->scale_mad_f16(hd, out + gi * hd, 1.0f, vr, round_f16(e * inv[gi]));
