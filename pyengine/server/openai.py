@@ -144,6 +144,13 @@ async def chat_completions(request: Request) -> Response:
 
     started = await start_reply(state_of(request), model, start)
     shaper = OpenAIChatShaper(model, token_bytes=started.lease.adapter.token_bytes)
+    return await _reply(request, started, shaper, stream=stream, include_usage=include_usage,
+                        keep_alive=keep_alive)
+
+
+async def _reply(request, started, shaper, *, stream: bool, include_usage: bool, keep_alive):
+    """The answer to a started generation: an SSE stream, or the whole reply
+    once collected (499 when the client went away first)."""
     if stream:
         body = _sse_stream(started.run, shaper, include_usage)
         return GenerationResponse(body, SSE, on_close=lambda: started.close(keep_alive),
@@ -206,17 +213,8 @@ async def completions(request: Request) -> Response:
     adapter = started.lease.adapter
     echo_text = "" if not echo else (prompt if isinstance(prompt, str) else adapter.detokenize(prompt))
     shaper = OpenAICompletionShaper(model, token_bytes=adapter.token_bytes, echo_text=echo_text)
-    if stream:
-        body = _sse_stream(started.run, shaper, include_usage)
-        return GenerationResponse(body, SSE, on_close=lambda: started.close(keep_alive),
-                                  headers={"Cache-Control": "no-cache"})
-    try:
-        result = await collect(started.run, request.receive)
-    finally:
-        started.close(keep_alive)
-    if result is None:
-        return Response(status_code=499)
-    return JSONResponse(shaper.response(result))
+    return await _reply(request, started, shaper, stream=stream, include_usage=include_usage,
+                        keep_alive=keep_alive)
 
 
 def _read_prompt(fields: Fields) -> str | list[int]:
