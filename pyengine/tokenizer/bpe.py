@@ -17,8 +17,8 @@ from pyengine.errors import TokenizerError
 from pyengine.tokenizer import native
 from pyengine.tokenizer.pretokenizers import split_words
 from pyengine.tokenizer.vocab import ESCAPED_SPACE, Vocab
+from pyengine.tokenizer.wordcache import WordCache
 
-_CACHE_LIMIT = 1 << 17  # words; the cache is simply emptied when it grows past this
 # The pure-Python merge loop costs ~3 us and ~100 bytes per character of a word; past
 # this a word (a run of letters, spaces, ...) is refused rather than eating gigabytes.
 PURE_MAX_WORD = 1_000_000
@@ -82,7 +82,7 @@ class BPEEncoder:
         self._byte_encode = vocab.pre.byte_encode
         self._ignore_merges = vocab.flags.ignore_merges
         self._newline_words_whole = vocab.pre.name == "gemma4"
-        self._cache: dict[str, list[int]] = {}
+        self._words = WordCache(self._encode_word)
         self._native_fragments = None
         self._native = self._native_encoder(vocab) if native.available() else None
 
@@ -128,17 +128,7 @@ class BPEEncoder:
             words = split_words(text, self._splitters)
             lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
             return self._native.encode_words(text, lengths)
-        out: list[int] = []
-        cache = self._cache
-        for word in split_words(text, self._splitters):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self._encode_word(word)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = ids
-            out += ids
-        return out
+        return self._words.encode_all(split_words(text, self._splitters))
 
     def _encode_word(self, word: str) -> list[int]:
         check_pure_length(word)

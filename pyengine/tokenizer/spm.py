@@ -24,8 +24,8 @@ from pyengine.errors import TokenizerError
 from pyengine.tokenizer import native
 from pyengine.tokenizer.bpe import check_pure_length
 from pyengine.tokenizer.vocab import ESCAPED_SPACE, Vocab
+from pyengine.tokenizer.wordcache import WordCache
 
-_CACHE_LIMIT = 1 << 17
 
 
 def byte_token_ids(vocab: Vocab) -> list[int | None]:
@@ -65,7 +65,7 @@ class SPMEncoder:
         self._unk = vocab.special["unk"]
         glued = glued_characters(vocab.tokens)
         self._chunker = chunk_pattern(glued)
-        self._cache: dict[str, list[int]] = {}
+        self._chunks = WordCache(self.segment)
         self._native = native.spm_encoder(vocab, self._byte_ids, glued) if native.available() else None
         if self._native is not None:
             self.encode = self._native.encode  # same ids, the loops in C
@@ -91,19 +91,7 @@ class SPMEncoder:
 
     def encode(self, text: str) -> list[int]:
         """Ids of one ▁-escaped text."""
-        out: list[int] = []
-        cache = self._cache
-        for chunk in self._chunker.split(text):
-            if not chunk:
-                continue
-            ids = cache.get(chunk)
-            if ids is None:
-                ids = self.segment(chunk)
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[chunk] = ids
-            out += ids
-        return out
+        return self._chunks.encode_all(chunk for chunk in self._chunker.split(text) if chunk)
 
     def segment(self, text: str) -> list[int]:
         """llama.cpp's SPM merge loop on one chunk."""

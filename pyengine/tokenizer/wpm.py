@@ -14,6 +14,7 @@ import unicodedata
 
 from pyengine.errors import TokenizerError
 from pyengine.tokenizer.vocab import ESCAPED_SPACE, Vocab
+from pyengine.tokenizer.wordcache import WordCache
 
 WHITESPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
                        "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
@@ -84,8 +85,6 @@ class _Normalizer(dict):
         return out
 
 
-_CACHE_LIMIT = 1 << 17
-
 
 class WPMEncoder:
     def __init__(self, vocab: Vocab) -> None:
@@ -93,24 +92,18 @@ class WPMEncoder:
         self._max_len = max(map(len, vocab.tokens)) + 1
         self._unk = vocab.special["unk"]
         self._normalizer = _Normalizer(vocab.flags.lowercase, vocab.flags.strip_accents)
-        self._cache: dict[str, list[int]] = {}
+        self._words = WordCache(self._word_or_unk)
 
     def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        cache = self._cache
-        for word in self.words(text):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self._word_ids(ESCAPED_SPACE + word)
-                if ids is None:
-                    if self._unk is None:
-                        raise TokenizerError(f"cannot encode {word!r}: no unknown token")
-                    ids = [self._unk]
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = ids
-            out += ids
-        return out
+        return self._words.encode_all(self.words(text))
+
+    def _word_or_unk(self, word: str) -> list[int]:
+        ids = self._word_ids(ESCAPED_SPACE + word)
+        if ids is None:
+            if self._unk is None:
+                raise TokenizerError(f"cannot encode {word!r}: no unknown token")
+            ids = [self._unk]
+        return ids
 
     def words(self, text: str) -> list[str]:
         """BERT's basic tokenization: normalized words and single punctuation marks.
