@@ -17,13 +17,5 @@ GM_DEFINE_ALL_LEGACY()
 GMK_DEFINE_ALL_KQUANTS()
 
 void pe_fill_avx512_gemm(pe_kernels *k) {
-    const int with_gemm = gm_gemm_enabled();
-    GM_INSTALL(k, PE_TYPE_Q4_0, q4_0, with_gemm);
-    GM_INSTALL(k, PE_TYPE_Q4_1, q4_1, with_gemm);
-    GM_INSTALL(k, PE_TYPE_Q5_0, q5_0, with_gemm);
-    GM_INSTALL(k, PE_TYPE_Q5_1, q5_1, with_gemm);
-    GM_INSTALL(k, PE_TYPE_Q8_0, q8_0, with_gemm);
-    GM_INSTALL(k, PE_TYPE_Q4_K, q4_K, with_gemm);
-    GM_INSTALL(k, PE_TYPE_Q5_K, q5_K, with_gemm);
-    GM_INSTALL(k, PE_TYPE_Q6_K, q6_K, with_gemm);
+    GM_INSTALL_ALL(k);
 }

@@ -365,4 +365,19 @@ GM_INLINE void gemm_q6_K_n(int64_t n, float *s, size_t bs, const uint8_t *const 
     GMK_DEFINE_GEMM_ENTRY(q5_K, 0)                                                                  \
     GMK_DEFINE_GEMM_ENTRY(q6_K, 1)
 
+/* Both ISA files install the same types from the kernels the macros above
+ * define in them. */
+#define GM_INSTALL_ALL(k)                                \
+    do {                                                 \
+        const int with_gemm = gm_gemm_enabled();         \
+        GM_INSTALL(k, PE_TYPE_Q4_0, q4_0, with_gemm);    \
+        GM_INSTALL(k, PE_TYPE_Q4_1, q4_1, with_gemm);    \
+        GM_INSTALL(k, PE_TYPE_Q5_0, q5_0, with_gemm);    \
+        GM_INSTALL(k, PE_TYPE_Q5_1, q5_1, with_gemm);    \
+        GM_INSTALL(k, PE_TYPE_Q8_0, q8_0, with_gemm);    \
+        GM_INSTALL(k, PE_TYPE_Q4_K, q4_K, with_gemm);    \
+        GM_INSTALL(k, PE_TYPE_Q5_K, q5_K, with_gemm);    \
+        GM_INSTALL(k, PE_TYPE_Q6_K, q6_K, with_gemm);    \
+    } while (0)
+
 #endif /* PE_X86_GEMM_KQUANTS_H */
