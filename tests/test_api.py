@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import CHILD_CWD, GOLDEN, SYNTH, available_isas, child_env
+from model_parity import run_case
 
 from pyengine import LLM
 from pyengine.errors import (
@@ -70,14 +71,8 @@ def test_decode_steps_reuse_one_graph(llm):
 def test_greedy_synthetic_continuation_matches_llamacpp():
     case = json.loads((GOLDEN / "synth" / "llama-f32-gqa1.json").read_text())["cases"][1]
     llm = LLM(SYNTH / "llama-f32-gqa1.gguf", n_ctx=256, n_threads=2)
-    fw, ids = llm.forward, case["ids"]
-    llm.cache.clear()
-    row = fw(np.array(ids), np.arange(len(ids)), np.zeros(len(ids)), np.array([len(ids) - 1]))[0]
-    out = []
-    for pos in range(len(ids), len(ids) + len(case["greedy"])):
-        out.append(int(row.argmax()))
-        row = fw(np.array(out[-1:]), np.array([pos]), np.zeros(1), np.zeros(1))[0]
-    assert out == case["greedy"]
+    run = run_case(llm.model, llm.backend, case["ids"], len(case["greedy"]))
+    assert run.greedy == case["greedy"]
 
 
 @pytest.mark.parametrize("isa", available_isas())

@@ -19,6 +19,7 @@ import json
 import numpy as np
 import pytest
 from conftest import GOLDEN
+from model_parity import compare, run_case
 
 from pyengine import LLM
 
@@ -54,32 +55,14 @@ def test_top_logits_close(logits):
         assert np.max(np.abs(last[ids] - np.array(case["top_logits"][:10]))) < 0.5
 
 
-def greedy(llm, ids, n):
-    """Pure argmax decoding through the model's forward passes (prompt in one
-    batch, then one token per step); returns the tokens and their logit rows."""
-    fw, cache = llm.forward, llm.cache
-    cache.clear()
-    count = len(ids)
-    row = fw(np.array(ids), np.arange(count), np.zeros(count), np.array([count - 1]))[0]
-    tokens, rows = [], []
-    for pos in range(count, count + n):
-        tokens.append(int(row.argmax()))
-        rows.append(row)
-        row = fw(np.array(tokens[-1:]), np.array([pos]), np.zeros(1), np.zeros(1))[0]
-    cache.clear()
-    return tokens, rows
-
-
 def test_greedy_continuations(llm):
     equal = 0
     for case in CASES:
-        ours, rows = greedy(llm, case["ids"], len(case["greedy"]))
-        if ours == case["greedy"]:
+        agreement = compare(run_case(llm.model, llm.backend, case["ids"], len(case["greedy"])), case)
+        if agreement.greedy_match == len(case["greedy"]):
             equal += 1
             continue
-        k = next(i for i, (a, b) in enumerate(zip(ours, case["greedy"])) if a != b)
-        margin = rows[k][ours[k]] - rows[k][case["greedy"][k]]
-        assert margin < 0.3, (case["prompt"][:40], k, margin)
+        assert agreement.greedy_gap < 0.3, (case["prompt"][:40], agreement.greedy_match, agreement.greedy_gap)
     assert equal >= 4
 
 
