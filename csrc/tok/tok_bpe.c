@@ -127,48 +127,7 @@ static inline int bigram_before(const bpe_bigram *a, const bpe_bigram *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static int heap_push(pe_tok_bpe *bpe, bpe_bigram item) {
-    if (tok_grow((void **) &bpe->heap, &bpe->heap_cap, bpe->heap_len + 1, sizeof(bpe_bigram)) < 0) {
-        return PE_TOK_ENOMEM;
-    }
-    bpe_bigram *h = bpe->heap;
-    int64_t i = bpe->heap_len++;
-    while (i > 0) {
-        int64_t parent = (i - 1) / 2;
-        if (!bigram_before(&item, &h[parent])) {
-            break;
-        }
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = item;
-    return 0;
-}
-
-static bpe_bigram heap_pop(pe_tok_bpe *bpe) {
-    bpe_bigram *h = bpe->heap;
-    bpe_bigram top = h[0];
-    bpe_bigram last = h[--bpe->heap_len];
-    int64_t n = bpe->heap_len, i = 0;
-    for (;;) {
-        int64_t child = 2 * i + 1;
-        if (child >= n) {
-            break;
-        }
-        if (child + 1 < n && bigram_before(&h[child + 1], &h[child])) {
-            child++;
-        }
-        if (!bigram_before(&h[child], &last)) {
-            break;
-        }
-        h[i] = h[child];
-        i = child;
-    }
-    if (n > 0) {
-        h[i] = last;
-    }
-    return top;
-}
+TOK_DEFINE_HEAP(pe_tok_bpe, bpe_bigram, bigram_before)
 
 static int try_pair(pe_tok_bpe *bpe, int32_t left, int32_t right) {
     if (left < 0 || right < 0) {

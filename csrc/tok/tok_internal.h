@@ -91,4 +91,51 @@ uint32_t tok_utf8_decode(const unsigned char *s, int64_t len, int64_t *pos);
 /* Growable scratch arrays. */
 int tok_grow(void **ptr, int64_t *cap, int64_t need, size_t elem);
 
+/* A binary heap kept in an owner struct's fields `heap`, `heap_cap` and
+ * `heap_len`: TOK_DEFINE_HEAP(owner_t, item_t, before) defines
+ * heap_push(owner, item) (PE_TOK_ENOMEM when it cannot grow) and
+ * heap_pop(owner) (heap_len > 0), where before(&a, &b) says a leaves first. */
+#define TOK_DEFINE_HEAP(owner_t, item_t, before)                                                \
+    static int heap_push(owner_t *o, item_t item) {                                             \
+        if (tok_grow((void **) &o->heap, &o->heap_cap, o->heap_len + 1, sizeof(item_t)) < 0) {  \
+            return PE_TOK_ENOMEM;                                                               \
+        }                                                                                       \
+        item_t *h = o->heap;                                                                    \
+        int64_t i = o->heap_len++;                                                              \
+        while (i > 0) {                                                                         \
+            int64_t parent = (i - 1) / 2;                                                       \
+            if (!before(&item, &h[parent])) {                                                   \
+                break;                                                                          \
+            }                                                                                   \
+            h[i] = h[parent];                                                                   \
+            i = parent;                                                                         \
+        }                                                                                       \
+        h[i] = item;                                                                            \
+        return 0;                                                                               \
+    }                                                                                           \
+    static item_t heap_pop(owner_t *o) {                                                        \
+        item_t *h = o->heap;                                                                    \
+        item_t top = h[0];                                                                      \
+        item_t last = h[--o->heap_len];                                                         \
+        int64_t n = o->heap_len, i = 0;                                                         \
+        for (;;) {                                                                              \
+            int64_t child = 2 * i + 1;                                                          \
+            if (child >= n) {                                                                   \
+                break;                                                                          \
+            }                                                                                   \
+            if (child + 1 < n && before(&h[child + 1], &h[child])) {                            \
+                child++;                                                                        \
+            }                                                                                   \
+            if (!before(&h[child], &last)) {                                                    \
+                break;                                                                          \
+            }                                                                                   \
+            h[i] = h[child];                                                                    \
+            i = child;                                                                          \
+        }                                                                                       \
+        if (n > 0) {                                                                            \
+            h[i] = last;                                                                        \
+        }                                                                                       \
+        return top;                                                                             \
+    }
+
 #endif /* PE_TOK_INTERNAL_H */

@@ -100,48 +100,7 @@ static inline int bigram_before(const spm_bigram *a, const spm_bigram *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static int heap_push(pe_tok_spm *spm, spm_bigram item) {
-    if (tok_grow((void **) &spm->heap, &spm->heap_cap, spm->heap_len + 1, sizeof(spm_bigram)) < 0) {
-        return PE_TOK_ENOMEM;
-    }
-    spm_bigram *h = spm->heap;
-    int64_t i = spm->heap_len++;
-    while (i > 0) {
-        int64_t parent = (i - 1) / 2;
-        if (!bigram_before(&item, &h[parent])) {
-            break;
-        }
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = item;
-    return 0;
-}
-
-static spm_bigram heap_pop(pe_tok_spm *spm) {
-    spm_bigram *h = spm->heap;
-    spm_bigram top = h[0];
-    spm_bigram last = h[--spm->heap_len];
-    int64_t n = spm->heap_len, i = 0;
-    for (;;) {
-        int64_t child = 2 * i + 1;
-        if (child >= n) {
-            break;
-        }
-        if (child + 1 < n && bigram_before(&h[child + 1], &h[child])) {
-            child++;
-        }
-        if (!bigram_before(&h[child], &last)) {
-            break;
-        }
-        h[i] = h[child];
-        i = child;
-    }
-    if (n > 0) {
-        h[i] = last;
-    }
-    return top;
-}
+TOK_DEFINE_HEAP(pe_tok_spm, spm_bigram, bigram_before)
 
 /* ---- one chunk ------------------------------------------------------------------------- */
 
