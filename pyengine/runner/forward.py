@@ -36,6 +36,15 @@ class AttnInputs:
     slots: Tensor
     mask: Tensor
     kv_len: Tensor
+    lone: Tensor    # per token: 1 if no other token of its sequence is in the batch
+
+
+def lone_tokens(seq_ids: np.ndarray) -> np.ndarray:
+    """1 where a token is its sequence's only one in the batch.  Attention
+    treats those as llama.cpp treats a one-token batch, so a sequence's
+    numbers do not depend on what else shares the batch."""
+    _, inverse, counts = np.unique(seq_ids, return_inverse=True, return_counts=True)
+    return (counts[inverse] == 1).astype(np.int32)
 
 
 class HostBuffers:
@@ -46,6 +55,7 @@ class HostBuffers:
         self.tokens = np.zeros(capacity, np.int32)
         self.positions = np.zeros(capacity, np.int32)
         self.out_ids = np.zeros(capacity, np.int32)
+        self.lone = np.zeros(capacity, np.int32)
         self.slots = [np.zeros(capacity, np.int32) for _ in cache.groups]
         self.kv_len = [np.zeros(1, np.int32) for _ in cache.groups]
         # filled per step up to the cells in use; zeros so untouched pages cost no memory
@@ -63,6 +73,7 @@ class BatchGraph:
         self.tokens = ctx.input(buffers.tokens[:n_tokens], "tokens")
         self.positions = ctx.input(buffers.positions[:n_tokens], "positions")
         self.out_ids = ctx.input(buffers.out_ids[:n_out], "out_ids")
+        lone = ctx.input(buffers.lone[:n_tokens], "lone")
         per_group = []
         for gi, group in enumerate(cache.groups):
             slots = ctx.input(buffers.slots[gi][:n_tokens], f"slots.g{gi}")
@@ -76,7 +87,7 @@ class BatchGraph:
             self._attn.append(AttnInputs(
                 ctx.cache(group.k[i], F16, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
                 ctx.cache(group.v[i], F16, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
-                slots, mask, kv_len))
+                slots, mask, kv_len, lone))
         self.logits = model.forward(ctx, self)
         ctx.set_output(self.logits)
 
@@ -139,6 +150,7 @@ class Forward:
         buf.tokens[:n] = tokens
         buf.positions[:n] = positions
         buf.out_ids[:len(out_rows)] = out_rows
+        buf.lone[:n] = lone_tokens(seq_ids)
         for gi, group in enumerate(self.cache.groups):
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]
