@@ -66,6 +66,11 @@ class ModelAdapter:
         prepared = session.prepare_prompt(self.llm, prompt, parse=False)
         return session.start_prepared(self.llm, prepared, format=format, **options)
 
+    def embed(self, inputs: list[str] | list[list[int]], *, normalize: bool = True,
+              truncate: bool = True) -> tuple[list[list[float]], int]:
+        """Pooled embeddings of the inputs and the number of tokens they took."""
+        return self.llm.embed(inputs, normalize=normalize, truncate=truncate, return_count=True)
+
     def detokenize(self, ids: list[int]) -> str:
         return self.llm.detokenize(ids)
 
