@@ -219,6 +219,20 @@ class LLM:
         return self.engine.submit(ids, sampling, max_tokens=max_tokens, stop=stop, grammar=grammar,
                                   top_logprobs=top, **request_opts)
 
+    # ---- chat ------------------------------------------------------------------
+
+    def chat(self, messages, tools=None, format=None, think=None, stream=False, **options):
+        """Ollama-style chat: the model's template, reasoning and tool-call parsing."""
+        from pyengine.chat.session import chat
+
+        return chat(self, messages, tools=tools, format=format, think=think, stream=stream, **options)
+
+    def create_chat_completion(self, messages, **kwargs):
+        """OpenAI-style chat completion (llama-cpp-python's method of the same name)."""
+        from pyengine.chat.session import create_chat_completion
+
+        return create_chat_completion(self, messages, **kwargs)
+
     # ---- OpenAI shapes -----------------------------------------------------------
 
     def _completion_chunk(self, head: dict, event: Chunk | Completion) -> dict | None:
@@ -350,21 +364,6 @@ def _grammar(grammar: object, fmt: object) -> Grammar | None:
     if fmt in (None, ""):
         return None
     return Grammar.from_format(fmt)
-
-
-    # ---- chat ------------------------------------------------------------------
-
-    def chat(self, messages, tools=None, format=None, think=None, stream=False, **options):
-        """Ollama-style chat: the model's template, reasoning and tool-call parsing."""
-        from pyengine.chat.session import chat
-
-        return chat(self, messages, tools=tools, format=format, think=think, stream=stream, **options)
-
-    def create_chat_completion(self, messages, **kwargs):
-        """OpenAI-style chat completion (llama-cpp-python's method of the same name)."""
-        from pyengine.chat.session import create_chat_completion
-
-        return create_chat_completion(self, messages, **kwargs)
 
 
 def _positive_int(name: str, value) -> int:

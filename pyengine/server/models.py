@@ -41,9 +41,10 @@ class ModelAdapter:
     def token_bytes(self, token: int) -> bytes:
         return self.llm.tokenizer.token_to_bytes(token)
 
-    def start_chat(self, messages: Any, *, tools: Any = None, format: Any = None, think: Any = None,
-                   options: dict) -> session.ChatStream:
-        return session.start_chat(self.llm, messages, tools=tools, format=format, think=think, **options)
+    def start_chat(self, messages: Any, *, tools: Any = None, tool_choice: Any = None, format: Any = None,
+                   think: Any = None, options: dict) -> session.ChatStream:
+        return session.start_chat(self.llm, messages, tools=tools, tool_choice=tool_choice, format=format,
+                                  think=think, **options)
 
     def start_generate(self, prompt: str, *, system: str | None = None, raw: bool = False,
                        context: Sequence[int] | None = None, format: Any = None, think: Any = None,
