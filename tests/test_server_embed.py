@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 
 import httpx
 import numpy as np
@@ -15,7 +16,7 @@ from conftest import SYNTH
 from pyengine import LLM
 from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.server import ServerConfig
-from server_support import running_server
+from server_support import FakeAdapter, fake_loader, running_server
 
 MODEL = "smollm2-135m"
 N_EMBD = 576  # SmolLM2-135M's embedding_length
@@ -259,3 +260,35 @@ def test_unknown_model_is_404_in_each_shape(client):
     assert ollama_reply.status_code == 404 and "not found" in ollama_reply.json()["error"]
     openai_reply = client.post("/v1/embeddings", json={"model": "no-such-model", "input": CAT})
     assert openai_reply.status_code == 404 and openai_reply.json()["error"]["code"] == "model_not_found"
+
+
+def test_embedding_requests_are_admitted_like_generations():
+    adapter = FakeAdapter(pieces=40, delay_s=0.05)
+    config = ServerConfig(parallel=1, max_queue=1, retry_after_s=2)
+    with running_server(config, loader=fake_loader(adapter), served={"fake": SYNTH / "llama-f16.gguf"}) as server:
+        chat = {"model": "fake", "messages": [{"role": "user", "content": "Hi"}]}
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            streams = [http.stream("POST", "/api/chat", json=chat) for _ in range(2)]
+            responses = [stream.__enter__() for stream in streams]
+            assert wait_for(lambda: server.state.admission.in_flight == 2)
+            busy = http.post("/api/embed", json={"model": "fake", "input": "x"})
+            assert busy.status_code == 503 and busy.headers["retry-after"] == "2"
+            busy = http.post("/v1/embeddings", json={"model": "fake", "input": "x"})
+            assert busy.status_code == 503 and busy.json()["error"]["type"] == "server_overloaded"
+            for response, stream in zip(responses, streams):
+                list(response.iter_lines())
+                stream.__exit__(None, None, None)
+            assert wait_for(lambda: server.state.admission.in_flight == 0)
+            reply = http.post("/api/embed", json={"model": "fake", "input": ["x", "y"]})
+            assert reply.json()["embeddings"] == [[1.0, 0.0, 0.0]] * 2 and reply.json()["prompt_eval_count"] == 2
+            assert server.state.admission.in_flight == 0
+            assert server.state.registry.get_loaded("fake").active == 0
+
+
+def wait_for(condition, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()

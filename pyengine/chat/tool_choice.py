@@ -11,7 +11,8 @@ The syntax is the template's own where a grammar can write it: Llama 3's bare JS
 whose ``[TOOL_CALLS]`` is a control token a grammar cannot emit, and templates without
 tool syntax) gets the Hermes form ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``.
 A function whose parameter schema the grammar converter cannot express gets arguments
-that are any JSON object (the call is still forced, its name still exact).
+that are any JSON object (the call is still forced, its name still exact). A forced
+reply is exactly one call (``parallel_tool_calls`` does not add more).
 """
 
 from __future__ import annotations
