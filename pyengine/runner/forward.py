@@ -12,6 +12,9 @@ each group gives the graph its own slots, mask and KV length, and
 The input buffers are shared by every graph: a graph for T tokens reads the
 first T rows of them.  Only one graph computes at a time, so one set of
 buffers (the masks are the big ones: tokens x cells per group) serves all.
+
+An embedding graph (`hidden=True`) stops before the output projection and
+returns the final-norm hidden rows instead of logits (see `_HeadCapture`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine.errors import InvalidOptionError
+from pyengine.errors import InvalidOptionError, UnsupportedError
 from pyengine.kvcache import KVCache
 from pyengine.ml.context import F16, Backend, Context, Tensor
 
@@ -62,11 +65,40 @@ class HostBuffers:
         self.masks = [np.zeros((capacity, g.n_cells), np.float32) for g in cache.groups]
 
 
+class _HeadCapture:
+    """Stands in for the Context while a model builds an embedding graph.
+
+    Every model ends with `self.output(ctx, norm(x))`, a mul_mat by its `output`
+    weight: that projection is not built, its input (the final-norm hidden rows) is
+    kept, and whatever the model adds after it (a bias, a soft-cap) is skipped, so one
+    code path serves every architecture and the graph computes nothing past the norm."""
+
+    def __init__(self, ctx: Context, model) -> None:
+        head = getattr(model, "output", None)
+        if getattr(head, "weight", None) is None:
+            raise UnsupportedError(f"{type(model).__name__} has no output projection; it cannot embed")
+        self._ctx = ctx
+        self._head_id = ctx.weight(head.weight).id
+        self.hidden: Tensor | None = None
+
+    def mul_mat(self, w: Tensor, x: Tensor) -> Tensor:
+        if self.hidden is None and w.id == self._head_id:
+            self.hidden = x
+        return self.hidden if self.hidden is not None else self._ctx.mul_mat(w, x)
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._ctx, name)
+        if self.hidden is None or not callable(attr) or name in ("weight", "input", "cache"):
+            return attr
+        return lambda *args, **kwargs: self.hidden   # past the head: nothing more to build
+
+
 class BatchGraph:
-    """The graph for batches of `n_tokens` tokens with `n_out` logit rows."""
+    """The graph for batches of `n_tokens` tokens with `n_out` logit rows (or, with
+    `hidden`, `n_out` final-norm hidden rows of n_embd values)."""
 
     def __init__(self, model, backend: Backend, cache: KVCache, buffers: HostBuffers,
-                 n_tokens: int, n_out: int) -> None:
+                 n_tokens: int, n_out: int, hidden: bool = False) -> None:
         self.n_tokens, self.n_out = n_tokens, n_out
         ctx = Context(backend)
         self.ctx = ctx
@@ -88,7 +120,14 @@ class BatchGraph:
                 ctx.cache(group.k[i], F16, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
                 ctx.cache(group.v[i], F16, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
                 slots, mask, kv_len, lone))
-        self.logits = model.forward(ctx, self)
+        if hidden:
+            capture = _HeadCapture(ctx, model)
+            model.forward(capture, self)
+            if capture.hidden is None:
+                raise UnsupportedError(f"{type(model).__name__}.forward never used its output projection")
+            self.logits = capture.hidden
+        else:
+            self.logits = model.forward(ctx, self)
         ctx.set_output(self.logits)
 
     def attn_inputs(self, layer: int) -> AttnInputs:
@@ -104,19 +143,19 @@ class Forward:
         self.cache = cache
         self.n_vocab = model.cfg.n_vocab
         self._buffers = HostBuffers(cache, max_tokens)
-        self._graphs: OrderedDict[tuple[int, int], BatchGraph] = OrderedDict()
+        self._graphs: OrderedDict[tuple[int, int, bool], BatchGraph] = OrderedDict()
         self.compute_seconds = 0.0   # time inside the native core, for the bench
         self.n_graphs_built = 0
 
-    def _graph(self, n_tokens: int, n_out: int) -> BatchGraph:
+    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False) -> BatchGraph:
         if n_tokens > self._buffers.capacity:
             # graphs keep views of the old buffers: start over with bigger ones
             self._buffers = HostBuffers(self.cache, n_tokens)
             self._graphs.clear()
-        key = (n_tokens, n_out)
+        key = (n_tokens, n_out, hidden)
         g = self._graphs.get(key)
         if g is None:
-            g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out)
+            g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out, hidden)
             self.n_graphs_built += 1
             self._graphs[key] = g
             if len(self._graphs) > MAX_GRAPHS:
@@ -131,6 +170,15 @@ class Forward:
 
         Token t of the batch sits at positions[t] of sequence seq_ids[t]; within a
         sequence positions must increase and follow what the cache holds."""
+        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=False)
+
+    def hidden(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
+               out_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The final-norm hidden states [len(out_rows), n_embd] of the given rows (what the
+        output projection would read), for embeddings; the cache is filled as by __call__."""
+        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True)
+
+    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32)
         positions = np.asarray(positions, np.int32)
         seq_ids = np.asarray(seq_ids, np.int64)
@@ -144,7 +192,7 @@ class Forward:
             raise InvalidOptionError("positions must be >= 0")
         if out_rows.ndim != 1 or out_rows.size == 0 or out_rows.min() < 0 or out_rows.max() >= n:
             raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
-        g = self._graph(n, len(out_rows))
+        g = self._graph(n, len(out_rows), hidden)
         slots = self.cache.allocate(positions, seq_ids)
         buf = self._buffers
         buf.tokens[:n] = tokens
