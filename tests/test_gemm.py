@@ -20,6 +20,7 @@ from gguf import GGMLQuantizationType as T
 
 from pyengine import _core
 from pyengine.ml.context import Backend, Context
+from pyengine.runner.arith import batch_arith
 
 SIMD_ISAS = [isa for isa in available_isas() if isa in ("avx2", "avx512")]
 LEGACY = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
@@ -57,8 +58,15 @@ class Weight:
         self.name, self.type, self.shape, self.data = "w", int(qtype), (k, n), data
 
 
-def mul_mat(weight: Weight, x: np.ndarray) -> np.ndarray:
+def llama_paths(m: int) -> np.ndarray:
+    """Each row's path in one llama.cpp batch of m rows (runner/arith.py)."""
+    return batch_arith(np.zeros(m, np.int64)).paths
+
+
+def mul_mat(weight: Weight, x: np.ndarray, paths: np.ndarray | None = None) -> np.ndarray:
     ctx = Context(Backend(2))
+    if paths is not None:
+        ctx.row_paths = ctx.input(np.ascontiguousarray(paths, np.int32), "paths")
     out = ctx.mul_mat(ctx.weight(weight), ctx.input(np.ascontiguousarray(x), "x"))
     ctx.set_output(out)
     ctx.compute()
@@ -80,16 +88,18 @@ def case(qtype: T, n: int, seed: int):
 @pytest.mark.parametrize("isa", SIMD_ISAS)
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_every_tile_shape_equals_vec_dot(isa: str, qtype: T) -> None:
-    """Each element of every batch equals vec_dot of its pair, bit for bit."""
+    """Each element of every batch equals vec_dot of its pair on the row's
+    path (as in one llama.cpp batch of m rows), bit for bit."""
     for n in ROWS:
         weight, rows, x = case(qtype, n, seed=int(qtype) * 100 + n)
         with forced_isa(isa):
-            dots = np.array([[_core.vec_dot(int(qtype), rows[i], x[j]) for i in range(n)]
-                             for j in range(max(BATCHES))], np.float32)
             for m in BATCHES:
+                paths = llama_paths(m)
+                dots = np.array([[_core.vec_dot(int(qtype), rows[i], x[j], path=int(paths[j])) for i in range(n)]
+                                 for j in range(m)], np.float32)
                 got = mul_mat(weight, x[:m])
                 assert got.shape == (m, n)
-                mismatch = np.argwhere(bits(got) != bits(dots[:m]))
+                mismatch = np.argwhere(bits(got) != bits(dots))
                 assert mismatch.size == 0, (isa, qtype.name, n, m, mismatch[:5].tolist())
 
 
@@ -97,13 +107,16 @@ def test_every_tile_shape_equals_vec_dot(isa: str, qtype: T) -> None:
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_row_alone_equals_row_in_batch(isa: str, qtype: T) -> None:
     """A row computed alone (the decode kernel) equals the same row inside a
-    prompt batch (the 4 x 4 kernel), in every position of a tile."""
+    prompt batch (the 4 x 4 kernel), in every position of a tile, when both
+    follow the same path (the runner gives a row its path from its own
+    sequence, never from the batch around it)."""
     weight, _, x = case(qtype, 23, seed=7 + int(qtype))
-    with forced_isa(isa):
-        batch = mul_mat(weight, x[:70])
-        for j in (0, 1, 2, 3, 5, 63, 64, 69):
-            alone = mul_mat(weight, x[j:j + 1])
-            assert np.array_equal(bits(alone[0]), bits(batch[j])), (isa, qtype.name, j)
+    for path in range(4):
+        with forced_isa(isa):
+            batch = mul_mat(weight, x[:70], np.full(70, path))
+            for j in (0, 1, 2, 3, 5, 63, 64, 69):
+                alone = mul_mat(weight, x[j:j + 1], np.full(1, path))
+                assert np.array_equal(bits(alone[0]), bits(batch[j])), (isa, qtype.name, path, j)
 
 
 @pytest.mark.parametrize("isa", SIMD_ISAS)

@@ -171,10 +171,10 @@ def attention_reference(q, k, v, mask, n_head_kv, scale, softcap=0.0):
     group = h // n_head_kv
     kk = np.repeat(k, group, axis=1)
     vv = np.repeat(v, group, axis=1)
-    s = np.einsum("thd,chd->htc", q, kk) * scale
-    if softcap:
+    s = np.einsum("thd,chd->htc", q, kk)
+    if softcap:   # as llama.cpp: the cap on q.k, then the scale (models that scale q pass 1)
         s = softcap * np.tanh(s / softcap)
-    s = s + mask[None, :, :]
+    s = s * scale + mask[None, :, :]
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     return np.einsum("htc,chd->thd", p, vv).reshape(t, h * hd)

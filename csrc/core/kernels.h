@@ -19,20 +19,33 @@ typedef void (*pe_from_float_fn)(const float *x, void *y, int64_t n);
  * vec_dot partner type (already quantized). */
 typedef void (*pe_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a);
 
+/* llama.cpp's arithmetic for some types depends on the batch an activation
+ * row was in (runner/arith.py); a row's path is a set of these bits. */
+enum {
+    PE_PATH_TILE4 = 1,  /* in a 4-row tile of a repacked GEMM (Q4_K) */
+    PE_PATH_WIDE  = 2,  /* in a batch of >= 8 rows: the tiled k-quant product */
+};
+#define PE_PATH_BITS 2
+
+/* A dot product that follows the given path (optional; vec_dot otherwise). */
+typedef void (*pe_vec_dot_path_fn)(int64_t n, float *s, const void *w, const void *a, unsigned path);
+
 /* A tile of dot products over n elements: for i < nr weight rows (stride bw
  * bytes) and j < nc activation rows (stride ba bytes, already quantized to
  * the partner type), s[j * bs + i] = dot(w_i, a_j).  nr, nc <= PE_GEMM_MAX.
- * Every element must be bit-identical to vec_dot(w_i, a_j): a row's result
- * may not depend on which other rows share its tile (batch invariance). */
+ * Row j's path is (paths >> PE_PATH_BITS * j) & 3.  Every element must be
+ * bit-identical to vec_dot_path(w_i, a_j, path) (vec_dot where the type has
+ * none): a row's result may not depend on which other rows share its tile. */
 #define PE_GEMM_MAX 4
 typedef void (*pe_gemm_fn)(int64_t n, float *s, size_t bs, const void *w, size_t bw,
-                           const void *a, size_t ba, int nr, int nc);
+                           const void *a, size_t ba, int nr, int nc, unsigned paths);
 
 typedef struct pe_type_kernels {
     pe_to_float_fn   to_float;
     pe_from_float_fn from_float;
     pe_vec_dot_fn    vec_dot;
     pe_gemm_fn       gemm;     /* optional; NULL -> vec_dot pair by pair */
+    pe_vec_dot_path_fn vec_dot_path;  /* optional: see PE_PATH_* */
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */

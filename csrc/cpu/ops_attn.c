@@ -7,6 +7,7 @@
  * of cells to read is an input read at compute time, so a decode graph can
  * be reused as the cache grows. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "blocks.h"
@@ -31,21 +32,27 @@ void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
-/* Per thread, for each query head of a KV group: the rounded query row, one
- * score per cell (padded to whole vectors) and the lanes of its output. */
-static int64_t padded_cells(int64_t n_kv) {
-    const int64_t w = pe_kern->vec.lanes * 4;
-    return (n_kv + w - 1) / w * w;
-}
+/* Attention runs in position order.  llama.cpp, running one sequence, holds
+ * position p in cell p, and its lanes and softmax chunks follow the cell
+ * index; here the visible cells are laid out by position (slot p - base, base
+ * a multiple of the widest lane count) before the softmax and the product
+ * with V, so the arithmetic is the same wherever the cache put them and
+ * whatever else it holds. */
+#define ATTN_ALIGN 64   /* >= 4 * lanes on every ISA */
 
-static size_t attn_thread_floats(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k) {
-    const int64_t group = q->ne[1] / t->ip[0];
-    return (size_t)(group * (q->ne[0] * (1 + 4 * pe_kern->vec.lanes) + padded_cells(k->ne[1])) + 16);
+static int64_t padded(int64_t n) { return (n + ATTN_ALIGN - 1) / ATTN_ALIGN * ATTN_ALIGN; }
+
+/* Per thread: the rounded queries of a KV group, one score per position slot
+ * and head, the output lanes of each head, and the cell of each slot. */
+static size_t attn_thread_bytes(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k) {
+    const int64_t group = q->ne[1] / t->ip[0], slots = padded(k->ne[1]) + ATTN_ALIGN;
+    const size_t floats = (size_t)(group * (q->ne[0] * (1 + 4 * pe_kern->vec.lanes) + slots));
+    return floats * sizeof(float) + (size_t)slots * sizeof(int32_t) + 64;
 }
 
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]];
-    return (size_t)n_threads * attn_thread_floats(t, q, k) * sizeof(float) + 64;
+    return (size_t)n_threads * attn_thread_bytes(t, q, k) + 64;
 }
 
 static inline float round_f16(float x) { return pe_f16_to_f32(pe_f32_to_f16(x)); }
@@ -54,71 +61,99 @@ static inline float round_f16(float x) { return pe_f16_to_f32(pe_f32_to_f16(x));
  * read once for the whole group (GQA), while every head's arithmetic is the
  * same, in the same order, as if it ran alone. */
 typedef struct {
-    int64_t hd, group, n_kv, n_pad;
-    int     nacc;    /* accumulators of `lanes` floats: 1 in batches, 4 for a lone token */
-    float  *qh;      /* [group][hd]      queries rounded to F16 */
-    float  *scores;  /* [group][n_pad]   scores, then probabilities */
-    float  *lanes;   /* [group][W][hd]   the product with V, lane by lane */
-    float   mx[64];  /* largest score per head */
+    int64_t  hd, group, n_slots;  /* n_slots: position slots, a multiple of ATTN_ALIGN */
+    int      nacc;     /* accumulators of `lanes` floats: 1 in batches, 4 for a lone token */
+    float   *qh;       /* [group][hd]       queries rounded to F16 */
+    float   *scores;   /* [group][n_slots]  scores, then probabilities, by position slot */
+    float   *lanes;    /* [group][W][hd]    the product with V, lane by lane */
+    int32_t *cell;     /* [n_slots]         the cell at each slot, -1 if none */
+    float    mx[64];   /* largest score per head */
 } attn_group;
 
-/* Scores against cells [0, n_kv) as llama.cpp's non-flash path computes
- * them: the query rounded to F16 (its product with the F16 cache), the dot
- * product in vector lanes, then scaled (soft-capped models scale the query
- * first, as Gemma 2's query_pre_attn_scalar does) and masked (-inf). */
+/* Lays the visible cells of [0, n_kv) out by position; returns 0 when their
+ * positions span more slots than there is room for (then by cell index). */
+static int place_cells(attn_group *ag, const float *m, const int32_t *pos, int64_t n_kv, int64_t room) {
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int64_t c = 0; c < n_kv; c++) {
+        if (m[c] == -INFINITY) continue;
+        const int64_t p = pos ? pos[c] : c;
+        if (p < lo) lo = p;
+        if (p > hi) hi = p;
+    }
+    if (hi < 0) { ag->n_slots = 0; return 1; }
+    const int64_t base = lo / ATTN_ALIGN * ATTN_ALIGN;
+    ag->n_slots = padded(hi - base + 1);
+    if (ag->n_slots > room) return 0;
+    for (int64_t i = 0; i < ag->n_slots; i++) ag->cell[i] = -1;
+    for (int64_t c = 0; c < n_kv; c++)
+        if (m[c] != -INFINITY) ag->cell[(pos ? pos[c] : c) - base] = (int32_t)c;
+    return 1;
+}
+
+static void place_by_cell(attn_group *ag, const float *m, int64_t n_kv) {
+    ag->n_slots = padded(n_kv);
+    for (int64_t i = 0; i < ag->n_slots; i++) ag->cell[i] = i < n_kv && m[i] != -INFINITY ? (int32_t)i : -1;
+}
+
+/* Scores as llama.cpp's non-flash path computes them: the query rounded to
+ * F16 (its product with the F16 cache), the dot product in vector lanes,
+ * soft-capped, then scaled; empty slots are -inf.  (Models that scale the
+ * query instead, as Gemma does, pass a scale of 1.) */
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
-                         const float *m, const pe_tensor *k, size_t head_off) {
+                         const pe_tensor *k, size_t head_off) {
     const float scale = t->fp[0], softcap = t->fp[1];
-    const float q_scale = softcap > 0 ? scale : 1.0f;
-    const int64_t hd = ag->hd, n_kv = ag->n_kv, n_pad = ag->n_pad;
+    const int64_t hd = ag->hd, n = ag->n_slots;
     for (int64_t gi = 0; gi < ag->group; gi++) {
         const float *qr = pe_row(q, h0 + gi, tok, 0);
-        for (int64_t i = 0; i < hd; i++) ag->qh[gi * hd + i] = round_f16(qr[i] * q_scale);
+        for (int64_t i = 0; i < hd; i++) ag->qh[gi * hd + i] = round_f16(qr[i]);
         ag->mx[gi] = -INFINITY;
-        for (int64_t c = n_kv; c < n_pad; c++) ag->scores[gi * n_pad + c] = -INFINITY;
     }
-    for (int64_t c = 0; c < n_kv; c++) {
-        if (m[c] == -INFINITY) {
-            for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n_pad + c] = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t c = ag->cell[i];
+        if (c < 0) {
+            for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n + i] = -INFINITY;
             continue;
         }
         const uint16_t *kr = (const uint16_t *)((const uint8_t *)k->data + c * k->nb[1] + head_off);
         for (int64_t gi = 0; gi < ag->group; gi++) {
             float s = pe_kern->vec.dot_f32_f16(hd, ag->qh + gi * hd, kr, ag->nacc);
-            s = softcap > 0 ? softcap * tanhf(s * (1.0f / softcap)) : s * scale;
-            s += m[c];
-            ag->scores[gi * n_pad + c] = s;
+            if (softcap > 0) s = softcap * tanhf(s * (1.0f / softcap));
+            s *= scale;
+            ag->scores[gi * n + i] = s;
             if (s > ag->mx[gi]) ag->mx[gi] = s;
         }
     }
 }
 
-/* Softmax of each head's scores, in place: exponentials over whole vectors
- * (the padding is -inf), summed in double, scaled by the float inverse, and
- * rounded to F16 (the type of the product with the V cache). */
+/* Softmax of each head's scores, in place: exponentials over whole vectors,
+ * summed in double, scaled by the float inverse, and rounded to F16 (the type
+ * of the product with the V cache). */
 static void group_softmax(attn_group *ag) {
+    const int64_t n = ag->n_slots;
     for (int64_t gi = 0; gi < ag->group; gi++) {
-        float *sc = ag->scores + gi * ag->n_pad;
+        float *sc = ag->scores + gi * n;
         if (ag->mx[gi] == -INFINITY) {  /* nothing visible: zeros */
-            memset(sc, 0, (size_t)ag->n_kv * sizeof(float));
+            memset(sc, 0, (size_t)n * sizeof(float));
             continue;
         }
-        const double sum = pe_kern->vec.exp_sum(ag->n_pad, sc, sc, ag->mx[gi]);
+        const double sum = pe_kern->vec.exp_sum(n, sc, sc, ag->mx[gi]);
         const float inv = (float)(1.0 / sum);
-        for (int64_t c = 0; c < ag->n_kv; c++) sc[c] = round_f16(sc[c] * inv);
+        for (int64_t i = 0; i < n; i++) sc[i] = round_f16(sc[i] * inv);
     }
 }
 
-/* The product with V: cell c goes to lane c % W of each head (an fma per
+/* The product with V: slot i goes to lane i % W of each head (an fma per
  * element), and the W lanes are folded by halves into the output. */
 static void group_values(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
-    const int64_t hd = ag->hd, w = pe_kern->vec.lanes * ag->nacc;
+    const int64_t hd = ag->hd, w = pe_kern->vec.lanes * ag->nacc, n = ag->n_slots;
     memset(ag->lanes, 0, (size_t)(ag->group * w * hd) * sizeof(float));
-    for (int64_t c = 0; c < ag->n_kv; c++) {
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t c = ag->cell[i];
+        if (c < 0) continue;
         const uint16_t *vr = (const uint16_t *)((const uint8_t *)v->data + c * v->nb[1] + head_off);
         for (int64_t gi = 0; gi < ag->group; gi++) {
-            const float p = ag->scores[gi * ag->n_pad + c];
-            if (p != 0.0f) pe_kern->vec.fma_f16(hd, ag->lanes + (gi * w + c % w) * hd, p, vr);
+            const float p = ag->scores[gi * n + i];
+            if (p != 0.0f) pe_kern->vec.fma_f16(hd, ag->lanes + (gi * w + i % w) * hd, p, vr);
         }
     }
     for (int64_t gi = 0; gi < ag->group; gi++) {
@@ -139,15 +174,19 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const int64_t n_kv = *(const int32_t *)len->data;
     if (n_kv < 0 || n_kv > k->ne[1]) { pe_exec_fail(ex, "attn: kv length out of range"); return; }
     if (group > 64) { pe_exec_fail(ex, "attn: more than 64 query heads per KV head"); return; }
+    const int32_t *lone = t->src[5] >= 0 ? (const int32_t *)g->t[t->src[5]].data : NULL;
+    const int32_t *cell_pos = t->src[6] >= 0 ? (const int32_t *)g->t[t->src[6]].data : NULL;
     /* a task is the heads of one KV group for one token; with fewer groups
      * than threads (decode with one KV head), a task is a single head */
     const int64_t per = nt * n_kv_head >= ex->nth ? group : 1;
     const int64_t tasks_per_token = q->ne[1] / per;
-    const int32_t *lone = t->src[5] >= 0 ? (const int32_t *)g->t[t->src[5]].data : NULL;
-    attn_group ag = {.hd = hd, .group = per, .n_kv = n_kv, .n_pad = padded_cells(n_kv)};
-    ag.qh = (float *)ex->work + (size_t)ex->ith * attn_thread_floats(t, q, k);
+    const int64_t room = padded(k->ne[1]) + ATTN_ALIGN;
+    attn_group ag = {.hd = hd, .group = per};
+    uint8_t *mine = ex->work + (size_t)ex->ith * attn_thread_bytes(t, q, k);
+    ag.cell = (int32_t *)mine;
+    ag.qh = (float *)(mine + (size_t)room * sizeof(int32_t));
     ag.scores = ag.qh + per * hd;
-    ag.lanes = ag.scores + per * ag.n_pad;
+    ag.lanes = ag.scores + per * room;
     int64_t p0, p1;
     pe_split(nt * tasks_per_token, ex->ith, ex->nth, &p0, &p1);
     for (int64_t p = p0; p < p1; p++) {
@@ -158,7 +197,8 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
         /* llama.cpp multiplies a lone token's rows with its row dot product
          * (4 accumulators) and a batch's with tiles (1 per output) */
         ag.nacc = (lone ? lone[tok] != 0 : nt == 1) ? 4 : 1;
-        group_scores(t, &ag, q, h0, tok, m, k, head_off);
+        if (!place_cells(&ag, m, cell_pos, n_kv, room)) place_by_cell(&ag, m, n_kv);
+        group_scores(t, &ag, q, h0, tok, k, head_off);
         group_softmax(&ag);
         group_values(&ag, v, head_off, out);
     }

@@ -48,18 +48,28 @@ static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *x, int 
     return ex->work;
 }
 
-/* One tile: weight rows [i0, i1) against activation rows [j0, j1). */
+/* Activation row j's path (PE_PATH_*): as the graph says per row, else as
+ * in one llama.cpp batch of m rows. */
+static inline unsigned row_path(const int32_t *paths, int64_t j, int64_t m) {
+    if (paths) return (unsigned)paths[j] & 3u;
+    return (j < m - m % 4 ? PE_PATH_TILE4 : 0u) | (m >= 8 ? PE_PATH_WIDE : 0u);
+}
+
+/* One tile: weight rows [i0, i1) against activation rows [j0, j1) of m. */
 static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
-                 const pe_tensor *x, const uint8_t *q, size_t qstride,
+                 const pe_tensor *x, const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m,
                  int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     const uint8_t *wd = w->data;
     const size_t wstride = w->nb[1];
     if (k->gemm && q) {
         for (int64_t j = j0; j < j1; j += PE_GEMM_MAX) {
             const int nc = (int)(j1 - j < PE_GEMM_MAX ? j1 - j : PE_GEMM_MAX);
+            unsigned tile_paths = 0;
+            for (int c = 0; c < nc; c++) tile_paths |= row_path(paths, j + c, m) << (PE_PATH_BITS * c);
             for (int64_t i = i0; i < i1; i += PE_GEMM_MAX) {
                 const int nr = (int)(i1 - i < PE_GEMM_MAX ? i1 - i : PE_GEMM_MAX);
-                k->gemm(kdim, dst + j * n + i, (size_t)n, wd + i * wstride, wstride, q + j * qstride, qstride, nr, nc);
+                k->gemm(kdim, dst + j * n + i, (size_t)n, wd + i * wstride, wstride, q + j * qstride, qstride, nr, nc,
+                        tile_paths);
             }
         }
         return;
@@ -67,7 +77,12 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
     for (int64_t j = j0; j < j1; j++) {
         const void *a = q ? (const void *)(q + j * qstride) : x_row(x, j);
         float *d = dst + j * n;
-        for (int64_t i = i0; i < i1; i++) k->vec_dot(kdim, d + i, wd + i * wstride, a);
+        if (k->vec_dot_path) {
+            const unsigned path = row_path(paths, j, m);
+            for (int64_t i = i0; i < i1; i++) k->vec_dot_path(kdim, d + i, wd + i * wstride, a, path);
+        } else {
+            for (int64_t i = i0; i < i1; i++) k->vec_dot(kdim, d + i, wd + i * wstride, a);
+        }
     }
 }
 
@@ -81,13 +96,14 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS;
     const int64_t cols = m == 1 ? 1 : TILE_COLS;
     const int64_t n_cb = (m + cols - 1) / cols;
+    const int32_t *paths = t->src[2] >= 0 ? (const int32_t *)src(ex, t, 2)->data : NULL;
     float *dst = t->data;
     int first = 1;
     for (int64_t task = next_task(ex, &first); task < n_rb * n_cb; task = next_task(ex, &first)) {
         const int64_t rb = task / n_cb, cb = task % n_cb;
         const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
         const int64_t j0 = cb * cols, j1 = j0 + cols < m ? j0 + cols : m;
-        tile(kern, k, dst, n, w, x, q, qstride, i0, i1, j0, j1);
+        tile(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, j0, j1);
     }
 }
 

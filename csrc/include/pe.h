@@ -81,7 +81,8 @@ int pe_dequantize_row(int type, const void *x, float *y, int64_t n);
 int pe_dequantize_row_ref(int type, const void *x, float *y, int64_t n);
 /* Quantize a row to the type's dot partner and take the dot product with a
  * row of `type`, with the current ISA's kernels (or the reference ones). */
-int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out);
+/* path: PE_PATH_* bits of the batch llama.cpp would compute this row in (0: alone) */
+int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out, unsigned path);
 int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out);
 /* The dot product of a weight row with an activation row already quantized
  * to the type's partner (raw blocks), current ISA or reference kernels. */
@@ -118,7 +119,10 @@ int pe_graph_reshape(pe_graph *g, int t, int n_dims, const int64_t *ne);
 
 /* Ops: each returns the id of a new F32 tensor (unless noted) or -1. */
 int pe_op_get_rows(pe_graph *g, int table, int ids);                   /* [K,V] x i32[T] -> [K,T] */
-int pe_op_mul_mat(pe_graph *g, int w, int x);                          /* [K,N] x [K,M] -> [N,M] */
+/* [K,N] x [K,M] -> [N,M].  paths (I32 [M] or -1): per activation row, the
+ * path bits of llama.cpp's arithmetic for it (PE_PATH_* in kernels.h);
+ * without it, as in one llama.cpp batch of M rows. */
+int pe_op_mul_mat(pe_graph *g, int w, int x, int paths);
 int pe_op_mul_mat_id(pe_graph *g, int w, int x, int ids);              /* [K,N,E] x [K,(U|1),T] x i32[U,T] -> [N,U,T] */
 int pe_op_add(pe_graph *g, int a, int b);                              /* b broadcast over a */
 int pe_op_mul(pe_graph *g, int a, int b);
@@ -138,9 +142,10 @@ int pe_op_set_rows(pe_graph *g, int cache, int src, int slots);
  * [Dh*Hkv, C] with an additive mask [C,T] (0 or -inf); GQA by H/Hkv.
  * lone (I32 [T] or -1): 1 where a token is the only one of its sequence in
  * the batch; such tokens follow llama.cpp's single-token arithmetic (without
- * it: when T == 1). */
+ * it: when T == 1).  cell_pos (I32 [C] or -1): each cell's position; the
+ * visible cells are taken in position order (without it: cell order). */
 int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone,
-               int n_head_kv, float scale, float softcap);
+               int cell_pos, int n_head_kv, float scale, float softcap);
 int pe_op_topk(pe_graph *g, int a, int k);                             /* i32 [k,T]: indices of largest */
 /* Weights of the chosen experts: softmax over all logits, picked by ids,
  * optionally renormalised to sum 1 -> [k,T]. */

@@ -55,6 +55,7 @@ class Gemma2Config(qwen2.AttentionConfig):
     def gemma_from_gguf(cls, f: GGUFFile) -> dict:
         kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX, eps_default=1e-6)
         kw["attn_scale"] = 1.0 / math.sqrt(cls.query_pre_attn_scalar(kw))
+        kw["scale_query"] = True
         return kw
 
     @classmethod

@@ -36,6 +36,7 @@ class AttentionConfig(TransformerConfig):
 
     attn_scale: float = 0.0     # multiplies q.k before the softmax
     attn_softcap: float = 0.0   # cap * tanh(score / cap) on the scores; 0 = none
+    scale_query: bool = False   # apply attn_scale to the query instead (Gemma, as llama.cpp does)
 
     @classmethod
     def common_from_gguf(cls, f: GGUFFile, *, rope_mode: int = ROPE_NEOX, eps_default: float = 1e-5) -> dict:
@@ -91,8 +92,11 @@ class SelfAttention(Module):
         q, k, v = self.project(ctx, x)
         q = c.layer_rope(ctx, q, batch.positions, layer, freq_factors)              # [hd, H, T]
         k = c.layer_rope(ctx, k, batch.positions, layer, freq_factors)              # [hd, Hkv, T]
+        scale = c.attn_scale
+        if c.scale_query:
+            q, scale = ctx.scale(q, scale), 1.0
         o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, -1)), v,
-                         n_head_kv=c.n_head_kv, scale=c.attn_scale, softcap=c.attn_softcap)  # [hd*H, T]
+                         n_head_kv=c.n_head_kv, scale=scale, softcap=c.attn_softcap)  # [hd*H, T]
         return self.attn_output(ctx, o)
 
 

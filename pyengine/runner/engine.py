@@ -30,6 +30,7 @@ import numpy as np
 from pyengine.errors import ContextLengthError, InvalidOptionError, PyEngineError
 from pyengine.kvcache import MAX_SEQUENCES, KeyRotator, KVCache
 from pyengine.ml.context import Backend
+from pyengine.runner.arith import Arith, generated_arith, prompt_arith
 from pyengine.runner.forward import Forward
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import Request, make_request
@@ -271,7 +272,8 @@ class Engine:
             start += len(toks)
         try:
             # a step of prompt chunks only still has to run; it reads one row it ignores
-            logits = self.forward(tokens, positions, seq_ids, np.asarray(rows or [0], np.int32))
+            logits = self.forward(tokens, positions, seq_ids, np.asarray(rows or [0], np.int32),
+                                  arith=Arith.concat([self._arith(s, toks) for s, toks in batch]))
         except BaseException as error:
             for seq, _ in batch:
                 self._finish(seq, "error", error)
@@ -279,6 +281,14 @@ class Engine:
         self.steps += 1
         for seq, toks, first, count in owners:
             self._advance(seq, toks, logits[first:first + count] if count else None)
+
+    @staticmethod
+    def _arith(seq: _Seq, toks: list[int]) -> Arith:
+        """The path llama.cpp would take for these tokens, from their role alone."""
+        if not seq.prefill:
+            return generated_arith(len(toks))
+        start = len(seq.cache_tokens)
+        return prompt_arith(np.arange(start, start + len(toks)), start + len(seq.pending))
 
     def _reap_cancelled(self) -> None:
         for seq in [s for s in self._waiting if s.handle.cancel_requested]:

@@ -28,6 +28,7 @@ import numpy as np
 from pyengine.errors import InvalidOptionError, UnsupportedError
 from pyengine.kvcache import KVCache
 from pyengine.ml.context import F16, Backend, Context, Tensor
+from pyengine.runner.arith import Arith, batch_arith
 
 MAX_GRAPHS = 12
 
@@ -39,15 +40,8 @@ class AttnInputs:
     slots: Tensor
     mask: Tensor
     kv_len: Tensor
-    lone: Tensor    # per token: 1 if no other token of its sequence is in the batch
-
-
-def lone_tokens(seq_ids: np.ndarray) -> np.ndarray:
-    """1 where a token is its sequence's only one in the batch.  Attention
-    treats those as llama.cpp treats a one-token batch, so a sequence's
-    numbers do not depend on what else shares the batch."""
-    _, inverse, counts = np.unique(seq_ids, return_inverse=True, return_counts=True)
-    return (counts[inverse] == 1).astype(np.int32)
+    lone: Tensor      # per token: 1 where it follows llama.cpp's one-token arithmetic (runner/arith.py)
+    cell_pos: Tensor  # per cell: its position (attention runs in position order)
 
 
 class HostBuffers:
@@ -59,6 +53,7 @@ class HostBuffers:
         self.positions = np.zeros(capacity, np.int32)
         self.out_ids = np.zeros(capacity, np.int32)
         self.lone = np.zeros(capacity, np.int32)
+        self.paths = np.zeros(capacity, np.int32)
         self.slots = [np.zeros(capacity, np.int32) for _ in cache.groups]
         self.kv_len = [np.zeros(1, np.int32) for _ in cache.groups]
         # filled per step up to the cells in use; zeros so untouched pages cost no memory
@@ -106,20 +101,22 @@ class BatchGraph:
         self.positions = ctx.input(buffers.positions[:n_tokens], "positions")
         self.out_ids = ctx.input(buffers.out_ids[:n_out], "out_ids")
         lone = ctx.input(buffers.lone[:n_tokens], "lone")
+        ctx.row_paths = ctx.input(buffers.paths[:n_tokens], "paths")
         per_group = []
         for gi, group in enumerate(cache.groups):
             slots = ctx.input(buffers.slots[gi][:n_tokens], f"slots.g{gi}")
             kv_len = ctx.input(buffers.kv_len[gi], f"kv_len.g{gi}")
             mask = ctx.input(buffers.masks[gi][:n_tokens], f"mask.g{gi}")
-            per_group.append((slots, mask, kv_len))
+            cell_pos = ctx.input(group.cells.pos, f"cell_pos.g{gi}")   # updated in place by the cache
+            per_group.append((slots, mask, kv_len, cell_pos))
         self._attn = []
         for i, spec in enumerate(cache.layout):
             group = cache.layer_group[i]
-            slots, mask, kv_len = per_group[cache.groups.index(group)]
+            slots, mask, kv_len, cell_pos = per_group[cache.groups.index(group)]
             self._attn.append(AttnInputs(
                 ctx.cache(group.k[i], F16, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
                 ctx.cache(group.v[i], F16, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
-                slots, mask, kv_len, lone))
+                slots, mask, kv_len, lone, cell_pos))
         if hidden:
             capture = _HeadCapture(ctx, model)
             model.forward(capture, self)
@@ -165,20 +162,23 @@ class Forward:
         return g
 
     def __call__(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
-                 out_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+                 out_rows: np.ndarray, out: np.ndarray | None = None, arith: Arith | None = None) -> np.ndarray:
         """Logits [len(out_rows), n_vocab] for the given rows of the batch.
 
         Token t of the batch sits at positions[t] of sequence seq_ids[t]; within a
-        sequence positions must increase and follow what the cache holds."""
-        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=False)
+        sequence positions must increase and follow what the cache holds.  `arith`
+        says which of llama.cpp's paths each token follows (runner/arith.py);
+        by default as if each sequence's tokens here were one llama.cpp batch."""
+        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=False, arith=arith)
 
     def hidden(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
-               out_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+               out_rows: np.ndarray, out: np.ndarray | None = None, arith: Arith | None = None) -> np.ndarray:
         """The final-norm hidden states [len(out_rows), n_embd] of the given rows (what the
         output projection would read), for embeddings; the cache is filled as by __call__."""
-        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True)
+        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True, arith=arith)
 
-    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool) -> np.ndarray:
+    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool,
+             arith: Arith | None = None) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32)
         positions = np.asarray(positions, np.int32)
         seq_ids = np.asarray(seq_ids, np.int64)
@@ -198,7 +198,9 @@ class Forward:
         buf.tokens[:n] = tokens
         buf.positions[:n] = positions
         buf.out_ids[:len(out_rows)] = out_rows
-        buf.lone[:n] = lone_tokens(seq_ids)
+        arith = arith or batch_arith(seq_ids)
+        buf.lone[:n] = arith.lone
+        buf.paths[:n] = arith.paths
         for gi, group in enumerate(self.cache.groups):
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]

@@ -12,8 +12,14 @@
  * adds its min term as one float chain.  The result is tree8(acc) plus the
  * min part (tree4, or the chain).
  *
+ * In batches of 8 rows or more llama.cpp multiplies Q5_K and Q6_K with its
+ * tiled k-quant product instead (PE_PATH_WIDE): per super-block the whole
+ * integer sums s (scales applied) and m (mins), r = s * dw, r -= dmin * m
+ * (fused), acc = fma(r, da, acc).  Q4_K, which it repacks, has its own two
+ * paths (below).
+ *
  * The tile decodes a weight row's super-block once and multiplies it with
- * each activation row, so a pair's arithmetic is vec_dot's. */
+ * each activation row, each pair on its own row's path. */
 #ifndef PE_X86_GEMM_KQUANTS_H
 #define PE_X86_GEMM_KQUANTS_H
 
@@ -102,23 +108,67 @@ typedef struct {
     __m256 acc;
     __m128 mins;
     float  chain;
+    float  whole, whole_mins;   /* Q4_K: one float each */
 } gmk_acc;
 
-GM_INLINE void gmk_k4_step(const gmk_block *b, const pe_f16 *d_dmin, const block_q8_K *a, int chain, gmk_acc *r) {
-    const float d = a->d * f16(d_dmin[0]), dmin = -a->d * f16(d_dmin[1]);
-    r->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(gmk_isum(b, a->qs)), r->acc);
-    const __m128i m = gmk_mins_lanes(b->mins, a->bsums);
-    if (chain) {
-        const __m128i h = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
-        r->chain += dmin * (float)_mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 1)));
-    } else {
-        r->mins = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(m), r->mins);
+/* Q4_K as llama.cpp computes it from its repacked (8-row interleaved) copy,
+ * which every AVX2 build uses for Q4_K: the integer dot product and the min
+ * term multiply-added into one float each (d = dw * da, dmin = dminw * da),
+ * the result acc - mins.  Its row product (GEMV) adds them per super-block,
+ * its 4-row tile (GEMM) per 64 elements.  Q5_K follows the row dot product:
+ * lanes, and the min term as a chain. */
+static inline int gmk_hsum_i32x4(__m128i v) {
+    v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 1)));
+}
+
+static inline int gmk_hsum_i32x8(__m256i v) {
+    return gmk_hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+GM_INLINE void gmk_q4k_step(const gmk_block *b, const pe_f16 *d_dmin, const block_q8_K *a, unsigned path, gmk_acc *r) {
+    const float d = f16(d_dmin[0]) * a->d, dmin = f16(d_dmin[1]) * a->d;
+    const __m128i mins = gmk_mins_lanes(b->mins, a->bsums);
+    if (!(path & PE_PATH_TILE4)) {
+        r->whole = fmaf((float)gmk_hsum_i32x8(gmk_isum(b, a->qs)), d, r->whole);
+        r->whole_mins = fmaf((float)gmk_hsum_i32x4(mins), dmin, r->whole_mins);
+        return;
+    }
+    int32_t m[4];
+    _mm_storeu_si128((__m128i *)m, mins);
+    for (int k = 0; k < 4; k++) {
+        const __m256i p = _mm256_add_epi32(gmk_sub_row(b->codes[2 * k], a->qs + 64 * k, b->sc[2 * k]),
+                                           gmk_sub_row(b->codes[2 * k + 1], a->qs + 64 * k + 32, b->sc[2 * k + 1]));
+        r->whole = fmaf((float)gmk_hsum_i32x8(p), d, r->whole);
+        r->whole_mins = fmaf((float)m[k], dmin, r->whole_mins);
     }
 }
 
-static inline float gmk_result(const gmk_acc *r) { return gm_tree8(r->acc) + gm_tree4(r->mins) + r->chain; }
+/* the tiled k-quant product's step: whole sums, scaled by the weight row,
+ * then multiply-added with the activation scale */
+static inline void gmk_wide_step(int total, int mins_total, float dw, float dminw, float da, gmk_acc *r) {
+    float v = (float)total * dw;
+    if (dminw != 0.0f) v = fmaf(-dminw, (float)mins_total, v);
+    r->whole = fmaf(v, da, r->whole);
+}
 
-static inline gmk_acc gmk_zero(void) { return (gmk_acc){_mm256_setzero_ps(), _mm_setzero_ps(), 0.0f}; }
+GM_INLINE void gmk_q5k_step(const gmk_block *b, const pe_f16 *d_dmin, const block_q8_K *a, unsigned path, gmk_acc *r) {
+    const __m256i isum = gmk_isum(b, a->qs);
+    const int mins = gmk_hsum_i32x4(gmk_mins_lanes(b->mins, a->bsums));
+    if (path & PE_PATH_WIDE) {
+        gmk_wide_step(gmk_hsum_i32x8(isum), mins, f16(d_dmin[0]), f16(d_dmin[1]), a->d, r);
+        return;
+    }
+    const float d = a->d * f16(d_dmin[0]), dmin = -a->d * f16(d_dmin[1]);
+    r->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), r->acc);
+    r->chain += dmin * (float)mins;
+}
+
+static inline float gmk_result(const gmk_acc *r) {
+    return gm_tree8(r->acc) + gm_tree4(r->mins) + r->chain + (r->whole - r->whole_mins);
+}
+
+static inline gmk_acc gmk_zero(void) { return (gmk_acc){_mm256_setzero_ps(), _mm_setzero_ps(), 0.0f, 0.0f, 0.0f}; }
 
 /* ---- Q6_K -------------------------------------------------------------------------------- */
 
@@ -142,32 +192,39 @@ GM_INLINE void gmk_q6_decode(const block_q6_K *x, gmk_block *b) {
 
 /* The codes' offset of 32 comes off as 32 * (scale * bsum) of the 16-element
  * sub-blocks 2t and 2t + 1 in lane t (llama.cpp puts it there). */
-GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_q8_K *a, gmk_acc *r) {
-    const float d = a->d * f16(x->d);
+GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_q8_K *a, unsigned path, gmk_acc *r) {
     const __m256i sc16 = _mm256_cvtepi8_epi16(gm_load128(x->scales));
     const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(gm_load256(a->bsums), sc16), 5);
     const __m256i lanes = _mm256_sub_epi32(gmk_isum(b, a->qs), offset);
+    if (path & PE_PATH_WIDE) {
+        gmk_wide_step(gmk_hsum_i32x8(lanes), 0, f16(x->d), 0.0f, a->d, r);
+        return;
+    }
+    const float d = a->d * f16(x->d);
     r->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), r->acc);
 }
 
 /* ---- kernels ----------------------------------------------------------------------------- */
 
-/* DECODE(x, &blk) fills a gmk_block from block x; STEP(&blk, x, a, &acc) */
+/* DECODE(x, &blk) fills a gmk_block from block x; STEP(&blk, x, a, path, &acc) */
 #define GMK_DEFINE_KQUANT(NAME, WB, DECODE, STEP)                                                     \
-    static void vec_dot_##NAME(int64_t n, float *s, const void *vw, const void *va) {                 \
+    static void vec_dot_path_##NAME(int64_t n, float *s, const void *vw, const void *va, unsigned path) { \
         const WB *x = vw;                                                                             \
         const block_q8_K *a = va;                                                                     \
         gmk_acc r = gmk_zero();                                                                       \
         for (int64_t i = 0; i < n / QK_K; i++) {                                                      \
             gmk_block b;                                                                              \
             DECODE(&x[i], &b);                                                                        \
-            STEP(&b, &x[i], &a[i], &r);                                                               \
+            STEP(&b, &x[i], &a[i], path, &r);                                                         \
         }                                                                                             \
         *s = gmk_result(&r);                                                                          \
     }                                                                                                 \
+    static void vec_dot_##NAME(int64_t n, float *s, const void *vw, const void *va) {                 \
+        vec_dot_path_##NAME(n, s, vw, va, 0);                                                         \
+    }                                                                                                 \
                                                                                                       \
     static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,  \
-                            size_t ba, int nr, int nc) {                                              \
+                            size_t ba, int nr, int nc, unsigned paths) {                              \
         gmk_acc r[4][4];                                                                              \
         for (int i = 0; i < nr; i++)                                                                  \
             for (int j = 0; j < nc; j++) r[i][j] = gmk_zero();                                        \
@@ -177,7 +234,8 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
                 gmk_block b;                                                                          \
                 DECODE(x, &b);                                                                        \
                 for (int j = 0; j < nc; j++)                                                          \
-                    STEP(&b, x, (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba) + ib, &r[i][j]); \
+                    STEP(&b, x, (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba) + ib,       \
+                         (paths >> (PE_PATH_BITS * j)) & 3u, &r[i][j]);                               \
             }                                                                                         \
         for (int j = 0; j < nc; j++)                                                                  \
             for (int i = 0; i < nr; i++) s[(size_t)j * bs + i] = gmk_result(&r[i][j]);               \
@@ -185,10 +243,10 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
 
 #define GMK_Q4K_DECODE(x, b) gmk_k4_decode((x)->qs, NULL, (x)->scales, b)
 #define GMK_Q5K_DECODE(x, b) gmk_k4_decode((x)->qs, (x)->qh, (x)->scales, b)
-#define GMK_Q4K_STEP(b, x, a, r) gmk_k4_step(b, &(x)->d, a, 0, r)
-#define GMK_Q5K_STEP(b, x, a, r) gmk_k4_step(b, &(x)->d, a, 1, r)
+#define GMK_Q4K_STEP(b, x, a, path, r) gmk_q4k_step(b, &(x)->d, a, path, r)
+#define GMK_Q5K_STEP(b, x, a, path, r) gmk_q5k_step(b, &(x)->d, a, path, r)
 #define GMK_Q6K_DECODE(x, b) gmk_q6_decode(x, b)
-#define GMK_Q6K_STEP(b, x, a, r) gmk_q6_step(b, x, a, r)
+#define GMK_Q6K_STEP(b, x, a, path, r) gmk_q6_step(b, x, a, path, r)
 
 #define GMK_DEFINE_ALL_KQUANTS()                                                  \
     GMK_DEFINE_KQUANT(q4_K, block_q4_K, GMK_Q4K_DECODE, GMK_Q4K_STEP)             \
@@ -206,6 +264,9 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
         GM_INSTALL(k, PE_TYPE_Q5_1, q5_1, with_gemm);    \
         GM_INSTALL(k, PE_TYPE_Q8_0, q8_0, with_gemm);    \
         GM_INSTALL(k, PE_TYPE_Q4_K, q4_K, with_gemm);    \
+        (k)->type[PE_TYPE_Q4_K].vec_dot_path = vec_dot_path_q4_K; \
+        (k)->type[PE_TYPE_Q5_K].vec_dot_path = vec_dot_path_q5_K; \
+        (k)->type[PE_TYPE_Q6_K].vec_dot_path = vec_dot_path_q6_K; \
         GM_INSTALL(k, PE_TYPE_Q5_K, q5_K, with_gemm);    \
         GM_INSTALL(k, PE_TYPE_Q6_K, q6_K, with_gemm);    \
     } while (0)
