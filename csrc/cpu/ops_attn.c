@@ -1,8 +1,9 @@
 /* ops_attn.c - writes into the KV cache and attention over it.
  *
  * Attention runs one (token, head) pair at a time, reading K and V rows
- * straight from the F16 cache, with llama.cpp's roundings (query and
- * probabilities to F16) so logits agree with it to float noise.  The number
+ * straight from the cache, F16 or Q8_0 (each independently), with
+ * llama.cpp's roundings (see group_queries and group_values) so logits agree
+ * with it to float noise.  The number
  * of cells to read is an input read at compute time, so a decode graph can
  * be reused as the cache grows. */
 #include <math.h>
@@ -30,11 +31,13 @@ void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
-/* Per thread, for each query head of a KV group: the rounded query row and
- * one score per cell. */
+/* Per thread: for each query head of a KV group, the query row (floats, or
+ * its Q8_0 blocks when K is Q8_0, which take less room) and one score per
+ * cell; then one row of scratch (the scaled query before it is quantized,
+ * later a V row dequantized to floats). */
 static size_t attn_thread_floats(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k) {
     const int64_t group = q->ne[1] / t->ip[0];
-    return (size_t)(group * (q->ne[0] + k->ne[1] + 16));
+    return (size_t)(group * (q->ne[0] + k->ne[1] + 16) + q->ne[0] + 16);
 }
 
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
@@ -49,33 +52,56 @@ static inline float round_f16(float x) { return pe_f16_to_f32(pe_f32_to_f16(x));
  * same, in the same order, as if it ran alone. */
 typedef struct {
     int64_t hd, group, n_kv;
-    float  *qh;      /* [group][hd]   queries rounded to F16 */
+    float  *qh;      /* [group][hd]   queries rounded to F16, or [group] Q8_0 rows of q_bytes */
+    int     q_type;  /* K's vec_dot partner type (Q8_0 K) */
+    size_t  q_bytes; /* bytes of one query row of q_type */
     float  *scores;  /* [group][n_kv] scores, then unnormalised probabilities */
+    float  *row;     /* [hd] scratch */
     float   mx[64];  /* largest score per head */
 } attn_group;
 
-/* Scores against cells [0, n_kv): the query is rounded to F16 (as a product
- * with an F16 cache does in GGML); soft-capped models scale the query first
- * (Gemma's query_pre_attn_scalar), others scale the score; masked cells get
- * -inf. */
+/* The group's queries in the form K's dot product takes them, as GGML's
+ * product with the cache does: rounded to F16 for an F16 cache; quantized to
+ * Q8_0 (the vec_dot partner of Q8_0) for a Q8_0 cache, so a score is an
+ * integer dot product of blocks.  Soft-capped models scale the query first
+ * (Gemma's query_pre_attn_scalar). */
+static void group_queries(attn_group *ag, const pe_tensor *q, const pe_tensor *k, int64_t h0, int64_t tok,
+                          float q_scale) {
+    const int64_t hd = ag->hd;
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        const float *qr = pe_row(q, h0 + gi, tok, 0);
+        if (k->type == PE_TYPE_F16) {
+            for (int64_t i = 0; i < hd; i++) ag->qh[gi * hd + i] = round_f16(qr[i] * q_scale);
+        } else {
+            for (int64_t i = 0; i < hd; i++) ag->row[i] = qr[i] * q_scale;
+            pe_kern->type[ag->q_type].from_float(ag->row, (uint8_t *)ag->qh + gi * ag->q_bytes, hd);
+        }
+        ag->mx[gi] = -INFINITY;
+    }
+}
+
+static inline float key_dot(const attn_group *ag, const pe_tensor *k, const void *kr, int64_t gi) {
+    if (k->type == PE_TYPE_F16) return pe_kern->vec.dot_f32_f16(ag->hd, ag->qh + gi * ag->hd, kr);
+    float s;
+    pe_kern->type[k->type].vec_dot(ag->hd, &s, kr, (const uint8_t *)ag->qh + gi * ag->q_bytes);
+    return s;
+}
+
+/* Scores against cells [0, n_kv): others than soft-capped models scale the
+ * score; masked cells get -inf. */
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
                          const float *m, const pe_tensor *k, size_t head_off) {
     const float scale = t->fp[0], softcap = t->fp[1];
-    const float q_scale = softcap > 0 ? scale : 1.0f;
-    const int64_t hd = ag->hd, n_kv = ag->n_kv;
-    for (int64_t gi = 0; gi < ag->group; gi++) {
-        const float *qr = pe_row(q, h0 + gi, tok, 0);
-        for (int64_t i = 0; i < hd; i++) ag->qh[gi * hd + i] = round_f16(qr[i] * q_scale);
-        ag->mx[gi] = -INFINITY;
-    }
+    const int64_t n_kv = ag->n_kv;
+    group_queries(ag, q, k, h0, tok, softcap > 0 ? scale : 1.0f);
     for (int64_t c = 0; c < n_kv; c++) {
         if (m[c] == -INFINITY) {
             for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n_kv + c] = -INFINITY;
             continue;
         }
-        const uint16_t *kr = (const uint16_t *)((const uint8_t *)k->data + c * k->nb[1] + head_off);
+        const uint8_t *kr = (const uint8_t *)k->data + c * k->nb[1] + head_off;
         for (int64_t gi = 0; gi < ag->group; gi++) {
-            float s = pe_kern->vec.dot_f32_f16(hd, ag->qh + gi * hd, kr);
+            float s = key_dot(ag, k, kr, gi);
             s = softcap > 0 ? softcap * tanhf(s * (1.0f / softcap)) : s * scale;
             s += m[c];
             ag->scores[gi * n_kv + c] = s;
@@ -84,8 +110,50 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
     }
 }
 
+/* Scores -> unnormalised probabilities in place; inv[gi] = 1 / their sum. */
+static void group_softmax(attn_group *ag, float *inv) {
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        float *sc = ag->scores + gi * ag->n_kv;
+        double sum = 0.0;
+        for (int64_t c = 0; c < ag->n_kv; c++) {
+            sc[c] = ag->mx[gi] == -INFINITY || sc[c] == -INFINITY ? 0.0f : expf(sc[c] - ag->mx[gi]);
+            sum += sc[c];
+        }
+        inv[gi] = sum > 0 ? (float)(1.0 / sum) : 0.0f;  /* nothing visible: zeros */
+    }
+}
+
+/* out[gi] += p * V[c] over the cells.  An F16 cache weighs its rows with the
+ * probability rounded to F16, as GGML's product of probabilities with an F16
+ * V cache does.  Other types (Q8_0) follow llama.cpp's flash-attention path,
+ * the only one in which it lets V be quantized: each row is dequantized to
+ * floats once per group and accumulated with F32 probabilities.  (Its
+ * non-flash product would quantize the probabilities along the cells, which
+ * needs a transposed V cache and gains nothing here.) */
+static void group_values(attn_group *ag, const pe_tensor *v, size_t head_off, const float *inv, float *out) {
+    const int64_t hd = ag->hd, n_kv = ag->n_kv;
+    const int f16 = v->type == PE_TYPE_F16;
+    for (int64_t c = 0; c < n_kv; c++) {
+        const uint8_t *vr = (const uint8_t *)v->data + c * v->nb[1] + head_off;
+        int dequantized = 0;
+        for (int64_t gi = 0; gi < ag->group; gi++) {
+            const float e = ag->scores[gi * n_kv + c];
+            if (e == 0.0f) continue;
+            float *o = out + gi * hd;
+            if (f16) {
+                pe_kern->vec.scale_mad_f16(hd, o, 1.0f, (const uint16_t *)vr, round_f16(e * inv[gi]));
+                continue;
+            }
+            if (!dequantized) pe_kern->type[v->type].to_float(vr, ag->row, hd);
+            dequantized = 1;
+            const float p = e * inv[gi];
+            for (int64_t i = 0; i < hd; i++) o[i] += p * ag->row[i];
+        }
+    }
+}
+
 /* Two passes, as GGML's softmax-then-product does: normalised probabilities
- * rounded to F16 (the type of the product with the V cache) weight V rows. */
+ * weight V rows. */
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const pe_graph *g = ex->g;
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
@@ -99,36 +167,24 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
      * than threads (decode with one KV head), a task is a single head */
     const int64_t per = nt * n_kv_head >= ex->nth ? group : 1;
     const int64_t tasks_per_token = q->ne[1] / per;
-    attn_group ag = {.hd = hd, .group = per, .n_kv = n_kv};
+    const int q_type = k->type == PE_TYPE_F16 ? PE_TYPE_F16 : pe_type_vec_dot_type(k->type);
+    attn_group ag = {.hd = hd, .group = per, .n_kv = n_kv, .q_type = q_type, .q_bytes = pe_row_bytes(q_type, hd)};
     ag.qh = (float *)ex->work + (size_t)ex->ith * attn_thread_floats(t, q, k);
     ag.scores = ag.qh + per * hd + 8;
-    const pe_vec_kernels *vk = &pe_kern->vec;
+    ag.row = ag.scores + per * k->ne[1] + 8;
+    /* a head's slice of a cache row: whole blocks, as head_dim is a multiple
+     * of the block size (checked when the op was built) */
+    const size_t k_head_bytes = pe_row_bytes(k->type, hd), v_head_bytes = pe_row_bytes(v->type, hd);
     int64_t p0, p1;
     pe_split(nt * tasks_per_token, ex->ith, ex->nth, &p0, &p1);
     for (int64_t p = p0; p < p1; p++) {
         const int64_t tok = p / tasks_per_token, h0 = (p % tasks_per_token) * per, kvh = h0 / group;
         const float *m = (const float *)((const uint8_t *)mask->data + tok * mask->nb[1]);
-        const size_t head_off = (size_t)kvh * hd * sizeof(uint16_t);
         float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
         memset(out, 0, (size_t)(per * hd) * sizeof(float));
-        group_scores(t, &ag, q, h0, tok, m, k, head_off);
+        group_scores(t, &ag, q, h0, tok, m, k, (size_t)kvh * k_head_bytes);
         float inv[64];
-        for (int64_t gi = 0; gi < per; gi++) {
-            float *sc = ag.scores + gi * n_kv;
-            double sum = 0.0;
-            for (int64_t c = 0; c < n_kv; c++) {
-                sc[c] = ag.mx[gi] == -INFINITY || sc[c] == -INFINITY ? 0.0f : expf(sc[c] - ag.mx[gi]);
-                sum += sc[c];
-            }
-            inv[gi] = sum > 0 ? (float)(1.0 / sum) : 0.0f;  /* nothing visible: zeros */
-        }
-        for (int64_t c = 0; c < n_kv; c++) {
-            const uint16_t *vr = (const uint16_t *)((const uint8_t *)v->data + c * v->nb[1] + head_off);
-            for (int64_t gi = 0; gi < per; gi++) {
-                const float e = ag.scores[gi * n_kv + c];
-                if (e == 0.0f) continue;
-                vk->scale_mad_f16(hd, out + gi * hd, 1.0f, vr, round_f16(e * inv[gi]));
-            }
-        }
+        group_softmax(&ag, inv);
+        group_values(&ag, v, (size_t)kvh * v_head_bytes, inv, out);
     }
 }
