@@ -89,8 +89,8 @@ def _add_kv_type(sub) -> None:
 
 
 def _use_kv_type(args) -> None:
-    """--kv-type for code that builds its own LLM (server, bench): through the
-    environment default that LLM reads."""
+    """--kv-type reaches every LLM the command builds (the server's and the bench's
+    too) as the environment default that LLM reads."""
     import os
 
     if args.kv_type is not None:
@@ -328,7 +328,8 @@ def _cmd_run(args) -> int:
     path = store.resolve_model(args.model, pull=True, progress=True)
     from pyengine.api import LLM
 
-    llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads, kv_type=args.kv_type)
+    _use_kv_type(args)
+    llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads)
     if interactive:
         return _chat_loop(args, llm, path)
     if not args.raw:

@@ -217,7 +217,9 @@ def test_cli_kv_type_flag(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         parser.parse_args(["run", "m", "--kv-type", "q4_0"])
     assert exc.value.code == cli.EXIT_USAGE
-    monkeypatch.delenv(KV_CACHE_TYPE_ENV, raising=False)
+    monkeypatch.setenv(KV_CACHE_TYPE_ENV, "f16")    # recorded, so the test's change is undone
+    cli._use_kv_type(parser.parse_args(["serve"]))
+    assert resolve_kv_type(None) == "f16"
     cli._use_kv_type(parser.parse_args(["serve", "--kv-type", "q8_0"]))
     assert resolve_kv_type(None) == "q8_0"
 
@@ -266,6 +268,14 @@ def test_engine_refuses_q8_0_for_a_model_with_small_heads():
     gguf = GGUFFile(SYNTH / "llama-f16.gguf")    # head_dim 16
     with pytest.raises(InvalidOptionError, match="head_dim is 16"):
         Engine(load_model(gguf), Tokenizer.from_gguf(gguf), Backend(1), n_ctx=32, kv_type="q8_0")
+
+
+def test_an_environment_default_that_does_not_fit_falls_back_to_f16(monkeypatch):
+    monkeypatch.setenv(KV_CACHE_TYPE_ENV, "q8_0")
+    assert KVCache([CacheSpec(32, 32, 0)], 4, kv_type=None, head_dim=16).kv_type == "f16"
+    assert KVCache([CacheSpec(64, 64, 0)], 4, kv_type=None, head_dim=32).kv_type == "q8_0"
+    with pytest.raises(InvalidOptionError, match="head_dim is 16"):
+        KVCache([CacheSpec(32, 32, 0)], 4, kv_type="q8_0", head_dim=16)
 
 
 def test_engine_prefix_reuse_with_q8_0(make):

@@ -25,7 +25,7 @@ import numpy as np
 
 from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.kvcache.cells import MAX_SEQUENCES, CellTable, seq_bit
-from pyengine.kvcache.rows import KV_TYPES, RowFormat, row_format
+from pyengine.kvcache.rows import DEFAULT_KV_TYPE, FORMATS, KV_TYPES, RowFormat, row_format
 from pyengine.ml.nn import CacheSpec
 
 # rotate(layers, rows, delta): rows[i] is float32 [n, k_dim] of layers[i]; returns the
@@ -63,10 +63,14 @@ class KVCache:
                  head_dim: int | None = None) -> None:
         """kv_type: "f16" or "q8_0" (None: $PYENGINE_KV_CACHE_TYPE, else f16).  head_dim,
         when given, is checked against the type's block size (attention reads a head's
-        slice of a row as whole blocks)."""
+        slice of a row as whole blocks); a type that came from the environment and does
+        not fit falls back to f16 instead."""
         if isinstance(n_cells, bool) or not isinstance(n_cells, int) or n_cells < 1:
             raise InvalidOptionError(f"context size must be a positive integer, got {n_cells!r}")
         self.format: RowFormat = row_format(kv_type)
+        if kv_type is None and head_dim is not None and head_dim % self.format.block:
+            # an environment default the model cannot use falls back to F16, as Ollama's does
+            self.format = FORMATS[DEFAULT_KV_TYPE]
         self.kv_type = self.format.name
         self.layout = list(layout)
         if not self.layout:
