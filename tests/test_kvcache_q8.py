@@ -83,8 +83,10 @@ def attention_q8_reference(q, k, v, mask, n_head_kv, scale, softcap, k_type, v_t
     return np.einsum("htc,chd->thd", p, np.repeat(v, group, axis=1)).reshape(t, h * hd)
 
 
-def run_attention(k_type, v_type, *, t, h, hkv, hd=64, n_cells=16, n_old=5, softcap=0.0, n_threads=2):
-    """set_rows of t new tokens after n_old cached ones, then causal attention."""
+def run_attention(k_type, v_type, *, t, h, hkv, hd=64, n_cells=16, n_old=5, masked=(1,), softcap=0.0,
+                  n_threads=2):
+    """set_rows of t new tokens after n_old cached ones, then causal attention with the
+    `masked` cells hidden too."""
     fk, fv = FORMATS[k_type], FORMATS[v_type]
     cache_k, cache_v = fk.zeros(n_cells, hd * hkv), fv.zeros(n_cells, hd * hkv)
     cache_k[:n_old] = fk.encode(f32(n_old, hd * hkv))
@@ -95,7 +97,7 @@ def run_attention(k_type, v_type, *, t, h, hkv, hd=64, n_cells=16, n_old=5, soft
     mask = np.full((t, n_cells), -np.inf, np.float32)
     for i in range(t):
         mask[i, : n_old + 1 + i] = 0
-    mask[:, 1] = -np.inf       # a masked cell in the middle
+    mask[:, list(masked)] = -np.inf
     ctx = Context(Backend(n_threads))
     kc = ctx.set_rows(ctx.cache(cache_k, TYPE_IDS[k_type], (hd * hkv, n_cells), "k"), ctx.input(k, "k_new"),
                       ctx.input(slots, "slots"))
@@ -114,7 +116,9 @@ def run_attention(k_type, v_type, *, t, h, hkv, hd=64, n_cells=16, n_old=5, soft
 
 
 TYPE_PAIRS = [("q8_0", "q8_0"), ("q8_0", "f16"), ("f16", "q8_0")]
-SHAPES = {"prefill-gqa": dict(t=3, h=4, hkv=2), "decode-one-kv-head": dict(t=1, h=4, hkv=1)}
+SHAPES = {"prefill-gqa": dict(t=3, h=4, hkv=2), "decode-one-kv-head": dict(t=1, h=4, hkv=1),
+          # a whole tile of cells masked (the kernel skips it), five heads per KV head
+          "masked-tile": dict(t=2, h=5, hkv=1, n_old=9, masked=(0, 1, 2, 3, 6))}
 
 
 @pytest.mark.parametrize("isa", ISAS)

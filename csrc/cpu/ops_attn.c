@@ -80,31 +80,69 @@ static void group_queries(attn_group *ag, const pe_tensor *q, const pe_tensor *k
     }
 }
 
-static inline float key_dot(const attn_group *ag, const pe_tensor *k, const void *kr, int64_t gi) {
-    if (k->type == PE_TYPE_F16) return pe_kern->vec.dot_f32_f16(ag->hd, ag->qh + gi * ag->hd, kr);
-    float s;
-    pe_kern->type[k->type].vec_dot(ag->hd, &s, kr, (const uint8_t *)ag->qh + gi * ag->q_bytes);
-    return s;
+static inline const uint8_t *cache_row(const pe_tensor *c, int64_t cell, size_t head_off) {
+    return (const uint8_t *)c->data + cell * c->nb[1] + head_off;
+}
+
+/* Raw dot products (no scale) of the group's queries with the K rows of the
+ * visible cells; masked cells get -inf. */
+static void raw_dots_f16(attn_group *ag, const float *m, const pe_tensor *k, size_t head_off) {
+    const int64_t hd = ag->hd, n_kv = ag->n_kv;
+    for (int64_t c = 0; c < n_kv; c++) {
+        const uint16_t *kr = (const uint16_t *)cache_row(k, c, head_off);
+        for (int64_t gi = 0; gi < ag->group; gi++)
+            ag->scores[gi * n_kv + c] = m[c] == -INFINITY ? -INFINITY : pe_kern->vec.dot_f32_f16(hd, ag->qh + gi * hd, kr);
+    }
+}
+
+/* Quantized K: tiles of cells x heads through the type's GEMM micro-kernel
+ * when it has one (every element bit-identical to vec_dot, so a score does
+ * not depend on its tile), else one vec_dot per pair. */
+static void raw_dots_quant(attn_group *ag, const float *m, const pe_tensor *k, size_t head_off) {
+    const pe_type_kernels *kk = &pe_kern->type[k->type];
+    const int64_t n_kv = ag->n_kv;
+    const uint8_t *qq = (const uint8_t *)ag->qh;
+    for (int64_t c0 = 0; c0 < n_kv; c0 += PE_GEMM_MAX) {
+        const int nr = (int)(n_kv - c0 < PE_GEMM_MAX ? n_kv - c0 : PE_GEMM_MAX);
+        int visible = 0;
+        for (int i = 0; i < nr; i++) visible |= m[c0 + i] != -INFINITY;
+        for (int64_t g0 = 0; visible && g0 < ag->group; g0 += PE_GEMM_MAX) {
+            const int nc = (int)(ag->group - g0 < PE_GEMM_MAX ? ag->group - g0 : PE_GEMM_MAX);
+            float tile[PE_GEMM_MAX * PE_GEMM_MAX];
+            if (kk->gemm) {
+                kk->gemm(ag->hd, tile, PE_GEMM_MAX, cache_row(k, c0, head_off), k->nb[1], qq + g0 * ag->q_bytes,
+                         ag->q_bytes, nr, nc);
+            } else {
+                for (int j = 0; j < nc; j++)
+                    for (int i = 0; i < nr; i++)
+                        kk->vec_dot(ag->hd, &tile[j * PE_GEMM_MAX + i], cache_row(k, c0 + i, head_off),
+                                    qq + (g0 + j) * ag->q_bytes);
+            }
+            for (int j = 0; j < nc; j++)
+                for (int i = 0; i < nr; i++) ag->scores[(g0 + j) * n_kv + c0 + i] = tile[j * PE_GEMM_MAX + i];
+        }
+        for (int i = 0; i < nr; i++)
+            if (!visible || m[c0 + i] == -INFINITY)
+                for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n_kv + c0 + i] = -INFINITY;
+    }
 }
 
 /* Scores against cells [0, n_kv): others than soft-capped models scale the
- * score; masked cells get -inf. */
+ * score; masked cells stay -inf. */
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
                          const float *m, const pe_tensor *k, size_t head_off) {
     const float scale = t->fp[0], softcap = t->fp[1];
     const int64_t n_kv = ag->n_kv;
     group_queries(ag, q, k, h0, tok, softcap > 0 ? scale : 1.0f);
-    for (int64_t c = 0; c < n_kv; c++) {
-        if (m[c] == -INFINITY) {
-            for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n_kv + c] = -INFINITY;
-            continue;
-        }
-        const uint8_t *kr = (const uint8_t *)k->data + c * k->nb[1] + head_off;
-        for (int64_t gi = 0; gi < ag->group; gi++) {
-            float s = key_dot(ag, k, kr, gi);
-            s = softcap > 0 ? softcap * tanhf(s * (1.0f / softcap)) : s * scale;
+    if (k->type == PE_TYPE_F16) raw_dots_f16(ag, m, k, head_off);
+    else                        raw_dots_quant(ag, m, k, head_off);
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        float *sc = ag->scores + gi * n_kv;
+        for (int64_t c = 0; c < n_kv; c++) {
+            if (sc[c] == -INFINITY) continue;
+            float s = softcap > 0 ? softcap * tanhf(sc[c] * (1.0f / softcap)) : sc[c] * scale;
             s += m[c];
-            ag->scores[gi * n_kv + c] = s;
+            sc[c] = s;
             if (s > ag->mx[gi]) ag->mx[gi] = s;
         }
     }
@@ -134,7 +172,7 @@ static void group_values(attn_group *ag, const pe_tensor *v, size_t head_off, co
     const int64_t hd = ag->hd, n_kv = ag->n_kv;
     const int f16 = v->type == PE_TYPE_F16;
     for (int64_t c = 0; c < n_kv; c++) {
-        const uint8_t *vr = (const uint8_t *)v->data + c * v->nb[1] + head_off;
+        const uint8_t *vr = cache_row(v, c, head_off);
         int dequantized = 0;
         for (int64_t gi = 0; gi < ag->group; gi++) {
             const float e = ag->scores[gi * n_kv + c];
