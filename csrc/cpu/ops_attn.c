@@ -3,9 +3,8 @@
  * Attention runs one (token, head) pair at a time, reading K and V rows
  * straight from the cache, F16 or Q8_0 (each independently), with
  * llama.cpp's roundings (see group_queries and group_values) so logits agree
- * with it to float noise.  The number
- * of cells to read is an input read at compute time, so a decode graph can
- * be reused as the cache grows. */
+ * with it to float noise.  The number of cells to read is an input read at
+ * compute time, so a decode graph can be reused as the cache grows. */
 #include <math.h>
 #include <string.h>
 
@@ -127,8 +126,9 @@ static void raw_dots_quant(attn_group *ag, const float *m, const pe_tensor *k, s
     }
 }
 
-/* Scores against cells [0, n_kv): others than soft-capped models scale the
- * score; masked cells stay -inf. */
+/* Scores against cells [0, n_kv): the raw dot products, scaled (unless the
+ * model soft-caps, having scaled the query instead) and masked; masked cells
+ * stay -inf. */
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
                          const float *m, const pe_tensor *k, size_t head_off) {
     const float scale = t->fp[0], softcap = t->fp[1];
