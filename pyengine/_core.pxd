@@ -53,7 +53,7 @@ cdef extern from "pe.h" nogil:
                    float freq_base, float freq_scale, float ext_factor, float attn_factor,
                    float beta_fast, float beta_slow, int n_ctx_orig)
     int pe_op_set_rows(pe_graph *g, int cache, int src, int slots)
-    int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len,
+    int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone,
                    int n_head_kv, float scale, float softcap)
     int pe_op_topk(pe_graph *g, int a, int k)
     int pe_op_moe_weights(pe_graph *g, int logits, int ids, int normalize)

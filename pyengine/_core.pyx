@@ -272,8 +272,8 @@ cdef class Graph:
         return self._id(pe_op_set_rows(self.g, cache, src, slots))
 
     def attn(self, int q, int k, int v, int mask, int kv_len, int n_head_kv, float scale,
-             float softcap=0.0) -> int:
-        return self._id(pe_op_attn(self.g, q, k, v, mask, kv_len, n_head_kv, scale, softcap))
+             float softcap=0.0, int lone=-1) -> int:
+        return self._id(pe_op_attn(self.g, q, k, v, mask, kv_len, lone, n_head_kv, scale, softcap))
 
     def topk(self, int a, int k) -> int:
         return self._id(pe_op_topk(self.g, a, k))

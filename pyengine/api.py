@@ -6,6 +6,7 @@
     for piece in llm.generate("Tell me a story", stream=True, temperature=0.7, top_k=40):
         print(piece, end="", flush=True)
     llm.create_completion("Once upon a time", max_tokens=32)   # OpenAI completion dict
+    vectors = llm.embed(["first text", "second text"])         # unit vectors of n_embd floats
 
 Options use Ollama's names (temperature, top_k, top_p, min_p, typical_p,
 repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed,
@@ -27,7 +28,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pyengine.errors import InvalidOptionError
+from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Backend
 from pyengine.models import load_model
@@ -124,6 +125,54 @@ class LLM:
         handle = self.engine.submit(ids.tolist(), max_tokens=0, all_logits=True, shift=False)
         return _wait(handle).logits
 
+    # ---- embeddings --------------------------------------------------------------
+
+    def embed(self, inputs: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], normalize: bool = True,
+              truncate: bool = True, return_count: bool = False) -> list[list[float]] | tuple[list[list[float]], int]:
+        """One vector per input (a text, a list of texts, a list of token ids or a list of
+        such lists): the mean over the prompt's tokens of the final-norm hidden states, as
+        llama.cpp's `--pooling mean` gives for a decoder model; L2-normalised unless
+        `normalize` is False. Texts are tokenized with the model's BOS/EOS. An input longer
+        than the context is cut to it (`truncate`) or raises ContextLengthError.
+        With `return_count`, also the number of tokens embedded, over all inputs."""
+        prompts = [self._embedding_ids(item, truncate) for item in _embedding_inputs(inputs)]
+        vectors = []
+        for ids in prompts:
+            # in the engine thread, between two steps: never racing a generation for the cache
+            pooled = self.engine.call(lambda ids=ids: _mean_hidden(self.engine, ids))
+            if normalize:
+                norm = float(np.linalg.norm(pooled))
+                pooled = pooled / norm if norm > 0 else pooled
+            vectors.append(pooled.astype(np.float32).tolist())
+        if return_count:
+            return vectors, sum(len(ids) for ids in prompts)
+        return vectors
+
+    def create_embedding(self, input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]],
+                         model: str | None = None) -> dict:
+        """OpenAI's embeddings response: ``{"object": "list", "data": [{"object": "embedding",
+        "index", "embedding"}], "model", "usage"}``."""
+        vectors, count = self.embed(input, return_count=True)
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        return {"object": "list", "data": data, "model": model or self.model_name,
+                "usage": {"prompt_tokens": count, "total_tokens": count}}
+
+    def _embedding_ids(self, item: str | list[int], truncate: bool) -> list[int]:
+        if isinstance(item, str):
+            ids = self.tokenize(item, add_special=True, parse_special=False)
+        else:
+            ids = item
+            if any(not 0 <= t < self.n_vocab for t in ids):
+                raise InvalidOptionError(f"token ids to embed must be in [0, {self.n_vocab})")
+        if not ids:
+            raise InvalidOptionError("an input to embed has no tokens")
+        if len(ids) > self.n_ctx:
+            if not truncate:
+                raise ContextLengthError(f"an input to embed has {len(ids)} tokens but the context holds "
+                                         f"{self.n_ctx}; shorten it or allow truncation")
+            ids = ids[: self.n_ctx]
+        return ids
+
     # ---- generation --------------------------------------------------------------
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
@@ -169,6 +218,20 @@ class LLM:
             top = sampling.n_probs
         return self.engine.submit(ids, sampling, max_tokens=max_tokens, stop=stop, grammar=grammar,
                                   top_logprobs=top, **request_opts)
+
+    # ---- chat ------------------------------------------------------------------
+
+    def chat(self, messages, tools=None, format=None, think=None, stream=False, **options):
+        """Ollama-style chat: the model's template, reasoning and tool-call parsing."""
+        from pyengine.chat.session import chat
+
+        return chat(self, messages, tools=tools, format=format, think=think, stream=stream, **options)
+
+    def create_chat_completion(self, messages, **kwargs):
+        """OpenAI-style chat completion (llama-cpp-python's method of the same name)."""
+        from pyengine.chat.session import create_chat_completion
+
+        return create_chat_completion(self, messages, **kwargs)
 
     # ---- OpenAI shapes -----------------------------------------------------------
 
@@ -236,6 +299,59 @@ def _usage(result: Completion) -> dict:
             "total_tokens": result.prompt_tokens + result.completion_tokens}
 
 
+def _embedding_inputs(inputs: object) -> list[str | list[int]]:
+    """The inputs of `embed` as a list of texts and token-id lists."""
+    if isinstance(inputs, str):
+        return [inputs]
+    if isinstance(inputs, (bytes, bytearray)) or not isinstance(inputs, (Sequence, np.ndarray)):
+        raise InvalidOptionError("embed takes a text, a list of texts or token ids, or a list of token-id lists")
+    items = list(inputs)
+    if items and all(_is_token(t) for t in items):
+        return [[int(t) for t in items]]
+    out: list[str | list[int]] = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, (list, tuple, np.ndarray)) and all(_is_token(t) for t in item):
+            out.append([int(t) for t in item])
+        else:
+            raise InvalidOptionError(f"cannot embed {type(item).__name__} {str(item)[:40]!r}: give texts or "
+                                     "lists of token ids")
+    return out
+
+
+def _is_token(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _mean_hidden(engine: Engine, ids: list[int]) -> np.ndarray:
+    """The mean final-norm hidden state over `ids`, computed in a free sequence slot of the
+    engine's cache whose cells are given back at the end. Runs in the engine thread."""
+    if all(slot.live for slot in engine.slots.slots):
+        raise ContextLengthError("every sequence slot is in use; retry the embedding later")
+    slot = engine.slots.free_slot()
+    total = np.zeros(engine.model.cfg.n_embd, np.float64)
+    try:
+        for start in range(0, len(ids), engine.n_batch):
+            chunk = ids[start:start + engine.n_batch]
+            engine.cache.slide(slot.id, start, engine.swa_margin)
+            _free_cells(engine, len(chunk))
+            rows = np.arange(len(chunk), dtype=np.int32)
+            hidden = engine.forward.hidden(chunk, rows + start, np.full(len(chunk), slot.id), rows)
+            total += hidden.sum(axis=0, dtype=np.float64)
+    finally:
+        engine.slots.evict(slot)
+    return total / len(ids)
+
+
+def _free_cells(engine: Engine, n_new: int) -> None:
+    """Evict cached (idle) prefixes until every cache group has `n_new` free cells."""
+    for group in engine.cache.groups:
+        while group.cells.n_free < n_new:
+            if not engine.slots.evict_lru():
+                raise ContextLengthError("the KV cache is full with running requests; retry the embedding later")
+
+
 def _grammar(grammar: object, fmt: object) -> Grammar | None:
     if grammar is not None and fmt not in (None, ""):
         raise InvalidOptionError("give either option 'grammar' or option 'format', not both")
@@ -248,21 +364,6 @@ def _grammar(grammar: object, fmt: object) -> Grammar | None:
     if fmt in (None, ""):
         return None
     return Grammar.from_format(fmt)
-
-
-    # ---- chat ------------------------------------------------------------------
-
-    def chat(self, messages, tools=None, format=None, think=None, stream=False, **options):
-        """Ollama-style chat: the model's template, reasoning and tool-call parsing."""
-        from pyengine.chat.session import chat
-
-        return chat(self, messages, tools=tools, format=format, think=think, stream=stream, **options)
-
-    def create_chat_completion(self, messages, **kwargs):
-        """OpenAI-style chat completion (llama-cpp-python's method of the same name)."""
-        from pyengine.chat.session import create_chat_completion
-
-        return create_chat_completion(self, messages, **kwargs)
 
 
 def _positive_int(name: str, value) -> int:

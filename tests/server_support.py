@@ -124,6 +124,10 @@ class FakeAdapter:
     def start_completion(self, prompt, **kwargs) -> FakeRun:
         return self._run()
 
+    def embed(self, inputs, *, normalize: bool = True, truncate: bool = True):
+        """One fixed unit vector per input, one token per input."""
+        return [[1.0, 0.0, 0.0] for _ in inputs], len(inputs)
+
     def token_bytes(self, token: int) -> bytes:
         return b"?"
 

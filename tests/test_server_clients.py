@@ -1,10 +1,12 @@
 """The official `openai` and `ollama` Python clients against a running pyengine server
-with the real SmolLM2."""
+with the real SmolLM2 and Gemma-3-270M (one server serving both): the common paths for
+each model, the rest with SmolLM2."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import ollama
 import openai
 import pytest
@@ -13,6 +15,9 @@ from pyengine.server import ServerConfig
 from server_support import running_server
 
 MODEL = "smollm2-135m"
+GEMMA = "gemma3-270m"
+# What each model is (from its GGUF): architecture and embedding size.
+FACTS = {MODEL: {"arch": "llama", "n_embd": 576}, GEMMA: {"arch": "gemma3", "n_embd": 640}}
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = {"temperature": 0}
 WEATHER_TOOL = {"type": "function", "function": {
@@ -21,9 +26,15 @@ WEATHER_TOOL = {"type": "function", "function": {
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_path):
+def server(smollm2_path, gemma3_path):
     with running_server(ServerConfig(parallel=2, max_queue=8, n_ctx=1024)) as running:
         yield running
+
+
+@pytest.fixture(scope="module", params=[MODEL, GEMMA])
+def model(request):
+    """Each model in turn (module scope: pytest runs all tests of one model, then the other)."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -41,19 +52,19 @@ def oll(server):
 # --------------------------------------------------------------------------------------
 
 
-def test_openai_chat(oai):
-    reply = oai.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=6, **GREEDY)
+def test_openai_chat(oai, model):
+    reply = oai.chat.completions.create(model=model, messages=QUESTION, max_tokens=6, **GREEDY)
     choice = reply.choices[0]
     assert choice.message.role == "assistant" and choice.message.content.strip()
     assert choice.finish_reason == "length"
     assert reply.usage.completion_tokens == 6
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + 6
-    assert reply.model == MODEL and reply.id.startswith("chatcmpl-")
+    assert reply.model == model and reply.id.startswith("chatcmpl-")
 
 
-def test_openai_chat_streaming_with_usage(oai):
-    whole = oai.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=6, **GREEDY)
-    stream = oai.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=6, stream=True,
+def test_openai_chat_streaming_with_usage(oai, model):
+    whole = oai.chat.completions.create(model=model, messages=QUESTION, max_tokens=6, **GREEDY)
+    stream = oai.chat.completions.create(model=model, messages=QUESTION, max_tokens=6, stream=True,
                                          stream_options={"include_usage": True}, **GREEDY)
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -78,19 +89,44 @@ def test_openai_tools_request_is_accepted(oai):
     assert follow_up.usage.completion_tokens == 4
 
 
-def test_openai_json_response_format(oai, server):
+def test_openai_json_response_format(oai, model):
     ask = [{"role": "user", "content": "Describe a cat as a JSON object."}]
     schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
     formats = [{"type": "json_object"},
                {"type": "json_schema", "json_schema": {"name": "cat", "schema": schema}}]
-    oai.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=1)  # make sure it is loaded
+    oai.chat.completions.create(model=model, messages=QUESTION, max_tokens=1)  # make sure it is loaded
     for response_format in formats:
-        reply = oai.chat.completions.create(model=MODEL, messages=ask, max_tokens=64,
+        reply = oai.chat.completions.create(model=model, messages=ask, max_tokens=64,
                                             response_format=response_format, **GREEDY)
         content = reply.choices[0].message.content
         assert content.lstrip().startswith("{")
         if reply.choices[0].finish_reason == "stop":
             assert isinstance(json.loads(content), dict)
+
+
+def test_openai_forced_tool_call(oai, model):
+    weather = {"type": "function", "function": {**WEATHER_TOOL["function"], "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"]}}}
+    reply = oai.chat.completions.create(model=model, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                        tools=[weather], tool_choice="required", max_tokens=64, **GREEDY)
+    assert reply.choices[0].finish_reason == "tool_calls"
+    [call] = reply.choices[0].message.tool_calls
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments)["city"] in ("Paris", "Rome")
+
+
+def test_openai_embeddings(oai, model):
+    texts = ["The cat sat on the mat.", "Stock prices fell sharply.", "The cat sat on the mat."]
+    batch = oai.embeddings.create(model=model, input=texts)   # the client asks for base64 and decodes it
+    vectors = np.asarray([item.embedding for item in batch.data])
+    assert [item.index for item in batch.data] == [0, 1, 2]
+    assert vectors.shape == (3, FACTS[model]["n_embd"])
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(vectors[0], vectors[2])
+    assert np.abs(vectors[0] - vectors[1]).max() > 1e-3
+    single = oai.embeddings.create(model=model, input=texts[1], encoding_format="float")
+    np.testing.assert_allclose(single.data[0].embedding, vectors[1], atol=1e-6)
+    assert batch.usage.prompt_tokens > single.usage.prompt_tokens > 0 and batch.model == model
 
 
 def test_openai_extra_options_seed_and_stop(oai):
@@ -114,22 +150,22 @@ def test_openai_logprobs(oai, server):
     assert len(entries) == 3 and all(e.logprob <= 0 and len(e.top_logprobs) == 2 for e in entries)
 
 
-def test_openai_completions(oai):
-    reply = oai.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4, **GREEDY)
+def test_openai_completions(oai, model):
+    reply = oai.completions.create(model=model, prompt="Once upon a time", max_tokens=4, **GREEDY)
     assert reply.object == "text_completion" and reply.choices[0].text
     assert reply.usage.completion_tokens == 4 and reply.choices[0].finish_reason == "length"
-    echoed = oai.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4, echo=True, **GREEDY)
+    echoed = oai.completions.create(model=model, prompt="Once upon a time", max_tokens=4, echo=True, **GREEDY)
     assert echoed.choices[0].text == "Once upon a time" + reply.choices[0].text
-    pieces = list(oai.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=4, stream=True,
+    pieces = list(oai.completions.create(model=model, prompt="Once upon a time", max_tokens=4, stream=True,
                                          stream_options={"include_usage": True}, **GREEDY))
     assert "".join(p.choices[0].text for p in pieces if p.choices) == reply.choices[0].text
     assert pieces[-1].usage.completion_tokens == 4
 
 
-def test_openai_models(oai):
+def test_openai_models(oai, model):
     ids = [m.id for m in oai.models.list()]
-    assert MODEL in ids
-    assert oai.models.retrieve(MODEL).id == MODEL
+    assert model in ids
+    assert oai.models.retrieve(model).id == model
     with pytest.raises(openai.NotFoundError):
         oai.models.retrieve("no-such-model")
 
@@ -148,43 +184,60 @@ def test_openai_errors_have_openai_shape(oai):
 # --------------------------------------------------------------------------------------
 
 
-def test_ollama_generate(oll):
-    reply = oll.generate(model=MODEL, prompt="What is the capital of France?",
+def test_ollama_generate(oll, model):
+    reply = oll.generate(model=model, prompt="What is the capital of France?",
                          options={"num_predict": 4, **GREEDY})
     assert reply.done and reply.done_reason == "length" and reply.response.strip()
     assert reply.eval_count == 4 and reply.prompt_eval_count > 4
     assert reply.context and len(reply.context) == reply.prompt_eval_count + 4
-    streamed = list(oll.generate(model=MODEL, prompt="What is the capital of France?", stream=True,
+    streamed = list(oll.generate(model=model, prompt="What is the capital of France?", stream=True,
                                  options={"num_predict": 4, **GREEDY}))
     assert "".join(part.response for part in streamed) == reply.response
     assert streamed[-1].done and not any(part.done for part in streamed[:-1])
 
 
-def test_ollama_chat(oll):
-    reply = oll.chat(model=MODEL, messages=QUESTION, options={"num_predict": 5, **GREEDY})
+def test_ollama_chat(oll, model):
+    reply = oll.chat(model=model, messages=QUESTION, options={"num_predict": 5, **GREEDY})
     assert reply.message.role == "assistant" and reply.message.content.strip()
     assert reply.eval_count == 5
-    parts = list(oll.chat(model=MODEL, messages=QUESTION, stream=True, options={"num_predict": 5, **GREEDY}))
+    parts = list(oll.chat(model=model, messages=QUESTION, stream=True, options={"num_predict": 5, **GREEDY}))
     assert "".join(p.message.content for p in parts) == reply.message.content
     assert parts[-1].done and parts[-1].done_reason == "length"
     # History: a second turn that includes the first reply.
     history = QUESTION + [{"role": "assistant", "content": reply.message.content},
                           {"role": "user", "content": "And of Spain?"}]
-    second = oll.chat(model=MODEL, messages=history, options={"num_predict": 3, **GREEDY})
+    second = oll.chat(model=model, messages=history, options={"num_predict": 3, **GREEDY})
     assert second.prompt_eval_count > reply.prompt_eval_count
 
 
-def test_ollama_list_show_ps(oll):
+def test_ollama_list_show_ps(oll, model):
     names = [m.model for m in oll.list().models]
-    assert f"{MODEL}:latest" in names
-    shown = oll.show(MODEL)
-    assert shown.details.family == "llama" and shown.details.format == "gguf"
-    assert shown.modelinfo["general.architecture"] == "llama"
-    assert "completion" in shown.capabilities and "im_start" in shown.template
-    oll.generate(model=MODEL, prompt="Hi", options={"num_predict": 1})
+    assert f"{model}:latest" in names
+    shown = oll.show(model)
+    arch = FACTS[model]["arch"]
+    assert shown.details.family == arch and shown.details.format == "gguf"
+    assert shown.modelinfo["general.architecture"] == arch
+    assert shown.modelinfo[f"{arch}.embedding_length"] == FACTS[model]["n_embd"]
+    assert "completion" in shown.capabilities
+    if model == MODEL:  # Gemma-3-270M's GGUF carries no chat template (it is rendered with ChatML)
+        assert "im_start" in shown.template
+    oll.generate(model=model, prompt="Hi", options={"num_predict": 1})
     loaded = [m.model for m in oll.ps().models]
-    assert f"{MODEL}:latest" in loaded
+    assert f"{model}:latest" in loaded
     assert oll._client.get("/api/version").json()["version"]
+
+
+def test_ollama_embed(oll, model):
+    reply = oll.embed(model=model, input=["The cat sat on the mat.", "Stock prices fell sharply."])
+    assert len(reply.embeddings) == 2 and all(len(v) == FACTS[model]["n_embd"] for v in reply.embeddings)
+    np.testing.assert_allclose(np.linalg.norm(reply.embeddings, axis=1), 1.0, atol=1e-5)
+    assert reply.prompt_eval_count > 0 and reply.total_duration > 0
+    legacy = oll.embeddings(model=model, prompt="The cat sat on the mat.")  # /api/embeddings: not normalised
+    direction = np.asarray(legacy.embedding) / np.linalg.norm(legacy.embedding)
+    np.testing.assert_allclose(direction, reply.embeddings[0], atol=1e-5)
+    with pytest.raises(ollama.ResponseError) as info:
+        oll.embed(model="no-such-model", input="x")
+    assert info.value.status_code == 404
 
 
 def test_ollama_errors(oll):

@@ -193,7 +193,8 @@ static int check_attn_cache(const pe_tensor *c, int64_t hd) {
     return 0;
 }
 
-int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int n_head_kv, float scale, float softcap) {
+int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone, int n_head_kv, float scale,
+               float softcap) {
     pe_tensor *tq = get(g, q, "attn", "q"), *tk = get(g, k, "attn", "k"), *tv = get(g, v, "attn", "v"),
               *tm = get(g, mask, "attn", "mask"), *tl = get(g, kv_len, "attn", "kv_len");
     if (!tq || !tk || !tv || !tm || !tl || require_f32("attn", tq) || require_f32("attn", tm) || require_i32("attn", tl)) return -1;
@@ -204,9 +205,15 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int n_hea
     if (tk->ne[1] != tv->ne[1]) return fail_shapes("attn", tk, tv, "K and V caches differ in length");
     if (tm->ne[0] < tk->ne[1] || tm->ne[1] < nt) return fail_shapes("attn", tm, tk, "mask must be [cells, tokens]");
     if (!(scale > 0)) return pe_fail("attn: scale must be positive");
+    if (lone >= 0) {
+        const pe_tensor *tz = get(g, lone, "attn", "lone");
+        if (!tz || require_i32("attn", tz)) return -1;
+        if (tz->ne[0] < nt) return fail_shapes("attn", tz, tq, "lone flags must cover every token");
+    }
     const int64_t ne[2] = {hd * nh, nt};
     const int id = node(g, PE_OP_ATTN, PE_TYPE_F32, 2, ne, q, k, v, mask, kv_len);
     if (id < 0) return -1;
+    g->t[id].src[5] = lone;
     g->t[id].ip[0] = n_head_kv;
     g->t[id].fp[0] = scale;
     g->t[id].fp[1] = softcap;

@@ -13,7 +13,7 @@
 #include "pe.h"
 
 #define PE_MAX_DIMS 4
-#define PE_MAX_SRC  5
+#define PE_MAX_SRC  6
 #define PE_MAX_NAME 48
 
 /* Record an error message for pe_last_error(); always returns -1. */

@@ -38,10 +38,15 @@ typedef struct pe_type_kernels {
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */
 typedef struct pe_vec_kernels {
     float (*dot_f32)(int64_t n, const float *x, const float *y);
-    /* sum_i x[i] * f16(y[i]) */
-    float (*dot_f32_f16)(int64_t n, const float *x, const uint16_t *y);
-    /* y[i] = y[i] * s + f16(x[i]) * v */
-    void  (*scale_mad_f16)(int64_t n, float *y, float s, const uint16_t *x, float v);
+    /* Attention over the F16 cache, as llama.cpp's build for the same ISA
+     * computes it (see cpu/vec.c): `lanes` accumulators wide. */
+    int    lanes;
+    /* sum_i x[i] * f16(y[i]) in nacc accumulators of `lanes` (1 or 4) */
+    float (*dot_f32_f16)(int64_t n, const float *x, const uint16_t *y, int nacc);
+    /* y[i] = fma(f16(x[i]), p, y[i]) */
+    void  (*fma_f16)(int64_t n, float *y, float p, const uint16_t *x);
+    /* y[i] = exp(x[i] - max), returning the sum in double */
+    double (*exp_sum)(int64_t n, float *y, const float *x, float max);
     void  (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);
     void  (*f16_to_f32)(int64_t n, const uint16_t *x, float *y);
     double (*sum_sq)(int64_t n, const float *x);                /* sum of float x^2, in double */

@@ -7,8 +7,11 @@
 
 uint16_t pe_gelu_table[1 << 16];
 
+/* GGML's formula as GCC builds it for an FMA target: the inner 1 + a*x*x is
+ * one fused multiply-add (the table must hold the same F16 values). */
 static float gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
+    const float inner = fmaf(0.044715f * x, x, 1.0f);
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * x * inner));
 }
 
 void pe_gelu_table_init(void) {

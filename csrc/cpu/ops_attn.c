@@ -1,10 +1,12 @@
 /* ops_attn.c - writes into the KV cache and attention over it.
  *
- * Attention runs one (token, head) pair at a time, reading K and V rows
- * straight from the cache, F16 or Q8_0 (each independently), with
- * llama.cpp's roundings (see group_queries and group_values) so logits agree
- * with it to float noise.  The number of cells to read is an input read at
- * compute time, so a decode graph can be reused as the cache grows. */
+ * Attention runs one (token, KV group) at a time, reading K and V rows
+ * straight from the cache.  With an F16 cache it follows llama.cpp's
+ * roundings and accumulation order (query and probabilities to F16, vector
+ * lanes, its exp), so that logits agree with its recorded ones to the bit.
+ * K and V may also be Q8_0, each on its own: see group_queries and
+ * group_values for the numerics.  The number of cells to read is an input
+ * read at compute time, so a decode graph can be reused as the cache grows. */
 #include <math.h>
 #include <string.h>
 
@@ -30,13 +32,19 @@ void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
-/* Per thread: for each query head of a KV group, the query row (floats, or
- * its Q8_0 blocks when K is Q8_0, which take less room) and one score per
- * cell; then one row of scratch (the scaled query before it is quantized,
- * later a V row dequantized to floats). */
+/* Per thread, for each query head of a KV group: the query row (rounded
+ * floats, or its Q8_0 blocks, which take less room), one score per cell
+ * (padded to whole vectors) and the lanes of its output; then one row of
+ * scratch (the scaled query before it is quantized, later a V row
+ * dequantized to floats). */
+static int64_t padded_cells(int64_t n_kv) {
+    const int64_t w = pe_kern->vec.lanes * 4;
+    return (n_kv + w - 1) / w * w;
+}
+
 static size_t attn_thread_floats(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k) {
-    const int64_t group = q->ne[1] / t->ip[0];
-    return (size_t)(group * (q->ne[0] + k->ne[1] + 16) + q->ne[0] + 16);
+    const int64_t group = q->ne[1] / t->ip[0], hd = q->ne[0];
+    return (size_t)(group * (hd * (1 + 4 * pe_kern->vec.lanes) + padded_cells(k->ne[1])) + hd + 16);
 }
 
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
@@ -46,60 +54,64 @@ size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
 
 static inline float round_f16(float x) { return pe_f16_to_f32(pe_f32_to_f16(x)); }
 
+static inline const uint8_t *cache_row(const pe_tensor *c, int64_t cell, size_t head_off) {
+    return (const uint8_t *)c->data + cell * c->nb[1] + head_off;
+}
+
 /* The query heads sharing one KV head, for one token: each K and V row is
  * read once for the whole group (GQA), while every head's arithmetic is the
  * same, in the same order, as if it ran alone. */
 typedef struct {
-    int64_t hd, group, n_kv;
-    float  *qh;      /* [group][hd]   queries rounded to F16, or [group] Q8_0 rows of q_bytes */
-    int     q_type;  /* K's vec_dot partner type (Q8_0 K) */
+    int64_t hd, group, n_kv, n_pad;
+    int     nacc;    /* accumulators of `lanes` floats: 1 in batches, 4 for a lone token */
+    int     q_type;  /* the type K's dot product takes the query in */
     size_t  q_bytes; /* bytes of one query row of q_type */
-    float  *scores;  /* [group][n_kv] scores, then unnormalised probabilities */
-    float  *row;     /* [hd] scratch */
+    float  *qh;      /* [group][hd]      queries rounded to F16, or [group] rows of q_bytes */
+    float  *scores;  /* [group][n_pad]   scores, then probabilities */
+    float  *lanes;   /* [group][W][hd]   the product with an F16 V, lane by lane */
+    float  *row;     /* [hd]             scratch */
     float   mx[64];  /* largest score per head */
 } attn_group;
 
-/* The group's queries in the form K's dot product takes them, as GGML's
- * product with the cache does: rounded to F16 for an F16 cache; quantized to
- * Q8_0 (the vec_dot partner of Q8_0) for a Q8_0 cache, so a score is an
- * integer dot product of blocks.  Soft-capped models scale the query first
- * (Gemma's query_pre_attn_scalar). */
-static void group_queries(attn_group *ag, const pe_tensor *q, const pe_tensor *k, int64_t h0, int64_t tok,
-                          float q_scale) {
+/* The group's queries in the form K's dot product takes them, as the
+ * product with the cache does in GGML: rounded to F16 for an F16 cache;
+ * quantized to Q8_0 (the vec_dot partner of Q8_0) for a Q8_0 cache, so a
+ * score is an integer dot product of blocks.  Soft-capped models scale the
+ * query first, as Gemma 2's query_pre_attn_scalar does. */
+static void group_queries(attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok, float q_scale) {
     const int64_t hd = ag->hd;
     for (int64_t gi = 0; gi < ag->group; gi++) {
         const float *qr = pe_row(q, h0 + gi, tok, 0);
-        if (k->type == PE_TYPE_F16) {
+        if (ag->q_type == PE_TYPE_F16) {
             for (int64_t i = 0; i < hd; i++) ag->qh[gi * hd + i] = round_f16(qr[i] * q_scale);
         } else {
             for (int64_t i = 0; i < hd; i++) ag->row[i] = qr[i] * q_scale;
             pe_kern->type[ag->q_type].from_float(ag->row, (uint8_t *)ag->qh + gi * ag->q_bytes, hd);
         }
         ag->mx[gi] = -INFINITY;
+        for (int64_t c = ag->n_kv; c < ag->n_pad; c++) ag->scores[gi * ag->n_pad + c] = -INFINITY;
     }
 }
 
-static inline const uint8_t *cache_row(const pe_tensor *c, int64_t cell, size_t head_off) {
-    return (const uint8_t *)c->data + cell * c->nb[1] + head_off;
-}
-
-/* Raw dot products (no scale) of the group's queries with the K rows of the
- * visible cells; masked cells get -inf. */
+/* Raw dot products (not yet scaled) with the K rows of the visible cells;
+ * masked cells get -inf.  F16: in vector lanes, as llama.cpp's F16 dot. */
 static void raw_dots_f16(attn_group *ag, const float *m, const pe_tensor *k, size_t head_off) {
-    const int64_t hd = ag->hd, n_kv = ag->n_kv;
-    for (int64_t c = 0; c < n_kv; c++) {
+    const int64_t hd = ag->hd;
+    for (int64_t c = 0; c < ag->n_kv; c++) {
         const uint16_t *kr = (const uint16_t *)cache_row(k, c, head_off);
         for (int64_t gi = 0; gi < ag->group; gi++)
-            ag->scores[gi * n_kv + c] = m[c] == -INFINITY ? -INFINITY : pe_kern->vec.dot_f32_f16(hd, ag->qh + gi * hd, kr);
+            ag->scores[gi * ag->n_pad + c] =
+                m[c] == -INFINITY ? -INFINITY : pe_kern->vec.dot_f32_f16(hd, ag->qh + gi * hd, kr, ag->nacc);
     }
 }
 
 /* Quantized K: tiles of cells x heads through the type's GEMM micro-kernel
  * when it has one (every element bit-identical to vec_dot, so a score does
- * not depend on its tile), else one vec_dot per pair. */
+ * not depend on its tile), else one vec_dot per pair; tiles of masked cells
+ * only are skipped. */
 static void raw_dots_quant(attn_group *ag, const float *m, const pe_tensor *k, size_t head_off) {
     const pe_type_kernels *kk = &pe_kern->type[k->type];
-    const int64_t n_kv = ag->n_kv;
+    const int64_t n_kv = ag->n_kv, n_pad = ag->n_pad;
     const uint8_t *qq = (const uint8_t *)ag->qh;
     for (int64_t c0 = 0; c0 < n_kv; c0 += PE_GEMM_MAX) {
         const int nr = (int)(n_kv - c0 < PE_GEMM_MAX ? n_kv - c0 : PE_GEMM_MAX);
@@ -118,27 +130,26 @@ static void raw_dots_quant(attn_group *ag, const float *m, const pe_tensor *k, s
                                     qq + (g0 + j) * ag->q_bytes);
             }
             for (int j = 0; j < nc; j++)
-                for (int i = 0; i < nr; i++) ag->scores[(g0 + j) * n_kv + c0 + i] = tile[j * PE_GEMM_MAX + i];
+                for (int i = 0; i < nr; i++) ag->scores[(g0 + j) * n_pad + c0 + i] = tile[j * PE_GEMM_MAX + i];
         }
         for (int i = 0; i < nr; i++)
             if (!visible || m[c0 + i] == -INFINITY)
-                for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n_kv + c0 + i] = -INFINITY;
+                for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n_pad + c0 + i] = -INFINITY;
     }
 }
 
-/* Scores against cells [0, n_kv): the raw dot products, scaled (unless the
- * model soft-caps, having scaled the query instead) and masked; masked cells
- * stay -inf. */
+/* Scores against cells [0, n_kv) as llama.cpp's non-flash path computes
+ * them: the raw dot product, then scaled (unless the model soft-caps, having
+ * scaled the query instead) and masked (-inf). */
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
                          const float *m, const pe_tensor *k, size_t head_off) {
     const float scale = t->fp[0], softcap = t->fp[1];
-    const int64_t n_kv = ag->n_kv;
-    group_queries(ag, q, k, h0, tok, softcap > 0 ? scale : 1.0f);
+    group_queries(ag, q, h0, tok, softcap > 0 ? scale : 1.0f);
     if (k->type == PE_TYPE_F16) raw_dots_f16(ag, m, k, head_off);
     else                        raw_dots_quant(ag, m, k, head_off);
     for (int64_t gi = 0; gi < ag->group; gi++) {
-        float *sc = ag->scores + gi * n_kv;
-        for (int64_t c = 0; c < n_kv; c++) {
+        float *sc = ag->scores + gi * ag->n_pad;
+        for (int64_t c = 0; c < ag->n_kv; c++) {
             if (sc[c] == -INFINITY) continue;
             float s = softcap > 0 ? softcap * tanhf(sc[c] * (1.0f / softcap)) : sc[c] * scale;
             s += m[c];
@@ -148,50 +159,64 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
     }
 }
 
-/* Scores -> unnormalised probabilities in place; inv[gi] = 1 / their sum. */
-static void group_softmax(attn_group *ag, float *inv) {
+/* Softmax of each head's scores, in place: exponentials over whole vectors
+ * (the padding is -inf), summed in double, scaled by the float inverse, and
+ * for an F16 V rounded to F16 (the type of the product with the V cache). */
+static void group_softmax(attn_group *ag, int to_f16) {
     for (int64_t gi = 0; gi < ag->group; gi++) {
-        float *sc = ag->scores + gi * ag->n_kv;
-        double sum = 0.0;
-        for (int64_t c = 0; c < ag->n_kv; c++) {
-            sc[c] = ag->mx[gi] == -INFINITY || sc[c] == -INFINITY ? 0.0f : expf(sc[c] - ag->mx[gi]);
-            sum += sc[c];
+        float *sc = ag->scores + gi * ag->n_pad;
+        if (ag->mx[gi] == -INFINITY) {  /* nothing visible: zeros */
+            memset(sc, 0, (size_t)ag->n_kv * sizeof(float));
+            continue;
         }
-        inv[gi] = sum > 0 ? (float)(1.0 / sum) : 0.0f;  /* nothing visible: zeros */
+        const double sum = pe_kern->vec.exp_sum(ag->n_pad, sc, sc, ag->mx[gi]);
+        const float inv = (float)(1.0 / sum);
+        for (int64_t c = 0; c < ag->n_kv; c++) sc[c] = to_f16 ? round_f16(sc[c] * inv) : sc[c] * inv;
     }
 }
 
-/* out[gi] += p * V[c] over the cells.  An F16 cache weighs its rows with the
- * probability rounded to F16, as GGML's product of probabilities with an F16
- * V cache does.  Other types (Q8_0) follow llama.cpp's flash-attention path,
- * the only one in which it lets V be quantized: each row is dequantized to
- * floats once per group and accumulated with F32 probabilities.  (Its
- * non-flash product would quantize the probabilities along the cells, which
- * needs a transposed V cache and gains nothing here.) */
-static void group_values(attn_group *ag, const pe_tensor *v, size_t head_off, const float *inv, float *out) {
-    const int64_t hd = ag->hd, n_kv = ag->n_kv;
-    const int f16 = v->type == PE_TYPE_F16;
-    for (int64_t c = 0; c < n_kv; c++) {
-        const uint8_t *vr = cache_row(v, c, head_off);
+/* The product with an F16 V: cell c goes to lane c % W of each head (an fma
+ * per element), and the W lanes are folded by halves into the output. */
+static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
+    const int64_t hd = ag->hd, w = pe_kern->vec.lanes * ag->nacc;
+    memset(ag->lanes, 0, (size_t)(ag->group * w * hd) * sizeof(float));
+    for (int64_t c = 0; c < ag->n_kv; c++) {
+        const uint16_t *vr = (const uint16_t *)cache_row(v, c, head_off);
+        for (int64_t gi = 0; gi < ag->group; gi++) {
+            const float p = ag->scores[gi * ag->n_pad + c];
+            if (p != 0.0f) pe_kern->vec.fma_f16(hd, ag->lanes + (gi * w + c % w) * hd, p, vr);
+        }
+    }
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        float *acc = ag->lanes + gi * w * hd;
+        for (int64_t half = w / 2; half >= 1; half /= 2)
+            for (int64_t l = 0; l < half; l++)
+                for (int64_t i = 0; i < hd; i++) acc[l * hd + i] += acc[(l + half) * hd + i];
+        memcpy(out + gi * hd, acc, (size_t)hd * sizeof(float));
+    }
+}
+
+/* The product with a quantized (Q8_0) V follows llama.cpp's flash-attention
+ * path, the only one in which it lets V be quantized: each row is
+ * dequantized to floats (once per group) and accumulated in F32 with F32
+ * probabilities, cell after cell.  (Its non-flash product would quantize
+ * the probabilities along the cells, which needs a transposed V cache.) */
+static void group_values_quant(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
+    const int64_t hd = ag->hd;
+    memset(out, 0, (size_t)(ag->group * hd) * sizeof(float));
+    for (int64_t c = 0; c < ag->n_kv; c++) {
         int dequantized = 0;
         for (int64_t gi = 0; gi < ag->group; gi++) {
-            const float e = ag->scores[gi * n_kv + c];
-            if (e == 0.0f) continue;
-            float *o = out + gi * hd;
-            if (f16) {
-                pe_kern->vec.scale_mad_f16(hd, o, 1.0f, (const uint16_t *)vr, round_f16(e * inv[gi]));
-                continue;
-            }
-            if (!dequantized) pe_kern->type[v->type].to_float(vr, ag->row, hd);
+            const float p = ag->scores[gi * ag->n_pad + c];
+            if (p == 0.0f) continue;
+            if (!dequantized) pe_kern->type[v->type].to_float(cache_row(v, c, head_off), ag->row, hd);
             dequantized = 1;
-            const float p = e * inv[gi];
+            float *o = out + gi * hd;
             for (int64_t i = 0; i < hd; i++) o[i] += p * ag->row[i];
         }
     }
 }
 
-/* Two passes, as GGML's softmax-then-product does: normalised probabilities
- * weight V rows. */
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const pe_graph *g = ex->g;
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
@@ -205,11 +230,14 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
      * than threads (decode with one KV head), a task is a single head */
     const int64_t per = nt * n_kv_head >= ex->nth ? group : 1;
     const int64_t tasks_per_token = q->ne[1] / per;
+    const int32_t *lone = t->src[5] >= 0 ? (const int32_t *)g->t[t->src[5]].data : NULL;
     const int q_type = k->type == PE_TYPE_F16 ? PE_TYPE_F16 : pe_type_vec_dot_type(k->type);
-    attn_group ag = {.hd = hd, .group = per, .n_kv = n_kv, .q_type = q_type, .q_bytes = pe_row_bytes(q_type, hd)};
+    attn_group ag = {.hd = hd, .group = per, .n_kv = n_kv, .n_pad = padded_cells(n_kv),
+                     .q_type = q_type, .q_bytes = pe_row_bytes(q_type, hd)};
     ag.qh = (float *)ex->work + (size_t)ex->ith * attn_thread_floats(t, q, k);
-    ag.scores = ag.qh + per * hd + 8;
-    ag.row = ag.scores + per * k->ne[1] + 8;
+    ag.scores = ag.qh + per * hd;
+    ag.lanes = ag.scores + per * ag.n_pad;
+    ag.row = ag.lanes + per * hd * 4 * pe_kern->vec.lanes;
     /* a head's slice of a cache row: whole blocks, as head_dim is a multiple
      * of the block size (checked when the op was built) */
     const size_t k_head_bytes = pe_row_bytes(k->type, hd), v_head_bytes = pe_row_bytes(v->type, hd);
@@ -219,10 +247,12 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
         const int64_t tok = p / tasks_per_token, h0 = (p % tasks_per_token) * per, kvh = h0 / group;
         const float *m = (const float *)((const uint8_t *)mask->data + tok * mask->nb[1]);
         float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
-        memset(out, 0, (size_t)(per * hd) * sizeof(float));
+        /* llama.cpp multiplies a lone token's rows with its row dot product
+         * (4 accumulators) and a batch's with tiles (1 per output) */
+        ag.nacc = (lone ? lone[tok] != 0 : nt == 1) ? 4 : 1;
         group_scores(t, &ag, q, h0, tok, m, k, (size_t)kvh * k_head_bytes);
-        float inv[64];
-        group_softmax(&ag, inv);
-        group_values(&ag, v, (size_t)kvh * v_head_bytes, inv, out);
+        group_softmax(&ag, v->type == PE_TYPE_F16);
+        if (v->type == PE_TYPE_F16) group_values_f16(&ag, v, (size_t)kvh * v_head_bytes, out);
+        else                        group_values_quant(&ag, v, (size_t)kvh * v_head_bytes, out);
     }
 }

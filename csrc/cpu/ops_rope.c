@@ -63,8 +63,9 @@ void pe_op_rope_run(pe_exec *ex, pe_tensor *t) {
                 const float c = cache[i0], s = cache[i0 + 1];
                 const int ia = neox ? i0 / 2 : i0, ib = neox ? i0 / 2 + n_dims / 2 : i0 + 1;
                 const float x0 = x[ia], x1 = x[ib];
-                d[ia] = x0 * c - x1 * s;
-                d[ib] = x0 * s + x1 * c;
+                /* GGML's x0*c - x1*s as GCC contracts it: the first product fused */
+                d[ia] = fmaf(x0, c, -(x1 * s));
+                d[ib] = fmaf(x0, s, x1 * c);
             }
             for (int64_t i = n_dims; i < hd; i++) d[i] = x[i];
         }

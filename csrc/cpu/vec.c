@@ -77,60 +77,164 @@ static void f32_to_f16(int64_t n, const float *x, uint16_t *y) {
     for (; i < n; i++) y[i] = pe_f32_to_f16(x[i]);
 }
 
-static float dot_f32_f16(int64_t n, const float *x, const uint16_t *y) {
+/* ---- llama.cpp's float loops, bit for bit --------------------------------------
+ *
+ * Attention and the gated MLP follow what llama.cpp's CPU build for the same
+ * instruction set computes, so that logits match its recorded ones exactly:
+ * its products with the F16 cache run LANES-wide accumulators (one fma per
+ * lane and step, lanes folded by adding halves), and its softmax and SiLU use
+ * a vector exp of its own.  The scalar build keeps plain loops. */
+#if defined(__AVX512F__)
+#define LANES 16
+#elif defined(__AVX2__)
+#define LANES 8
+#else
+#define LANES 8
+#endif
+
+#if defined(__AVX512F__)
+/* exp(x): x = n ln2 + b (n rounded by the 1.5 * 2^23 shifter, ln2 split in
+ * two), then a degree-5 polynomial in b scaled by 2^n; beyond |n| > 192 the
+ * result is 0 or inf. */
+static inline __m512 exp16(__m512 x) {
+    const __m512 shifter = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shifter);
+    const __m512 n = _mm512_sub_ps(z, shifter);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 out_of_range = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 b2 = _mm512_mul_ps(b, b);
+    const __m512 hi = _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f));
+    const __m512 mid = _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f));
+    const __m512 lo = _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f));
+    const __m512 poly = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, b2, mid), b2, lo);
+    const __m512 r = _mm512_scalef_ps(poly, n);
+    if (!out_of_range) return r;
+    const __mmask16 negative = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+    const __m512 limit = _mm512_mask_blend_ps(negative, _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(out_of_range, r, limit);
+}
+#define VEXP exp16
+#elif defined(__AVX2__)
+/* The AVX2 build's exp: the same reduction; 2^n is built in the exponent
+ * bits (scaled in two steps beyond |n| > 126). */
+static inline __m256 exp8(__m256 x) {
+    const __m256 shifter = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shifter);
+    const __m256 n = _mm256_sub_ps(z, shifter);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126), _CMP_GT_OQ);
+    const __m256 b2 = _mm256_mul_ps(b, b);
+    const __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f));
+    const __m256 mid = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f));
+    const __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, b2, mid), b2,
+                                     _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(big)) return _mm256_fmadd_ps(j, k, k);
+    const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                       _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192), _CMP_GT_OQ);
+    const __m256 scaled = _mm256_blendv_ps(_mm256_fmadd_ps(k, j, k), _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1), big);
+    return _mm256_blendv_ps(scaled, _mm256_mul_ps(s1, s1), huge);
+}
+#define VEXP exp8
+#endif
+
+/* the lanes of a vector summed by halves (lanes i and i + W/2, ...) */
+#if defined(__AVX512F__)
+static inline float fold(__m512 v) { return _mm512_reduce_add_ps(v); }
+#elif defined(__AVX2__)
+static inline float fold(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+/* sum_i x[i] * f16(y[i]) over nacc * LANES lanes: chunk i of LANES elements
+ * goes to accumulator i % nacc, the accumulators and then the lanes are
+ * folded by halves.  x holds F16-rounded values.  nacc = 1 is llama.cpp's
+ * tiled product (tinyBLAS), nacc = 4 its row dot product (ggml_vec_dot_f16);
+ * what no vector covers is added in double, as the latter does. */
+static float dot_f32_f16(int64_t n, const float *x, const uint16_t *y, int nacc) {
     int64_t i = 0;
+    double tail = 0.0;
     float sum = 0.0f;
 #if defined(__AVX512F__)
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (; i + 32 <= n; i += 32) {
-        __m512 y0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + i)));
-        __m512 y1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + i + 16)));
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), y0, acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), y1, acc1);
-    }
-    sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (; i + 16 * nacc <= n; i += 16 * nacc)
+        for (int j = 0; j < nacc; j++) {
+            const __m512 yf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + i + 16 * j)));
+            acc[j] = _mm512_fmadd_ps(yf, _mm512_loadu_ps(x + i + 16 * j), acc[j]);
+        }
+    for (int half = nacc / 2; half >= 1; half /= 2)
+        for (int j = 0; j < half; j++) acc[j] = _mm512_add_ps(acc[j], acc[j + half]);
+    sum = fold(acc[0]);
 #elif defined(__AVX2__)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        __m256 y0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
-        __m256 y1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8)));
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), y0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), y1, acc1);
-    }
-    __m256 acc = _mm256_add_ps(acc0, acc1);
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-    sum = _mm_cvtss_f32(s4);
-#elif defined(__ARM_NEON) && defined(__aarch64__) && defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
-    float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
-    for (; i + 8 <= n; i += 8) {
-        float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(y + i));
-        acc0 = vfmaq_f32(acc0, vld1q_f32(x + i), vcvt_f32_f16(vget_low_f16(h)));
-        acc1 = vfmaq_f32(acc1, vld1q_f32(x + i + 4), vcvt_high_f32_f16(h));
-    }
-    sum = vaddvq_f32(vaddq_f32(acc0, acc1));
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (; i + 8 * nacc <= n; i += 8 * nacc)
+        for (int j = 0; j < nacc; j++) {
+            const __m256 yf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8 * j)));
+            acc[j] = _mm256_fmadd_ps(yf, _mm256_loadu_ps(x + i + 8 * j), acc[j]);
+        }
+    for (int half = nacc / 2; half >= 1; half /= 2)
+        for (int j = 0; j < half; j++) acc[j] = _mm256_add_ps(acc[j], acc[j + half]);
+    sum = fold(acc[0]);
+#else
+    (void)nacc;
 #endif
-    for (; i < n; i++) sum += x[i] * pe_f16_to_f32(y[i]);
-    return sum;
+    for (; i < n; i++) tail += (double)(x[i] * pe_f16_to_f32(y[i]));
+    return (float)((double)sum + tail);
 }
 
-static void scale_mad_f16(int64_t n, float *y, float s, const uint16_t *x, float v) {
+/* y[i] = fma(f16(x[i]), p, y[i]): one lane's step of the product with V */
+static void fma_f16(int64_t n, float *y, float p, const uint16_t *x) {
     int64_t i = 0;
 #if defined(__AVX512F__)
-    const __m512 vs = _mm512_set1_ps(s), vv = _mm512_set1_ps(v);
+    const __m512 vp = _mm512_set1_ps(p);
     for (; i + 16 <= n; i += 16) {
-        __m512 xf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i)));
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(xf, vv, _mm512_mul_ps(_mm512_loadu_ps(y + i), vs)));
+        const __m512 xf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i)));
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(xf, vp, _mm512_loadu_ps(y + i)));
     }
 #elif defined(__AVX2__)
-    const __m256 vs = _mm256_set1_ps(s), vv = _mm256_set1_ps(v);
+    const __m256 vp = _mm256_set1_ps(p);
     for (; i + 8 <= n; i += 8) {
-        __m256 xf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(xf, vv, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs)));
+        const __m256 xf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(xf, vp, _mm256_loadu_ps(y + i)));
     }
 #endif
-    for (; i < n; i++) y[i] = y[i] * s + pe_f16_to_f32(x[i]) * v;
+    for (; i < n; i++) y[i] = fmaf(pe_f16_to_f32(x[i]), p, y[i]);
+}
+
+/* y[i] = exp(x[i] - max) for i < n (n a multiple of LANES on the SIMD
+ * builds); returns their sum in double, added LANES at a time */
+static double exp_sum(int64_t n, float *y, const float *x, float max) {
+    int64_t i = 0;
+    double sum = 0.0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        const __m512 e = VEXP(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max)));
+        _mm512_storeu_ps(y + i, e);
+        sum += (double)fold(e);
+    }
+#elif defined(__AVX2__)
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = VEXP(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max)));
+        _mm256_storeu_ps(y + i, e);
+        sum += (double)fold(e);
+    }
+#endif
+    for (; i < n; i++) {
+        y[i] = expf(x[i] - max);
+        sum += (double)y[i];
+    }
+    return sum;
 }
 
 static double sum_sq(int64_t n, const float *x) {
@@ -165,7 +269,23 @@ static double sum_sq(int64_t n, const float *x) {
 static inline float silu1(float x) { return x / (1.0f + expf(-x)); }
 
 static void silu_mul(int64_t n, float *y, const float *g, const float *u) {
-    for (int64_t i = 0; i < n; i++) y[i] = silu1(g[i]) * u[i];
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(g + i);
+        const __m512 e = VEXP(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(silu, _mm512_loadu_ps(u + i)));
+    }
+#elif defined(__AVX2__)
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = VEXP(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n; i++) y[i] = silu1(g[i]) * u[i];
 }
 
 static void gelu_mul(int64_t n, float *y, const float *g, const float *u) {
@@ -175,7 +295,9 @@ static void gelu_mul(int64_t n, float *y, const float *g, const float *u) {
 void PE_VEC_FILL(pe_kernels *k) {
     k->vec.dot_f32 = dot_f32;
     k->vec.dot_f32_f16 = dot_f32_f16;
-    k->vec.scale_mad_f16 = scale_mad_f16;
+    k->vec.lanes = LANES;
+    k->vec.fma_f16 = fma_f16;
+    k->vec.exp_sum = exp_sum;
     k->vec.f32_to_f16 = f32_to_f16;
     k->vec.f16_to_f32 = f16_to_f32;
     k->vec.sum_sq = sum_sq;

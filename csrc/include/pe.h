@@ -135,8 +135,11 @@ int pe_op_rope(pe_graph *g, int a, int pos, int freq_factors, int n_dims, int mo
  * Returns a view of the cache that later ops take as input (ordering). */
 int pe_op_set_rows(pe_graph *g, int cache, int src, int slots);
 /* Attention of q [Dh,H,T] against the first kv_len[0] cells of caches k,v
- * [Dh*Hkv, C] with an additive mask [C,T] (0 or -inf); GQA by H/Hkv. */
-int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len,
+ * [Dh*Hkv, C] with an additive mask [C,T] (0 or -inf); GQA by H/Hkv.
+ * lone (I32 [T] or -1): 1 where a token is the only one of its sequence in
+ * the batch; such tokens follow llama.cpp's single-token arithmetic (without
+ * it: when T == 1). */
+int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone,
                int n_head_kv, float scale, float softcap);
 int pe_op_topk(pe_graph *g, int a, int k);                             /* i32 [k,T]: indices of largest */
 /* Weights of the chosen experts: softmax over all logits, picked by ids,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Iterator, Sequence
 
 from pyengine.chat import shapes
@@ -31,6 +31,7 @@ from pyengine.chat.messages import normalize_messages, normalize_tools
 from pyengine.chat.parsers import Delta, StreamParser, collect, detect_tool_format, prompt_opens_reasoning
 from pyengine.chat.prompt import encode_rendered, model_template
 from pyengine.chat.template import ChatTemplate, thinking_kwargs
+from pyengine.chat.tool_choice import forced_call_grammar, forced_syntax, read_tool_choice
 from pyengine.errors import InvalidOptionError
 from pyengine.runner.sequence import Completion
 
@@ -255,9 +256,19 @@ def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, de
 
 
 def start_chat(llm: Any, messages: Any, tools: Any = None, format: Any = None, think: bool | str | None = None,
-               **options: Any) -> ChatStream:
-    """Render, tokenize and start generating a reply to `messages`."""
-    prepared = prepare_chat(llm, messages, tools=tools, think=think)
+               tool_choice: Any = None, **options: Any) -> ChatStream:
+    """Render, tokenize and start generating a reply to `messages`. `tool_choice` is
+    OpenAI's: "required" or a named function forces the reply to be a tool call."""
+    choice = read_tool_choice(tools, tool_choice)
+    prepared = prepare_chat(llm, messages, tools=choice.tools, think=think)
+    if choice.is_forced:
+        if options.get("grammar") is not None:
+            raise InvalidOptionError("a tool_choice that forces a call cannot be combined with option 'grammar'")
+        syntax = forced_syntax(prepared.tool_format)
+        # the call starts at once (no reasoning first) and is read in the syntax forced
+        prepared = replace(prepared, tool_format=syntax, starts_in_reasoning=False)
+        options["grammar"] = forced_call_grammar(choice.forced, syntax)
+        format = None  # the call's grammar is the reply's form
     return start_prepared(llm, prepared, format=format, **options)
 
 
@@ -321,7 +332,6 @@ def create_chat_completion(
 ) -> dict | Iterator[dict]:
     """An OpenAI ``chat.completion`` (or, streaming, ``chat.completion.chunk`` dicts),
     with llama-cpp-python's parameters and defaults; extra options by Ollama's names."""
-    tools = apply_tool_choice(tools, tool_choice)
     sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
                     presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                     repeat_penalty=repeat_penalty, mirostat=mirostat_mode, mirostat_tau=mirostat_tau,
@@ -330,7 +340,7 @@ def create_chat_completion(
     if logprobs:
         sampling.update(logprobs=True, top_logprobs=top_logprobs or 0)
     run = start_chat(llm, messages, tools=tools, format=response_format_to_format(response_format), think=think,
-                     **{**sampling, **options})
+                     tool_choice=tool_choice, **{**sampling, **options})
     shaper = shapes.OpenAIChatShaper(model or model_name(llm), token_bytes=llm.tokenizer.token_to_bytes)
     if stream:
         include_usage = bool((stream_options or {}).get("include_usage"))
@@ -340,17 +350,9 @@ def create_chat_completion(
 
 
 def apply_tool_choice(tools: Any, tool_choice: Any) -> Any:
-    """OpenAI's tool_choice: "none" hides the tools; "auto", "required" and a named
-    function let the model choose (it is not forced to call)."""
-    if tool_choice is None or tool_choice in ("auto", "required"):
-        return tools
-    if tool_choice == "none":
-        return None
-    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function" \
-            and isinstance(tool_choice.get("function"), dict) and isinstance(tool_choice["function"].get("name"), str):
-        return tools
-    raise InvalidOptionError('tool_choice must be "none", "auto", "required" or '
-                             '{"type": "function", "function": {"name": ...}}')
+    """The tools the prompt shows under OpenAI's tool_choice ("none" hides them); whether
+    the reply must call one is :func:`~pyengine.chat.tool_choice.read_tool_choice`'s."""
+    return read_tool_choice(tools, tool_choice).tools
 
 
 def response_format_to_format(response_format: Any) -> Any:

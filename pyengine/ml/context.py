@@ -184,8 +184,9 @@ class Context:
         return self._tensor(self.graph.set_rows(cache.id, src.id, slots.id))
 
     def attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kv_len: Tensor, *,
-             n_head_kv: int, scale: float, softcap: float = 0.0) -> Tensor:
-        return self._tensor(self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap))
+             n_head_kv: int, scale: float, softcap: float = 0.0, lone: Tensor | None = None) -> Tensor:
+        return self._tensor(self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
+                                            -1 if lone is None else lone.id))
 
     def topk(self, a: Tensor, k: int) -> Tensor:
         return self._tensor(self.graph.topk(a.id, k))

@@ -12,6 +12,9 @@ each group gives the graph its own slots, mask and KV length, and
 The input buffers are shared by every graph: a graph for T tokens reads the
 first T rows of them.  Only one graph computes at a time, so one set of
 buffers (the masks are the big ones: tokens x cells per group) serves all.
+
+An embedding graph (`hidden=True`) stops before the output projection and
+returns the final-norm hidden rows instead of logits (see `_HeadCapture`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine.errors import InvalidOptionError
+from pyengine.errors import InvalidOptionError, UnsupportedError
 from pyengine.kvcache import KVCache
 from pyengine.ml.context import Backend, Context, Tensor
 
@@ -36,6 +39,15 @@ class AttnInputs:
     slots: Tensor
     mask: Tensor
     kv_len: Tensor
+    lone: Tensor    # per token: 1 if no other token of its sequence is in the batch
+
+
+def lone_tokens(seq_ids: np.ndarray) -> np.ndarray:
+    """1 where a token is its sequence's only one in the batch.  Attention
+    treats those as llama.cpp treats a one-token batch, so a sequence's
+    numbers do not depend on what else shares the batch."""
+    _, inverse, counts = np.unique(seq_ids, return_inverse=True, return_counts=True)
+    return (counts[inverse] == 1).astype(np.int32)
 
 
 class HostBuffers:
@@ -46,23 +58,54 @@ class HostBuffers:
         self.tokens = np.zeros(capacity, np.int32)
         self.positions = np.zeros(capacity, np.int32)
         self.out_ids = np.zeros(capacity, np.int32)
+        self.lone = np.zeros(capacity, np.int32)
         self.slots = [np.zeros(capacity, np.int32) for _ in cache.groups]
         self.kv_len = [np.zeros(1, np.int32) for _ in cache.groups]
         # filled per step up to the cells in use; zeros so untouched pages cost no memory
         self.masks = [np.zeros((capacity, g.n_cells), np.float32) for g in cache.groups]
 
 
+class _HeadCapture:
+    """Stands in for the Context while a model builds an embedding graph.
+
+    Every model ends with `self.output(ctx, norm(x))`, a mul_mat by its `output`
+    weight: that projection is not built, its input (the final-norm hidden rows) is
+    kept, and whatever the model adds after it (a bias, a soft-cap) is skipped, so one
+    code path serves every architecture and the graph computes nothing past the norm."""
+
+    def __init__(self, ctx: Context, model) -> None:
+        head = getattr(model, "output", None)
+        if getattr(head, "weight", None) is None:
+            raise UnsupportedError(f"{type(model).__name__} has no output projection; it cannot embed")
+        self._ctx = ctx
+        self._head_id = ctx.weight(head.weight).id
+        self.hidden: Tensor | None = None
+
+    def mul_mat(self, w: Tensor, x: Tensor) -> Tensor:
+        if self.hidden is None and w.id == self._head_id:
+            self.hidden = x
+        return self.hidden if self.hidden is not None else self._ctx.mul_mat(w, x)
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._ctx, name)
+        if self.hidden is None or not callable(attr) or name in ("weight", "input", "cache"):
+            return attr
+        return lambda *args, **kwargs: self.hidden   # past the head: nothing more to build
+
+
 class BatchGraph:
-    """The graph for batches of `n_tokens` tokens with `n_out` logit rows."""
+    """The graph for batches of `n_tokens` tokens with `n_out` logit rows (or, with
+    `hidden`, `n_out` final-norm hidden rows of n_embd values)."""
 
     def __init__(self, model, backend: Backend, cache: KVCache, buffers: HostBuffers,
-                 n_tokens: int, n_out: int) -> None:
+                 n_tokens: int, n_out: int, hidden: bool = False) -> None:
         self.n_tokens, self.n_out = n_tokens, n_out
         ctx = Context(backend)
         self.ctx = ctx
         self.tokens = ctx.input(buffers.tokens[:n_tokens], "tokens")
         self.positions = ctx.input(buffers.positions[:n_tokens], "positions")
         self.out_ids = ctx.input(buffers.out_ids[:n_out], "out_ids")
+        lone = ctx.input(buffers.lone[:n_tokens], "lone")
         per_group = []
         for gi, group in enumerate(cache.groups):
             slots = ctx.input(buffers.slots[gi][:n_tokens], f"slots.g{gi}")
@@ -76,8 +119,15 @@ class BatchGraph:
             self._attn.append(AttnInputs(
                 ctx.cache(group.k[i], cache.type_id, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
                 ctx.cache(group.v[i], cache.type_id, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
-                slots, mask, kv_len))
-        self.logits = model.forward(ctx, self)
+                slots, mask, kv_len, lone))
+        if hidden:
+            capture = _HeadCapture(ctx, model)
+            model.forward(capture, self)
+            if capture.hidden is None:
+                raise UnsupportedError(f"{type(model).__name__}.forward never used its output projection")
+            self.logits = capture.hidden
+        else:
+            self.logits = model.forward(ctx, self)
         ctx.set_output(self.logits)
 
     def attn_inputs(self, layer: int) -> AttnInputs:
@@ -93,19 +143,19 @@ class Forward:
         self.cache = cache
         self.n_vocab = model.cfg.n_vocab
         self._buffers = HostBuffers(cache, max_tokens)
-        self._graphs: OrderedDict[tuple[int, int], BatchGraph] = OrderedDict()
+        self._graphs: OrderedDict[tuple[int, int, bool], BatchGraph] = OrderedDict()
         self.compute_seconds = 0.0   # time inside the native core, for the bench
         self.n_graphs_built = 0
 
-    def _graph(self, n_tokens: int, n_out: int) -> BatchGraph:
+    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False) -> BatchGraph:
         if n_tokens > self._buffers.capacity:
             # graphs keep views of the old buffers: start over with bigger ones
             self._buffers = HostBuffers(self.cache, n_tokens)
             self._graphs.clear()
-        key = (n_tokens, n_out)
+        key = (n_tokens, n_out, hidden)
         g = self._graphs.get(key)
         if g is None:
-            g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out)
+            g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out, hidden)
             self.n_graphs_built += 1
             self._graphs[key] = g
             if len(self._graphs) > MAX_GRAPHS:
@@ -120,6 +170,15 @@ class Forward:
 
         Token t of the batch sits at positions[t] of sequence seq_ids[t]; within a
         sequence positions must increase and follow what the cache holds."""
+        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=False)
+
+    def hidden(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
+               out_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The final-norm hidden states [len(out_rows), n_embd] of the given rows (what the
+        output projection would read), for embeddings; the cache is filled as by __call__."""
+        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True)
+
+    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32)
         positions = np.asarray(positions, np.int32)
         seq_ids = np.asarray(seq_ids, np.int64)
@@ -133,12 +192,13 @@ class Forward:
             raise InvalidOptionError("positions must be >= 0")
         if out_rows.ndim != 1 or out_rows.size == 0 or out_rows.min() < 0 or out_rows.max() >= n:
             raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
-        g = self._graph(n, len(out_rows))
+        g = self._graph(n, len(out_rows), hidden)
         slots = self.cache.allocate(positions, seq_ids)
         buf = self._buffers
         buf.tokens[:n] = tokens
         buf.positions[:n] = positions
         buf.out_ids[:len(out_rows)] = out_rows
+        buf.lone[:n] = lone_tokens(seq_ids)
         for gi, group in enumerate(self.cache.groups):
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pyengine import store
 from pyengine.errors import InvalidOptionError, PyEngineError
-from pyengine.server import ollama, openai
+from pyengine.server import embeddings, ollama, openai
 from pyengine.server.common import ServerState
 from pyengine.server.config import ServerConfig, check_bind, is_loopback_host
 from pyengine.server.errors import HTTPError, error_response, from_engine_error
@@ -67,6 +67,7 @@ def create_app(config: ServerConfig | None = None, *, loader: Loader | None = No
     app.state.pyengine = state
     app.include_router(ollama.router)
     app.include_router(openai.router)
+    app.include_router(embeddings.router)
     _add_error_handlers(app)
     # Added innermost first: requests pass CORS, then the host check, the key, the body limit.
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)

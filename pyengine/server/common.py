@@ -74,6 +74,23 @@ async def start_reply(state: ServerState, model: Any, start: Callable[[Any], Any
     return Started(ticket, lease, run)
 
 
+async def run_with_model(state: ServerState, model: Any, work: Callable[[Any], Any],
+                         keep_alive: Any = KEEP) -> tuple[Any, float]:
+    """Admit the request, lease its model and run `work(adapter)` in a worker thread;
+    its result and the seconds the model took to load (0 when it was loaded already)."""
+    ticket = admit(state)
+    try:
+        lease = await state.registry.lease(model)
+    except BaseException:
+        ticket.release()
+        raise
+    try:
+        return await run_in_threadpool(work, lease.adapter), lease.load_seconds
+    finally:
+        ticket.release()
+        lease.release(keep_alive)
+
+
 def as_http_error(exc: BaseException) -> HTTPError | None:
     if isinstance(exc, HTTPError):
         return exc
@@ -82,4 +99,5 @@ def as_http_error(exc: BaseException) -> HTTPError | None:
     return None
 
 
-__all__ = ["ServerState", "Started", "admit", "as_http_error", "read_fields", "start_reply", "state_of"]
+__all__ = ["ServerState", "Started", "admit", "as_http_error", "read_fields", "run_with_model", "start_reply",
+           "state_of"]

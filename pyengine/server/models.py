@@ -41,9 +41,10 @@ class ModelAdapter:
     def token_bytes(self, token: int) -> bytes:
         return self.llm.tokenizer.token_to_bytes(token)
 
-    def start_chat(self, messages: Any, *, tools: Any = None, format: Any = None, think: Any = None,
-                   options: dict) -> session.ChatStream:
-        return session.start_chat(self.llm, messages, tools=tools, format=format, think=think, **options)
+    def start_chat(self, messages: Any, *, tools: Any = None, tool_choice: Any = None, format: Any = None,
+                   think: Any = None, options: dict) -> session.ChatStream:
+        return session.start_chat(self.llm, messages, tools=tools, tool_choice=tool_choice, format=format,
+                                  think=think, **options)
 
     def start_generate(self, prompt: str, *, system: str | None = None, raw: bool = False,
                        context: Sequence[int] | None = None, format: Any = None, think: Any = None,
@@ -65,6 +66,11 @@ class ModelAdapter:
         """OpenAI's /v1/completions: the prompt as is, the reply unparsed."""
         prepared = session.prepare_prompt(self.llm, prompt, parse=False)
         return session.start_prepared(self.llm, prepared, format=format, **options)
+
+    def embed(self, inputs: list[str] | list[list[int]], *, normalize: bool = True,
+              truncate: bool = True) -> tuple[list[list[float]], int]:
+        """Pooled embeddings of the inputs and the number of tokens they took."""
+        return self.llm.embed(inputs, normalize=normalize, truncate=truncate, return_count=True)
 
     def detokenize(self, ids: list[int]) -> str:
         return self.llm.detokenize(ids)

@@ -1,4 +1,5 @@
-"""OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models. Streams are
+"""OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models (/v1/embeddings is in
+embeddings.py). Streams are
 server-sent events ending with ``data: [DONE]``; errors are ``{"error": {"message",
 "type", "param", "code"}}``. Unknown request fields are refused, as OpenAI does;
 llama.cpp's and Ollama's extra sampling fields (``top_k``, ``min_p``, ``num_ctx``,
@@ -11,8 +12,9 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from pyengine.chat.session import ChatResult, apply_tool_choice, response_format_to_format
+from pyengine.chat.session import ChatResult, response_format_to_format
 from pyengine.chat.shapes import OpenAIChatShaper, OpenAICompletionShaper
+from pyengine.chat.tool_choice import read_tool_choice
 from pyengine.errors import InvalidOptionError
 from pyengine.sample.options import MAX_TOP_LOGPROBS
 from pyengine.server import info
@@ -131,16 +133,21 @@ async def chat_completions(request: Request) -> Response:
     elif fields.has("top_logprobs"):
         raise HTTPError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
     fields.boolean("parallel_tool_calls")
+    tools, tool_choice = fields.array("tools"), fields.data.get("tool_choice")
     try:
-        tools = apply_tool_choice(fields.array("tools"), fields.data.get("tool_choice"))
+        read_tool_choice(tools, tool_choice)  # checked here: a bad choice is a 400 before any loading
+    except InvalidOptionError as exc:
+        raise _options_error(exc, "tool_choice") from None
+    try:
         fmt = response_format_to_format(fields.data.get("response_format"))
     except InvalidOptionError as exc:
-        raise _options_error(exc, "response_format" if "response_format" in str(exc) else "tool_choice") from None
+        raise _options_error(exc, "response_format") from None
     think = read_think(fields)
     keep_alive = read_keep_alive(fields)
 
     def start(adapter):
-        return adapter.start_chat(messages, tools=tools, format=fmt, think=think, options=options)
+        return adapter.start_chat(messages, tools=tools, tool_choice=tool_choice, format=fmt, think=think,
+                                  options=options)
 
     started = await start_reply(state_of(request), model, start)
     shaper = OpenAIChatShaper(model, token_bytes=started.lease.adapter.token_bytes)

@@ -315,83 +315,176 @@ static inline void gm_rows(const void *w, size_t bw, int nr, const uint8_t *rows
 
 /* ---- legacy kernels ------------------------------------------------------------------ */
 
-/* vec_dot_NAME and gemm_NAME for a weight block WB with activation block AB:
- * ROW / TILE give the codes, KIND how they multiply, WITH_MIN whether the
- * block carries m (and the activations s = d * sum). */
-#define GM_DEFINE_LEGACY(NAME, WB, AB, ROW, TILE, KIND, WITH_MIN)                                                 \
-    static void vec_dot_##NAME(int64_t n, float *s, const void *vw, const void *va) {                             \
-        const WB *w = vw;                                                                                         \
-        const AB *a = va;                                                                                         \
-        __m128 acc = _mm_setzero_ps(), mins = _mm_setzero_ps();                                                   \
-        for (int64_t ib = 0; ib < n / 32; ib++) {                                                                 \
-            const __m128i e_o = gm_parity(gm_dot_row(ROW(&w[ib]), a[ib].qs, KIND));                               \
-            const __m128 wd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(&w[ib])));                               \
-            const __m128 ad = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(&a[ib])));                               \
-            acc = _mm_fmadd_ps(_mm_broadcastss_ps(_mm_mul_ss(wd, ad)), _mm_cvtepi32_ps(e_o), acc);                \
-            if (WITH_MIN) mins = _mm_fmadd_ss(_mm_movehdup_ps(wd), _mm_movehdup_ps(ad), mins);                    \
-        }                                                                                                         \
-        *s = gm_finish_row(acc, mins, WITH_MIN);                                                                  \
-    }                                                                                                             \
-                                                                                                                  \
-    GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],                     \
-                                   const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {                \
-        /* one activation row: its scales broadcast; more: gathered, converted                                    \
-         * once, and the min terms of two rows share a vector (lane r + 4j) */                                    \
-        __m256 acc[4], mins[4];                                                                                   \
-        for (int j = 0; j < 4; j++) acc[j] = mins[j] = _mm256_setzero_ps();                                       \
-        for (int64_t ib = 0; ib < n / 32; ib++) {                                                                 \
-            __m256i t[4], u[4];                                                                                   \
-            gm_prefetch_ahead(w, bw, (size_t)ib * sizeof(WB), sizeof(WB));                                        \
-            TILE(w, ib, t);                                                                                       \
-            for (int k = 0; k < 4; k++) u[k] = _mm256_abs_epi8(t[k]);                                             \
-            const __m256 wd = gm_scales_tile(w, sizeof(WB), ib);                                                  \
-            const __m256 dw = _mm256_moveldup_ps(wd);                                                             \
-            if (nc == 1) {                                                                                        \
-                const AB *a0 = (const AB *)a + ib;                                                                \
-                const __m256i e_o = gm_dot_tile(t, u, a0->qs, KIND);                                              \
-                const __m256 ad = gm_scales_act(a0);                                                              \
-                const __m256 d = _mm256_mul_ps(dw, _mm256_moveldup_ps(ad));                                       \
-                acc[0] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(e_o), acc[0]);                                     \
-                if (WITH_MIN) mins[0] = _mm256_fmadd_ps(_mm256_movehdup_ps(wd), _mm256_movehdup_ps(ad), mins[0]); \
-                continue;                                                                                         \
-            }                                                                                                     \
-            const __m256 ad = gm_scales_acts(a, ba, sizeof(AB), ib, nc);                                          \
-            for (int j = 0; j < nc; j++) {                                                                        \
-                const AB *aj = (const AB *)(a + (size_t)j * ba) + ib;                                             \
-                const __m256i e_o = gm_dot_tile(t, u, aj->qs, KIND);                                              \
-                const __m256 d = _mm256_mul_ps(dw, gm_lane(ad, 2 * j));                                           \
-                acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(e_o), acc[j]);                                     \
-            }                                                                                                     \
-            if (WITH_MIN) {                                                                                       \
-                const __m256 mw = _mm256_permutevar8x32_ps(wd, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));        \
-                mins[0] = _mm256_fmadd_ps(mw, gm_lanes2(ad, 1, 3), mins[0]);                                      \
-                if (nc > 2) mins[1] = _mm256_fmadd_ps(mw, gm_lanes2(ad, 5, 7), mins[1]);                          \
-            }                                                                                                     \
-        }                                                                                                         \
-        for (int j = 0; j < nc; j++) {                                                                            \
-            const __m256 m = nc == 1 ? mins[0] : gm_spread_mins(mins[j / 2], j % 2);                              \
-            gm_finish_tile(s + (size_t)j * bs, acc[j], m, WITH_MIN, nr);                                          \
-        }                                                                                                         \
-    }                                                                                                             \
-                                                                                                                  \
-    static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,              \
-                            size_t ba, int nr, int nc) {                                                          \
-        const uint8_t *rows[4];                                                                                   \
-        gm_rows(w, bw, nr, rows);                                                                                 \
-        switch (nc) {                                                                                             \
-        case 1: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 1); break;                                         \
-        case 2: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 2); break;                                         \
-        case 3: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 3); break;                                         \
-        default: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 4); break;                                        \
-        }                                                                                                         \
+/* The legacy types follow llama.cpp's x86 dot products to the bit, so that
+ * logits match its recorded ones: per block, eight exact integer sums (lane
+ * t = elements 4t..4t+3) go to float and are multiply-added into eight
+ * accumulators, acc = fma(dw*da, sum, acc) with dw*da one rounded product;
+ * the _1 types' min terms run as one float chain, mins = mins + mw*sa (one
+ * rounding each); the result is tree8(acc) + mins, tree8 adding halves
+ * (lanes t and t+4, then t and t+2, then the last two).  A pair's result is
+ * the same whether vec_dot or a tile computes it. */
+static inline float gm_tree8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float gm_f16(const void *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+#define GM_DEFINE_LEGACY_VEC_DOT(NAME, WB, AB, ROW, KIND, WITH_MIN)                                       \
+    static void vec_dot_##NAME(int64_t n, float *s, const void *vw, const void *va) {                     \
+        const WB *w = vw;                                                                                 \
+        const AB *a = va;                                                                                 \
+        __m256 acc = _mm256_setzero_ps();                                                                 \
+        float mins = 0.0f;                                                                                \
+        for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
+            const __m256i lanes = gm_dot_row(ROW(&w[ib]), a[ib].qs, KIND);                                \
+            const float d = gm_f16(&w[ib].d) * gm_f16(&a[ib].d);                                          \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);                     \
+            if (WITH_MIN) mins += gm_f16((const uint8_t *)&w[ib] + 2) * gm_f16((const uint8_t *)&a[ib] + 2); \
+        }                                                                                                 \
+        *s = gm_tree8(acc) + mins;                                                                        \
     }
 
-#define GM_DEFINE_ALL_LEGACY()                                                                      \
-    GM_DEFINE_LEGACY(q4_0, block_q4_0, block_q8_0, gm_row_q4_0, gm_tile_q4_0, GM_SIGNED, 0)         \
-    GM_DEFINE_LEGACY(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, gm_tile_q4_1, GM_UNSIGNED, 1)       \
-    GM_DEFINE_LEGACY(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, gm_tile_q5_0, GM_SIGNED, 0)         \
-    GM_DEFINE_LEGACY(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, gm_tile_q5_1, GM_UNSIGNED, 1)       \
-    GM_DEFINE_LEGACY(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, gm_tile_q8_0, GM_SIGNED8, 0)
+#if defined(PE_GEMM_VNNI)
+/* The tile, AVX-512: two weight rows share a 512-bit vector (row 2p in the
+ * low half, 2p + 1 in the high half) against an activation block broadcast
+ * to both halves.  The codes are kept unsigned (the signed types' offset
+ * comes off as offset * the activations' 4-element sums), so one vpdpbusd
+ * gives both rows' eight lane sums. */
+static inline __m512i gm_pair(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* [x0 x1 ... x7] -> 16 lanes picked by idx */
+static inline __m512 gm_pick(__m256 x, __m512i idx) { return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(x)); }
+
+static inline __m512i gm_idx(int a, int b) {
+    return _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+}
+
+/* UROW gives a block's unsigned codes, SHIFT the offset as a power of two
+ * (-1: none). */
+#define GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, UROW, SHIFT, WITH_MIN)                                        \
+    GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],             \
+                                   const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {        \
+        __m512 acc[2][4], mins = _mm512_setzero_ps(); /* mins: lane 4r + j */                              \
+        for (int p = 0; p < 2; p++)                                                                       \
+            for (int j = 0; j < 4; j++) acc[p][j] = _mm512_setzero_ps();                                  \
+        const __m512i ones = _mm512_set1_epi8(1);                                                         \
+        for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
+            gm_prefetch_ahead(w, bw, (size_t)ib * sizeof(WB), sizeof(WB));                                \
+            __m512i codes[2];                                                                             \
+            for (int p = 0; p < 2; p++)                                                                   \
+                codes[p] = gm_pair(UROW((const WB *)w[2 * p] + ib), UROW((const WB *)w[2 * p + 1] + ib)); \
+            const __m256 wd = gm_scales_tile(w, sizeof(WB), ib);   /* [d0 m0 d1 m1 d2 m2 d3 m3] */        \
+            const __m256 ad = gm_scales_acts(a, ba, sizeof(AB), ib, nc);                                  \
+            const __m512 dw[2] = {gm_pick(wd, gm_idx(0, 2)), gm_pick(wd, gm_idx(4, 6))};                  \
+            for (int j = 0; j < nc; j++) {                                                                \
+                const AB *aj = (const AB *)(a + (size_t)j * ba) + ib;                                     \
+                const __m512i av = _mm512_broadcast_i64x4(gm_load256(aj->qs));                            \
+                const __m512 da = gm_pick(ad, _mm512_set1_epi32(2 * j));                                  \
+                __m512i off = _mm512_setzero_si512();                                                     \
+                if (SHIFT >= 0) off = _mm512_slli_epi32(_mm512_dpbusd_epi32(off, ones, av), SHIFT < 0 ? 0 : SHIFT); \
+                for (int p = 0; p < 2; p++) {                                                             \
+                    __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[p], av);            \
+                    if (SHIFT >= 0) lanes = _mm512_sub_epi32(lanes, off);                                 \
+                    acc[p][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], da), _mm512_cvtepi32_ps(lanes), acc[p][j]); \
+                }                                                                                         \
+            }                                                                                             \
+            if (WITH_MIN) {                                                                               \
+                const __m512 mw = gm_pick(wd, _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7)); \
+                const __m512 sa = gm_pick(ad, _mm512_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7)); \
+                mins = _mm512_add_ps(mins, _mm512_mul_ps(mw, sa));                                        \
+            }                                                                                             \
+        }                                                                                                 \
+        float m[16];                                                                                      \
+        _mm512_storeu_ps(m, mins);                                                                        \
+        for (int j = 0; j < nc; j++)                                                                      \
+            for (int r = 0; r < nr; r++) {                                                                \
+                const __m512 v = acc[r / 2][j];                                                           \
+                const __m256 half = r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);     \
+                s[(size_t)j * bs + r] = gm_tree8(half) + (WITH_MIN ? m[4 * r + j] : 0.0f);                \
+            }                                                                                             \
+    }
+#else
+/* The tile, AVX2: each pair keeps its own eight lanes as in vec_dot. */
+#define GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, KIND, WITH_MIN)                                          \
+    GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],             \
+                                   const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {        \
+        __m256 acc[4][4];                                                                                 \
+        float mins[4][4] = {{0}};                                                                         \
+        for (int r = 0; r < 4; r++)                                                                       \
+            for (int j = 0; j < 4; j++) acc[r][j] = _mm256_setzero_ps();                                  \
+        for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
+            gm_prefetch_ahead(w, bw, (size_t)ib * sizeof(WB), sizeof(WB));                                \
+            __m256i codes[4];                                                                             \
+            float dw[4], mw[4];                                                                           \
+            for (int r = 0; r < 4; r++) {                                                                 \
+                const WB *b = (const WB *)w[r] + ib;                                                      \
+                codes[r] = ROW(b);                                                                        \
+                dw[r] = gm_f16(&b->d);                                                                    \
+                mw[r] = gm_f16((const uint8_t *)b + 2);                                                   \
+            }                                                                                             \
+            for (int j = 0; j < nc; j++) {                                                                \
+                const AB *aj = (const AB *)(a + (size_t)j * ba) + ib;                                     \
+                const float da = gm_f16(&aj->d), sa = gm_f16((const uint8_t *)aj + 2);                    \
+                for (int r = 0; r < nr; r++) {                                                            \
+                    const __m256i lanes = gm_dot_row(codes[r], aj->qs, KIND);                             \
+                    acc[r][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da), _mm256_cvtepi32_ps(lanes), acc[r][j]); \
+                    if (WITH_MIN) mins[r][j] += mw[r] * sa;                                               \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+        for (int j = 0; j < nc; j++)                                                                      \
+            for (int r = 0; r < nr; r++) s[(size_t)j * bs + r] = gm_tree8(acc[r][j]) + mins[r][j];        \
+    }
+#endif
+
+#define GM_DEFINE_LEGACY_DISPATCH(NAME)                                                                   \
+    static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,      \
+                            size_t ba, int nr, int nc) {                                                  \
+        const uint8_t *rows[4];                                                                           \
+        gm_rows(w, bw, nr, rows);                                                                         \
+        switch (nc) {                                                                                     \
+        case 1: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 1); break;                                 \
+        case 2: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 2); break;                                 \
+        case 3: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 3); break;                                 \
+        default: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 4); break;                                \
+        }                                                                                                 \
+    }
+
+/* unsigned codes of the signed types, for the AVX-512 tile */
+static inline __m256i gm_urow_q4_0(const block_q4_0 *b) { return gm_nibbles_row(b->qs); }
+static inline __m256i gm_urow_q5_0(const block_q5_0 *b) { return gm_fifth_row(gm_nibbles_row(b->qs), gm_u32(b->qh), 0); }
+static inline __m256i gm_urow_q8_0(const block_q8_0 *b) {
+    return _mm256_xor_si256(gm_load256(b->qs), _mm256_set1_epi8((char)0x80));
+}
+
+#if defined(PE_GEMM_VNNI)
+#define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN, UROW, SHIFT) \
+    GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, UROW, SHIFT, WITH_MIN)
+#else
+#define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN, UROW, SHIFT) \
+    GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, KIND, WITH_MIN)
+#endif
+
+#define GM_DEFINE_LEGACY(NAME, WB, AB, ROW, KIND, WITH_MIN, UROW, SHIFT) \
+    GM_DEFINE_LEGACY_VEC_DOT(NAME, WB, AB, ROW, KIND, WITH_MIN)          \
+    GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN, UROW, SHIFT)       \
+    GM_DEFINE_LEGACY_DISPATCH(NAME)
+
+#define GM_DEFINE_ALL_LEGACY()                                                                                  \
+    GM_DEFINE_LEGACY(q4_0, block_q4_0, block_q8_0, gm_row_q4_0, GM_SIGNED, 0, gm_urow_q4_0, 3)               \
+    GM_DEFINE_LEGACY(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, GM_UNSIGNED, 1, gm_row_q4_1, -1)             \
+    GM_DEFINE_LEGACY(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, GM_SIGNED, 0, gm_urow_q5_0, 4)               \
+    GM_DEFINE_LEGACY(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, GM_UNSIGNED, 1, gm_row_q5_1, -1)             \
+    GM_DEFINE_LEGACY(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GM_SIGNED8, 0, gm_urow_q8_0, 7)
 
 /* PYENGINE_GEMM=0 leaves the tiles to vec_dot pair by pair (for A/B timing). */
 static inline int gm_gemm_enabled(void) {
