@@ -270,8 +270,11 @@ def drive(engine: Engine) -> None:
 
 def test_engine_refuses_q8_0_for_a_model_with_small_heads():
     gguf = GGUFFile(SYNTH / "llama-f16.gguf")    # head_dim 16
+    model, tok = load_model(gguf), Tokenizer.from_gguf(gguf)
     with pytest.raises(InvalidOptionError, match="head_dim is 16"):
-        Engine(load_model(gguf), Tokenizer.from_gguf(gguf), Backend(1), n_ctx=32, kv_type="q8_0")
+        Engine(model, tok, Backend(1), n_ctx=32, kv_type="q8_0")
+    with pytest.raises(InvalidOptionError, match="kv_type must be one of f16, q8_0, got 'q4_0'"):
+        Engine(model, tok, Backend(1), n_ctx=32, kv_type="q4_0")
 
 
 def test_an_environment_default_that_does_not_fit_falls_back_to_f16(monkeypatch):
