@@ -49,7 +49,7 @@ class LLM:
     """A loaded model with its tokenizer, KV cache, thread pool and batch loop."""
 
     def __init__(self, model: str | os.PathLike, *, n_ctx: int | None = None, n_threads: int | None = None,
-                 n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str = "f16",
+                 n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str | None = None,
                  swa_full: bool = False) -> None:
         from pyengine.store import resolve_model
 

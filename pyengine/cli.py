@@ -69,6 +69,34 @@ def _int_at_least(lowest: int) -> Callable[[str], int]:
     return parse
 
 
+# The KV cache types and their environment default, as in pyengine/kvcache/rows.py (named
+# here so that `--help` does not load the native core; a test keeps the two equal).
+KV_TYPES = ("f16", "q8_0")
+KV_CACHE_TYPE_ENV = "PYENGINE_KV_CACHE_TYPE"
+
+
+def _kv_type(text: str) -> str:
+    name = text.strip().lower()
+    if name not in KV_TYPES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(KV_TYPES)}, got {text!r}")
+    return name
+
+
+def _add_kv_type(sub) -> None:
+    sub.add_argument("--kv-type", type=_kv_type, default=None, metavar="|".join(KV_TYPES),
+                     help=f"KV cache type: f16, or q8_0 at about half the memory "
+                     f"(default: ${KV_CACHE_TYPE_ENV}, else f16)")
+
+
+def _use_kv_type(args) -> None:
+    """--kv-type reaches every LLM the command builds (the server's and the bench's
+    too) as the environment default that LLM reads."""
+    import os
+
+    if args.kv_type is not None:
+        os.environ[KV_CACHE_TYPE_ENV] = args.kv_type
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -271,6 +299,7 @@ def _add_run(commands) -> None:
                      help="worker threads (default: physical cores)")
     sub.add_argument("--raw", action="store_true",
                      help="send the prompt as is, without the model's chat template")
+    _add_kv_type(sub)
     sub.set_defaults(handler=_cmd_run)
 
 
@@ -299,6 +328,7 @@ def _cmd_run(args) -> int:
     path = store.resolve_model(args.model, pull=True, progress=True)
     from pyengine.api import LLM
 
+    _use_kv_type(args)
     llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads)
     if interactive:
         return _chat_loop(args, llm, path)
@@ -369,6 +399,7 @@ def _add_serve(commands) -> None:
                      help="how long an idle model stays loaded: 30s, 5m, 1h, -1 = forever (default 5m)")
     sub.add_argument("--max-body-mb", type=_int_at_least(1), default=8,
                      help="largest request body in MiB (default 8)")
+    _add_kv_type(sub)
     sub.set_defaults(handler=_cmd_serve)
 
 
@@ -389,6 +420,7 @@ def _cmd_serve(args) -> int:
         keep_alive_s=keep_alive, max_body_bytes=args.max_body_mb * 1024 * 1024,
     )
     check_bind(config)  # before pulling anything
+    _use_kv_type(args)
     print(f"pyengine serving on http://{_url_host(config.host)}:{config.port}", file=sys.stderr, flush=True)
     serve(config)
     return EXIT_OK
@@ -410,6 +442,7 @@ def _add_bench(commands) -> None:
     sub.add_argument("--gen-tokens", type=_int_at_least(1), default=128, help="default 128")
     sub.add_argument("--repeat", type=_int_at_least(1), default=3,
                      help="runs per measurement, best kept (default 3)")
+    _add_kv_type(sub)
     sub.set_defaults(handler=_cmd_bench)
 
 
@@ -419,6 +452,7 @@ def _cmd_bench(args) -> int:
     path = store.resolve_model(args.model, pull=True, progress=True)
     from pyengine.bench import run_bench
 
+    _use_kv_type(args)
     result = run_bench(
         str(path), n_threads=args.threads, n_prompt=args.prompt_tokens,
         n_gen=args.gen_tokens, repeat=args.repeat,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyengine.errors import ContextLengthError, InvalidOptionError, UnsupportedError
+from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.gguf import GGUFFile
 from pyengine.kvcache import KeyRotator, KVCache
 from pyengine.kvcache.cells import CellTable
@@ -100,9 +100,10 @@ def test_full_cache_is_a_context_error():
 
 
 def test_kv_types():
-    with pytest.raises(UnsupportedError, match="Q8_0"):
-        KVCache(full_layout(), 4, kv_type="q8_0")
-    with pytest.raises(InvalidOptionError):
+    assert KVCache(full_layout(1, 64), 4, kv_type="Q8_0").kv_type == "q8_0"
+    with pytest.raises(InvalidOptionError, match="blocks of 32 values.*is 4"):
+        KVCache(full_layout(), 4, kv_type="q8_0")   # rows of 4 values are not whole Q8_0 blocks
+    with pytest.raises(InvalidOptionError, match="kv_type.*'f8'"):
         KVCache(full_layout(), 4, kv_type="f8")
     with pytest.raises(InvalidOptionError):
         KVCache(full_layout(), 0)

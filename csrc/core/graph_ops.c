@@ -187,6 +187,17 @@ int pe_op_set_rows(pe_graph *g, int cache, int src, int slots) {
     return id;
 }
 
+/* A K or V cache the attention kernel reads: F16, or Q8_0 when a head's
+ * slice of a row is whole blocks (the kernel dots and dequantizes per head). */
+static int check_attn_cache(const pe_tensor *c, int64_t hd) {
+    if (c->type != PE_TYPE_F16 && c->type != PE_TYPE_Q8_0) return fail_shapes("attn", c, NULL, "K and V caches must be F16 or Q8_0");
+    if (c->nb[0] != pe_type_block_bytes(c->type)) return fail_shapes("attn", c, NULL, "cache rows must be contiguous");
+    if (hd % pe_type_block_size(c->type))
+        return pe_fail("attn: head_dim %lld is not a multiple of the %s block size %lld", (long long)hd,
+                       pe_type_name(c->type), (long long)pe_type_block_size(c->type));
+    return 0;
+}
+
 int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone, int cell_pos, int n_head_kv,
                float scale, float softcap) {
     pe_tensor *tq = get(g, q, "attn", "q"), *tk = get(g, k, "attn", "k"), *tv = get(g, v, "attn", "v"),
@@ -194,7 +205,7 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone,
     if (!tq || !tk || !tv || !tm || !tl || require_f32("attn", tq) || require_f32("attn", tm) || require_i32("attn", tl)) return -1;
     const int64_t hd = tq->ne[0], nh = tq->ne[1], nt = tq->ne[2];
     if (n_head_kv <= 0 || nh % n_head_kv) return pe_fail("attn: %lld query heads do not divide into %d kv heads", (long long)nh, n_head_kv);
-    if (tk->type != PE_TYPE_F16 || tv->type != PE_TYPE_F16) return fail_shapes("attn", tk, tv, "K and V caches must be F16");
+    if (check_attn_cache(tk, hd) || check_attn_cache(tv, hd)) return -1;
     if (tk->ne[0] != hd * n_head_kv || tv->ne[0] != hd * n_head_kv) return fail_shapes("attn", tq, tk, "cache rows must hold head_dim * n_head_kv values");
     if (tk->ne[1] != tv->ne[1]) return fail_shapes("attn", tk, tv, "K and V caches differ in length");
     if (tm->ne[0] < tk->ne[1] || tm->ne[1] < nt) return fail_shapes("attn", tm, tk, "mask must be [cells, tokens]");

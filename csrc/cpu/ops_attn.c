@@ -1,9 +1,11 @@
 /* ops_attn.c - writes into the KV cache and attention over it.
  *
  * Attention runs one (token, KV group) at a time, reading K and V rows
- * straight from the F16 cache, with llama.cpp's roundings and accumulation
- * order (query and probabilities to F16, vector lanes, its exp), so that
- * logits agree with its recorded ones to the bit.  The number
+ * straight from the cache.  With an F16 cache it follows llama.cpp's
+ * roundings and accumulation order (query and probabilities to F16, vector
+ * lanes, its exp), so that logits agree with its recorded ones to the bit.
+ * K and V may also be Q8_0, each on its own (see group_queries and
+ * group_values_quant).  The number
  * of cells to read is an input read at compute time, so a decode graph can
  * be reused as the cache grows. */
 #include <math.h>
@@ -42,11 +44,13 @@ void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
 
 static int64_t padded(int64_t n) { return (n + ATTN_ALIGN - 1) / ATTN_ALIGN * ATTN_ALIGN; }
 
-/* Per thread: the rounded queries of a KV group, one score per position slot
- * and head, the output lanes of each head, and the cell of each slot. */
+/* Per thread: the queries of a KV group (rounded floats, or the Q8_0 blocks
+ * a quantized K takes, which need less room), one score per position slot
+ * and head, the output lanes of each head, a row of scratch, and the cell of
+ * each slot. */
 static size_t attn_thread_bytes(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k) {
-    const int64_t group = q->ne[1] / t->ip[0], slots = padded(k->ne[1]) + ATTN_ALIGN;
-    const size_t floats = (size_t)(group * (q->ne[0] * (1 + 4 * pe_kern->vec.lanes) + slots));
+    const int64_t group = q->ne[1] / t->ip[0], slots = padded(k->ne[1]) + ATTN_ALIGN, hd = q->ne[0];
+    const size_t floats = (size_t)(group * (hd * (1 + 4 * pe_kern->vec.lanes) + slots) + hd);
     return floats * sizeof(float) + (size_t)slots * sizeof(int32_t) + 64;
 }
 
@@ -63,7 +67,10 @@ static inline float round_f16(float x) { return pe_f16_to_f32(pe_f32_to_f16(x));
 typedef struct {
     int64_t  hd, group, n_slots;  /* n_slots: position slots, a multiple of ATTN_ALIGN */
     int      nacc;     /* accumulators of `lanes` floats: 1 in batches, 4 for a lone token */
-    float   *qh;       /* [group][hd]       queries rounded to F16 */
+    int      q_type;   /* the type K's dot product takes the query in */
+    size_t   q_bytes;  /* bytes of one query row of q_type */
+    float   *qh;       /* [group][hd]       queries rounded to F16, or [group] rows of q_bytes */
+    float   *row;      /* [hd]              scratch */
     float   *scores;   /* [group][n_slots]  scores, then probabilities, by position slot */
     float   *lanes;    /* [group][W][hd]    the product with V, lane by lane */
     int32_t *cell;     /* [n_slots]         the cell at each slot, -1 if none */
@@ -95,28 +102,49 @@ static void place_by_cell(attn_group *ag, const float *m, int64_t n_kv) {
     for (int64_t i = 0; i < ag->n_slots; i++) ag->cell[i] = i < n_kv && m[i] != -INFINITY ? (int32_t)i : -1;
 }
 
-/* Scores as llama.cpp's non-flash path computes them: the query rounded to
- * F16 (its product with the F16 cache), the dot product in vector lanes,
- * soft-capped, then scaled; empty slots are -inf.  (Models that scale the
- * query instead, as Gemma does, pass a scale of 1.) */
+/* The group's queries in the form K's dot product takes them, as the
+ * product with the cache does in GGML: rounded to F16 for an F16 cache;
+ * quantized to Q8_0 (Q8_0's vec_dot partner) for a Q8_0 cache, so a score is
+ * an integer dot product of blocks. */
+static void group_queries(attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok) {
+    const int64_t hd = ag->hd;
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        const float *qr = pe_row(q, h0 + gi, tok, 0);
+        if (ag->q_type == PE_TYPE_F16) {
+            for (int64_t i = 0; i < hd; i++) ag->qh[gi * hd + i] = round_f16(qr[i]);
+        } else {
+            pe_kern->type[ag->q_type].from_float(qr, (uint8_t *)ag->qh + gi * ag->q_bytes, hd);
+        }
+        ag->mx[gi] = -INFINITY;
+    }
+}
+
+static inline float raw_dot(const attn_group *ag, const pe_tensor *k, const uint8_t *kr, int64_t gi) {
+    if (ag->q_type == PE_TYPE_F16)
+        return pe_kern->vec.dot_f32_f16(ag->hd, ag->qh + gi * ag->hd, (const uint16_t *)kr, ag->nacc);
+    float s;
+    pe_kern->type[k->type].vec_dot(ag->hd, &s, kr, (const uint8_t *)ag->qh + gi * ag->q_bytes);
+    return s;
+}
+
+/* Scores as llama.cpp's non-flash path computes them: the dot product with
+ * the query as group_queries made it (F16: in vector lanes), soft-capped,
+ * then scaled; empty slots are -inf.  (Models that scale the query instead,
+ * as Gemma does, pass a scale of 1.) */
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
                          const pe_tensor *k, size_t head_off) {
     const float scale = t->fp[0], softcap = t->fp[1];
-    const int64_t hd = ag->hd, n = ag->n_slots;
-    for (int64_t gi = 0; gi < ag->group; gi++) {
-        const float *qr = pe_row(q, h0 + gi, tok, 0);
-        for (int64_t i = 0; i < hd; i++) ag->qh[gi * hd + i] = round_f16(qr[i]);
-        ag->mx[gi] = -INFINITY;
-    }
+    const int64_t n = ag->n_slots;
+    group_queries(ag, q, h0, tok);
     for (int64_t i = 0; i < n; i++) {
         const int32_t c = ag->cell[i];
         if (c < 0) {
             for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n + i] = -INFINITY;
             continue;
         }
-        const uint16_t *kr = (const uint16_t *)((const uint8_t *)k->data + c * k->nb[1] + head_off);
+        const uint8_t *kr = (const uint8_t *)k->data + c * k->nb[1] + head_off;
         for (int64_t gi = 0; gi < ag->group; gi++) {
-            float s = pe_kern->vec.dot_f32_f16(hd, ag->qh + gi * hd, kr, ag->nacc);
+            float s = raw_dot(ag, k, kr, gi);
             if (softcap > 0) s = softcap * tanhf(s * (1.0f / softcap));
             s *= scale;
             ag->scores[gi * n + i] = s;
@@ -126,9 +154,9 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
 }
 
 /* Softmax of each head's scores, in place: exponentials over whole vectors,
- * summed in double, scaled by the float inverse, and rounded to F16 (the type
- * of the product with the V cache). */
-static void group_softmax(attn_group *ag) {
+ * summed in double, scaled by the float inverse, and for an F16 V rounded to
+ * F16 (the type of the product with the V cache). */
+static void group_softmax(attn_group *ag, int to_f16) {
     const int64_t n = ag->n_slots;
     for (int64_t gi = 0; gi < ag->group; gi++) {
         float *sc = ag->scores + gi * n;
@@ -138,13 +166,13 @@ static void group_softmax(attn_group *ag) {
         }
         const double sum = pe_kern->vec.exp_sum(n, sc, sc, ag->mx[gi]);
         const float inv = (float)(1.0 / sum);
-        for (int64_t i = 0; i < n; i++) sc[i] = round_f16(sc[i] * inv);
+        for (int64_t i = 0; i < n; i++) sc[i] = to_f16 ? round_f16(sc[i] * inv) : sc[i] * inv;
     }
 }
 
-/* The product with V: slot i goes to lane i % W of each head (an fma per
- * element), and the W lanes are folded by halves into the output. */
-static void group_values(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
+/* The product with an F16 V: slot i goes to lane i % W of each head (an fma
+ * per element), and the W lanes are folded by halves into the output. */
+static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
     const int64_t hd = ag->hd, w = pe_kern->vec.lanes * ag->nacc, n = ag->n_slots;
     memset(ag->lanes, 0, (size_t)(ag->group * w * hd) * sizeof(float));
     for (int64_t i = 0; i < n; i++) {
@@ -165,6 +193,29 @@ static void group_values(attn_group *ag, const pe_tensor *v, size_t head_off, fl
     }
 }
 
+/* The product with a quantized (Q8_0) V follows llama.cpp's flash-attention
+ * path, the only one in which it lets V be quantized: each row is
+ * dequantized to floats (once per group) and accumulated in F32 with F32
+ * probabilities, slot after slot.  (Its non-flash product would quantize
+ * the probabilities along the cells, which needs a transposed V cache.) */
+static void group_values_quant(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
+    const int64_t hd = ag->hd, n = ag->n_slots;
+    memset(out, 0, (size_t)(ag->group * hd) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t c = ag->cell[i];
+        if (c < 0) continue;
+        int dequantized = 0;
+        for (int64_t gi = 0; gi < ag->group; gi++) {
+            const float p = ag->scores[gi * n + i];
+            if (p == 0.0f) continue;
+            if (!dequantized) pe_kern->type[v->type].to_float((const uint8_t *)v->data + c * v->nb[1] + head_off, ag->row, hd);
+            dequantized = 1;
+            float *o = out + gi * hd;
+            for (int64_t d = 0; d < hd; d++) o[d] += p * ag->row[d];
+        }
+    }
+}
+
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const pe_graph *g = ex->g;
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
@@ -181,25 +232,30 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const int64_t per = nt * n_kv_head >= ex->nth ? group : 1;
     const int64_t tasks_per_token = q->ne[1] / per;
     const int64_t room = padded(k->ne[1]) + ATTN_ALIGN;
-    attn_group ag = {.hd = hd, .group = per};
+    const int q_type = k->type == PE_TYPE_F16 ? PE_TYPE_F16 : pe_type_vec_dot_type(k->type);
+    attn_group ag = {.hd = hd, .group = per, .q_type = q_type, .q_bytes = pe_row_bytes(q_type, hd)};
     uint8_t *mine = ex->work + (size_t)ex->ith * attn_thread_bytes(t, q, k);
     ag.cell = (int32_t *)mine;
     ag.qh = (float *)(mine + (size_t)room * sizeof(int32_t));
     ag.scores = ag.qh + per * hd;
     ag.lanes = ag.scores + per * room;
+    ag.row = ag.lanes + per * hd * 4 * pe_kern->vec.lanes;
+    /* a head's slice of a cache row: whole blocks, as head_dim is a multiple
+     * of the block size (checked when the op was built) */
+    const size_t k_head_bytes = pe_row_bytes(k->type, hd), v_head_bytes = pe_row_bytes(v->type, hd);
     int64_t p0, p1;
     pe_split(nt * tasks_per_token, ex->ith, ex->nth, &p0, &p1);
     for (int64_t p = p0; p < p1; p++) {
         const int64_t tok = p / tasks_per_token, h0 = (p % tasks_per_token) * per, kvh = h0 / group;
         const float *m = (const float *)((const uint8_t *)mask->data + tok * mask->nb[1]);
-        const size_t head_off = (size_t)kvh * hd * sizeof(uint16_t);
         float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
         /* llama.cpp multiplies a lone token's rows with its row dot product
          * (4 accumulators) and a batch's with tiles (1 per output) */
         ag.nacc = (lone ? lone[tok] != 0 : nt == 1) ? 4 : 1;
         if (!place_cells(&ag, m, cell_pos, n_kv, room)) place_by_cell(&ag, m, n_kv);
-        group_scores(t, &ag, q, h0, tok, k, head_off);
-        group_softmax(&ag);
-        group_values(&ag, v, head_off, out);
+        group_scores(t, &ag, q, h0, tok, k, (size_t)kvh * k_head_bytes);
+        group_softmax(&ag, v->type == PE_TYPE_F16);
+        if (v->type == PE_TYPE_F16) group_values_f16(&ag, v, (size_t)kvh * v_head_bytes, out);
+        else                        group_values_quant(&ag, v, (size_t)kvh * v_head_bytes, out);
     }
 }

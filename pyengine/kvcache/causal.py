@@ -12,8 +12,8 @@ by a compaction: the order rule of cells.py (cell order = position order
 within a sequence) is what makes results independent of the batch, and a
 wrapping ring would break it.
 
-K/V rows are F16 (stored as uint16 so numpy never converts them by
-accident).  Q8_0 rows are not offered: the native attention reads F16 only.
+K/V rows are F16 by default, or Q8_0 blocks with kv_type="q8_0" (rows.py:
+storage, conversions, the option and its environment default).
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from pyengine.errors import ContextLengthError, InvalidOptionError, UnsupportedError
+from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.kvcache.cells import MAX_SEQUENCES, CellTable, seq_bit
+from pyengine.kvcache.rows import DEFAULT_KV_TYPE, FORMATS, KV_TYPES, RowFormat, row_format
 from pyengine.ml.nn import CacheSpec
-
-KV_TYPES = ("f16",)
 
 # rotate(layers, rows, delta): rows[i] is float32 [n, k_dim] of layers[i]; returns the
 # rows re-roped by `delta` positions.
@@ -60,19 +59,25 @@ class KVCache:
     """Cells for several sequences (up to 64), grouped by attention window."""
 
     def __init__(self, layout: Sequence[CacheSpec], n_cells: int, *,
-                 window_cells: Mapping[int, int] | None = None, kv_type: str = "f16") -> None:
+                 window_cells: Mapping[int, int] | None = None, kv_type: str | None = "f16",
+                 head_dim: int | None = None) -> None:
+        """kv_type: "f16" or "q8_0" (None: $PYENGINE_KV_CACHE_TYPE, else f16).  head_dim,
+        when given, is checked against the type's block size (attention reads a head's
+        slice of a row as whole blocks); a type that came from the environment and does
+        not fit falls back to f16 instead."""
         if isinstance(n_cells, bool) or not isinstance(n_cells, int) or n_cells < 1:
             raise InvalidOptionError(f"context size must be a positive integer, got {n_cells!r}")
-        if kv_type not in KV_TYPES:
-            if isinstance(kv_type, str) and kv_type.lower() == "q8_0":
-                raise UnsupportedError("a Q8_0 KV cache needs attention over Q8_0 rows, which the native "
-                                       "core does not have yet; use kv_type='f16'")
-            raise InvalidOptionError(f"kv_type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}")
+        self.format: RowFormat = row_format(kv_type)
+        if kv_type is None and head_dim is not None and head_dim % self.format.block:
+            # an environment default the model cannot use falls back to F16, as Ollama's does
+            self.format = FORMATS[DEFAULT_KV_TYPE]
+        self.kv_type = self.format.name
         self.layout = list(layout)
         if not self.layout:
             raise InvalidOptionError("the cache layout has no layers")
+        if head_dim is not None:
+            self.format.check_dim(head_dim, "this model's head_dim")
         self.n_cells = n_cells
-        self.kv_type = kv_type
         self.groups: list[CacheGroup] = []
         self.layer_group: list[CacheGroup] = []
         by_window: dict[int, CacheGroup] = {}
@@ -84,14 +89,24 @@ class KVCache:
                 by_window[spec.window] = group
                 self.groups.append(group)
             group.layers.append(i)
-            group.k[i] = np.zeros((group.n_cells, spec.k_dim), np.uint16)
-            group.v[i] = np.zeros((group.n_cells, spec.v_dim), np.uint16)
+            group.k[i] = self.format.zeros(group.n_cells, spec.k_dim)
+            group.v[i] = self.format.zeros(group.n_cells, spec.v_dim)
             self.layer_group.append(group)
         self.k = [self.layer_group[i].k[i] for i in range(len(self.layout))]
         self.v = [self.layer_group[i].v[i] for i in range(len(self.layout))]
         self.epoch = 0   # bumped by clear(), so holders of bookkeeping notice
 
     # ---- queries -------------------------------------------------------------
+
+    @property
+    def type_id(self) -> int:
+        """The native type of the K/V rows (for the graph's cache tensors)."""
+        return self.format.type_id
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all K/V buffers."""
+        return sum(rows.nbytes for rows in self.k + self.v)
 
     @property
     def windows(self) -> list[int]:
@@ -213,12 +228,14 @@ class KVCache:
         g.move(order)
         g.cells.rebuild(order, bits)
 
-    @staticmethod
-    def _rotate_keys(g: CacheGroup, cells: np.ndarray, delta: int, rotate: Rotator) -> None:
-        rows = [g.k[layer][cells].view(np.float16).astype(np.float32) for layer in g.layers]
+    def _rotate_keys(self, g: CacheGroup, cells: np.ndarray, delta: int, rotate: Rotator) -> None:
+        """Decode the keys to float32, re-rope them, store them back in the cache's type
+        (for Q8_0 a second rounding, as llama.cpp's shift of a quantized cache has)."""
+        fmt = self.format
+        rows = [fmt.decode(g.k[layer][cells], self.layout[layer].k_dim) for layer in g.layers]
         rotated = rotate(g.layers, rows, delta)
         for layer, new in zip(g.layers, rotated):
-            g.k[layer][cells] = np.asarray(new, np.float32).astype(np.float16).view(np.uint16)
+            g.k[layer][cells] = fmt.encode(np.asarray(new, np.float32))
 
 
 def _window_size(window: int, n_cells: int, window_cells: Mapping[int, int] | None) -> int:

@@ -2,8 +2,9 @@
 
 RoPE by position a followed by RoPE by position d equals RoPE by a + d, so
 keys that move d positions are roped once more with every position set to d.
-The rows come out of the F16 cache as float32, go through a small graph built
-for the shift (shifts are rare, so the graph is not kept) and go back as F16.
+The cache hands the rows over as float32 (decoded from F16 or Q8_0), they go
+through a small graph built for the shift (shifts are rare, so the graph is
+not kept) and the cache stores them back in its own type (kvcache/rows.py).
 
 How a layer ropes is the model's business: `model.rope_for_layer(ctx, x,
 positions, layer)` when the model has it, else the config's `layer_rope`

@@ -72,7 +72,7 @@ class Engine:
     """The batch loop over one model and one KV cache, in a background thread."""
 
     def __init__(self, model, tokenizer: Tokenizer, backend: Backend, *, n_ctx: int,
-                 n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str = "f16",
+                 n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str | None = None,
                  swa_margin: int = SWA_MARGIN, swa_full: bool = False, background: bool = True) -> None:
         _check_int("n_ctx", n_ctx, 1, 1 << 24)
         _check_int("n_batch", n_batch, 1, 1 << 16)
@@ -87,7 +87,9 @@ class Engine:
         # a sliding layer keeps window + margin cells per sequence, plus room for a batch
         windows = {s.window: n_cells if swa_full else min(n_cells, n_parallel * (s.window + swa_margin) + n_batch)
                    for s in layout if s.window}
-        self.cache = KVCache(layout, n_cells, window_cells=windows, kv_type=kv_type)
+        # kv_type None: $PYENGINE_KV_CACHE_TYPE, else f16 (kvcache/rows.py)
+        self.cache = KVCache(layout, n_cells, window_cells=windows, kv_type=kv_type,
+                             head_dim=getattr(model.cfg, "head_dim", None))
         self.forward = Forward(model, backend, self.cache, max_tokens=n_batch)
         self.rotator = KeyRotator(model, backend)
         self.slots = SlotTable(self.cache)

@@ -27,7 +27,7 @@ import numpy as np
 
 from pyengine.errors import InvalidOptionError, UnsupportedError
 from pyengine.kvcache import KVCache
-from pyengine.ml.context import F16, Backend, Context, Tensor
+from pyengine.ml.context import Backend, Context, Tensor
 from pyengine.runner.arith import Arith, batch_arith
 
 MAX_GRAPHS = 12
@@ -114,8 +114,8 @@ class BatchGraph:
             group = cache.layer_group[i]
             slots, mask, kv_len, cell_pos = per_group[cache.groups.index(group)]
             self._attn.append(AttnInputs(
-                ctx.cache(group.k[i], F16, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
-                ctx.cache(group.v[i], F16, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
+                ctx.cache(group.k[i], cache.type_id, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
+                ctx.cache(group.v[i], cache.type_id, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
                 slots, mask, kv_len, lone, cell_pos))
         if hidden:
             capture = _HeadCapture(ctx, model)
