@@ -287,14 +287,17 @@ static void run_nodes(void *arg, int ith, int nth) {
     pe_graph *g = rc->g;
     pe_exec ex = {.ith = ith, .nth = nth, .g = g, .work = g->work, .work_bytes = g->work_bytes,
                   .pool = rc->pool, .error = &g->error};
+    const int timed = ith == 0 && pe_profile_on();
     for (int i = 0; i < g->n; i++) {
         pe_tensor *t = &g->t[i];
         if (t->op == PE_OP_NONE || t->op == PE_OP_VIEW) continue;
+        const double t0 = timed ? pe_profile_now() : 0;
         ex.chunk = &g->chunks[i];
         pe_op_compute(&ex, t);
         /* no early exit on a data error: every thread must reach every
          * barrier; ops skip the work an error makes meaningless */
         pe_pool_barrier(rc->pool);
+        if (timed) pe_profile_add(g, t, pe_profile_now() - t0);
     }
 }
 

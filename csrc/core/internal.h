@@ -84,6 +84,11 @@ struct pe_graph {
     char       error_msg[256];
 };
 
+/* PYENGINE_PROFILE=1: time per op kind, printed at exit (profile.c) */
+int    pe_profile_on(void);
+double pe_profile_now(void);
+void   pe_profile_add(const pe_graph *g, const pe_tensor *t, double seconds);
+
 pe_tensor *pe_graph_get(const pe_graph *g, int id);
 int pe_graph_add(pe_graph *g, int type, int n_dims, const int64_t *ne);
 

@@ -56,6 +56,8 @@ typedef struct pe_vec_kernels {
     int    lanes;
     /* sum_i x[i] * f16(y[i]) in nacc accumulators of `lanes` (1 or 4) */
     float (*dot_f32_f16)(int64_t n, const float *x, const uint16_t *y, int nacc);
+    /* dot_f32_f16 of x with each of the n <= 4 rows y[j], into out[j] */
+    void  (*dot4_f32_f16)(int64_t n, const float *x, const uint16_t *const *y, int rows, int nacc, float *out);
     /* y[i] = fma(f16(x[i]), p, y[i]) */
     void  (*fma_f16)(int64_t n, float *y, float p, const uint16_t *x);
     /* y[i] = exp(x[i] - max), returning the sum in double */

@@ -119,12 +119,15 @@ static void group_queries(attn_group *ag, const pe_tensor *q, int64_t h0, int64_
     }
 }
 
-static inline float raw_dot(const attn_group *ag, const pe_tensor *k, const uint8_t *kr, int64_t gi) {
-    if (ag->q_type == PE_TYPE_F16)
-        return pe_kern->vec.dot_f32_f16(ag->hd, ag->qh + gi * ag->hd, (const uint16_t *)kr, ag->nacc);
-    float s;
-    pe_kern->type[k->type].vec_dot(ag->hd, &s, kr, (const uint8_t *)ag->qh + gi * ag->q_bytes);
-    return s;
+/* Raw dot products of head gi's query with the K rows of up to 4 cells. */
+static inline void raw_dots(const attn_group *ag, const pe_tensor *k, const uint8_t *const kr[4], int n, int64_t gi,
+                            float out[4]) {
+    if (ag->q_type == PE_TYPE_F16) {
+        pe_kern->vec.dot4_f32_f16(ag->hd, ag->qh + gi * ag->hd, (const uint16_t *const *)kr, n, ag->nacc, out);
+        return;
+    }
+    for (int j = 0; j < n; j++)
+        pe_kern->type[k->type].vec_dot(ag->hd, &out[j], kr[j], (const uint8_t *)ag->qh + gi * ag->q_bytes);
 }
 
 /* Scores as llama.cpp's non-flash path computes them: the dot product with
@@ -136,19 +139,29 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
     const float scale = t->fp[0], softcap = t->fp[1];
     const int64_t n = ag->n_slots;
     group_queries(ag, q, h0, tok);
-    for (int64_t i = 0; i < n; i++) {
-        const int32_t c = ag->cell[i];
-        if (c < 0) {
-            for (int64_t gi = 0; gi < ag->group; gi++) ag->scores[gi * n + i] = -INFINITY;
-            continue;
+    for (int64_t gi = 0; gi < ag->group; gi++)
+        for (int64_t i = 0; i < n; i++) ag->scores[gi * n + i] = -INFINITY;
+    /* four visible cells at a time: independent dot products overlap */
+    int64_t slot[4];
+    const uint8_t *kr[4];
+    int m = 0;
+    for (int64_t i = 0; i <= n; i++) {
+        if (i < n && ag->cell[i] >= 0) {
+            slot[m] = i;
+            kr[m++] = (const uint8_t *)k->data + ag->cell[i] * k->nb[1] + head_off;
         }
-        const uint8_t *kr = (const uint8_t *)k->data + c * k->nb[1] + head_off;
-        for (int64_t gi = 0; gi < ag->group; gi++) {
-            float s = raw_dot(ag, k, kr, gi);
-            if (softcap > 0) s = softcap * tanhf(s * (1.0f / softcap));
-            s *= scale;
-            ag->scores[gi * n + i] = s;
-            if (s > ag->mx[gi]) ag->mx[gi] = s;
+        if (m == 4 || (i == n && m > 0)) {
+            for (int64_t gi = 0; gi < ag->group; gi++) {
+                float s[4];
+                raw_dots(ag, k, kr, m, gi, s);
+                for (int j = 0; j < m; j++) {
+                    if (softcap > 0) s[j] = softcap * tanhf(s[j] * (1.0f / softcap));
+                    s[j] *= scale;
+                    ag->scores[gi * n + slot[j]] = s[j];
+                    if (s[j] > ag->mx[gi]) ag->mx[gi] = s[j];
+                }
+            }
+            m = 0;
         }
     }
 }

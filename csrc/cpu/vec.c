@@ -193,6 +193,35 @@ static float dot_f32_f16(int64_t n, const float *x, const uint16_t *y, int nacc)
     return (float)((double)sum + tail);
 }
 
+/* dot_f32_f16 against up to four rows: with one accumulator per row the
+ * four chains of dependent multiply-adds run side by side */
+static void dot4_f32_f16(int64_t n, const float *x, const uint16_t *const *y, int rows, int nacc, float *out) {
+#if defined(__AVX512F__)
+    if (nacc == 1 && n % 16 == 0) {
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t i = 0; i < n; i += 16) {
+            const __m512 xv = _mm512_loadu_ps(x + i);
+            for (int r = 0; r < rows; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y[r] + i))), xv, acc[r]);
+        }
+        for (int r = 0; r < rows; r++) out[r] = fold(acc[r]);
+        return;
+    }
+#elif defined(__AVX2__)
+    if (nacc == 1 && n % 8 == 0) {
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t i = 0; i < n; i += 8) {
+            const __m256 xv = _mm256_loadu_ps(x + i);
+            for (int r = 0; r < rows; r++)
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y[r] + i))), xv, acc[r]);
+        }
+        for (int r = 0; r < rows; r++) out[r] = fold(acc[r]);
+        return;
+    }
+#endif
+    for (int r = 0; r < rows; r++) out[r] = dot_f32_f16(n, x, y[r], nacc);
+}
+
 /* y[i] = fma(f16(x[i]), p, y[i]): one lane's step of the product with V */
 static void fma_f16(int64_t n, float *y, float p, const uint16_t *x) {
     int64_t i = 0;
@@ -297,6 +326,7 @@ void PE_VEC_FILL(pe_kernels *k) {
     k->vec.dot_f32_f16 = dot_f32_f16;
     k->vec.lanes = LANES;
     k->vec.fma_f16 = fma_f16;
+    k->vec.dot4_f32_f16 = dot4_f32_f16;
     k->vec.exp_sum = exp_sum;
     k->vec.f32_to_f16 = f32_to_f16;
     k->vec.f16_to_f32 = f16_to_f32;
