@@ -18,7 +18,8 @@ def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: i
     from pyengine.api import LLM
 
     t0 = time.perf_counter()
-    llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 16, n_threads=n_threads, n_batch=max(n_prompt, 1))
+    # one sequence, as llama-bench runs: the cache holds n_ctx cells, not n_ctx per parallel slot
+    llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 16, n_threads=n_threads, n_batch=max(n_prompt, 1), n_parallel=1)
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, llm.n_vocab, n_prompt)

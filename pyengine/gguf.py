@@ -22,6 +22,7 @@ import mmap
 import os
 import stat
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -232,11 +233,51 @@ def _read_numeric_array(cur: _Cursor, elem_type: int, count: int, what: str, at:
     return values
 
 
-def _read_string_array(cur: _Cursor, count: int, what: str) -> list[str]:
+class StringArray(Sequence):
+    """A GGUF array of strings, decoded on access from the mapped file.
+
+    Vocabularies hold hundreds of thousands of strings; kept as Python str
+    objects they would cost ~20 MB that the tokenizer already holds in its
+    own form.  Lengths are validated when the file is opened; decoding
+    (utf-8 with surrogateescape, as every GGUF text) cannot fail."""
+
+    def __init__(self, buf, starts: np.ndarray, lengths: np.ndarray) -> None:
+        self._buf, self._starts, self._lengths = buf, starts, lengths
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def _decode(self, i: int) -> str:
+        start = int(self._starts[i])
+        return self._buf[start:start + int(self._lengths[i])].decode("utf-8", "surrogateescape")
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._decode(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("string array index out of range")
+        return self._decode(index)
+
+    def __iter__(self):
+        return (self._decode(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (StringArray, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"StringArray({len(self)} strings)"
+
+
+def _read_string_array(cur: _Cursor, count: int, what: str) -> StringArray:
     # The hot loop of header parsing (262k strings for Gemma 3): locals only.
     buf, size, pos = cur.buf, cur.size, cur.pos
     unpack_len = _U64.unpack_from
-    strings = [""] * count  # count was checked against the bytes left
+    starts = np.empty(count, np.int64)  # count was checked against the bytes left
+    lengths = np.empty(count, np.int64)
     for i in range(count):
         if pos + 8 > size:
             raise cur.truncated(8, f"length of {what}[{i}]", at=pos)
@@ -244,10 +285,11 @@ def _read_string_array(cur: _Cursor, count: int, what: str) -> list[str]:
         pos += 8
         if length > size - pos:
             raise cur.truncated(length, f"{what}[{i}] ({length} bytes)", at=pos)
-        strings[i] = buf[pos:pos + length].decode("utf-8", "surrogateescape")  # as _decode_value_text
+        starts[i] = pos
+        lengths[i] = length
         pos += length
     cur.pos = pos
-    return strings
+    return StringArray(buf, starts, lengths)
 
 
 def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, object]:
@@ -383,7 +425,7 @@ def _kind(value: object) -> str:
         return "str"
     if isinstance(value, np.ndarray):
         return f"array of {value.dtype}"
-    if isinstance(value, list):
+    if isinstance(value, (list, StringArray)):
         return "array"
     return type(value).__name__
 
@@ -478,9 +520,9 @@ class GGUFFile:
             raise self._wrong_type(key, "bool")
         return value  # type: ignore[return-value]
 
-    def get_array(self, key: str, default: object = MISSING) -> list | np.ndarray:
+    def get_array(self, key: str, default: object = MISSING) -> Sequence | np.ndarray:
         value = self._get(key, default)
-        if key in self.metadata and not isinstance(value, (list, np.ndarray)):
+        if key in self.metadata and not isinstance(value, (list, StringArray, np.ndarray)):
             raise self._wrong_type(key, "array")
         return value  # type: ignore[return-value]
 

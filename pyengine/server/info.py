@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pyengine import store
+from pyengine.gguf import StringArray
 from pyengine.chat.parsers import detect_tool_format
 from pyengine.chat.template import supports_thinking
 
@@ -111,7 +112,7 @@ def model_info(facts: ModelFacts, verbose: bool) -> dict:
 def _json_value(value: Any, verbose: bool) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist() if verbose else None
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, StringArray)):
         if not verbose and len(value) > 64:
             return None
         return [_json_value(item, True) for item in value]

@@ -219,7 +219,7 @@ def _get_array(metadata: Mapping[str, object], key: str) -> Sequence | np.ndarra
     value = metadata.get(key)
     if value is None:
         return None
-    if not isinstance(value, (list, tuple, np.ndarray)):
+    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
         raise TokenizerError(f"metadata key {key!r} should be an array, got {type(value).__name__}")
     return value
 
@@ -228,9 +228,10 @@ def _string_list(metadata: Mapping[str, object], key: str) -> list[str] | None:
     values = _get_array(metadata, key)
     if values is None:
         return None
-    if isinstance(values, np.ndarray) or not set(map(type, values)) <= {str}:
+    strings = [] if isinstance(values, np.ndarray) else list(values)
+    if isinstance(values, np.ndarray) or not set(map(type, strings)) <= {str}:
         raise TokenizerError(f"metadata key {key!r} should be an array of strings")
-    return list(values)
+    return strings
 
 
 def _numeric_list(metadata: Mapping[str, object], key: str, n_vocab: int, kind: type) -> list | None:
