@@ -187,6 +187,13 @@ static void group_softmax(attn_group *ag, int to_f16) {
  * per element), and the W lanes are folded by halves into the output. */
 static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
     const int64_t hd = ag->hd, w = pe_kern->vec.lanes * ag->nacc, n = ag->n_slots;
+    if (ag->nacc == 1) {   /* a batch's lanes fit in registers, one head at a time */
+        int done = 1;
+        for (int64_t gi = 0; gi < ag->group && done; gi++)
+            done = pe_kern->vec.values_f16(n, ag->cell, ag->scores + gi * n, (const uint8_t *)v->data + head_off,
+                                           v->nb[1], hd, out + gi * hd);
+        if (done) return;
+    }
     memset(ag->lanes, 0, (size_t)(ag->group * w * hd) * sizeof(float));
     for (int64_t i = 0; i < n; i++) {
         const int32_t c = ag->cell[i];

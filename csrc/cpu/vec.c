@@ -241,6 +241,53 @@ static void fma_f16(int64_t n, float *y, float p, const uint16_t *x) {
     for (; i < n; i++) y[i] = fmaf(pe_f16_to_f32(x[i]), p, y[i]);
 }
 
+/* The product of probabilities p[i] (slot i of n, a multiple of LANES) with
+ * the F16 V rows of cells cell[i] (rows `stride` bytes apart, -1: none), as
+ * LANES accumulators per output element: slot i goes to lane i % LANES, one
+ * fma each, then the lanes fold by halves.  The lanes of one block of output
+ * elements stay in registers.  Returns 0 where the ISA has no such loop. */
+static int values_f16(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
+                      float *out) {
+#if defined(__AVX512F__)
+    if (hd % 16) return 0;
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+        __m512 acc[16];
+        for (int l = 0; l < 16; l++) acc[l] = _mm512_setzero_ps();
+        for (int64_t s = 0; s < n; s += 16)
+            for (int l = 0; l < 16; l++) {
+                const int64_t i = s + l;
+                if (cell[i] < 0 || p[i] == 0.0f) continue;
+                const __m256i h = _mm256_loadu_si256((const __m256i *)(v + (size_t)cell[i] * stride) + d0 / 16);
+                acc[l] = _mm512_fmadd_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(p[i]), acc[l]);
+            }
+        for (int half = 8; half >= 1; half /= 2)
+            for (int l = 0; l < half; l++) acc[l] = _mm512_add_ps(acc[l], acc[l + half]);
+        _mm512_storeu_ps(out + d0, acc[0]);
+    }
+    return 1;
+#elif defined(__AVX2__)
+    if (hd % 8) return 0;
+    for (int64_t d0 = 0; d0 < hd; d0 += 8) {
+        __m256 acc[8];
+        for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
+        for (int64_t s = 0; s < n; s += 8)
+            for (int l = 0; l < 8; l++) {
+                const int64_t i = s + l;
+                if (cell[i] < 0 || p[i] == 0.0f) continue;
+                const __m128i h = _mm_loadu_si128((const __m128i *)(v + (size_t)cell[i] * stride) + d0 / 8);
+                acc[l] = _mm256_fmadd_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(p[i]), acc[l]);
+            }
+        for (int half = 4; half >= 1; half /= 2)
+            for (int l = 0; l < half; l++) acc[l] = _mm256_add_ps(acc[l], acc[l + half]);
+        _mm256_storeu_ps(out + d0, acc[0]);
+    }
+    return 1;
+#else
+    (void)n; (void)cell; (void)p; (void)v; (void)stride; (void)hd; (void)out;
+    return 0;
+#endif
+}
+
 /* y[i] = exp(x[i] - max) for i < n (n a multiple of LANES on the SIMD
  * builds); returns their sum in double, added LANES at a time */
 static double exp_sum(int64_t n, float *y, const float *x, float max) {
@@ -327,6 +374,7 @@ void PE_VEC_FILL(pe_kernels *k) {
     k->vec.lanes = LANES;
     k->vec.fma_f16 = fma_f16;
     k->vec.dot4_f32_f16 = dot4_f32_f16;
+    k->vec.values_f16 = values_f16;
     k->vec.exp_sum = exp_sum;
     k->vec.f32_to_f16 = f32_to_f16;
     k->vec.f16_to_f32 = f16_to_f32;
