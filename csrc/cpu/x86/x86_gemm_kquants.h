@@ -235,7 +235,7 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
                 DECODE(x, &b);                                                                        \
                 for (int j = 0; j < nc; j++)                                                          \
                     STEP(&b, x, (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba) + ib,       \
-                         (paths >> (PE_PATH_BITS * j)) & 3u, &r[i][j]);                               \
+                         (paths >> (PE_PATH_BITS * j)) & PE_PATH_MASK, &r[i][j]);                      \
             }                                                                                         \
         for (int j = 0; j < nc; j++)                                                                  \
             for (int i = 0; i < nr; i++) s[(size_t)j * bs + i] = gmk_result(&r[i][j]);               \
