@@ -25,8 +25,9 @@ enum {
     PE_PATH_TILE4 = 1,  /* in a 4-row tile of a repacked GEMM (Q4_K) */
     PE_PATH_WIDE  = 2,  /* in a batch of >= 8 rows: the tiled k-quant product */
     PE_PATH_MULTI = 4,  /* in a batch of >= 2 rows: llamafile's float GEMM (F32 F16 BF16) */
+    PE_PATH_ROWS8 = 8,  /* the weight has a multiple of 8 rows: llama.cpp repacks Q4_0 / IQ4_NL */
 };
-#define PE_PATH_BITS 3
+#define PE_PATH_BITS 4
 #define PE_PATH_MASK ((1u << PE_PATH_BITS) - 1u)
 
 /* A dot product that follows the given path (optional; vec_dot otherwise). */
