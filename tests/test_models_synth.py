@@ -172,6 +172,30 @@ def test_as_close_to_exact_as_llamacpp(name, isa):
     assert ours_rate >= cpp_rate - EXACT_ARGMAX_SLACK, f"{name}: exact argmax {ours_rate} vs llama.cpp's {cpp_rate}"
 
 
+# Under AVX-512, the instruction set llama.cpp's recorded outputs come from,
+# every model but Q2_K follows llama.cpp's float operations exactly (the x86
+# build's dot-product lanes, llamafile's float GEMM, the repacked Q4_0/IQ4_NL
+# products, the tiled k-quant product): logits equal to the bit, greedy
+# continuations equal throughout.  Q2_K, which llama.cpp repacks (q2_K_8x8) on
+# AVX-512, is not followed yet and keeps the bounds above; so do the AVX2 and
+# scalar tables (llama.cpp's AVX2 build sums in the same lanes, but the golden
+# outputs are from its AVX-512 one).
+EXACT_ISA = "avx512"
+NOT_YET_EXACT = {"llama-wide-q2_k"}
+EXACT_TOP10 = 1e-5   # the recorded logits are rounded to 5 decimals
+
+
+@pytest.mark.parametrize("isa", [isa for isa in ISAS if isa == EXACT_ISA])
+@pytest.mark.parametrize("name", [m for m in MODELS if m not in NOT_YET_EXACT])
+def test_bit_exact_with_llamacpp(name, isa):
+    cases, results = runs(name, isa)
+    for r, c in zip(results, cases):
+        a = compare(r, c)
+        assert a.argmax_equal.all(), f"{name}: argmax differs at {np.flatnonzero(~a.argmax_equal)}"
+        assert a.top10_diff <= EXACT_TOP10, f"{name}: top-10 logits differ by {a.top10_diff}"
+        assert a.greedy_match == len(c["greedy"]), f"{name}: greedy differs at token {a.greedy_match}"
+
+
 def test_sliding_window_changes_the_result():
     """gemma2-q8_0 slides an 8-token window over its even layers; over the
     301-token prompt that must matter (else the parity above proves nothing

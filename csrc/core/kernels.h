@@ -24,8 +24,11 @@ typedef void (*pe_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a)
 enum {
     PE_PATH_TILE4 = 1,  /* in a 4-row tile of a repacked GEMM (Q4_K) */
     PE_PATH_WIDE  = 2,  /* in a batch of >= 8 rows: the tiled k-quant product */
+    PE_PATH_MULTI = 4,  /* in a batch of >= 2 rows: llamafile's float GEMM (F32 F16 BF16) */
+    PE_PATH_ROWS8 = 8,  /* the weight has a multiple of 8 rows: llama.cpp repacks Q4_0 / IQ4_NL */
 };
-#define PE_PATH_BITS 2
+#define PE_PATH_BITS 4
+#define PE_PATH_MASK ((1u << PE_PATH_BITS) - 1u)
 
 /* A dot product that follows the given path (optional; vec_dot otherwise). */
 typedef void (*pe_vec_dot_path_fn)(int64_t n, float *s, const void *w, const void *a, unsigned path);
@@ -33,7 +36,7 @@ typedef void (*pe_vec_dot_path_fn)(int64_t n, float *s, const void *w, const voi
 /* A tile of dot products over n elements: for i < nr weight rows (stride bw
  * bytes) and j < nc activation rows (stride ba bytes, already quantized to
  * the partner type), s[j * bs + i] = dot(w_i, a_j).  nr, nc <= PE_GEMM_MAX.
- * Row j's path is (paths >> PE_PATH_BITS * j) & 3.  Every element must be
+ * Row j's path is (paths >> PE_PATH_BITS * j) & PE_PATH_MASK.  Every element must be
  * bit-identical to vec_dot_path(w_i, a_j, path) (vec_dot where the type has
  * none): a row's result may not depend on which other rows share its tile. */
 #define PE_GEMM_MAX 4

@@ -49,10 +49,23 @@ static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *x, int 
 }
 
 /* Activation row j's path (PE_PATH_*): as the graph says per row, else as
- * in one llama.cpp batch of m rows. */
-static inline unsigned row_path(const int32_t *paths, int64_t j, int64_t m) {
-    if (paths) return (unsigned)paths[j] & 3u;
-    return (j < m - m % 4 ? PE_PATH_TILE4 : 0u) | (m >= 8 ? PE_PATH_WIDE : 0u);
+ * in one llama.cpp batch of m rows; `keep` masks off the bits this product
+ * cannot take. */
+static inline unsigned row_path(const int32_t *paths, int64_t j, int64_t m, unsigned keep) {
+    if (paths) return (unsigned)paths[j] & keep & ~(unsigned)PE_PATH_ROWS8;
+    return ((j < m - m % 4 ? PE_PATH_TILE4 : 0u) | (m >= 8 ? PE_PATH_WIDE : 0u) | (m >= 2 ? PE_PATH_MULTI : 0u)) & keep;
+}
+
+/* llamafile's float GEMM (PE_PATH_MULTI) takes only weights with a multiple
+ * of 4 rows; llama.cpp multiplies the others row by row. */
+static inline unsigned path_keep(const pe_tensor *w) {
+    return w->ne[1] % 4 == 0 ? PE_PATH_MASK : PE_PATH_MASK & ~(unsigned)PE_PATH_MULTI;
+}
+
+/* Bits of the weight rather than the row: llama.cpp repacks some types when
+ * the weight has a multiple of 8 rows (x86_repack.h). */
+static inline unsigned weight_bits(const pe_tensor *w) {
+    return w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1 ? (unsigned)PE_PATH_ROWS8 : 0u;
 }
 
 /* One tile: weight rows [i0, i1) against activation rows [j0, j1) of m. */
@@ -60,12 +73,13 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
                  const pe_tensor *x, const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m,
                  int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     const uint8_t *wd = w->data;
+    const unsigned keep = path_keep(w), wbits = weight_bits(w);
     const size_t wstride = w->nb[1];
     if (k->gemm && q) {
         for (int64_t j = j0; j < j1; j += PE_GEMM_MAX) {
             const int nc = (int)(j1 - j < PE_GEMM_MAX ? j1 - j : PE_GEMM_MAX);
             unsigned tile_paths = 0;
-            for (int c = 0; c < nc; c++) tile_paths |= row_path(paths, j + c, m) << (PE_PATH_BITS * c);
+            for (int c = 0; c < nc; c++) tile_paths |= (row_path(paths, j + c, m, keep) | wbits) << (PE_PATH_BITS * c);
             for (int64_t i = i0; i < i1; i += PE_GEMM_MAX) {
                 const int nr = (int)(i1 - i < PE_GEMM_MAX ? i1 - i : PE_GEMM_MAX);
                 k->gemm(kdim, dst + j * n + i, (size_t)n, wd + i * wstride, wstride, q + j * qstride, qstride, nr, nc,
@@ -78,7 +92,7 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
         const void *a = q ? (const void *)(q + j * qstride) : x_row(x, j);
         float *d = dst + j * n;
         if (k->vec_dot_path) {
-            const unsigned path = row_path(paths, j, m);
+            const unsigned path = row_path(paths, j, m, keep) | wbits;
             for (int64_t i = i0; i < i1; i++) k->vec_dot_path(kdim, d + i, wd + i * wstride, a, path);
         } else {
             for (int64_t i = i0; i < i1; i++) k->vec_dot(kdim, d + i, wd + i * wstride, a);

@@ -11,7 +11,8 @@ match them bit for bit a token follows the path it would take there:
 
   - `lone`: the token would be a batch of its own;
   - `paths`: the matmul path bits of its activation row (csrc kernels.h
-    PE_PATH_*): TILE4 in a 4-row tile, WIDE in a batch of 8 rows or more.
+    PE_PATH_*): TILE4 in a 4-row tile, WIDE in a batch of 8 rows or more,
+    MULTI in a batch of 2 rows or more (llamafile's float GEMM).
 
 The engine derives both from the token's role (a prompt token at a position,
 or a generated one), never from what else shares the batch, so a sequence's
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 LLAMA_UBATCH = 512
-PATH_TILE4, PATH_WIDE = 1, 2   # as PE_PATH_* in csrc/core/kernels.h
+PATH_TILE4, PATH_WIDE, PATH_MULTI = 1, 2, 4   # as PE_PATH_* in csrc/core/kernels.h
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class Arith:
 
 def _arith(index: np.ndarray, length: np.ndarray) -> Arith:
     """Row `index` of a llama.cpp batch of `length` rows (arrays per token)."""
-    paths = np.where(index < length - length % 4, PATH_TILE4, 0) | np.where(length >= 8, PATH_WIDE, 0)
+    paths = (np.where(index < length - length % 4, PATH_TILE4, 0) | np.where(length >= 8, PATH_WIDE, 0)
+             | np.where(length >= 2, PATH_MULTI, 0))
     return Arith((length == 1).astype(np.int32), paths.astype(np.int32))
 
 

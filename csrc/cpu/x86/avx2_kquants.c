@@ -9,6 +9,7 @@
  * Only the final horizontal sum leaves the vectors.  Q4_K, Q5_K and Q6_K
  * have their dot products (vec_dot and gemm) in avx2_gemm.c. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "internal.h"
 #include "x86_kquants.h"
@@ -145,47 +146,75 @@ static void vec_dot_q2_K(int64_t n, float *s, const void *vw, const void *va) {
                 idx = _mm256_add_epi8(idx, four);
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(isum), acc);
+        /* llama.cpp multiply-adds the min term first */
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(isum), acc);
     }
     *s = hsum_f32x8(acc);
 }
 
 /* ---- Q3_K ------------------------------------------------------------------ */
 
-/* levels stored as lo | hbit << 2 (0..7) stand for lo + 4 hbit - 4 */
-static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
+/* A super-block's eight integer lanes, as llama.cpp's x86 dot product forms
+ * them: lane t sums, over the 32-element chunks, the chunk's scale times the
+ * products of its bytes 4t..4t+3 with the signed levels lo - 4 (1 - hbit)
+ * (the offset comes off per byte pair, so it lands in the same lanes). */
+static inline __m256i q3k_lanes(const block_q3_K *x, const block_q8_K *a) {
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    const __m256i sc16 = q3k_scales(x->scales);
+    __m256i hbits = load256(x->hmask);
+    const int8_t *q8 = a->qs;
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        __m256i bits = load256(x->qs + 32 * h);
+        const __m256i sc = scales_for_half(sc16, h);
+        __m256i idx = pair_index_first();
+        for (int k = 0; k < 4; k++, q8 += 32) {
+            /* 4 where hmask bit 4h + k is clear */
+            const __m256i off = _mm256_andnot_si256(_mm256_slli_epi16(hbits, 2), four);
+            const __m256i a8 = load256(q8);
+            const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(_mm256_and_si256(bits, m3), a8),
+                                               _mm256_maddubs_epi16(off, a8));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, idx)));
+            bits = _mm256_srli_epi16(bits, 2);
+            hbits = _mm256_srli_epi16(hbits, 1);
+            idx = _mm256_add_epi8(idx, four);
+        }
+    }
+    return isum;
+}
+
+static inline int hsum_i32x8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+}
+
+/* llama.cpp's tiled product (batches of 8 rows or more, PE_PATH_WIDE): per
+ * super-block the whole integer sum, scaled by the weight row's d, then
+ * multiply-added with the activation scale. */
+static inline float wide_step(int total, float dw, float da, float acc) {
+    return fmaf((float)total * dw, da, acc);
+}
+
+static void vec_dot_path_q3_K(int64_t n, float *s, const void *vw, const void *va, unsigned path) {
     const block_q3_K *x = vw;
     const block_q8_K *a = va;
-    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    if (path & PE_PATH_WIDE) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < n / QK_K; i++) acc = wide_step(hsum_i32x8(q3k_lanes(&x[i], &a[i])), f16(x[i].d), a[i].d, acc);
+        *s = acc;
+        return;
+    }
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = a[i].d * f16(x[i].d);
-        const __m256i sc16 = q3k_scales(x[i].scales);
-        const __m256i bias = _mm256_madd_epi16(sc16, load256(a[i].bsums));
-        __m256i hbits = load256(x[i].hmask);
-        const int8_t *q8 = a[i].qs;
-        __m256i isum = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            __m256i bits = load256(x[i].qs + 32 * h);
-            const __m256i sc = scales_for_half(sc16, h);
-            __m256i idx = pair_index_first();
-            for (int k = 0; k < 4; k++, q8 += 32) {
-                /* hmask bit 4h + k of each byte, moved to bit 2 */
-                const __m256i hb = _mm256_and_si256(_mm256_slli_epi16(hbits, 2), four);
-                const __m256i q3 = _mm256_or_si256(_mm256_and_si256(bits, m3), hb);
-                const __m256i p = _mm256_maddubs_epi16(q3, load256(q8));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, idx)));
-                bits = _mm256_srli_epi16(bits, 2);
-                hbits = _mm256_srli_epi16(hbits, 1);
-                idx = _mm256_add_epi8(idx, four);
-            }
-        }
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(bias, 2));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q3k_lanes(&x[i], &a[i])), acc);
     }
     *s = hsum_f32x8(acc);
 }
+
+static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) { vec_dot_path_q3_K(n, s, vw, va, 0); }
 
 /* ---- IQ4_NL / IQ4_XS --------------------------------------------------------- */
 
@@ -223,22 +252,36 @@ static void vec_dot_iq4_nl(int64_t n, float *s, const void *vw, const void *va) 
     *s = hsum_f32x8(_mm256_add_ps(acc0, acc1));
 }
 
-static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) {
+/* a super-block's eight lanes: sub-block scale times the 4-element products */
+static inline __m256i iq4xs_lanes(const block_iq4_xs *x, const block_q8_K *a, __m256i grid) {
+    __m256i isum = _mm256_setzero_si256();
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const __m256i p = mul_signed_pairs(iq4_values_32(x->qs + 16 * ib, grid), load256(a->qs + 32 * ib));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16((int16_t)pe_iq4xs_scale(x, ib))));
+    }
+    return isum;
+}
+
+static void vec_dot_path_iq4_xs(int64_t n, float *s, const void *vw, const void *va, unsigned path) {
     const block_iq4_xs *x = vw;
     const block_q8_K *a = va;
     const __m256i grid = _mm256_broadcastsi128_si256(load128(pe_iq4nl_values));
+    if (path & PE_PATH_WIDE) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < n / QK_K; i++)
+            acc = wide_step(hsum_i32x8(iq4xs_lanes(&x[i], &a[i], grid)), f16(x[i].d), a[i].d, acc);
+        *s = acc;
+        return;
+    }
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = a[i].d * f16(x[i].d);
-        __m256i isum = _mm256_setzero_si256();
-        for (int ib = 0; ib < QK_K / 32; ib++) {
-            const __m256i p = mul_signed_pairs(iq4_values_32(x[i].qs + 16 * ib, grid), load256(a[i].qs + 32 * ib));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16((int16_t)pe_iq4xs_scale(&x[i], ib))));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(iq4xs_lanes(&x[i], &a[i], grid)), acc);
     }
     *s = hsum_f32x8(acc);
 }
+
+static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) { vec_dot_path_iq4_xs(n, s, vw, va, 0); }
 
 /* ---- to_float (embedding rows) ---------------------------------------------- */
 
@@ -312,9 +355,11 @@ void pe_fill_avx2_kquants(pe_kernels *k) {
     k->type[PE_TYPE_Q8_K].to_float = dequantize_q8_K;
     k->type[PE_TYPE_Q2_K].vec_dot = vec_dot_q2_K;
     k->type[PE_TYPE_Q3_K].vec_dot = vec_dot_q3_K;
+    k->type[PE_TYPE_Q3_K].vec_dot_path = vec_dot_path_q3_K;
     k->type[PE_TYPE_Q4_K].to_float = dequantize_q4_K;
     k->type[PE_TYPE_Q5_K].to_float = dequantize_q5_K;
     k->type[PE_TYPE_Q6_K].to_float = dequantize_q6_K;
     k->type[PE_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl;
     k->type[PE_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs;
+    k->type[PE_TYPE_IQ4_XS].vec_dot_path = vec_dot_path_iq4_xs;
 }

@@ -217,32 +217,60 @@ static void bf16_from_float(const float *x, void *vy, int64_t n) {
     for (; i < n; i++) y[i] = pe_f32_to_bf16(x[i]);
 }
 
-/* Float dot loops: 32 elements per iteration in four accumulators. */
-#define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD8, SCALAR)                                         \
-    static void NAME(int64_t n, float *s, const void *vw, const void *va) {                 \
-        const ELEM *x = vw, *y = va;                                                         \
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),      \
-                         _mm256_setzero_ps()};                                               \
-        int64_t i = 0;                                                                       \
-        for (; i + 32 <= n; i += 32)                                                         \
-            for (int k = 0; k < 4; k++)                                                      \
-                acc[k] = _mm256_fmadd_ps(LOAD8(x + i + 8 * k), LOAD8(y + i + 8 * k), acc[k]); \
-        for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(LOAD8(x + i), LOAD8(y + i), acc[0]); \
-        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))); \
-        for (; i < n; i++) sum += SCALAR(x[i]) * SCALAR(y[i]);                               \
-        *s = sum;                                                                            \
-    }
+/* ---- float dot products, as llama.cpp's AVX2 build computes them ------------------
+ *
+ * Alone: F32 and F16 in four 8-lane accumulators over 32 elements,
+ * acc_j = fma(x, y, acc_j), folded (acc0 + acc2) + (acc1 + acc3), the 8 lanes
+ * summed with two horizontal adds; BF16 in four accumulators whose sum
+ * (c0 + c2) + (c1 + c3) is reduced as a tree.  Elements past the last full
+ * step add in double.  In a batch of two rows or more (PE_PATH_MULTI)
+ * llamafile's GEMM: one 8-lane accumulator per pair over 8 elements, then a
+ * tree. */
+static inline float tree8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hadd8(__m256 v) {
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
 
 static inline float f32_id(float v) { return v; }
 
-DEFINE_FLOAT_DOT(f32_vec_dot, float, _mm256_loadu_ps, f32_id)
-DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16x8, f16_to_f32)
-DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x8, pe_bf16_to_f32)
+/* REDUCE4 folds the four accumulators to one float */
+#define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD8, SCALAR, REDUCE4)                                       \
+    static void NAME(int64_t n, float *s, const void *vw, const void *va, unsigned path) {        \
+        const ELEM *x = vw, *y = va;                                                              \
+        if ((path & PE_PATH_MULTI) && n % 8 == 0) {                                               \
+            __m256 acc = _mm256_setzero_ps();                                                     \
+            for (int64_t i = 0; i < n; i += 8) acc = _mm256_fmadd_ps(LOAD8(x + i), LOAD8(y + i), acc); \
+            *s = tree8(acc);                                                                      \
+            return;                                                                               \
+        }                                                                                         \
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+        int64_t i = 0;                                                                            \
+        for (; i + 32 <= n; i += 32)                                                              \
+            for (int j = 0; j < 4; j++)                                                           \
+                acc[j] = _mm256_fmadd_ps(LOAD8(x + i + 8 * j), LOAD8(y + i + 8 * j), acc[j]);     \
+        double sum = REDUCE4(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]))); \
+        for (; i < n; i++) sum += (double)(SCALAR(x[i]) * SCALAR(y[i]));                           \
+        *s = (float)sum;                                                                          \
+    }                                                                                             \
+    static void NAME##_lone(int64_t n, float *s, const void *vw, const void *va) { NAME(n, s, vw, va, 0); }
+
+DEFINE_FLOAT_DOT(f32_vec_dot, float, _mm256_loadu_ps, f32_id, hadd8)
+DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16x8, f16_to_f32, hadd8)
+DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x8, pe_bf16_to_f32, tree8)
 
 void pe_fill_avx2_legacy(pe_kernels *k) {
-    k->type[PE_TYPE_F32].vec_dot = f32_vec_dot;
-    k->type[PE_TYPE_F16] = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot};
-    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot};
+    k->type[PE_TYPE_F32].vec_dot = f32_vec_dot_lone;
+    k->type[PE_TYPE_F32].vec_dot_path = f32_vec_dot;
+    k->type[PE_TYPE_F16] = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot_lone, NULL, f16_vec_dot};
+    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot_lone, NULL, bf16_vec_dot};
 
     /* the block types' dot products (vec_dot and gemm) are in *_gemm.c */
     k->type[PE_TYPE_Q4_0].to_float = dequantize_q4_0;

@@ -5,6 +5,9 @@
  * Quantizers and dequantizers are exact. */
 #include <immintrin.h>
 #include <string.h>
+#if defined(__GNUC__) || defined(__clang__)
+#include <cpuid.h>
+#endif
 
 #include "blocks.h"
 #include "internal.h"
@@ -181,37 +184,125 @@ static void bf16_from_float(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* Float dot loops: 64 elements per iteration in four accumulators, then 16
- * at a time, the last partial vector masked. */
-#define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD16)                                                  \
-    static void NAME(int64_t n, float *s, const void *vw, const void *va) {                   \
-        const ELEM *x = vw, *y = va;                                                           \
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                         \
-        __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();                         \
-        int64_t i = 0;                                                                         \
-        for (; i + 64 <= n; i += 64) {                                                         \
-            acc0 = _mm512_fmadd_ps(LOAD16(x + i, 0xFFFF), LOAD16(y + i, 0xFFFF), acc0);        \
-            acc1 = _mm512_fmadd_ps(LOAD16(x + i + 16, 0xFFFF), LOAD16(y + i + 16, 0xFFFF), acc1); \
-            acc2 = _mm512_fmadd_ps(LOAD16(x + i + 32, 0xFFFF), LOAD16(y + i + 32, 0xFFFF), acc2); \
-            acc3 = _mm512_fmadd_ps(LOAD16(x + i + 48, 0xFFFF), LOAD16(y + i + 48, 0xFFFF), acc3); \
-        }                                                                                      \
-        for (; i < n; i += 16) {                                                               \
-            const __mmask16 m = n - i >= 16 ? 0xFFFF : first(n - i);                           \
-            acc0 = _mm512_fmadd_ps(LOAD16(x + i, m), LOAD16(y + i, m), acc0);                  \
-        }                                                                                      \
-        *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3))); \
-    }
+/* ---- float dot products, as llama.cpp's AVX-512 build computes them ----------------
+ *
+ * Alone (a batch of one row) llama.cpp takes ggml's row dot product: F32 and
+ * F16 in four 16-lane accumulators over 64 elements, acc_j = fma(x, y, acc_j),
+ * folded (acc0 + acc2) + (acc1 + acc3); BF16 in two accumulators of
+ * vdpbf16ps over 64 elements, their sums added.  A sum of 16 lanes is
+ * _mm512_reduce_add_ps in GCC's order (the 256-bit halves, then a tree); the
+ * elements past the last full step add in double.  In a batch of two rows or
+ * more (PE_PATH_MULTI) llamafile's GEMM takes over: one 16-lane accumulator
+ * per (weight row, activation row) over 16 elements (BF16: 32, vdpbf16ps),
+ * then the reduction.  Both depend only on the pair, so any tiling gives the
+ * same bits. */
+static inline float reduce16(__m512 v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
 
-DEFINE_FLOAT_DOT(f32_vec_dot, float, load_f32x16)
-DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x16)
-/* F16's dot stays AVX2's: 512-bit vcvtph2ps is half as fast on Zen 4, which
- * made this loop 1.5x slower than the 256-bit one. */
+static inline __m512 load_f16(const pe_f16 *p) { return load_f16x16(p, 0xFFFF); }
+static inline __m512 load_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline __m512 load_bf16(const pe_bf16 *p) { return load_bf16x16(p, 0xFFFF); }
+static inline float f32_of(float v) { return v; }
+static inline float f16_of(pe_f16 v) { return f16_to_f32(v); }
+
+#define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD16, SCALAR)                                              \
+    static void NAME(int64_t n, float *s, const void *vw, const void *va, unsigned path) {       \
+        const ELEM *x = vw, *y = va;                                                             \
+        if ((path & PE_PATH_MULTI) && n % 16 == 0) {                                             \
+            __m512 acc = _mm512_setzero_ps();                                                    \
+            for (int64_t i = 0; i < n; i += 16) acc = _mm512_fmadd_ps(LOAD16(x + i), LOAD16(y + i), acc); \
+            *s = reduce16(acc);                                                                  \
+            return;                                                                              \
+        }                                                                                        \
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; \
+        int64_t i = 0;                                                                           \
+        for (; i + 64 <= n; i += 64)                                                             \
+            for (int j = 0; j < 4; j++)                                                          \
+                acc[j] = _mm512_fmadd_ps(LOAD16(x + i + 16 * j), LOAD16(y + i + 16 * j), acc[j]); \
+        double sum = reduce16(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]))); \
+        for (; i < n; i++) sum += (double)(SCALAR(x[i]) * SCALAR(y[i]));                          \
+        *s = (float)sum;                                                                         \
+    }                                                                                            \
+    static void NAME##_lone(int64_t n, float *s, const void *vw, const void *va) { NAME(n, s, vw, va, 0); }
+
+DEFINE_FLOAT_DOT(f32_vec_dot, float, load_f32, f32_of)
+DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16, f16_of)
+
+/* vdpbf16ps: per 32-bit lane, the odd pair's product then the even pair's,
+ * each exact and added with one rounding.  Without AVX512-BF16 two FMAs do
+ * the same (bar denormals, which the instruction flushes). */
+static inline __m512 dpbf16_fma(__m512 acc, __m512i x, __m512i y) {
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000);
+    acc = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(x, hi)), _mm512_castsi512_ps(_mm512_and_si512(y, hi)), acc);
+    return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(y, 16)), acc);
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((target("avx512bf16")))
+static inline __m512 dpbf16_native(__m512 acc, __m512i x, __m512i y) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)y);
+}
+#define PE_HAVE_DPBF16 1
+#endif
+
+#define DEFINE_BF16_DOT(NAME, DP, ATTR)                                                           \
+    ATTR static void NAME(int64_t n, float *s, const void *vw, const void *va, unsigned path) {  \
+        const pe_bf16 *x = vw, *y = va;                                                          \
+        int64_t i = 0;                                                                           \
+        double sum;                                                                              \
+        if ((path & PE_PATH_MULTI) && n % 32 == 0) {                                             \
+            __m512 acc = _mm512_setzero_ps();                                                    \
+            for (; i < n; i += 32) acc = DP(acc, _mm512_loadu_si512(x + i), _mm512_loadu_si512(y + i)); \
+            *s = reduce16(acc);                                                                  \
+            return;                                                                              \
+        }                                                                                        \
+        __m512 c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps();                               \
+        for (; i + 64 <= n; i += 64) {                                                           \
+            c1 = DP(c1, _mm512_loadu_si512(x + i), _mm512_loadu_si512(y + i));                   \
+            c2 = DP(c2, _mm512_loadu_si512(x + i + 32), _mm512_loadu_si512(y + i + 32));         \
+        }                                                                                        \
+        sum = (double)reduce16(c1) + (double)reduce16(c2);                                       \
+        for (; i < n; i++) sum += (double)(pe_bf16_to_f32(x[i]) * pe_bf16_to_f32(y[i]));         \
+        *s = (float)sum;                                                                         \
+    }                                                                                            \
+    static void NAME##_lone(int64_t n, float *s, const void *vw, const void *va) { NAME(n, s, vw, va, 0); }
+
+DEFINE_BF16_DOT(bf16_vec_dot_fma, dpbf16_fma, )
+#if defined(PE_HAVE_DPBF16)
+DEFINE_BF16_DOT(bf16_vec_dot_native, dpbf16_native, __attribute__((target("avx512bf16"))))
+#endif
+
+/* AVX512-BF16: CPUID leaf 7 sub-leaf 1, EAX bit 5 */
+static int have_avx512_bf16(void) {
+#if defined(PE_HAVE_DPBF16) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+    return (a >> 5) & 1;
+#else
+    return 0;
+#endif
+}
 
 void pe_fill_avx512_legacy(pe_kernels *k) {
-    k->type[PE_TYPE_F32].vec_dot = f32_vec_dot;
+    k->type[PE_TYPE_F32].vec_dot = f32_vec_dot_lone;
+    k->type[PE_TYPE_F32].vec_dot_path = f32_vec_dot;
     k->type[PE_TYPE_F16].to_float = f16_to_float;
     k->type[PE_TYPE_F16].from_float = f16_from_float;
-    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot};
+    k->type[PE_TYPE_F16].vec_dot = f16_vec_dot_lone;
+    k->type[PE_TYPE_F16].vec_dot_path = f16_vec_dot;
+    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot_fma_lone, NULL,
+                                              bf16_vec_dot_fma};
+#if defined(PE_HAVE_DPBF16)
+    if (have_avx512_bf16()) {
+        k->type[PE_TYPE_BF16].vec_dot = bf16_vec_dot_native_lone;
+        k->type[PE_TYPE_BF16].vec_dot_path = bf16_vec_dot_native;
+    }
+#endif
 
     /* the block types' dot products (vec_dot and gemm) are in *_gemm.c */
     k->type[PE_TYPE_Q4_0].to_float = dequantize_q4_0;

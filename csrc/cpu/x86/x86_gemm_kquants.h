@@ -24,6 +24,7 @@
 #define PE_X86_GEMM_KQUANTS_H
 
 #include "x86_kquants.h"
+#include "x86_repack.h"
 
 /* ---- sub-block products ---------------------------------------------------------------- */
 
@@ -235,7 +236,7 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
                 DECODE(x, &b);                                                                        \
                 for (int j = 0; j < nc; j++)                                                          \
                     STEP(&b, x, (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba) + ib,       \
-                         (paths >> (PE_PATH_BITS * j)) & 3u, &r[i][j]);                               \
+                         (paths >> (PE_PATH_BITS * j)) & PE_PATH_MASK, &r[i][j]);                      \
             }                                                                                         \
         for (int j = 0; j < nc; j++)                                                                  \
             for (int i = 0; i < nr; i++) s[(size_t)j * bs + i] = gmk_result(&r[i][j]);               \
@@ -251,7 +252,8 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
 #define GMK_DEFINE_ALL_KQUANTS()                                                  \
     GMK_DEFINE_KQUANT(q4_K, block_q4_K, GMK_Q4K_DECODE, GMK_Q4K_STEP)             \
     GMK_DEFINE_KQUANT(q5_K, block_q5_K, GMK_Q5K_DECODE, GMK_Q5K_STEP)             \
-    GMK_DEFINE_KQUANT(q6_K, block_q6_K, GMK_Q6K_DECODE, GMK_Q6K_STEP)
+    GMK_DEFINE_KQUANT(q6_K, block_q6_K, GMK_Q6K_DECODE, GMK_Q6K_STEP)             \
+    GMR_DEFINE_ALL_REPACK()
 
 /* Both ISA files install the same types from the kernels the macros above
  * define in them. */
@@ -269,6 +271,7 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
         (k)->type[PE_TYPE_Q6_K].vec_dot_path = vec_dot_path_q6_K; \
         GM_INSTALL(k, PE_TYPE_Q5_K, q5_K, with_gemm);    \
         GM_INSTALL(k, PE_TYPE_Q6_K, q6_K, with_gemm);    \
+        GMR_INSTALL_ALL(k, with_gemm); /* after Q4_0's legacy kernels */ \
     } while (0)
 
 #endif /* PE_X86_GEMM_KQUANTS_H */
