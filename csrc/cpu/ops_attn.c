@@ -263,9 +263,9 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     /* a head's slice of a cache row: whole blocks, as head_dim is a multiple
      * of the block size (checked when the op was built) */
     const size_t k_head_bytes = pe_row_bytes(k->type, hd), v_head_bytes = pe_row_bytes(v->type, hd);
-    int64_t p0, p1;
-    pe_split(nt * tasks_per_token, ex->ith, ex->nth, &p0, &p1);
-    for (int64_t p = p0; p < p1; p++) {
+    /* tasks dealt round-robin: a causal prompt's later tokens see more cells,
+     * and contiguous halves would leave one thread the long rows */
+    for (int64_t p = ex->ith; p < nt * tasks_per_token; p += ex->nth) {
         const int64_t tok = p / tasks_per_token, h0 = (p % tasks_per_token) * per, kvh = h0 / group;
         const float *m = (const float *)((const uint8_t *)mask->data + tok * mask->nb[1]);
         float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
