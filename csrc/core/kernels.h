@@ -35,11 +35,13 @@ typedef void (*pe_vec_dot_path_fn)(int64_t n, float *s, const void *w, const voi
 
 /* A tile of dot products over n elements: for i < nr weight rows (stride bw
  * bytes) and j < nc activation rows (stride ba bytes, already quantized to
- * the partner type), s[j * bs + i] = dot(w_i, a_j).  nr, nc <= PE_GEMM_MAX.
+ * the partner type), s[j * bs + i] = dot(w_i, a_j).  nr <= PE_GEMM_ROWS,
+ * nc <= PE_GEMM_COLS.
  * Row j's path is (paths >> PE_PATH_BITS * j) & PE_PATH_MASK.  Every element must be
  * bit-identical to vec_dot_path(w_i, a_j, path) (vec_dot where the type has
  * none): a row's result may not depend on which other rows share its tile. */
-#define PE_GEMM_MAX 4
+#define PE_GEMM_ROWS 4
+#define PE_GEMM_COLS 8
 typedef void (*pe_gemm_fn)(int64_t n, float *s, size_t bs, const void *w, size_t bw,
                            const void *a, size_t ba, int nr, int nc, unsigned paths);
 

@@ -76,12 +76,12 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
     const unsigned keep = path_keep(w), wbits = weight_bits(w);
     const size_t wstride = w->nb[1];
     if (k->gemm && q) {
-        for (int64_t j = j0; j < j1; j += PE_GEMM_MAX) {
-            const int nc = (int)(j1 - j < PE_GEMM_MAX ? j1 - j : PE_GEMM_MAX);
+        for (int64_t j = j0; j < j1; j += PE_GEMM_COLS) {
+            const int nc = (int)(j1 - j < PE_GEMM_COLS ? j1 - j : PE_GEMM_COLS);
             unsigned tile_paths = 0;
             for (int c = 0; c < nc; c++) tile_paths |= (row_path(paths, j + c, m, keep) | wbits) << (PE_PATH_BITS * c);
-            for (int64_t i = i0; i < i1; i += PE_GEMM_MAX) {
-                const int nr = (int)(i1 - i < PE_GEMM_MAX ? i1 - i : PE_GEMM_MAX);
+            for (int64_t i = i0; i < i1; i += PE_GEMM_ROWS) {
+                const int nr = (int)(i1 - i < PE_GEMM_ROWS ? i1 - i : PE_GEMM_ROWS);
                 k->gemm(kdim, dst + j * n + i, (size_t)n, wd + i * wstride, wstride, q + j * qstride, qstride, nr, nc,
                         tile_paths);
             }

@@ -355,9 +355,11 @@ static inline float gm_f16(const void *p) {
 #if defined(PE_GEMM_VNNI)
 /* The tile, AVX-512: two weight rows share a 512-bit vector (row 2p in the
  * low half, 2p + 1 in the high half) against an activation block broadcast
- * to both halves.  The codes are kept unsigned (the signed types' offset
- * comes off as offset * the activations' 4-element sums), so one vpdpbusd
- * gives both rows' eight lane sums. */
+ * to both halves; one vpdpbusd gives both rows' eight lane sums.  vpdpbusd
+ * multiplies unsigned by signed bytes: unsigned codes (Q4_1, Q5_1) take the
+ * activations as they are; the signed types take them shifted to unsigned
+ * (a + 128), the shift coming off through the accumulator's start value,
+ * -128 * (the weights' 4-element sums), made once per row pair and block. */
 static inline __m512i gm_pair(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
@@ -369,48 +371,61 @@ static inline __m512i gm_idx(int a, int b) {
     return _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
 }
 
-/* UROW gives a block's unsigned codes, SHIFT the offset as a power of two
- * (-1: none). */
-#define GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, UROW, SHIFT, WITH_MIN)                                        \
+/* up to 8 activation rows: the f16 pair opening each one's block ib, as
+ * floats [d0 s0 d1 s1 ...] in two halves (rows 0..3, 4..7) */
+static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_bytes, int64_t ib, int nc,
+                                   __m256 out[2]) {
+    out[0] = gm_scales_acts(a, ba, block_bytes, ib, nc < 4 ? nc : 4);
+    out[1] = nc > 4 ? gm_scales_acts(a + 4 * ba, ba, block_bytes, ib, nc - 4) : out[0];
+}
+
+/* ROW gives a block's codes (signed for SIGNED), for up to 8 activation rows */
+#define GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, SIGNED, WITH_MIN)                                        \
     GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],             \
                                    const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {        \
-        __m512 acc[2][4], mins = _mm512_setzero_ps(); /* mins: lane 4r + j */                              \
+        __m512 acc[2][8], mins[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}; /* lane 4r + j % 4 */     \
         for (int p = 0; p < 2; p++)                                                                       \
-            for (int j = 0; j < 4; j++) acc[p][j] = _mm512_setzero_ps();                                  \
-        const __m512i ones = _mm512_set1_epi8(1);                                                         \
+            for (int j = 0; j < 8; j++) acc[p][j] = _mm512_setzero_ps();                                  \
+        const __m512i c128 = _mm512_set1_epi8((char)0x80);                                                \
         for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
             gm_prefetch_ahead(w, bw, (size_t)ib * sizeof(WB), sizeof(WB));                                \
-            __m512i codes[2];                                                                             \
-            for (int p = 0; p < 2; p++)                                                                   \
-                codes[p] = gm_pair(UROW((const WB *)w[2 * p] + ib), UROW((const WB *)w[2 * p + 1] + ib)); \
+            __m512i codes[2], start[2];                                                                   \
+            for (int p = 0; p < 2; p++) {                                                                 \
+                codes[p] = gm_pair(ROW((const WB *)w[2 * p] + ib), ROW((const WB *)w[2 * p + 1] + ib));   \
+                start[p] = SIGNED ? _mm512_sub_epi32(_mm512_setzero_si512(),                              \
+                                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, codes[p])) \
+                                  : _mm512_setzero_si512();                                               \
+            }                                                                                             \
             const __m256 wd = gm_scales_tile(w, sizeof(WB), ib);   /* [d0 m0 d1 m1 d2 m2 d3 m3] */        \
-            const __m256 ad = gm_scales_acts(a, ba, sizeof(AB), ib, nc);                                  \
+            __m256 ad[2];                                                                                 \
+            gm_scales_acts8(a, ba, sizeof(AB), ib, nc, ad);                                               \
             const __m512 dw[2] = {gm_pick(wd, gm_idx(0, 2)), gm_pick(wd, gm_idx(4, 6))};                  \
             for (int j = 0; j < nc; j++) {                                                                \
                 const AB *aj = (const AB *)(a + (size_t)j * ba) + ib;                                     \
-                const __m512i av = _mm512_broadcast_i64x4(gm_load256(aj->qs));                            \
-                const __m512 da = gm_pick(ad, _mm512_set1_epi32(2 * j));                                  \
-                __m512i off = _mm512_setzero_si512();                                                     \
-                if (SHIFT >= 0) off = _mm512_slli_epi32(_mm512_dpbusd_epi32(off, ones, av), SHIFT < 0 ? 0 : SHIFT); \
+                __m512i av = _mm512_broadcast_i64x4(gm_load256(aj->qs));                                  \
+                if (SIGNED) av = _mm512_xor_si512(av, c128);                                              \
+                const __m512 da = gm_pick(ad[j / 4], _mm512_set1_epi32(2 * (j % 4)));                     \
                 for (int p = 0; p < 2; p++) {                                                             \
-                    __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[p], av);            \
-                    if (SHIFT >= 0) lanes = _mm512_sub_epi32(lanes, off);                                 \
+                    const __m512i lanes = SIGNED ? _mm512_dpbusd_epi32(start[p], av, codes[p])           \
+                                                 : _mm512_dpbusd_epi32(start[p], codes[p], av);          \
                     acc[p][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], da), _mm512_cvtepi32_ps(lanes), acc[p][j]); \
                 }                                                                                         \
             }                                                                                             \
             if (WITH_MIN) {                                                                               \
                 const __m512 mw = gm_pick(wd, _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7)); \
-                const __m512 sa = gm_pick(ad, _mm512_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7)); \
-                mins = _mm512_add_ps(mins, _mm512_mul_ps(mw, sa));                                        \
+                const __m512i sidx = _mm512_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7);   \
+                mins[0] = _mm512_add_ps(mins[0], _mm512_mul_ps(mw, gm_pick(ad[0], sidx)));               \
+                if (nc > 4) mins[1] = _mm512_add_ps(mins[1], _mm512_mul_ps(mw, gm_pick(ad[1], sidx)));   \
             }                                                                                             \
         }                                                                                                 \
-        float m[16];                                                                                      \
-        _mm512_storeu_ps(m, mins);                                                                        \
+        float m[2][16];                                                                                   \
+        _mm512_storeu_ps(m[0], mins[0]);                                                                  \
+        _mm512_storeu_ps(m[1], mins[1]);                                                                  \
         for (int j = 0; j < nc; j++)                                                                      \
             for (int r = 0; r < nr; r++) {                                                                \
                 const __m512 v = acc[r / 2][j];                                                           \
                 const __m256 half = r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);     \
-                s[(size_t)j * bs + r] = gm_tree8(half) + (WITH_MIN ? m[4 * r + j] : 0.0f);                \
+                s[(size_t)j * bs + r] = gm_tree8(half) + (WITH_MIN ? m[j / 4][4 * r + j % 4] : 0.0f);     \
             }                                                                                             \
     }
 #else
@@ -447,17 +462,35 @@ static inline __m512i gm_idx(int a, int b) {
     }
 #endif
 
+/* activation rows per kernel call: AVX-512's tile holds 8, AVX2's 4 */
+#if defined(PE_GEMM_VNNI)
+#define GM_TILE_COLS 8
+#define GM_TILE_CASES_5_TO_8(NAME, sj, aj)                                  \
+    case 5: gemm_##NAME##_n(n, sj, bs, rows, aj, ba, bw, nr, 5); break; \
+    case 6: gemm_##NAME##_n(n, sj, bs, rows, aj, ba, bw, nr, 6); break; \
+    case 7: gemm_##NAME##_n(n, sj, bs, rows, aj, ba, bw, nr, 7); break; \
+    case 8: gemm_##NAME##_n(n, sj, bs, rows, aj, ba, bw, nr, 8); break;
+#else
+#define GM_TILE_COLS 4
+#define GM_TILE_CASES_5_TO_8(NAME, sj, aj)
+#endif
+
 #define GM_DEFINE_LEGACY_DISPATCH(NAME)                                                                   \
     static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,      \
                             size_t ba, int nr, int nc, unsigned paths) {                                  \
         (void)paths; /* one arithmetic for every row */                                                   \
         const uint8_t *rows[4];                                                                           \
         gm_rows(w, bw, nr, rows);                                                                         \
-        switch (nc) {                                                                                     \
-        case 1: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 1); break;                                 \
-        case 2: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 2); break;                                 \
-        case 3: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 3); break;                                 \
-        default: gemm_##NAME##_n(n, s, bs, rows, a, ba, bw, nr, 4); break;                                \
+        for (int j0 = 0; j0 < nc; j0 += GM_TILE_COLS) {                                                   \
+            const uint8_t *aj = (const uint8_t *)a + (size_t)j0 * ba;                                     \
+            float *sj = s + (size_t)j0 * bs;                                                              \
+            switch (nc - j0 < GM_TILE_COLS ? nc - j0 : GM_TILE_COLS) {                                    \
+            case 1: gemm_##NAME##_n(n, sj, bs, rows, aj, ba, bw, nr, 1); break;                           \
+            case 2: gemm_##NAME##_n(n, sj, bs, rows, aj, ba, bw, nr, 2); break;                           \
+            case 3: gemm_##NAME##_n(n, sj, bs, rows, aj, ba, bw, nr, 3); break;                           \
+            GM_TILE_CASES_5_TO_8(NAME, sj, aj)                                                            \
+            default: gemm_##NAME##_n(n, sj, bs, rows, aj, ba, bw, nr, 4); break;                          \
+            }                                                                                             \
         }                                                                                                 \
     }
 
@@ -470,7 +503,7 @@ static inline __m256i gm_urow_q8_0(const block_q8_0 *b) {
 
 #if defined(PE_GEMM_VNNI)
 #define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN, UROW, SHIFT) \
-    GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, UROW, SHIFT, WITH_MIN)
+    GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)
 #else
 #define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN, UROW, SHIFT) \
     GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, KIND, WITH_MIN)

@@ -127,20 +127,43 @@ static inline int gmk_hsum_i32x8(__m256i v) {
     return gmk_hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
+/* the eight sub-blocks' scaled dot products, one per lane: each sub-block's
+ * 32 products summed (horizontal adds of the eight vectors at once), times
+ * its scale; exact integers */
+GM_INLINE __m256i gmk_subblock_sums(const gmk_block *b, const int8_t *a) {
+    __m256i v[8];
+    for (int k = 0; k < 8; k++) {
+#if defined(PE_GEMM_VNNI)
+        v[k] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), b->codes[k], gm_load256(a + 32 * k));
+#else
+        v[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(b->codes[k], gm_load256(a + 32 * k)), _mm256_set1_epi16(1));
+#endif
+    }
+    const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    /* each 128-bit half holds the four sub-blocks' sums of its lanes */
+    const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                                          _mm256_permute2x128_si256(h0123, h4567, 0x31));
+    return _mm256_mullo_epi32(sums, _mm256_cvtepu8_epi32(b->mins));   /* scales: the low 8 bytes */
+}
+
 GM_INLINE void gmk_q4k_step(const gmk_block *b, const pe_f16 *d_dmin, const block_q8_K *a, unsigned path, gmk_acc *r) {
     const float d = f16(d_dmin[0]) * a->d, dmin = f16(d_dmin[1]) * a->d;
     const __m128i mins = gmk_mins_lanes(b->mins, a->bsums);
+    const __m256i sub = gmk_subblock_sums(b, a->qs);
     if (!(path & PE_PATH_TILE4)) {
-        r->whole = fmaf((float)gmk_hsum_i32x8(gmk_isum(b, a->qs)), d, r->whole);
+        r->whole = fmaf((float)gmk_hsum_i32x8(sub), d, r->whole);
         r->whole_mins = fmaf((float)gmk_hsum_i32x4(mins), dmin, r->whole_mins);
         return;
     }
-    int32_t m[4];
+    /* per 64 elements: sub-blocks 2k and 2k + 1 */
+    const __m256i pairs = _mm256_hadd_epi32(sub, sub);  /* [t0 t1 t0 t1 | t2 t3 t2 t3] */
+    int32_t t[8], m[4];
+    _mm256_storeu_si256((__m256i *)t, pairs);
     _mm_storeu_si128((__m128i *)m, mins);
+    const int32_t total[4] = {t[0], t[1], t[4], t[5]};
     for (int k = 0; k < 4; k++) {
-        const __m256i p = _mm256_add_epi32(gmk_sub_row(b->codes[2 * k], a->qs + 64 * k, b->sc[2 * k]),
-                                           gmk_sub_row(b->codes[2 * k + 1], a->qs + 64 * k + 32, b->sc[2 * k + 1]));
-        r->whole = fmaf((float)gmk_hsum_i32x8(p), d, r->whole);
+        r->whole = fmaf((float)total[k], d, r->whole);
         r->whole_mins = fmaf((float)m[k], dmin, r->whole_mins);
     }
 }
@@ -226,7 +249,7 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
                                                                                                       \
     static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,  \
                             size_t ba, int nr, int nc, unsigned paths) {                              \
-        gmk_acc r[4][4];                                                                              \
+        gmk_acc r[PE_GEMM_ROWS][PE_GEMM_COLS];                                                                              \
         for (int i = 0; i < nr; i++)                                                                  \
             for (int j = 0; j < nc; j++) r[i][j] = gmk_zero();                                        \
         for (int64_t ib = 0; ib < n / QK_K; ib++)                                                     \

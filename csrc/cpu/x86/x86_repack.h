@@ -60,7 +60,7 @@ GM_INLINE float gmr_step(__m256i codes, float dw, const block_q8_0 *a, float acc
                                (const uint8_t *)a + (size_t)j * ba);                                      \
             return;                                                                                       \
         }                                                                                                 \
-        float acc[PE_GEMM_MAX][PE_GEMM_MAX] = {{0}};                                                      \
+        float acc[PE_GEMM_ROWS][PE_GEMM_COLS] = {{0}};                                                      \
         for (int64_t ib = 0; ib < n / 32; ib++)                                                           \
             for (int i = 0; i < nr; i++) {                                                                \
                 const WB *b = (const WB *)((const uint8_t *)w + (size_t)i * bw) + ib;                     \
