@@ -63,10 +63,10 @@ typedef struct pe_vec_kernels {
     float (*dot_f32_f16)(int64_t n, const float *x, const uint16_t *y, int nacc);
     /* dot_f32_f16 of x with each of the n <= 4 rows y[j], into out[j] */
     void  (*dot4_f32_f16)(int64_t n, const float *x, const uint16_t *const *y, int rows, int nacc, float *out);
-    /* attention's product with an F16 V in `lanes` accumulators (see vec.c);
-     * returns 0 if this ISA leaves it to the caller */
-    int   (*values_f16)(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
-                        float *out);
+    /* attention's product with an F16 V in nacc accumulators of `lanes`
+     * (see vec.c); scratch holds 4 * lanes * hd floats */
+    void  (*values_f16)(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
+                        int nacc, float *out, float *scratch);
     /* y[i] = fma(f16(x[i]), p, y[i]) */
     void  (*fma_f16)(int64_t n, float *y, float p, const uint16_t *x);
     /* y[i] = exp(x[i] - max), returning the sum in double */

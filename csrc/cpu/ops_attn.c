@@ -186,31 +186,9 @@ static void group_softmax(attn_group *ag, int to_f16) {
 /* The product with an F16 V: slot i goes to lane i % W of each head (an fma
  * per element), and the W lanes are folded by halves into the output. */
 static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
-    const int64_t hd = ag->hd, w = pe_kern->vec.lanes * ag->nacc, n = ag->n_slots;
-    if (ag->nacc == 1) {   /* a batch's lanes fit in registers, one head at a time */
-        int done = 1;
-        for (int64_t gi = 0; gi < ag->group && done; gi++)
-            done = pe_kern->vec.values_f16(n, ag->cell, ag->scores + gi * n, (const uint8_t *)v->data + head_off,
-                                           v->nb[1], hd, out + gi * hd);
-        if (done) return;
-    }
-    memset(ag->lanes, 0, (size_t)(ag->group * w * hd) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) {
-        const int32_t c = ag->cell[i];
-        if (c < 0) continue;
-        const uint16_t *vr = (const uint16_t *)((const uint8_t *)v->data + c * v->nb[1] + head_off);
-        for (int64_t gi = 0; gi < ag->group; gi++) {
-            const float p = ag->scores[gi * n + i];
-            if (p != 0.0f) pe_kern->vec.fma_f16(hd, ag->lanes + (gi * w + i % w) * hd, p, vr);
-        }
-    }
-    for (int64_t gi = 0; gi < ag->group; gi++) {
-        float *acc = ag->lanes + gi * w * hd;
-        for (int64_t half = w / 2; half >= 1; half /= 2)
-            for (int64_t l = 0; l < half; l++)
-                for (int64_t i = 0; i < hd; i++) acc[l * hd + i] += acc[(l + half) * hd + i];
-        memcpy(out + gi * hd, acc, (size_t)hd * sizeof(float));
-    }
+    for (int64_t gi = 0; gi < ag->group; gi++)
+        pe_kern->vec.values_f16(ag->n_slots, ag->cell, ag->scores + gi * ag->n_slots, (const uint8_t *)v->data + head_off,
+                                v->nb[1], ag->hd, ag->nacc, out + gi * ag->hd, ag->lanes);
 }
 
 /* The product with a quantized (Q8_0) V follows llama.cpp's flash-attention

@@ -246,8 +246,8 @@ static void fma_f16(int64_t n, float *y, float p, const uint16_t *x) {
  * LANES accumulators per output element: slot i goes to lane i % LANES, one
  * fma each, then the lanes fold by halves.  The lanes of one block of output
  * elements stay in registers.  Returns 0 where the ISA has no such loop. */
-static int values_f16(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
-                      float *out) {
+static int values_f16_lanes(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
+                            int64_t hd, float *out) {
 #if defined(__AVX512F__)
     if (hd % 16) return 0;
     for (int64_t d0 = 0; d0 < hd; d0 += 16) {
@@ -286,6 +286,40 @@ static int values_f16(int64_t n, const int32_t *cell, const float *p, const uint
     (void)n; (void)cell; (void)p; (void)v; (void)stride; (void)hd; (void)out;
     return 0;
 #endif
+}
+
+/* y[i] += x[i] */
+static void add_f32(int64_t n, float *y, const float *x) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_loadu_ps(x + i)));
+#elif defined(__AVX2__)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) y[i] += x[i];
+}
+
+/* The same product with w lanes kept in memory (scratch: w * hd floats),
+ * for the lone-token path's 4 * LANES lanes and for ISAs without the
+ * register loop: one call per head, so no call per slot. */
+static void values_f16_wide(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
+                            int64_t hd, int64_t w, float *out, float *scratch) {
+    memset(scratch, 0, (size_t)(w * hd) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        if (cell[i] < 0 || p[i] == 0.0f) continue;
+        fma_f16(hd, scratch + (i % w) * hd, p[i], (const uint16_t *)(v + (size_t)cell[i] * stride));
+    }
+    for (int64_t half = w / 2; half >= 1; half /= 2)
+        for (int64_t l = 0; l < half; l++) add_f32(hd, scratch + l * hd, scratch + (l + half) * hd);
+    memcpy(out, scratch, (size_t)hd * sizeof(float));
+}
+
+/* attention's product of probabilities with an F16 V (see values_f16_lanes),
+ * nacc accumulators of LANES lanes */
+static void values_f16(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
+                       int nacc, float *out, float *scratch) {
+    if (nacc == 1 && values_f16_lanes(n, cell, p, v, stride, hd, out)) return;
+    values_f16_wide(n, cell, p, v, stride, hd, (int64_t)LANES * nacc, out, scratch);
 }
 
 /* y[i] = exp(x[i] - max) for i < n (n a multiple of LANES on the SIMD
