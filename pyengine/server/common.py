@@ -57,14 +57,20 @@ def admit(state: ServerState) -> Ticket:
     return ticket
 
 
-async def start_reply(state: ServerState, model: Any, start: Callable[[Any], Any]) -> Started:
-    """Admit the request, lease its model (loading it if needed) and start the reply."""
+async def admit_and_lease(state: ServerState, model: Any) -> tuple[Any, Any]:
+    """Admit the request and lease its model (loading it if needed); the ticket is
+    given back if the model cannot be had."""
     ticket = admit(state)
     try:
-        lease = await state.registry.lease(model)
+        return ticket, await state.registry.lease(model)
     except BaseException:
         ticket.release()
         raise
+
+
+async def start_reply(state: ServerState, model: Any, start: Callable[[Any], Any]) -> Started:
+    """Admit the request, lease its model (loading it if needed) and start the reply."""
+    ticket, lease = await admit_and_lease(state, model)
     try:
         run = await run_in_threadpool(start, lease.adapter)
     except BaseException:
@@ -78,12 +84,7 @@ async def run_with_model(state: ServerState, model: Any, work: Callable[[Any], A
                          keep_alive: Any = KEEP) -> tuple[Any, float]:
     """Admit the request, lease its model and run `work(adapter)` in a worker thread;
     its result and the seconds the model took to load (0 when it was loaded already)."""
-    ticket = admit(state)
-    try:
-        lease = await state.registry.lease(model)
-    except BaseException:
-        ticket.release()
-        raise
+    ticket, lease = await admit_and_lease(state, model)
     try:
         return await run_in_threadpool(work, lease.adapter), lease.load_seconds
     finally:
