@@ -75,11 +75,13 @@ GM_INLINE __m256i gmk_isum(const gmk_block *b, const int8_t *a) {
 /* ---- Q4_K / Q5_K ------------------------------------------------------------------------- */
 
 /* chunk c (32 bytes of qs) gives sub-blocks 2c (low nibbles) and 2c + 1
- * (high); Q5_K's qh bits 2c and 2c + 1 are their fifth bits */
+ * (high); Q5_K's qh bits 2c and 2c + 1 are their fifth bits.  Q5_K's lane
+ * products need the scales spread over lanes; Q4_K applies them to whole
+ * sub-block sums (gmk_subblock_sums) and skips that. */
 GM_INLINE void gmk_k4_decode(const uint8_t *qs, const uint8_t *qh, const uint8_t *scales, gmk_block *b) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     b->mins = k4_unpack(scales);
-    const __m256i sc = gmk_scales_row(b->mins, 0);
+    const __m256i sc = qh ? gmk_scales_row(b->mins, 0) : _mm256_setzero_si256();
     __m256i hbits = qh ? gm_load256(qh) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
         const __m256i bits = gm_load256(qs + 32 * c);
@@ -91,8 +93,10 @@ GM_INLINE void gmk_k4_decode(const uint8_t *qs, const uint8_t *qh, const uint8_t
         }
         b->codes[2 * c] = lo;
         b->codes[2 * c + 1] = hi;
-        b->sc[2 * c] = gmk_pick(sc, 2 * c, 2 * c);
-        b->sc[2 * c + 1] = gmk_pick(sc, 2 * c + 1, 2 * c + 1);
+        if (qh) {
+            b->sc[2 * c] = gmk_pick(sc, 2 * c, 2 * c);
+            b->sc[2 * c + 1] = gmk_pick(sc, 2 * c + 1, 2 * c + 1);
+        }
     }
 }
 
