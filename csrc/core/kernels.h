@@ -55,20 +55,16 @@ typedef struct pe_type_kernels {
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */
 typedef struct pe_vec_kernels {
-    float (*dot_f32)(int64_t n, const float *x, const float *y);
     /* Attention over the F16 cache, as llama.cpp's build for the same ISA
      * computes it (see cpu/vec.c): `lanes` accumulators wide. */
     int    lanes;
-    /* sum_i x[i] * f16(y[i]) in nacc accumulators of `lanes` (1 or 4) */
-    float (*dot_f32_f16)(int64_t n, const float *x, const uint16_t *y, int nacc);
-    /* dot_f32_f16 of x with each of the n <= 4 rows y[j], into out[j] */
+    /* sum_i x[i] * f16(y[j][i]) for each of rows <= 4 rows, into out[j], in
+     * nacc accumulators of `lanes` (1 or 4) */
     void  (*dot4_f32_f16)(int64_t n, const float *x, const uint16_t *const *y, int rows, int nacc, float *out);
     /* attention's product with an F16 V in nacc accumulators of `lanes`
      * (see vec.c); scratch holds 4 * lanes * hd floats */
     void  (*values_f16)(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
                         int nacc, float *out, float *scratch);
-    /* y[i] = fma(f16(x[i]), p, y[i]) */
-    void  (*fma_f16)(int64_t n, float *y, float p, const uint16_t *x);
     /* y[i] = exp(x[i] - max), returning the sum in double */
     double (*exp_sum)(int64_t n, float *y, const float *x, float max);
     void  (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);

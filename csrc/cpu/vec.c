@@ -20,39 +20,6 @@
 #define PE_CAT(a, b) PE_CAT2(a, b)
 #define PE_VEC_FILL PE_CAT(pe_fill_vec, PE_VEC_SUFFIX)
 
-static float dot_f32(int64_t n, const float *x, const float *y) {
-    int64_t i = 0;
-    float sum = 0.0f;
-#if defined(__AVX512F__)
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), acc1);
-    }
-    sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-#elif defined(__AVX2__)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
-    }
-    __m256 acc = _mm256_add_ps(acc0, acc1);
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-    sum = _mm_cvtss_f32(s4);
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-    float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
-    for (; i + 8 <= n; i += 8) {
-        acc0 = vfmaq_f32(acc0, vld1q_f32(x + i), vld1q_f32(y + i));
-        acc1 = vfmaq_f32(acc1, vld1q_f32(x + i + 4), vld1q_f32(y + i + 4));
-    }
-    sum = vaddvq_f32(vaddq_f32(acc0, acc1));
-#endif
-    for (; i < n; i++) sum += x[i] * y[i];
-    return sum;
-}
-
 static void f16_to_f32(int64_t n, const uint16_t *x, float *y) {
     int64_t i = 0;
 #if defined(__AVX512F__)
@@ -403,10 +370,7 @@ static void gelu_mul(int64_t n, float *y, const float *g, const float *u) {
 }
 
 void PE_VEC_FILL(pe_kernels *k) {
-    k->vec.dot_f32 = dot_f32;
-    k->vec.dot_f32_f16 = dot_f32_f16;
     k->vec.lanes = LANES;
-    k->vec.fma_f16 = fma_f16;
     k->vec.dot4_f32_f16 = dot4_f32_f16;
     k->vec.values_f16 = values_f16;
     k->vec.exp_sum = exp_sum;
