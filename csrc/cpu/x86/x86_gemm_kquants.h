@@ -232,6 +232,136 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
     r->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), r->acc);
 }
 
+/* ---- Q4_K tiles of 4 x 4 pairs (AVX-512) -------------------------------------------------
+
+   Lane 4r + j of a 512-bit vector holds the pair (weight row r, activation
+   row j).  For each 4-byte group g of a sub-block, a permute puts row r's
+   bytes and column j's bytes in that lane, and vpdpbusd sums the sub-block
+   in the lane: the sixteen pairs' exact sub-block sums with no horizontal
+   adds.  Scales, mins and llama.cpp's float steps (as gmk_q4k_step) then run
+   on all sixteen pairs at once. */
+#if defined(PE_GEMM_VNNI)
+/* lanes 4r + j take element 8 * r' + g of (lo: rows 0,1 | hi: rows 2,3)
+ * (by row) or of the same layout by column */
+static inline __m512i gmk_row_base(void) {
+    return _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+}
+static inline __m512i gmk_col_base(void) {
+    return _mm512_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24);
+}
+
+static inline __m512i gmk_pair256(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* the sub-block sums B_s of up to 4 activation rows: [row0 B0..7 | row1 ...], [row2 | row3] */
+static inline void gmk_bsums_quad(const block_q8_K *const a[4], __m512i out[2]) {
+    __m256i b[4];
+    for (int j = 0; j < 4; j++) b[j] = _mm256_madd_epi16(gm_load256(a[j]->bsums), _mm256_set1_epi16(1));
+    /* madd gives pairs in 128-bit halves: [B0 B1 B2 B3 | B4 B5 B6 B7] already in order */
+    out[0] = gmk_pair256(b[0], b[1]);
+    out[1] = gmk_pair256(b[2], b[3]);
+}
+
+/* One quad of columns (a[0..3], results for nc columns) against the 4 rows
+ * w[0..3]; tiled: per 64 elements (llama.cpp's 4-row GEMM), else per
+ * super-block (its GEMV). */
+static void gmk_q4k_quad(int64_t n, float *s, size_t bs, const uint8_t *const w[4], const uint8_t *const a[4],
+                         int nr, int nc, int tiled) {
+    const __m512i rbase = gmk_row_base(), cbase = gmk_col_base();
+    __m512 whole = _mm512_setzero_ps(), whole_mins = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const block_q4_K *x[4];
+        const block_q8_K *y[4];
+        for (int r = 0; r < 4; r++) x[r] = (const block_q4_K *)w[r] + ib;
+        for (int j = 0; j < 4; j++) y[j] = (const block_q8_K *)a[j] + ib;
+        /* scales and mins of the four rows, as int32 [row0 0..7 | row1 0..7], [row2 | row3] */
+        __m256i sc[4], mn[4];
+        for (int r = 0; r < 4; r++) {
+            const __m128i u = k4_unpack(x[r]->scales);
+            sc[r] = _mm256_cvtepu8_epi32(u);
+            mn[r] = _mm256_cvtepu8_epi32(_mm_srli_si128(u, 8));
+        }
+        const __m512i sc01 = gmk_pair256(sc[0], sc[1]), sc23 = gmk_pair256(sc[2], sc[3]);
+        const __m512i mn01 = gmk_pair256(mn[0], mn[1]), mn23 = gmk_pair256(mn[2], mn[3]);
+        __m512i bsum[2];
+        gmk_bsums_quad(y, bsum);
+        /* d and dmin per pair: f16(dw_r) * da_j, as llama.cpp rounds them */
+        float dw[16], dmw[16], da[16];
+        for (int l = 0; l < 16; l++) {
+            dw[l] = f16(x[l / 4]->d);
+            dmw[l] = f16(x[l / 4]->dmin);
+            da[l] = y[l % 4]->d;
+        }
+        const __m512 dav = _mm512_loadu_ps(da);
+        const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(dw), dav), dmin = _mm512_mul_ps(_mm512_loadu_ps(dmw), dav);
+        __m512i tot = _mm512_setzero_si512(), tot_mins = _mm512_setzero_si512();
+        for (int sb = 0; sb < 8; sb++) {
+            /* codes of sub-block sb: chunk sb / 2, low or high nibbles */
+            __m256i codes[4];
+            for (int r = 0; r < 4; r++) {
+                const __m256i bits = gm_load256(x[r]->qs + 32 * (sb / 2));
+                codes[r] = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(bits, 4) : bits, _mm256_set1_epi8(0x0F));
+            }
+            const __m512i w01 = gmk_pair256(codes[0], codes[1]), w23 = gmk_pair256(codes[2], codes[3]);
+            const __m512i a01 = gmk_pair256(gm_load256(y[0]->qs + 32 * sb), gm_load256(y[1]->qs + 32 * sb));
+            const __m512i a23 = gmk_pair256(gm_load256(y[2]->qs + 32 * sb), gm_load256(y[3]->qs + 32 * sb));
+            __m512i sum = _mm512_setzero_si512();
+            for (int g = 0; g < 8; g++) {
+                const __m512i gv = _mm512_set1_epi32(g);
+                const __m512i u = _mm512_permutex2var_epi32(w01, _mm512_add_epi32(rbase, gv), w23);
+                const __m512i v = _mm512_permutex2var_epi32(a01, _mm512_add_epi32(cbase, gv), a23);
+                sum = _mm512_dpbusd_epi32(sum, u, v);
+            }
+            const __m512i sv = _mm512_set1_epi32(sb);
+            const __m512i scaled = _mm512_mullo_epi32(sum, _mm512_permutex2var_epi32(sc01, _mm512_add_epi32(rbase, sv), sc23));
+            const __m512i mins = _mm512_mullo_epi32(_mm512_permutex2var_epi32(mn01, _mm512_add_epi32(rbase, sv), mn23),
+                                                    _mm512_permutex2var_epi32(bsum[0], _mm512_add_epi32(cbase, sv), bsum[1]));
+            tot = _mm512_add_epi32(tot, scaled);
+            tot_mins = _mm512_add_epi32(tot_mins, mins);
+            if (tiled && sb % 2) {   /* sub-blocks sb - 1 and sb: one 64-element step */
+                whole = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), d, whole);
+                whole_mins = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot_mins), dmin, whole_mins);
+                tot = tot_mins = _mm512_setzero_si512();
+            }
+        }
+        if (!tiled) {
+            whole = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), d, whole);
+            whole_mins = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot_mins), dmin, whole_mins);
+        }
+    }
+    float out[16];
+    _mm512_storeu_ps(out, _mm512_sub_ps(whole, whole_mins));
+    for (int j = 0; j < nc; j++)
+        for (int r = 0; r < nr; r++) s[(size_t)j * bs + r] = out[4 * r + j];
+}
+
+/* Q4_K's tile in quads of columns whose rows share one path; returns 0 to
+ * leave the tile to the pair-by-pair kernel otherwise, and for a single
+ * activation row (decoding), which would fill a quarter of the lanes. */
+static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nr,
+                         int nc, unsigned paths) {
+    if (nc < 2) return 0;
+    const unsigned first = paths & PE_PATH_TILE4;
+    for (int j = 1; j < nc; j++)
+        if (((paths >> (PE_PATH_BITS * j)) & PE_PATH_TILE4) != first) return 0;
+    const uint8_t *rows[4];
+    gm_rows(w, bw, nr, rows);
+    for (int j0 = 0; j0 < nc; j0 += 4) {
+        const int ncq = nc - j0 < 4 ? nc - j0 : 4;
+        const uint8_t *cols[4];
+        for (int j = 0; j < 4; j++) cols[j] = (const uint8_t *)a + (size_t)(j0 + (j < ncq ? j : ncq - 1)) * ba;
+        gmk_q4k_quad(n, s + (size_t)j0 * bs, bs, rows, cols, nr, ncq, first != 0);
+    }
+    return 1;
+}
+#define GMK_QUADS_q4_K gmk_q4k_quads
+#else
+#define GMK_QUADS_q4_K(...) 0
+#endif
+#define GMK_QUADS_q5_K(...) 0
+#define GMK_QUADS_q6_K(...) 0
+
 /* ---- kernels ----------------------------------------------------------------------------- */
 
 /* DECODE(x, &blk) fills a gmk_block from block x; STEP(&blk, x, a, path, &acc) */
@@ -251,8 +381,8 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
         vec_dot_path_##NAME(n, s, vw, va, 0);                                                         \
     }                                                                                                 \
                                                                                                       \
-    static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,  \
-                            size_t ba, int nr, int nc, unsigned paths) {                              \
+    static void gemm_pairs_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, \
+                                  size_t ba, int nr, int nc, unsigned paths) {                        \
         gmk_acc r[PE_GEMM_ROWS][PE_GEMM_COLS];                                                                              \
         for (int i = 0; i < nr; i++)                                                                  \
             for (int j = 0; j < nc; j++) r[i][j] = gmk_zero();                                        \
@@ -267,6 +397,11 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
             }                                                                                         \
         for (int j = 0; j < nc; j++)                                                                  \
             for (int i = 0; i < nr; i++) s[(size_t)j * bs + i] = gmk_result(&r[i][j]);               \
+    }                                                                                                 \
+    static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,  \
+                            size_t ba, int nr, int nc, unsigned paths) {                              \
+        if (!GMK_QUADS_##NAME(n, s, bs, w, bw, a, ba, nr, nc, paths))                                 \
+            gemm_pairs_##NAME(n, s, bs, w, bw, a, ba, nr, nc, paths);                                 \
     }
 
 #define GMK_Q4K_DECODE(x, b) gmk_k4_decode((x)->qs, NULL, (x)->scales, b)
