@@ -111,7 +111,7 @@ static inline bool pe_is_contiguous(const pe_tensor *t) {
 /* ---- GELU ----------------------------------------------------------------- */
 
 /* GELU(tanh) of every F16 value, as F16 (filled by pe_init). */
-extern uint16_t pe_gelu_table[1 << 16];
+extern uint16_t pe_gelu_table[(1 << 16) + 2];
 void pe_gelu_table_init(void);
 
 /* GELU as GGML computes it: 0 below -10, identity above 10, else the table

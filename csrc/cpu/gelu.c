@@ -5,7 +5,8 @@
 #include "blocks.h"
 #include "internal.h"
 
-uint16_t pe_gelu_table[1 << 16];
+/* two spare entries: a vector gather reads 32 bits at the last one */
+uint16_t pe_gelu_table[(1 << 16) + 2];
 
 /* GGML's formula as GCC builds it for an FMA target: the inner 1 + a*x*x is
  * one fused multiply-add (the table must hold the same F16 values). */

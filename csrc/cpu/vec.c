@@ -366,7 +366,21 @@ static void silu_mul(int64_t n, float *y, const float *g, const float *u) {
 }
 
 static void gelu_mul(int64_t n, float *y, const float *g, const float *u) {
-    for (int64_t i = 0; i < n; i++) y[i] = pe_gelu(g[i]) * u[i];
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    /* pe_gelu sixteen at a time: the table gathered by the inputs' F16 bits */
+    const __m512 lo = _mm512_set1_ps(-10.0f), hi = _mm512_set1_ps(10.0f);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(g + i);
+        const __m512i h = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        const __m512i t = _mm512_i32gather_epi32(h, (const void *)pe_gelu_table, 2);
+        __m512 v = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_and_si512(t, _mm512_set1_epi32(0xFFFF))));
+        v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), v, x);
+        v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), v, _mm512_setzero_ps());
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(v, _mm512_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n; i++) y[i] = pe_gelu(g[i]) * u[i];
 }
 
 void PE_VEC_FILL(pe_kernels *k) {
