@@ -2,24 +2,24 @@
  * Q6_K (include x86_gemm.h first).
  *
  * Like the legacy types, these follow llama.cpp's x86 dot products to the
- * bit.  Per super-block of 256 elements, eight exact integer lanes: lane t
- * sums, over every 32-element sub-block, the sub-block's scale times the
- * products of its elements 4t..4t+3 (Q6_K then takes its codes' offset of
- * 32 off lane t for the elements 32t..32t+31); then
- * acc = fma(d, lanes, acc) with d = da * dw one rounded product.  Q4_K's
- * mins run in four lanes, lane t = m_2t * B_2t + m_2t+1 * B_2t+1 (B: the
- * activations' sub-block sums), mins = fma(-da * dmin, lane, mins); Q5_K
- * adds its min term as one float chain.  The result is tree8(acc) plus the
- * min part (tree4, or the chain).
- *
- * In batches of 8 rows or more llama.cpp multiplies Q5_K and Q6_K with its
- * tiled k-quant product instead (PE_PATH_WIDE): per super-block the whole
- * integer sums s (scales applied) and m (mins), r = s * dw, r -= dmin * m
- * (fused), acc = fma(r, da, acc).  Q4_K, which it repacks, has its own two
- * paths (below).
+ * bit, on the path llama.cpp would take for the row's batch (PE_PATH_*):
+ *   - Q5_K, Q6_K in batches under 8 rows: per super-block of 256 elements,
+ *     eight exact integer lanes (lane t sums, over every 32-element
+ *     sub-block, the sub-block's scale times the products of its elements
+ *     4t..4t+3; Q6_K takes its codes' offset of 32 off lane t for elements
+ *     32t..32t+31), acc = fma(d, lanes, acc) with d = da * dw one rounded
+ *     product; Q5_K adds its min term as one float chain; tree8(acc) + mins.
+ *   - Q5_K, Q6_K in batches of 8+ rows (PE_PATH_WIDE, llama.cpp's tiled
+ *     k-quant product): per super-block the whole integer sums s (scales
+ *     applied) and m (mins), r = s * dw, r -= dmin * m (fused),
+ *     acc = fma(r, da, acc).
+ *   - Q4_K, which llama.cpp repacks on x86: the whole integer sum and min
+ *     term multiply-added into one float each, per super-block (its GEMV)
+ *     or per 64 elements in 4-row tiles (PE_PATH_TILE4, its GEMM).
  *
  * The tile decodes a weight row's super-block once and multiplies it with
- * each activation row, each pair on its own row's path. */
+ * each activation row, each pair on its own row's path; on AVX-512, Q4_K's
+ * tile holds sixteen pairs in the lanes of one vector (gmk_q4k_quad). */
 #ifndef PE_X86_GEMM_KQUANTS_H
 #define PE_X86_GEMM_KQUANTS_H
 
