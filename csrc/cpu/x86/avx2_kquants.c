@@ -120,37 +120,83 @@ static void dequantize_q8_K(const void *vx, float *y, int64_t n) {
 
 /* ---- Q2_K ------------------------------------------------------------------ */
 
+/* One super-block's integer sums: per 128-element half h, isum[h] lanes (the
+ * chunk scales times the products, lane t over bytes 4t..4t+3, as llama.cpp's
+ * dot product forms them) and the min term lanes msum (lanes 0..3: the first
+ * half's sub-blocks, 4..7 the second's). */
+static inline void q2k_sums(const block_q2_K *x, const block_q8_K *a, __m256i isum[2], __m256i *msum) {
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m128i sc8 = load128(x->scales);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+    *msum = _mm256_madd_epi16(mins, load256(a->bsums));
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4));
+    const int8_t *q8 = a->qs;
+    for (int h = 0; h < 2; h++) {
+        __m256i bits = load256(x->qs + 32 * h);
+        const __m256i sc = scales_for_half(sc16, h);
+        __m256i idx = pair_index_first();
+        isum[h] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++, q8 += 32) {
+            const __m256i q2 = _mm256_and_si256(bits, m3);
+            const __m256i p = _mm256_maddubs_epi16(q2, load256(q8));
+            isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, idx)));
+            bits = _mm256_srli_epi16(bits, 2);
+            idx = _mm256_add_epi8(idx, four);
+        }
+    }
+}
+
 static void vec_dot_q2_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q2_K *x = vw;
     const block_q8_K *a = va;
-    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
-    const __m128i m4 = _mm_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float dall = a[i].d * f16(x[i].d), dmin = -a[i].d * f16(x[i].dmin);
-        const __m128i sc8 = load128(x[i].scales);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
-        const __m256i msum = _mm256_madd_epi16(mins, load256(a[i].bsums));
-        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4));
-        const int8_t *q8 = a[i].qs;
-        __m256i isum = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            __m256i bits = load256(x[i].qs + 32 * h);
-            const __m256i sc = scales_for_half(sc16, h);
-            __m256i idx = pair_index_first();
-            for (int k = 0; k < 4; k++, q8 += 32) {
-                const __m256i q2 = _mm256_and_si256(bits, m3);
-                const __m256i p = _mm256_maddubs_epi16(q2, load256(q8));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, idx)));
-                bits = _mm256_srli_epi16(bits, 2);
-                idx = _mm256_add_epi8(idx, four);
-            }
-        }
+        __m256i isum[2], msum;
+        q2k_sums(&x[i], &a[i], isum, &msum);
         /* llama.cpp multiply-adds the min term first */
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), acc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(_mm256_add_epi32(isum[0], isum[1])), acc);
     }
     *s = hsum_f32x8(acc);
+}
+
+static inline int hsum_i32x8(__m256i v);
+
+/* Q2_K as llama.cpp's AVX-512 build multiplies a prompt batch when it has
+ * repacked the weight (a multiple of 8 rows): the whole integer sum and min
+ * term multiply-added into one float each (d = dw * da, dmin = dminw * da),
+ * per 128 elements in 4-row tiles (its GEMM) or per super-block for the
+ * batch's last rows (its GEMV); the result acc - mins.  Other rows (a lone
+ * token, or a weight it does not repack) take the row dot product above.
+ * Installed by the AVX-512 table only: the AVX2 build does not repack Q2_K. */
+void pe_q2k_vec_dot_path_avx512(int64_t n, float *s, const void *vw, const void *va, unsigned path) {
+    if (!(path & PE_PATH_ROWS8) || !(path & PE_PATH_MULTI)) {
+        vec_dot_q2_K(n, s, vw, va);
+        return;
+    }
+    const block_q2_K *x = vw;
+    const block_q8_K *a = va;
+    float acc = 0.0f, mins = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = f16(x[i].d) * a[i].d, dmin = f16(x[i].dmin) * a[i].d;
+        __m256i isum[2], msum;
+        q2k_sums(&x[i], &a[i], isum, &msum);
+        int32_t m[8];
+        _mm256_storeu_si256((__m256i *)m, msum);
+        const int half_mins[2] = {m[0] + m[1] + m[2] + m[3], m[4] + m[5] + m[6] + m[7]};
+        if (path & PE_PATH_TILE4) {
+            for (int h = 0; h < 2; h++) {
+                acc = fmaf((float)hsum_i32x8(isum[h]), d, acc);
+                mins = fmaf((float)half_mins[h], dmin, mins);
+            }
+        } else {
+            acc = fmaf((float)hsum_i32x8(_mm256_add_epi32(isum[0], isum[1])), d, acc);
+            mins = fmaf((float)(half_mins[0] + half_mins[1]), dmin, mins);
+        }
+    }
+    *s = acc - mins;
 }
 
 /* ---- Q3_K ------------------------------------------------------------------ */
