@@ -116,12 +116,8 @@ static inline __m256 exp8(__m256 x) {
 #if defined(__AVX512F__)
 static inline float fold(__m512 v) { return _mm512_reduce_add_ps(v); }
 #elif defined(__AVX2__)
-static inline float fold(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "x86/x86_reduce.h"
+static inline float fold(__m256 v) { return x86_sum_ps8(v); }
 #endif
 
 /* sum_i x[i] * f16(y[i]) over nacc * LANES lanes: chunk i of LANES elements

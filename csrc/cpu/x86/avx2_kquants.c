@@ -159,10 +159,8 @@ static void vec_dot_q2_K(int64_t n, float *s, const void *vw, const void *va) {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), acc);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(_mm256_add_epi32(isum[0], isum[1])), acc);
     }
-    *s = hsum_f32x8(acc);
+    *s = x86_sum_ps8(acc);
 }
-
-static inline int hsum_i32x8(__m256i v);
 
 /* Q2_K as llama.cpp's AVX-512 build multiplies a prompt batch when it has
  * repacked the weight (a multiple of 8 rows): the whole integer sum and min
@@ -188,11 +186,11 @@ void pe_q2k_vec_dot_path_avx512(int64_t n, float *s, const void *vw, const void 
         const int half_mins[2] = {m[0] + m[1] + m[2] + m[3], m[4] + m[5] + m[6] + m[7]};
         if (path & PE_PATH_TILE4) {
             for (int h = 0; h < 2; h++) {
-                acc = fmaf((float)hsum_i32x8(isum[h]), d, acc);
+                acc = fmaf((float)x86_sum_epi32x8(isum[h]), d, acc);
                 mins = fmaf((float)half_mins[h], dmin, mins);
             }
         } else {
-            acc = fmaf((float)hsum_i32x8(_mm256_add_epi32(isum[0], isum[1])), d, acc);
+            acc = fmaf((float)x86_sum_epi32x8(_mm256_add_epi32(isum[0], isum[1])), d, acc);
             mins = fmaf((float)(half_mins[0] + half_mins[1]), dmin, mins);
         }
     }
@@ -230,12 +228,6 @@ static inline __m256i q3k_lanes(const block_q3_K *x, const block_q8_K *a) {
     return isum;
 }
 
-static inline int hsum_i32x8(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
-}
-
 /* llama.cpp's tiled product (batches of 8 rows or more, PE_PATH_WIDE): per
  * super-block the whole integer sum, scaled by the weight row's d, then
  * multiply-added with the activation scale. */
@@ -248,7 +240,7 @@ static void vec_dot_path_q3_K(int64_t n, float *s, const void *vw, const void *v
     const block_q8_K *a = va;
     if (path & PE_PATH_WIDE) {
         float acc = 0.0f;
-        for (int64_t i = 0; i < n / QK_K; i++) acc = wide_step(hsum_i32x8(q3k_lanes(&x[i], &a[i])), f16(x[i].d), a[i].d, acc);
+        for (int64_t i = 0; i < n / QK_K; i++) acc = wide_step(x86_sum_epi32x8(q3k_lanes(&x[i], &a[i])), f16(x[i].d), a[i].d, acc);
         *s = acc;
         return;
     }
@@ -257,7 +249,7 @@ static void vec_dot_path_q3_K(int64_t n, float *s, const void *vw, const void *v
         const float d = a[i].d * f16(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q3k_lanes(&x[i], &a[i])), acc);
     }
-    *s = hsum_f32x8(acc);
+    *s = x86_sum_ps8(acc);
 }
 
 static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) { vec_dot_path_q3_K(n, s, vw, va, 0); }
@@ -295,7 +287,7 @@ static void vec_dot_iq4_nl(int64_t n, float *s, const void *vw, const void *va) 
         const __m256i p0 = _mm256_madd_epi16(mul_signed_pairs(iq4_values_32(x[i].qs, grid), load256(a[i].qs)), ones);
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * f16(x[i].d)), _mm256_cvtepi32_ps(p0), acc0);
     }
-    *s = hsum_f32x8(_mm256_add_ps(acc0, acc1));
+    *s = x86_sum_ps8(_mm256_add_ps(acc0, acc1));
 }
 
 /* a super-block's eight lanes: sub-block scale times the 4-element products */
@@ -315,7 +307,7 @@ static void vec_dot_path_iq4_xs(int64_t n, float *s, const void *vw, const void 
     if (path & PE_PATH_WIDE) {
         float acc = 0.0f;
         for (int64_t i = 0; i < n / QK_K; i++)
-            acc = wide_step(hsum_i32x8(iq4xs_lanes(&x[i], &a[i], grid)), f16(x[i].d), a[i].d, acc);
+            acc = wide_step(x86_sum_epi32x8(iq4xs_lanes(&x[i], &a[i], grid)), f16(x[i].d), a[i].d, acc);
         *s = acc;
         return;
     }
@@ -324,7 +316,7 @@ static void vec_dot_path_iq4_xs(int64_t n, float *s, const void *vw, const void 
         const float d = a[i].d * f16(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(iq4xs_lanes(&x[i], &a[i], grid)), acc);
     }
-    *s = hsum_f32x8(acc);
+    *s = x86_sum_ps8(acc);
 }
 
 static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) { vec_dot_path_iq4_xs(n, s, vw, va, 0); }

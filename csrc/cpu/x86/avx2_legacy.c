@@ -9,6 +9,7 @@
 
 #include "blocks.h"
 #include "internal.h"
+#include "x86_reduce.h"
 
 /* Intrinsics are plain vector arithmetic to GCC, which would fuse a separate
  * multiply and add into an FMA; the quantizers need the two roundings. */
@@ -20,25 +21,11 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 static inline float hmax_ps(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
-}
-
-static inline int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
 }
 
 static inline float f16_to_f32(pe_f16 h) { return _cvtsh_ss(h); }
@@ -160,7 +147,7 @@ static void quantize_q8_1(const float *x, void *vy, int64_t n) {
     for (int64_t ib = 0; ib < n / 32; ib++, x += 32) {
         __m256i q[4];
         const float d = quantize_block_q8(x, q);
-        const int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        const int sum = x86_sum_epi32x8(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
         y[ib].d = pe_f32_to_f16(d);
         y[ib].s = pe_f32_to_f16((float)sum * d);
         store_codes_q8(y[ib].qs, q);
@@ -226,13 +213,6 @@ static void bf16_from_float(const float *x, void *vy, int64_t n) {
  * step add in double.  In a batch of two rows or more (PE_PATH_MULTI)
  * llamafile's GEMM: one 8-lane accumulator per pair over 8 elements, then a
  * tree. */
-static inline float tree8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 static inline float hadd8(__m256 v) {
     const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 t1 = _mm_hadd_ps(t0, t0);
@@ -248,7 +228,7 @@ static inline float f32_id(float v) { return v; }
         if ((path & PE_PATH_MULTI) && n % 8 == 0) {                                               \
             __m256 acc = _mm256_setzero_ps();                                                     \
             for (int64_t i = 0; i < n; i += 8) acc = _mm256_fmadd_ps(LOAD8(x + i), LOAD8(y + i), acc); \
-            *s = tree8(acc);                                                                      \
+            *s = x86_sum_ps8(acc);                                                                \
             return;                                                                               \
         }                                                                                         \
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
@@ -264,7 +244,7 @@ static inline float f32_id(float v) { return v; }
 
 DEFINE_FLOAT_DOT(f32_vec_dot, float, _mm256_loadu_ps, f32_id, hadd8)
 DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16x8, f16_to_f32, hadd8)
-DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x8, pe_bf16_to_f32, tree8)
+DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x8, pe_bf16_to_f32, x86_sum_ps8)
 
 void pe_fill_avx2_legacy(pe_kernels *k) {
     k->type[PE_TYPE_F32].vec_dot = f32_vec_dot_lone;

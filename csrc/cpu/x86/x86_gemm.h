@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "blocks.h"
+#include "x86_reduce.h"
 #include "internal.h"
 
 #if defined(_MSC_VER)
@@ -321,16 +322,9 @@ static inline void gm_rows(const void *w, size_t bw, int nr, const uint8_t *rows
  * t = elements 4t..4t+3) go to float and are multiply-added into eight
  * accumulators, acc = fma(dw*da, sum, acc) with dw*da one rounded product;
  * the _1 types' min terms run as one float chain, mins = mins + mw*sa (one
- * rounding each); the result is tree8(acc) + mins, tree8 adding halves
+ * rounding each); the result is x86_sum_ps8(acc) + mins, adding halves
  * (lanes t and t+4, then t and t+2, then the last two).  A pair's result is
  * the same whether vec_dot or a tile computes it. */
-static inline float gm_tree8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 static inline float gm_f16(const void *p) {
     uint16_t h;
     memcpy(&h, p, sizeof h);
@@ -349,7 +343,7 @@ static inline float gm_f16(const void *p) {
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);                     \
             if (WITH_MIN) mins += gm_f16((const uint8_t *)&w[ib] + 2) * gm_f16((const uint8_t *)&a[ib] + 2); \
         }                                                                                                 \
-        *s = gm_tree8(acc) + mins;                                                                        \
+        *s = x86_sum_ps8(acc) + mins;                                                                        \
     }
 
 #if defined(PE_GEMM_VNNI)
@@ -425,7 +419,7 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
             for (int r = 0; r < nr; r++) {                                                                \
                 const __m512 v = acc[r / 2][j];                                                           \
                 const __m256 half = r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);     \
-                s[(size_t)j * bs + r] = gm_tree8(half) + (WITH_MIN ? m[j / 4][4 * r + j % 4] : 0.0f);     \
+                s[(size_t)j * bs + r] = x86_sum_ps8(half) + (WITH_MIN ? m[j / 4][4 * r + j % 4] : 0.0f);     \
             }                                                                                             \
     }
 #else
@@ -458,7 +452,7 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
             }                                                                                             \
         }                                                                                                 \
         for (int j = 0; j < nc; j++)                                                                      \
-            for (int r = 0; r < nr; r++) s[(size_t)j * bs + r] = gm_tree8(acc[r][j]) + mins[r][j];        \
+            for (int r = 0; r < nr; r++) s[(size_t)j * bs + r] = x86_sum_ps8(acc[r][j]) + mins[r][j];        \
     }
 #endif
 

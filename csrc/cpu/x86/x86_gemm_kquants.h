@@ -8,7 +8,7 @@
  *     sub-block, the sub-block's scale times the products of its elements
  *     4t..4t+3; Q6_K takes its codes' offset of 32 off lane t for elements
  *     32t..32t+31), acc = fma(d, lanes, acc) with d = da * dw one rounded
- *     product; Q5_K adds its min term as one float chain; tree8(acc) + mins.
+ *     product; Q5_K adds its min term as one float chain; x86_sum_ps8(acc) + mins.
  *   - Q5_K, Q6_K in batches of 8+ rows (PE_PATH_WIDE, llama.cpp's tiled
  *     k-quant product): per super-block the whole integer sums s (scales
  *     applied) and m (mins), r = s * dw, r -= dmin * m (fused),
@@ -51,11 +51,6 @@ static inline __m256i gmk_sub_row(__m256i codes, const int8_t *a, __m256i sc) {
 #else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(codes, gm_load256(a)), sc);
 #endif
-}
-
-static inline float gm_tree4(__m128 v) {
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
 }
 
 /* A decoded super-block: 8 vectors of 32 codes (sub-block k, elements in
@@ -122,15 +117,6 @@ typedef struct {
  * the result acc - mins.  Its row product (GEMV) adds them per super-block,
  * its 4-row tile (GEMM) per 64 elements.  Q5_K follows the row dot product:
  * lanes, and the min term as a chain. */
-static inline int gmk_hsum_i32x4(__m128i v) {
-    v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
-    return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, 1)));
-}
-
-static inline int gmk_hsum_i32x8(__m256i v) {
-    return gmk_hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
-}
-
 /* the eight sub-blocks' scaled dot products, one per lane: each sub-block's
  * 32 products summed (horizontal adds of the eight vectors at once), times
  * its scale; exact integers */
@@ -156,8 +142,8 @@ GM_INLINE void gmk_q4k_step(const gmk_block *b, const pe_f16 *d_dmin, const bloc
     const __m128i mins = gmk_mins_lanes(b->mins, a->bsums);
     const __m256i sub = gmk_subblock_sums(b, a->qs);
     if (!(path & PE_PATH_TILE4)) {
-        r->whole = fmaf((float)gmk_hsum_i32x8(sub), d, r->whole);
-        r->whole_mins = fmaf((float)gmk_hsum_i32x4(mins), dmin, r->whole_mins);
+        r->whole = fmaf((float)x86_sum_epi32x8(sub), d, r->whole);
+        r->whole_mins = fmaf((float)x86_sum_epi32x4(mins), dmin, r->whole_mins);
         return;
     }
     /* per 64 elements: sub-blocks 2k and 2k + 1 */
@@ -182,9 +168,9 @@ static inline void gmk_wide_step(int total, int mins_total, float dw, float dmin
 
 GM_INLINE void gmk_q5k_step(const gmk_block *b, const pe_f16 *d_dmin, const block_q8_K *a, unsigned path, gmk_acc *r) {
     const __m256i isum = gmk_isum(b, a->qs);
-    const int mins = gmk_hsum_i32x4(gmk_mins_lanes(b->mins, a->bsums));
+    const int mins = x86_sum_epi32x4(gmk_mins_lanes(b->mins, a->bsums));
     if (path & PE_PATH_WIDE) {
-        gmk_wide_step(gmk_hsum_i32x8(isum), mins, f16(d_dmin[0]), f16(d_dmin[1]), a->d, r);
+        gmk_wide_step(x86_sum_epi32x8(isum), mins, f16(d_dmin[0]), f16(d_dmin[1]), a->d, r);
         return;
     }
     const float d = a->d * f16(d_dmin[0]), dmin = -a->d * f16(d_dmin[1]);
@@ -193,7 +179,7 @@ GM_INLINE void gmk_q5k_step(const gmk_block *b, const pe_f16 *d_dmin, const bloc
 }
 
 static inline float gmk_result(const gmk_acc *r) {
-    return gm_tree8(r->acc) + gm_tree4(r->mins) + r->chain + (r->whole - r->whole_mins);
+    return x86_sum_ps8(r->acc) + x86_sum_ps4(r->mins) + r->chain + (r->whole - r->whole_mins);
 }
 
 static inline gmk_acc gmk_zero(void) { return (gmk_acc){_mm256_setzero_ps(), _mm_setzero_ps(), 0.0f, 0.0f, 0.0f}; }
@@ -225,7 +211,7 @@ GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_
     const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(gm_load256(a->bsums), sc16), 5);
     const __m256i lanes = _mm256_sub_epi32(gmk_isum(b, a->qs), offset);
     if (path & PE_PATH_WIDE) {
-        gmk_wide_step(gmk_hsum_i32x8(lanes), 0, f16(x->d), 0.0f, a->d, r);
+        gmk_wide_step(x86_sum_epi32x8(lanes), 0, f16(x->d), 0.0f, a->d, r);
         return;
     }
     const float d = a->d * f16(x->d);

@@ -6,13 +6,7 @@
 #include <immintrin.h>
 
 #include "kquants.h"
-
-static inline float hsum_f32x8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "x86_reduce.h"
 
 static inline float f16(pe_f16 h) { return _cvtsh_ss(h); }
 

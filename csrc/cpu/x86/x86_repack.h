@@ -23,15 +23,9 @@ static inline __m256i gmr_row_iq4_nl(const block_iq4_nl *b) {
     return _mm256_shuffle_epi8(grid, gm_nibbles_row(b->qs));
 }
 
-static inline int gmr_hsum(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
-}
-
 /* one block of one pair: the repacked kernels' step */
 GM_INLINE float gmr_step(__m256i codes, float dw, const block_q8_0 *a, float acc) {
-    const int sum = gmr_hsum(gm_dot_row(codes, a->qs, GM_SIGNED8));
+    const int sum = x86_sum_epi32x8(gm_dot_row(codes, a->qs, GM_SIGNED8));
     return fmaf((float)sum, dw * gm_f16(&a->d), acc);
 }
 
