@@ -45,19 +45,4 @@ static inline __m128i k4_unpack(const uint8_t *packed) {
     return _mm_or_si128(low, high);
 }
 
-/* sum_j min_j * (bsum_2j + bsum_2j+1) from k4_unpack's bytes */
-static inline __m256i k4_mins_dot(__m128i unpacked, const int16_t *bsums) {
-    const __m256i idx = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,
-                                         12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1);
-    const __m256i mins2 = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(unpacked), idx);
-    return _mm256_madd_epi16(mins2, load256(bsums));
-}
-
-/* two adjacent f16 (d, dmin) times the activations' scale: [d * ad, dmin * ad] */
-static inline __m128 f16_pair_scaled(const pe_f16 *pair, float ad) {
-    int32_t bits;
-    memcpy(&bits, pair, 4);
-    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)), _mm_set1_ps(ad));
-}
-
 #endif /* PE_X86_KQUANTS_H */
