@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from engine_support import engine_factory, never_eog, shift_with_a_live_sharer
+from engine_support import random_prompt as prompt
 
 from pyengine.errors import ContextLengthError, InvalidOptionError, SamplingError
 from pyengine.gguf import GGUFFile
@@ -31,28 +33,7 @@ def parts():
 
 @pytest.fixture
 def make(parts):
-    engines = []
-
-    def build(**kw) -> Engine:
-        model, tok, backend = parts
-        kw.setdefault("n_ctx", 128)
-        engine = Engine(model, tok, backend, **kw)
-        engines.append(engine)
-        return engine
-
-    yield build
-    for engine in engines:
-        engine.close()
-
-
-def prompt(seed: int, n: int = 10) -> list[int]:
-    return np.random.default_rng(seed).integers(5, 512, n).tolist()
-
-
-def never_eog(engine: Engine) -> SamplingOptions:
-    """Greedy with the end-of-generation tokens banned, so lengths are predictable."""
-    return SamplingOptions(temperature=0.0, repeat_penalty=1.0,
-                           logit_bias={t: False for t in engine.eog_ids})
+    yield from engine_factory(parts, n_ctx=128)
 
 
 # ---- many callers ------------------------------------------------------------------------
@@ -251,29 +232,10 @@ def test_shift_with_a_live_sharer_matches_each_alone(make):
     """The second request reuses the first's live prefix cells; both then shift past the
     context, which must copy the shared cells that move.  Each gets its alone output."""
     engine = make(n_ctx=40, n_parallel=2, n_batch=64, background=False)
-    opts = never_eog(engine)
-    shared = prompt(10, 24)
-    a, b = shared + [7], shared + [9, 11]
-    alone = []
-    for p in (a, b):
-        handle = engine.submit(p, opts, max_tokens=50, cache_prompt=False)
-        drive(engine)
-        alone.append(handle.result().tokens)
-    first = engine.submit(a, opts, max_tokens=50)
-    engine.step()                        # a's prompt is in, a is live
-    second = engine.submit(b, opts, max_tokens=50)
-    drive(engine)
-    ra, rb = first.result(), second.result()
+    alone, ra, rb = shift_with_a_live_sharer(engine, prompt(10, 24), max_tokens=50)
     assert rb.cached_tokens == 24 and ra.context_shifts > 0 and rb.context_shifts > 0
     assert [ra.tokens, rb.tokens] == alone
     assert engine.stats()["cells_live"] == 0
-
-
-def drive(engine: Engine) -> None:
-    for _ in range(10_000):
-        if not engine.step():
-            return
-    raise AssertionError("the engine did not finish")
 
 
 # ---- prefix reuse --------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import GOLDEN, available_isas, forced_isa
+from engine_support import engine_factory, never_eog, random_prompt, shift_with_a_live_sharer
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 from model_parity import CaseRun, compare, prompt_logits
@@ -30,7 +31,6 @@ from pyengine.ml.nn import CacheSpec
 from pyengine.models import load_model
 from pyengine.runner.engine import Engine
 from pyengine.runner.forward import Forward
-from pyengine.sample import SamplingOptions
 from pyengine.tokenizer import Tokenizer
 
 ISAS = available_isas()
@@ -239,33 +239,11 @@ def wide():
 
 @pytest.fixture
 def make(wide):
-    engines = []
-
-    def build(**kw) -> Engine:
-        model, tok, backend = wide
-        kw.setdefault("kv_type", "q8_0")
-        engine = Engine(model, tok, backend, **kw)
-        engines.append(engine)
-        return engine
-
-    yield build
-    for engine in engines:
-        engine.close()
-
-
-def greedy(engine: Engine) -> SamplingOptions:
-    return SamplingOptions(temperature=0.0, repeat_penalty=1.0, logit_bias={t: False for t in engine.eog_ids})
+    yield from engine_factory(wide, kv_type="q8_0")
 
 
 def prompt(seed: int, n: int) -> list[int]:
-    return np.random.default_rng(seed).integers(5, 500, n).tolist()
-
-
-def drive(engine: Engine) -> None:
-    for _ in range(10_000):
-        if not engine.step():
-            return
-    raise AssertionError("the engine did not finish")
+    return random_prompt(seed, n, high=500)
 
 
 def test_engine_refuses_q8_0_for_a_model_with_small_heads():
@@ -288,7 +266,7 @@ def test_an_environment_default_that_does_not_fit_falls_back_to_f16(monkeypatch)
 def test_engine_prefix_reuse_with_q8_0(make):
     engine = make(n_ctx=128)
     assert engine.cache.kv_type == "q8_0"
-    opts = greedy(engine)
+    opts = never_eog(engine)
     base = prompt(21, 50)
     first = engine.submit(base, opts, max_tokens=5).result()
     follow = base + first.tokens + prompt(22, 6)
@@ -300,19 +278,7 @@ def test_engine_prefix_reuse_with_q8_0(make):
 
 def test_engine_shift_of_a_shared_q8_0_prefix_matches_each_alone(make):
     engine = make(n_ctx=40, n_parallel=2, n_batch=64, background=False)
-    opts = greedy(engine)
-    shared = prompt(23, 24)
-    a, b = shared + [7], shared + [9, 11]
-    alone = []
-    for p in (a, b):
-        handle = engine.submit(p, opts, max_tokens=40, cache_prompt=False)
-        drive(engine)
-        alone.append(handle.result().tokens)
-    first = engine.submit(a, opts, max_tokens=40)
-    engine.step()
-    second = engine.submit(b, opts, max_tokens=40)
-    drive(engine)
-    ra, rb = first.result(), second.result()
+    alone, ra, rb = shift_with_a_live_sharer(engine, prompt(23, 24), max_tokens=40)
     assert rb.cached_tokens == 24 and ra.context_shifts > 0 and rb.context_shifts > 0
     assert [ra.tokens, rb.tokens] == alone
 
@@ -322,7 +288,7 @@ def test_q8_0_follows_f16_on_a_synthetic_model(make):
     results = {}
     for kv_type in ("f16", "q8_0"):
         engine = make(n_ctx=96, kv_type=kv_type)
-        results[kv_type] = engine.submit(ids, greedy(engine), max_tokens=8).result().tokens
+        results[kv_type] = engine.submit(ids, never_eog(engine), max_tokens=8).result().tokens
     assert results["q8_0"][:4] == results["f16"][:4]
 
 
