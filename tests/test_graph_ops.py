@@ -210,6 +210,51 @@ def test_set_rows_then_attention(isa, softcap):
     np.testing.assert_allclose(got, expected, rtol=3e-3, atol=3e-3)
 
 
+def batch_attention(isa, q, k16, v16, order, n_cells, hkv, lone=None):
+    """Causal attention of len(q) prompt tokens whose K/V rows sit in cells order[p] (p: position)."""
+    t, h, hd = q.shape
+    cache_k = np.zeros((n_cells, hkv * hd), np.uint16)
+    cache_v = np.zeros((n_cells, hkv * hd), np.uint16)
+    cache_k[order], cache_v[order] = k16, v16
+    cell_pos = np.zeros(n_cells, np.int32)
+    cell_pos[order] = np.arange(t)
+    mask = np.full((t, n_cells), -np.inf, np.float32)
+    for i in range(t):
+        mask[i, order[: i + 1]] = 0
+    with forced_isa(isa):
+        ctx = ctx1()
+        out = ctx.attn(ctx.input(q, "q"), ctx.cache(cache_k, 1, (hd * hkv, n_cells), "k"),
+                       ctx.cache(cache_v, 1, (hd * hkv, n_cells), "v"), ctx.input(mask, "mask"),
+                       ctx.input(np.array([n_cells], np.int32), "kv_len"), n_head_kv=hkv, scale=hd ** -0.5,
+                       lone=None if lone is None else ctx.input(lone, "lone"), cell_pos=ctx.input(cell_pos, "pos"))
+        return run(ctx, out), mask
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("group", [4, 3, 1])
+def test_batch_attention_does_not_depend_on_cell_order(isa, group):
+    """A prompt whose cells follow its positions reads V from a transposed copy; the same rows
+    scattered over the cache go slot by slot.  Both must give the same bits (and the right values)."""
+    t, hd, hkv, n_cells = 40, 64, 2, 96
+    q = f32(t, group * hkv, hd)
+    k16 = (f32(t, hkv * hd)).astype(np.float16).view(np.uint16)
+    v16 = (f32(t, hkv * hd)).astype(np.float16).view(np.uint16)
+    in_order, _ = batch_attention(isa, q, k16, v16, np.arange(t), n_cells, hkv)
+    scattered, mask = batch_attention(isa, q, k16, v16, rng.permutation(n_cells)[:t], n_cells, hkv)
+    assert np.array_equal(in_order, scattered)
+    kf = k16.view(np.float16).astype(np.float64).reshape(t, hkv, hd)
+    vf = v16.view(np.float16).astype(np.float64).reshape(t, hkv, hd)
+    causal = np.where(np.tril(np.ones((t, t))) > 0, 0.0, -np.inf)
+    expected = attention_reference(q.astype(np.float64), kf, vf, causal, hkv, hd ** -0.5)
+    np.testing.assert_allclose(in_order, expected, rtol=3e-3, atol=3e-3)
+    # a lone token (a generated one) keeps the row product's arithmetic, and so its own result
+    lone = np.zeros(t, np.int32)
+    lone[-1] = 1
+    with_lone, _ = batch_attention(isa, q, k16, v16, np.arange(t), n_cells, hkv, lone)
+    assert np.array_equal(with_lone[:-1], in_order[:-1])
+    np.testing.assert_allclose(with_lone[-1], expected[-1], rtol=3e-3, atol=3e-3)
+
+
 def test_moe_routing_ops():
     logits = f32(3, 8)
     ctx = ctx1()

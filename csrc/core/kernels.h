@@ -65,6 +65,14 @@ typedef struct pe_vec_kernels {
      * (see vec.c); scratch holds 4 * lanes * hd floats */
     void  (*values_f16)(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
                         int nacc, float *out, float *scratch);
+    /* the batch's tiled path: x[a] . y[b] (nacc 1) for up to 4 x 4 rows, into out[4 * a + b] */
+    void  (*dot_tile_f32_f16)(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, float *out);
+    /* the product of nh <= 4 heads' probabilities with a transposed F16 V
+     * (row d: element d of every slot), values_f16's sums with nacc 1 */
+    void  (*values_t_f16)(int64_t n, int nh, const float *const *p, const uint16_t *vt, size_t vt_stride, int64_t hd,
+                          float *const *out);
+    /* y[i] = f16(x[i] * scale), back in float */
+    void  (*scale_round_f16)(int64_t n, float *y, const float *x, float scale);
     /* y[i] = exp(x[i] - max), returning the sum in double */
     double (*exp_sum)(int64_t n, float *y, const float *x, float max);
     void  (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);

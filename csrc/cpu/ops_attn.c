@@ -54,12 +54,25 @@ static size_t attn_thread_bytes(const pe_tensor *t, const pe_tensor *q, const pe
     return floats * sizeof(float) + (size_t)slots * sizeof(int32_t) + 64;
 }
 
-size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
-    const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]];
-    return (size_t)n_threads * attn_thread_bytes(t, q, k) + 64;
+/* A batch's prompt tokens read V from a transposed copy (vt_build): for
+ * each KV head, row d holds element d of every cell's V, so the product
+ * with V runs along cells in whole vectors.  It pays for batches of many
+ * tokens; a copy larger than VT_MAX_BYTES is not made. */
+#define VT_MIN_TOKENS 8
+#define VT_MAX_BYTES ((size_t)64 << 20)
+
+static size_t vt_bytes(const pe_tensor *t, const pe_graph *g) {
+    const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
+    if (k->type != PE_TYPE_F16 || v->type != PE_TYPE_F16 || q->ne[2] < VT_MIN_TOKENS) return 0;
+    const size_t bytes = (size_t)t->ip[0] * (size_t)q->ne[0] * (size_t)padded(k->ne[1]) * sizeof(uint16_t);
+    return bytes <= VT_MAX_BYTES ? bytes : 0;
 }
 
-static inline float round_f16(float x) { return pe_f16_to_f32(pe_f32_to_f16(x)); }
+size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
+    const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]];
+    return (size_t)n_threads * attn_thread_bytes(t, q, k) + vt_bytes(t, g) + 64;
+}
+
 
 /* The query heads sharing one KV head, for one token: each K and V row is
  * read once for the whole group (GQA), while every head's arithmetic is the
@@ -74,6 +87,8 @@ typedef struct {
     float   *scores;   /* [group][n_slots]  scores, then probabilities, by position slot */
     float   *lanes;    /* [group][W][hd]    the product with V, lane by lane */
     int32_t *cell;     /* [n_slots]         the cell at each slot, -1 if none */
+    const uint16_t *vt;  /* this KV head's transposed V ([hd][vt_width]), or NULL */
+    int64_t  vt_width;
     float    mx[64];   /* largest score per head */
 } attn_group;
 
@@ -111,7 +126,7 @@ static void group_queries(attn_group *ag, const pe_tensor *q, int64_t h0, int64_
     for (int64_t gi = 0; gi < ag->group; gi++) {
         const float *qr = pe_row(q, h0 + gi, tok, 0);
         if (ag->q_type == PE_TYPE_F16) {
-            for (int64_t i = 0; i < hd; i++) ag->qh[gi * hd + i] = round_f16(qr[i]);
+            pe_kern->vec.scale_round_f16(hd, ag->qh + gi * hd, qr, 1.0f);
         } else {
             pe_kern->type[ag->q_type].from_float(qr, (uint8_t *)ag->qh + gi * ag->q_bytes, hd);
         }
@@ -119,15 +134,43 @@ static void group_queries(attn_group *ag, const pe_tensor *q, int64_t h0, int64_
     }
 }
 
-/* Raw dot products of head gi's query with the K rows of up to 4 cells. */
-static inline void raw_dots(const attn_group *ag, const pe_tensor *k, const uint8_t *const kr[4], int n, int64_t gi,
-                            float out[4]) {
-    if (ag->q_type == PE_TYPE_F16) {
-        pe_kern->vec.dot4_f32_f16(ag->hd, ag->qh + gi * ag->hd, (const uint16_t *const *)kr, n, ag->nacc, out);
+/* A raw score soft-capped, then scaled, into its slot. */
+static inline void put_score(const pe_tensor *t, attn_group *ag, int64_t gi, int64_t slot, float s) {
+    const float scale = t->fp[0], softcap = t->fp[1];
+    if (softcap > 0) s = softcap * tanhf(s * (1.0f / softcap));
+    s *= scale;
+    ag->scores[gi * ag->n_slots + slot] = s;
+    if (s > ag->mx[gi]) ag->mx[gi] = s;
+}
+
+/* The scores of up to 4 cells (K rows kr, at slots slot[]) for every head
+ * of the group: a batch's F16 products in tiles of 4 heads x 4 cells (each
+ * K row converted once for the heads), a lone token's and a quantized K's
+ * one head at a time. */
+static void cells_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *k, const uint8_t *const kr[4],
+                         const int64_t slot[4], int m) {
+    const int64_t hd = ag->hd;
+    float s[16];
+    if (ag->q_type == PE_TYPE_F16 && ag->nacc == 1) {
+        for (int64_t g0 = 0; g0 < ag->group; g0 += 4) {
+            const int nq = ag->group - g0 < 4 ? (int)(ag->group - g0) : 4;
+            const float *x[4];
+            for (int a = 0; a < nq; a++) x[a] = ag->qh + (g0 + a) * hd;
+            pe_kern->vec.dot_tile_f32_f16(hd, x, nq, (const uint16_t *const *)kr, m, s);
+            for (int a = 0; a < nq; a++)
+                for (int j = 0; j < m; j++) put_score(t, ag, g0 + a, slot[j], s[4 * a + j]);
+        }
         return;
     }
-    for (int j = 0; j < n; j++)
-        pe_kern->type[k->type].vec_dot(ag->hd, &out[j], kr[j], (const uint8_t *)ag->qh + gi * ag->q_bytes);
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        if (ag->q_type == PE_TYPE_F16) {
+            pe_kern->vec.dot4_f32_f16(hd, ag->qh + gi * hd, (const uint16_t *const *)kr, m, ag->nacc, s);
+        } else {
+            for (int j = 0; j < m; j++)
+                pe_kern->type[k->type].vec_dot(hd, &s[j], kr[j], (const uint8_t *)ag->qh + gi * ag->q_bytes);
+        }
+        for (int j = 0; j < m; j++) put_score(t, ag, gi, slot[j], s[j]);
+    }
 }
 
 /* Scores as llama.cpp's non-flash path computes them: the dot product with
@@ -136,7 +179,6 @@ static inline void raw_dots(const attn_group *ag, const pe_tensor *k, const uint
  * as Gemma does, pass a scale of 1.) */
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
                          const pe_tensor *k, size_t head_off) {
-    const float scale = t->fp[0], softcap = t->fp[1];
     const int64_t n = ag->n_slots;
     group_queries(ag, q, h0, tok);
     for (int64_t gi = 0; gi < ag->group; gi++)
@@ -151,16 +193,7 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
             kr[m++] = (const uint8_t *)k->data + ag->cell[i] * k->nb[1] + head_off;
         }
         if (m == 4 || (i == n && m > 0)) {
-            for (int64_t gi = 0; gi < ag->group; gi++) {
-                float s[4];
-                raw_dots(ag, k, kr, m, gi, s);
-                for (int j = 0; j < m; j++) {
-                    if (softcap > 0) s[j] = softcap * tanhf(s[j] * (1.0f / softcap));
-                    s[j] *= scale;
-                    ag->scores[gi * n + slot[j]] = s[j];
-                    if (s[j] > ag->mx[gi]) ag->mx[gi] = s[j];
-                }
-            }
+            cells_scores(t, ag, k, kr, slot, m);
             m = 0;
         }
     }
@@ -179,16 +212,76 @@ static void group_softmax(attn_group *ag, int to_f16) {
         }
         const double sum = pe_kern->vec.exp_sum(n, sc, sc, ag->mx[gi]);
         const float inv = (float)(1.0 / sum);
-        for (int64_t i = 0; i < n; i++) sc[i] = to_f16 ? round_f16(sc[i] * inv) : sc[i] * inv;
+        if (to_f16) {
+            pe_kern->vec.scale_round_f16(n, sc, sc, inv);
+        } else {
+            for (int64_t i = 0; i < n; i++) sc[i] *= inv;
+        }
     }
 }
 
+/* The column of the transposed V that slot 0 maps to, when every visible
+ * cell sits at that fixed offset from its slot (one sequence's cells in
+ * position order, as a prompt fills them) and the slots fit; else -1. */
+static int64_t vt_column(const attn_group *ag) {
+    int64_t c0 = -1;
+    for (int64_t i = 0; i < ag->n_slots; i++) {
+        if (ag->cell[i] < 0) continue;
+        if (c0 < 0) c0 = ag->cell[i] - i;
+        if (c0 < 0 || ag->cell[i] - i != c0) return -1;
+    }
+    return c0 >= 0 && c0 + ag->n_slots <= ag->vt_width ? c0 : -1;
+}
+
+/* Fills the transposed V: vt[h][d][c] = V[c][h][d] for cells below n_kv and
+ * 0 up to width, in 64-cell blocks dealt round-robin over the threads. */
+static void vt_build(const pe_exec *ex, const pe_tensor *v, int64_t n_kv_head, int64_t hd, int64_t n_kv, int64_t width,
+                     uint16_t *vt) {
+    const int64_t blocks = width / ATTN_ALIGN;
+    for (int64_t u = ex->ith; u < n_kv_head * blocks; u += ex->nth) {
+        const int64_t h = u / blocks, c0 = (u % blocks) * ATTN_ALIGN;
+        const uint16_t *row[ATTN_ALIGN];
+        for (int64_t c = 0; c < ATTN_ALIGN; c++)
+            row[c] = c0 + c < n_kv ? (const uint16_t *)((const uint8_t *)v->data + (c0 + c) * v->nb[1]) + h * hd : NULL;
+        for (int64_t d = 0; d < hd; d++) {
+            uint16_t *dst = vt + (h * hd + d) * width + c0;
+            for (int64_t c = 0; c < ATTN_ALIGN; c++) dst[c] = row[c] ? row[c][d] : 0;
+        }
+    }
+}
+
+/* Whether this batch makes the transposed V: enough prompt (non-lone)
+ * tokens, and a cache not so much larger than them that copying it costs
+ * more than it saves. */
+static int vt_wanted(const pe_tensor *t, const pe_graph *g, const int32_t *lone, int64_t nt, int64_t n_kv) {
+    if (!vt_bytes(t, g)) return 0;
+    int64_t tiled = 0;
+    for (int64_t i = 0; i < nt; i++) tiled += lone ? lone[i] == 0 : nt > 1;
+    return tiled >= VT_MIN_TOKENS && tiled * ATTN_ALIGN >= n_kv;
+}
+
 /* The product with an F16 V: slot i goes to lane i % W of each head (an fma
- * per element), and the W lanes are folded by halves into the output. */
+ * per element), and the W lanes are folded by halves into the output.  A
+ * batch's token whose cells lie at one offset from their slots (vt_column)
+ * reads V from the transposed copy, four heads at a time. */
 static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
-    for (int64_t gi = 0; gi < ag->group; gi++)
-        pe_kern->vec.values_f16(ag->n_slots, ag->cell, ag->scores + gi * ag->n_slots, (const uint8_t *)v->data + head_off,
-                                v->nb[1], ag->hd, ag->nacc, out + gi * ag->hd, ag->lanes);
+    const int64_t c0 = ag->vt && ag->nacc == 1 ? vt_column(ag) : -1;
+    for (int64_t g0 = 0; g0 < ag->group; g0 += 4) {
+        const int nh = ag->group - g0 < 4 ? (int)(ag->group - g0) : 4;
+        const float *p[4];
+        float *o[4];
+        for (int a = 0; a < nh; a++) {
+            p[a] = ag->scores + (g0 + a) * ag->n_slots;
+            o[a] = out + (g0 + a) * ag->hd;
+        }
+        if (c0 >= 0) {
+            pe_kern->vec.values_t_f16(ag->n_slots, nh, p, ag->vt + c0, (size_t)ag->vt_width, ag->hd, o);
+            continue;
+        }
+        for (int a = 0; a < nh; a++)
+            pe_kern->vec.values_f16(ag->n_slots, ag->cell, p[a], (const uint8_t *)v->data + head_off, v->nb[1], ag->hd,
+                                    ag->nacc, o[a], ag->lanes);
+    }
 }
 
 /* The product with a quantized (Q8_0) V follows llama.cpp's flash-attention
@@ -238,6 +331,13 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     ag.scores = ag.qh + per * hd;
     ag.lanes = ag.scores + per * room;
     ag.row = ag.lanes + per * hd * 4 * pe_kern->vec.lanes;
+    uint16_t *vt = NULL;
+    if (vt_wanted(t, g, lone, nt, n_kv)) {
+        vt = (uint16_t *)(ex->work + (size_t)ex->nth * attn_thread_bytes(t, q, k));
+        ag.vt_width = padded(n_kv);
+        vt_build(ex, v, n_kv_head, hd, n_kv, ag.vt_width, vt);
+        pe_pool_barrier(ex->pool);
+    }
     /* a head's slice of a cache row: whole blocks, as head_dim is a multiple
      * of the block size (checked when the op was built) */
     const size_t k_head_bytes = pe_row_bytes(k->type, hd), v_head_bytes = pe_row_bytes(v->type, hd);
@@ -251,6 +351,7 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
          * (4 accumulators) and a batch's with tiles (1 per output) */
         ag.nacc = (lone ? lone[tok] != 0 : nt == 1) ? 4 : 1;
         if (!place_cells(&ag, m, cell_pos, n_kv, room)) place_by_cell(&ag, m, n_kv);
+        ag.vt = vt ? vt + kvh * hd * ag.vt_width : NULL;
         group_scores(t, &ag, q, h0, tok, k, (size_t)kvh * k_head_bytes);
         group_softmax(&ag, v->type == PE_TYPE_F16);
         if (v->type == PE_TYPE_F16) group_values_f16(&ag, v, (size_t)kvh * v_head_bytes, out);

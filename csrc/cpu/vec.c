@@ -185,6 +185,131 @@ static void dot4_f32_f16(int64_t n, const float *x, const uint16_t *const *y, in
     for (int r = 0; r < rows; r++) out[r] = dot_f32_f16(n, x, y[r], nacc);
 }
 
+/* The tiled product of a batch's attention: dot_f32_f16 with one
+ * accumulator (nacc 1) for every pair of up to 4 query rows x and up to 4
+ * F16 rows y, out[4 * a + b] = x[a] . y[b].  Each y chunk is converted once
+ * for all queries; each pair's arithmetic is the row product's. */
+static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, float *out) {
+#if defined(__AVX512F__)
+    if (n % 16 == 0) {
+        const float *xs[4];
+        const uint16_t *ys[4];
+        for (int a = 0; a < 4; a++) xs[a] = x[a < nx ? a : nx - 1];   /* spare rows repeat the last */
+        for (int b = 0; b < 4; b++) ys[b] = y[b < ny ? b : ny - 1];
+        __m512 acc[4][4];
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 4; b++) acc[a][b] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 16) {
+            __m512 yv[4];
+            for (int b = 0; b < 4; b++) yv[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ys[b] + i)));
+            for (int a = 0; a < 4; a++) {
+                const __m512 xv = _mm512_loadu_ps(xs[a] + i);
+                for (int b = 0; b < 4; b++) acc[a][b] = _mm512_fmadd_ps(yv[b], xv, acc[a][b]);
+            }
+        }
+        for (int a = 0; a < nx; a++)
+            for (int b = 0; b < ny; b++) out[4 * a + b] = fold(acc[a][b]);
+        return;
+    }
+#endif
+    for (int a = 0; a < nx; a++) dot4_f32_f16(n, x[a], y, ny, 1, out + 4 * a);
+}
+
+/* One output element of the product with a transposed V for the ISAs
+ * without a vector loop: values_f16_wide's lanes for one column. */
+static float values_t_one(int64_t n, const float *p, const uint16_t *vt) {
+    float lane[LANES] = {0};
+    for (int64_t i = 0; i < n; i++)
+        if (p[i] != 0.0f) lane[i % LANES] = fmaf(pe_f16_to_f32(vt[i]), p[i], lane[i % LANES]);
+    for (int half = LANES / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) lane[l] += lane[l + half];
+    return lane[0];
+}
+
+/* The product of nh <= 4 heads' probabilities p[h] (n slots, a multiple of
+ * LANES) with a transposed F16 V: row d of vt (vt_stride elements apart)
+ * holds element d of the slots' V rows.  Slot i goes to lane i % LANES, a
+ * slot whose probability is 0 is skipped, and the lanes fold by halves:
+ * the sums of values_f16 with nacc 1, with each V element converted once
+ * for all heads and no per-slot branch. */
+static void values_t_f16(int64_t n, int nh, const float *const *p, const uint16_t *vt, size_t vt_stride, int64_t hd,
+                         float *const *out) {
+#if defined(__AVX512F__)
+    if (hd % 4 == 0) {
+        const float *ps[4];
+        for (int h = 0; h < 4; h++) ps[h] = p[h < nh ? h : nh - 1];
+        for (int64_t d0 = 0; d0 < hd; d0 += 4) {
+            __m512 acc[4][4];
+            for (int h = 0; h < 4; h++)
+                for (int e = 0; e < 4; e++) acc[h][e] = _mm512_setzero_ps();
+            for (int64_t s = 0; s < n; s += 16) {
+                __m512 pv[4];
+                __mmask16 live[4];
+                for (int h = 0; h < 4; h++) {
+                    pv[h] = _mm512_loadu_ps(ps[h] + s);
+                    live[h] = _mm512_cmp_ps_mask(pv[h], _mm512_setzero_ps(), _CMP_NEQ_UQ);
+                }
+                for (int e = 0; e < 4; e++) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(vt + (size_t)(d0 + e) * vt_stride + s));
+                    const __m512 v = _mm512_cvtph_ps(raw);
+                    for (int h = 0; h < 4; h++) acc[h][e] = _mm512_mask3_fmadd_ps(v, pv[h], acc[h][e], live[h]);
+                }
+            }
+            for (int h = 0; h < nh; h++)
+                for (int e = 0; e < 4; e++) out[h][d0 + e] = fold(acc[h][e]);
+        }
+        return;
+    }
+#elif defined(__AVX2__)
+    if (hd % 4 == 0) {
+        for (int h0 = 0; h0 < nh; h0 += 2) {
+            const int h1 = h0 + 1 < nh ? h0 + 1 : h0;
+            for (int64_t d0 = 0; d0 < hd; d0 += 4) {
+                __m256 acc[2][4];
+                for (int h = 0; h < 2; h++)
+                    for (int e = 0; e < 4; e++) acc[h][e] = _mm256_setzero_ps();
+                for (int64_t s = 0; s < n; s += 8) {
+                    const __m256 pv[2] = {_mm256_loadu_ps(p[h0] + s), _mm256_loadu_ps(p[h1] + s)};
+                    const __m256 live[2] = {_mm256_cmp_ps(pv[0], _mm256_setzero_ps(), _CMP_NEQ_UQ),
+                                            _mm256_cmp_ps(pv[1], _mm256_setzero_ps(), _CMP_NEQ_UQ)};
+                    for (int e = 0; e < 4; e++) {
+                        const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vt + (size_t)(d0 + e) * vt_stride + s)));
+                        for (int h = 0; h < 2; h++)
+                            acc[h][e] = _mm256_blendv_ps(acc[h][e], _mm256_fmadd_ps(v, pv[h], acc[h][e]), live[h]);
+                    }
+                }
+                for (int e = 0; e < 4; e++) {
+                    out[h0][d0 + e] = fold(acc[0][e]);
+                    if (h1 != h0) out[h1][d0 + e] = fold(acc[1][e]);
+                }
+            }
+        }
+        return;
+    }
+#endif
+    for (int h = 0; h < nh; h++)
+        for (int64_t d = 0; d < hd; d++) out[h][d] = values_t_one(n, p[h], vt + (size_t)d * vt_stride);
+}
+
+/* y[i] = f16(x[i] * scale): the rounding to F16 of queries and probabilities */
+static void scale_round_f16(int64_t n, float *y, const float *x, float scale) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h = _mm512_cvtps_ph(_mm512_mul_ps(_mm512_loadu_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT);
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(h));
+    }
+#elif defined(__AVX2__)
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    }
+#endif
+    for (; i < n; i++) y[i] = pe_f16_to_f32(pe_f32_to_f16(x[i] * scale));
+}
+
 /* y[i] = fma(f16(x[i]), p, y[i]): one lane's step of the product with V */
 static void fma_f16(int64_t n, float *y, float p, const uint16_t *x) {
     int64_t i = 0;
@@ -383,6 +508,9 @@ void PE_VEC_FILL(pe_kernels *k) {
     k->vec.lanes = LANES;
     k->vec.dot4_f32_f16 = dot4_f32_f16;
     k->vec.values_f16 = values_f16;
+    k->vec.dot_tile_f32_f16 = dot_tile_f32_f16;
+    k->vec.values_t_f16 = values_t_f16;
+    k->vec.scale_round_f16 = scale_round_f16;
     k->vec.exp_sum = exp_sum;
     k->vec.f32_to_f16 = f32_to_f16;
     k->vec.f16_to_f32 = f16_to_f32;
