@@ -5,7 +5,9 @@ set, whatever the batch around it (batch invariance).
 
 Weight rows n = 21, 22, 23 leave a last tile of 1, 2 and 3 rows; activation
 rows m = 1, 3, 4, 5, 17, 64, 70 give tiles of 1, 2, 3 and 4 columns (a
-single row is the decode path)."""
+single row is the decode path).  Where a type packs 16 weight rows for a
+prompt tile (Q4_K, Q6_K on AVX-512), the first 16 rows of a batch of 8 or
+more take that path and the rest the 4-row tiles."""
 
 from __future__ import annotations
 

@@ -45,12 +45,26 @@ typedef void (*pe_vec_dot_path_fn)(int64_t n, float *s, const void *w, const voi
 typedef void (*pe_gemm_fn)(int64_t n, float *s, size_t bs, const void *w, size_t bw,
                            const void *a, size_t ba, int nr, int nc, unsigned paths);
 
+/* Optional, for a prompt batch's tiles: a type may copy PE_PACK_ROWS weight
+ * rows (of n elements, stride bw) into an interleaved layout once per tile
+ * (pack16; with dst NULL it returns the bytes that takes) and multiply the
+ * copy with up to PE_GEMM_COLS activation rows (gemm16: s[j * bs + i],
+ * i < PE_PACK_ROWS, j < nc), each element bit-identical to the gemm's for
+ * the same paths.  gemm16 returns 0, computing nothing, for paths it does
+ * not take (the gemm does those). */
+#define PE_PACK_ROWS 16
+typedef size_t (*pe_pack16_fn)(int64_t n, const void *w, size_t bw, void *dst);
+typedef int (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
+                            unsigned paths);
+
 typedef struct pe_type_kernels {
     pe_to_float_fn   to_float;
     pe_from_float_fn from_float;
     pe_vec_dot_fn    vec_dot;
     pe_gemm_fn       gemm;     /* optional; NULL -> vec_dot pair by pair */
     pe_vec_dot_path_fn vec_dot_path;  /* optional: see PE_PATH_* */
+    pe_pack16_fn     pack16;   /* optional, with gemm16 */
+    pe_gemm16_fn     gemm16;
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */

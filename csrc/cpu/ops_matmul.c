@@ -10,6 +10,7 @@
 
 #define TILE_ROWS 16   /* weight rows per tile */
 #define TILE_COLS 64   /* activation rows per tile (prompt batches) */
+#define PACK_MIN_COLS 8 /* activation rows a tile needs to pay for packing its weight rows */
 
 static inline const pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
     return &ex->g->t[t->src[i]];
@@ -26,11 +27,32 @@ static inline const void *x_row(const pe_tensor *x, int64_t r) {
     return pe_row(x, i1, i2, i3);
 }
 
-size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t) {
+/* Scratch: the quantized activations, then per thread a packed copy of 16
+ * weight rows for types with pack16 (at 64-byte offsets). */
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+static size_t activations_bytes(const pe_tensor *x, int vdt) {
+    return vdt == PE_TYPE_F32 ? 0 : round64((size_t)pe_nrows(x) * pe_row_bytes(vdt, x->ne[0]));
+}
+
+static size_t pack_bytes(const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
+    const pe_pack16_fn pack = pe_kern->type[w->type].pack16;
+    if (t->op != PE_OP_MUL_MAT || !pack || pe_nrows(x) < PACK_MIN_COLS) return 0;
+    return round64(pack(x->ne[0], NULL, 0, NULL));
+}
+
+size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
     const pe_tensor *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
-    const int vdt = pe_type_vec_dot_type(w->type);
-    if (vdt == PE_TYPE_F32) return 0;
-    return (size_t)pe_nrows(x) * pe_row_bytes(vdt, x->ne[0]) + 64;
+    const size_t bytes = activations_bytes(x, pe_type_vec_dot_type(w->type)) + (size_t)n_threads * pack_bytes(t, w, x);
+    return bytes ? bytes + 64 : 0;
+}
+
+/* This thread's room for packed weight rows, or NULL when the product
+ * does not pack (or the scratch was planned without it). */
+static void *pack_scratch(const pe_exec *ex, const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
+    const size_t per = pack_bytes(t, w, x);
+    const size_t off = activations_bytes(x, pe_type_vec_dot_type(w->type)) + (size_t)ex->ith * per;
+    return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
 
 /* Phase 1 of every product: activations -> the dot partner type, rows split
@@ -68,13 +90,38 @@ static inline unsigned weight_bits(const pe_tensor *w) {
     return w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1 ? (unsigned)PE_PATH_ROWS8 : 0u;
 }
 
+/* The packed path: PE_PACK_ROWS weight rows copied once into the type's
+ * interleaved layout, then multiplied with every activation row of the
+ * tile (groups of rows on paths gemm16 does not take go to the gemm). */
+static void tile_packed(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
+                        const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m, int64_t i0, int64_t j0,
+                        int64_t j1, void *packed) {
+    const unsigned keep = path_keep(w), wbits = weight_bits(w);
+    const uint8_t *wd = (const uint8_t *)w->data + i0 * w->nb[1];
+    k->pack16(kdim, wd, w->nb[1], packed);
+    for (int64_t j = j0; j < j1; j += PE_GEMM_COLS) {
+        const int nc = (int)(j1 - j < PE_GEMM_COLS ? j1 - j : PE_GEMM_COLS);
+        unsigned tile_paths = 0;
+        for (int c = 0; c < nc; c++) tile_paths |= (row_path(paths, j + c, m, keep) | wbits) << (PE_PATH_BITS * c);
+        float *out = dst + j * n + i0;
+        if (k->gemm16(kdim, out, (size_t)n, packed, q + j * qstride, qstride, nc, tile_paths)) continue;
+        for (int i = 0; i < PE_PACK_ROWS; i += PE_GEMM_ROWS)
+            k->gemm(kdim, out + i, (size_t)n, wd + i * w->nb[1], w->nb[1], q + j * qstride, qstride, PE_GEMM_ROWS, nc,
+                    tile_paths);
+    }
+}
+
 /* One tile: weight rows [i0, i1) against activation rows [j0, j1) of m. */
 static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
                  const pe_tensor *x, const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m,
-                 int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+                 int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *packed) {
     const uint8_t *wd = w->data;
     const unsigned keep = path_keep(w), wbits = weight_bits(w);
     const size_t wstride = w->nb[1];
+    if (packed && q && j1 - j0 >= PACK_MIN_COLS && i1 - i0 == PE_PACK_ROWS) {
+        tile_packed(k, kdim, dst, n, w, q, qstride, paths, m, i0, j0, j1, packed);
+        return;
+    }
     if (k->gemm && q) {
         for (int64_t j = j0; j < j1; j += PE_GEMM_COLS) {
             const int nc = (int)(j1 - j < PE_GEMM_COLS ? j1 - j : PE_GEMM_COLS);
@@ -124,12 +171,13 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     const int64_t n_cb = (m + cols - 1) / cols;
     const int32_t *paths = t->src[2] >= 0 ? (const int32_t *)src(ex, t, 2)->data : NULL;
     float *dst = t->data;
+    void *packed = pack_scratch(ex, t, w, x);
     int first = 1;
     for (int64_t task = next_task(ex, &first); task < n_rb * n_cb; task = next_task(ex, &first)) {
         const int64_t rb = task / n_cb, cb = task % n_cb;
         const int64_t i0 = rb * rows, i1 = i0 + rows < n ? i0 + rows : n;
         const int64_t j0 = cb * cols, j1 = j0 + cols < m ? j0 + cols : m;
-        tile(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, j0, j1);
+        tile(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, j0, j1, packed);
     }
 }
 

@@ -342,8 +342,221 @@ static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t b
     return 1;
 }
 #define GMK_QUADS_q4_K gmk_q4k_quads
+
+/* ---- Q4_K on 16 packed rows (AVX-512) ----------------------------------------------------
+
+   A prompt tile's 16 weight rows are copied once into lanes: per super-block,
+   group g (4 bytes) of chunk c of row r at qs[c][g][r], so one load holds a
+   group of 16 rows and vpdpbusd against the activation group broadcast gives
+   the 16 rows' sub-block sums in their own lanes, with no shuffles (the
+   quad's permutes were most of its work).  Scales and mins come unpacked
+   (mins of sub-blocks 2c, 2c + 1 as one 16-bit pair, for vpmaddwd against
+   the activations' pair of sub-block sums), d and dmin as floats.  The
+   float steps are gmk_q4k_step's, per pair, in the lanes. */
+typedef struct {
+    uint32_t qs[4][8][16];
+    int32_t  sc[8][16];
+    int32_t  mn[4][16];    /* m[2c] | m[2c + 1] << 16 */
+    float    d[16], dmin[16];
+} gmk_q4k_x16;
+
+static size_t gmk_q4k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
+    const int64_t nsb = n / QK_K;
+    if (!dst) return (size_t)nsb * sizeof(gmk_q4k_x16);
+    gmk_q4k_x16 *out = dst;
+    for (int64_t ib = 0; ib < nsb; ib++)
+        for (int r = 0; r < 16; r++) {
+            const block_q4_K *x = (const block_q4_K *)((const uint8_t *)w + (size_t)r * bw) + ib;
+            for (int c = 0; c < 4; c++)
+                for (int g = 0; g < 8; g++) out[ib].qs[c][g][r] = gm_u32(x->qs + 32 * c + 4 * g);
+            uint8_t sc[8], mn[8];
+            for (int j = 0; j < 8; j++) {
+                pe_k4_scale_min(j, x->scales, &sc[j], &mn[j]);
+                out[ib].sc[j][r] = sc[j];
+            }
+            for (int c = 0; c < 4; c++) out[ib].mn[c][r] = (int32_t)mn[2 * c] | (int32_t)mn[2 * c + 1] << 16;
+            out[ib].d[r] = f16(x->d);
+            out[ib].dmin[r] = f16(x->dmin);
+        }
+    return (size_t)nsb * sizeof(gmk_q4k_x16);
+}
+
+/* the activations' sub-block sums of chunk c (sub-blocks 2c, 2c + 1) as one
+ * 16-bit pair per chunk */
+static inline void gmk_bsum_pairs(const block_q8_K *a, int32_t out[4]) {
+    for (int c = 0; c < 4; c++) {
+        const int lo = a->bsums[4 * c] + a->bsums[4 * c + 1], hi = a->bsums[4 * c + 2] + a->bsums[4 * c + 3];
+        out[c] = (int32_t)(uint16_t)(int16_t)lo | (int32_t)((uint32_t)(uint16_t)(int16_t)hi << 16);
+    }
+}
+
+/* 16 packed rows against up to 4 activation rows y[0..3] (nc of them
+ * stored); tiled: bit j set where column j takes the 4-row tile's steps */
+static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+                             int nc, unsigned tiled) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 whole[4], whole_mins[4];
+    for (int j = 0; j < 4; j++) whole[j] = whole_mins[j] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const gmk_q4k_x16 *p = w + ib;
+        const __m512 dw = _mm512_loadu_ps(p->d), dmw = _mm512_loadu_ps(p->dmin);
+        int32_t bp[4][4];
+        __m512i sb_tot[4], sb_mins[4];
+        for (int j = 0; j < 4; j++) {
+            gmk_bsum_pairs(y[j] + ib, bp[j]);
+            sb_tot[j] = sb_mins[j] = _mm512_setzero_si512();
+        }
+        for (int c = 0; c < 4; c++) {
+            __m512i lo[4], hi[4];
+            for (int j = 0; j < 4; j++) lo[j] = hi[j] = _mm512_setzero_si512();
+            for (int g = 0; g < 8; g++) {
+                const __m512i bits = _mm512_loadu_si512(p->qs[c][g]);
+                const __m512i wl = _mm512_and_si512(bits, m4), wh = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+                for (int j = 0; j < 4; j++) {
+                    const int8_t *a = y[j][ib].qs + 64 * c + 4 * g;
+                    lo[j] = _mm512_dpbusd_epi32(lo[j], wl, _mm512_set1_epi32((int)gm_u32(a)));
+                    hi[j] = _mm512_dpbusd_epi32(hi[j], wh, _mm512_set1_epi32((int)gm_u32(a + 32)));
+                }
+            }
+            const __m512i sc_lo = _mm512_loadu_si512(p->sc[2 * c]), sc_hi = _mm512_loadu_si512(p->sc[2 * c + 1]);
+            const __m512i mn = _mm512_loadu_si512(p->mn[c]);
+            for (int j = 0; j < 4; j++) {
+                const __m512i tot = _mm512_add_epi32(_mm512_mullo_epi32(lo[j], sc_lo), _mm512_mullo_epi32(hi[j], sc_hi));
+                const __m512i mins = _mm512_madd_epi16(mn, _mm512_set1_epi32(bp[j][c]));
+                if (tiled >> j & 1) {   /* per 64 elements */
+                    const __m512 da = _mm512_set1_ps(y[j][ib].d);
+                    whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, da), whole[j]);
+                    whole_mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmw, da), whole_mins[j]);
+                } else {
+                    sb_tot[j] = _mm512_add_epi32(sb_tot[j], tot);
+                    sb_mins[j] = _mm512_add_epi32(sb_mins[j], mins);
+                }
+            }
+        }
+        for (int j = 0; j < 4; j++) {
+            if (tiled >> j & 1) continue;
+            const __m512 da = _mm512_set1_ps(y[j][ib].d);   /* per super-block */
+            whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_tot[j]), _mm512_mul_ps(dw, da), whole[j]);
+            whole_mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_mins[j]), _mm512_mul_ps(dmw, da), whole_mins[j]);
+        }
+    }
+    for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, _mm512_sub_ps(whole[j], whole_mins[j]));
+}
+
+static int gmk_q4k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
+                          unsigned paths) {
+    for (int j0 = 0; j0 < nc; j0 += 4) {
+        const int ncq = nc - j0 < 4 ? nc - j0 : 4;
+        const block_q8_K *y[4];
+        unsigned tiled = 0;
+        for (int j = 0; j < 4; j++) {
+            const int col = j0 + (j < ncq ? j : ncq - 1);
+            y[j] = (const block_q8_K *)((const uint8_t *)a + (size_t)col * ba);
+            tiled |= ((paths >> (PE_PATH_BITS * col)) & PE_PATH_TILE4 ? 1u : 0u) << j;
+        }
+        gmk_q4k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, ncq, tiled);
+    }
+    return 1;
+}
+
+/* ---- Q6_K on 16 packed rows (AVX-512), the tiled k-quant product only ----------------------
+
+   The codes come decoded (0..63, 4 to a lane) by 32-element chunk k and
+   group t; a 16-element sub-block's 4 groups sum in one accumulator, scaled
+   once.  The codes' offset of 32 comes off as 32 * sum_j scale_j * bsum_j
+   (vpmaddwd over pairs of scales).  Integer totals are exact, so this is
+   gmk_q6_step's WIDE total; rows on other paths are left to the gemm. */
+typedef struct {
+    uint32_t q[8][8][16];
+    int32_t  sc[16][16];
+    int32_t  scp[8][16];   /* scales 2i, 2i + 1 as a 16-bit pair */
+    float    d[16];
+} gmk_q6k_x16;
+
+static size_t gmk_q6k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
+    const int64_t nsb = n / QK_K;
+    if (!dst) return (size_t)nsb * sizeof(gmk_q6k_x16);
+    gmk_q6k_x16 *out = dst;
+    for (int64_t ib = 0; ib < nsb; ib++)
+        for (int r = 0; r < 16; r++) {
+            const block_q6_K *x = (const block_q6_K *)((const uint8_t *)w + (size_t)r * bw) + ib;
+            gmk_block b;
+            gmk_q6_decode(x, &b);
+            uint32_t codes[8][8];
+            for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)codes[k], b.codes[k]);
+            for (int k = 0; k < 8; k++)
+                for (int t = 0; t < 8; t++) out[ib].q[k][t][r] = codes[k][t];
+            for (int j = 0; j < 16; j++) out[ib].sc[j][r] = x->scales[j];
+            for (int i = 0; i < 8; i++)
+                out[ib].scp[i][r] = (int32_t)(uint16_t)(int16_t)x->scales[2 * i] |
+                                    (int32_t)((uint32_t)(uint16_t)(int16_t)x->scales[2 * i + 1] << 16);
+            out[ib].d[r] = f16(x->d);
+        }
+    return (size_t)nsb * sizeof(gmk_q6k_x16);
+}
+
+static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+                             int nc) {
+    __m512 acc[4];
+    for (int j = 0; j < 4; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const gmk_q6k_x16 *p = w + ib;
+        __m512i tot[4], off[4];
+        for (int j = 0; j < 4; j++) tot[j] = off[j] = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k++)
+            for (int half = 0; half < 2; half++) {   /* 16-element sub-block 2k + half */
+                __m512i part[4];
+                for (int j = 0; j < 4; j++) part[j] = _mm512_setzero_si512();
+                for (int t = 4 * half; t < 4 * half + 4; t++) {
+                    const __m512i codes = _mm512_loadu_si512(p->q[k][t]);
+                    for (int j = 0; j < 4; j++)
+                        part[j] = _mm512_dpbusd_epi32(part[j], codes,
+                                                      _mm512_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * t)));
+                }
+                const __m512i sc = _mm512_loadu_si512(p->sc[2 * k + half]);
+                for (int j = 0; j < 4; j++) tot[j] = _mm512_add_epi32(tot[j], _mm512_mullo_epi32(part[j], sc));
+            }
+        for (int i = 0; i < 8; i++) {
+            const __m512i scp = _mm512_loadu_si512(p->scp[i]);
+            for (int j = 0; j < 4; j++) {
+                const int16_t *bsums = y[j][ib].bsums;
+                const int32_t pair = (int32_t)(uint16_t)bsums[2 * i] | (int32_t)((uint32_t)(uint16_t)bsums[2 * i + 1] << 16);
+                off[j] = _mm512_add_epi32(off[j], _mm512_madd_epi16(scp, _mm512_set1_epi32(pair)));
+            }
+        }
+        const __m512 dw = _mm512_loadu_ps(p->d);
+        for (int j = 0; j < 4; j++) {
+            const __m512i total = _mm512_sub_epi32(tot[j], _mm512_slli_epi32(off[j], 5));
+            const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(total), dw);
+            acc[j] = _mm512_fmadd_ps(v, _mm512_set1_ps(y[j][ib].d), acc[j]);
+        }
+    }
+    for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, acc[j]);
+}
+
+static int gmk_q6k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
+                          unsigned paths) {
+    for (int j = 0; j < nc; j++)
+        if (!((paths >> (PE_PATH_BITS * j)) & PE_PATH_WIDE)) return 0;
+    for (int j0 = 0; j0 < nc; j0 += 4) {
+        const int ncq = nc - j0 < 4 ? nc - j0 : 4;
+        const block_q8_K *y[4];
+        for (int j = 0; j < 4; j++) y[j] = (const block_q8_K *)((const uint8_t *)a + (size_t)(j0 + (j < ncq ? j : ncq - 1)) * ba);
+        gmk_q6k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, ncq);
+    }
+    return 1;
+}
+
+#define GMK_PACK16_INSTALL(k)                                \
+    do {                                                     \
+        (k)->type[PE_TYPE_Q4_K].pack16 = gmk_q4k_pack16;     \
+        (k)->type[PE_TYPE_Q4_K].gemm16 = gmk_q4k_gemm16;     \
+        (k)->type[PE_TYPE_Q6_K].pack16 = gmk_q6k_pack16;     \
+        (k)->type[PE_TYPE_Q6_K].gemm16 = gmk_q6k_gemm16;     \
+    } while (0)
 #else
 #define GMK_QUADS_q4_K(...) 0
+#define GMK_PACK16_INSTALL(k) ((void)0)
 #endif
 #define GMK_QUADS_q5_K(...) 0
 #define GMK_QUADS_q6_K(...) 0
@@ -419,6 +632,7 @@ static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t b
         (k)->type[PE_TYPE_Q6_K].vec_dot_path = vec_dot_path_q6_K; \
         GM_INSTALL(k, PE_TYPE_Q5_K, q5_K, with_gemm);    \
         GM_INSTALL(k, PE_TYPE_Q6_K, q6_K, with_gemm);    \
+        if (with_gemm) GMK_PACK16_INSTALL(k);            \
         GMR_INSTALL_ALL(k, with_gemm); /* after Q4_0's legacy kernels */ \
     } while (0)
 
