@@ -3,6 +3,10 @@ when it is installed) on the same GGUF files and thread count.
 
     python benchmarks/compare.py smollm2-135m gemma3-270m --threads 2 --rounds 3
 
+To compare the AVX2 paths, point --llamacpp-path at a llama-cpp-python
+built without AVX-512 (e.g. pip install --target DIR with CMAKE_ARGS
+"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF ...") and pass --isa avx2.
+
 Each measurement runs in a fresh process (so peak memory is per engine), and
 the engines alternate round by round so that machine noise hits both alike.
 Prints prompt (pp512) and generation (tg128) tokens/s, their ratios, and peak
@@ -58,17 +62,29 @@ def worker_llamacpp(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
 WORKERS = {"pyengine": worker_pyengine, "llama.cpp": worker_llamacpp}
 
 
+def worker_env(engine: str, args) -> dict:
+    """The worker's environment: pyengine's instruction set, llama.cpp's build."""
+    env = dict(os.environ)
+    if engine == "pyengine" and args.isa:
+        env["PYENGINE_ISA"] = args.isa
+    if engine == "llama.cpp" and args.llamacpp_path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (args.llamacpp_path, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def measure(engine: str, path: str, args) -> dict | None:
     cmd = [sys.executable, __file__, "--worker", engine, path, "--threads", str(args.threads),
            "--n-prompt", str(args.n_prompt), "--n-gen", str(args.n_gen)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(engine, args))
     if out.returncode != 0:
         print(f"{engine} failed on {path}:\n{out.stderr[-1500:]}", file=sys.stderr)
         return None
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def llamacpp_available() -> bool:
+def llamacpp_available(args) -> bool:
+    if args.llamacpp_path:
+        return os.path.isdir(os.path.join(args.llamacpp_path, "llama_cpp"))
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
@@ -83,6 +99,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-prompt", type=int, default=512)
     ap.add_argument("--n-gen", type=int, default=128)
+    ap.add_argument("--isa", help="pyengine's instruction set (PYENGINE_ISA), e.g. avx2")
+    ap.add_argument("--llamacpp-path", help="directory holding the llama_cpp package to compare with")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -91,7 +109,7 @@ def main() -> int:
 
     from pyengine.store import resolve_model
 
-    engines = ["pyengine"] + (["llama.cpp"] if llamacpp_available() else [])
+    engines = ["pyengine"] + (["llama.cpp"] if llamacpp_available(args) else [])
     if len(engines) == 1:
         print("llama-cpp-python is not installed: showing pyengine alone "
               "(CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python)")

@@ -376,6 +376,55 @@ static int values_f16_lanes(int64_t n, const int32_t *cell, const float *p, cons
 #endif
 }
 
+/* The lone token's product with an F16 V (4 * LANES lanes: slot i to lane
+ * i % (4 * LANES), folded by halves, as values_f16_wide), one block of
+ * LANES output elements at a time with its lanes in registers: the slots of
+ * lane group a (lanes LANES*a .. LANES*a + LANES-1) run as one pass; groups
+ * 0 and 2, then 1 and 3, are added, then the two sums, then the lanes of a
+ * group by halves: the fold's order.  Returns 0 where the ISA has no such
+ * loop. */
+#if defined(__AVX512F__)
+static inline __m512 fold16_vectors(__m512 v[16]) {
+    for (int half = 8; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) v[l] = _mm512_add_ps(v[l], v[l + half]);
+    return v[0];
+}
+
+/* one lane group's pass over the slots: acc[l] for slots 64i + 16a + l */
+static inline void lone_pass16(int64_t n, int a, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
+                               int64_t d0, __m512 acc[16]) {
+    for (int l = 0; l < 16; l++) acc[l] = _mm512_setzero_ps();
+    for (int64_t s = 16 * a; s < n; s += 64)
+        for (int l = 0; l < 16; l++) {
+            const int64_t i = s + l;
+            if (cell[i] < 0 || p[i] == 0.0f) continue;
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(v + (size_t)cell[i] * stride) + d0 / 16);
+            acc[l] = _mm512_fmadd_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(p[i]), acc[l]);
+        }
+}
+#endif
+
+static int values_f16_lone(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
+                           int64_t hd, float *out) {
+#if defined(__AVX512F__)
+    if (hd % 16 || n % 64) return 0;
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+        __m512 sum[2][16], acc[16];
+        for (int a = 0; a < 2; a++) {   /* groups a and a + 2 */
+            lone_pass16(n, a, cell, p, v, stride, d0, sum[a]);
+            lone_pass16(n, a + 2, cell, p, v, stride, d0, acc);
+            for (int l = 0; l < 16; l++) sum[a][l] = _mm512_add_ps(sum[a][l], acc[l]);
+        }
+        for (int l = 0; l < 16; l++) sum[0][l] = _mm512_add_ps(sum[0][l], sum[1][l]);
+        _mm512_storeu_ps(out + d0, fold16_vectors(sum[0]));
+    }
+    return 1;
+#else
+    (void)n; (void)cell; (void)p; (void)v; (void)stride; (void)hd; (void)out;
+    return 0;
+#endif
+}
+
 /* y[i] += x[i] */
 static void add_f32(int64_t n, float *y, const float *x) {
     int64_t i = 0;
@@ -407,6 +456,7 @@ static void values_f16_wide(int64_t n, const int32_t *cell, const float *p, cons
 static void values_f16(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
                        int nacc, float *out, float *scratch) {
     if (nacc == 1 && values_f16_lanes(n, cell, p, v, stride, hd, out)) return;
+    if (nacc == 4 && values_f16_lone(n, cell, p, v, stride, hd, out)) return;
     values_f16_wide(n, cell, p, v, stride, hd, (int64_t)LANES * nacc, out, scratch);
 }
 
