@@ -1,0 +1,340 @@
+/* x86_gemm_packed.h - Q4_K and Q6_K prompt tiles on 16 packed weight rows
+ * (include x86_gemm_kquants.h's pieces first; see pack16 in kernels.h).
+ *
+ * A prompt tile's 16 weight rows are copied once into lanes: group g (4
+ * bytes) of a 32-element chunk of row r sits at [chunk][g][r], so one load
+ * holds that group of every row, and an integer dot product against the
+ * activation group broadcast to all lanes gives the rows' sums in their own
+ * lanes: no shuffles, no horizontal sums.  AVX-512 takes the 16 rows in one
+ * vector with vpdpbusd; AVX2 takes 8 at a time with maddubs (16-bit sums of
+ * up to 8 Q4_K groups or 2 Q6_K groups cannot overflow) and madd.  The
+ * integer totals are exact however they are grouped, and the float steps
+ * are those of gmk_q4k_step / gmk_wide_step, per pair, in the lanes, so a
+ * result equals the 4-row tiles' bit for bit. */
+#ifndef PE_X86_GEMM_PACKED_H
+#define PE_X86_GEMM_PACKED_H
+
+/* ---- layouts ------------------------------------------------------------------------------ */
+
+/* Q4_K: codes by chunk c (sub-blocks 2c low nibbles, 2c + 1 high) and
+ * group; scales unpacked; the mins of sub-blocks 2c, 2c + 1 as one 16-bit
+ * pair (for madd against the activations' pair of sub-block sums); d and
+ * dmin as floats. */
+typedef struct {
+    uint32_t qs[4][8][16];
+    int32_t  sc[8][16];
+    int32_t  mn[4][16];    /* m[2c] | m[2c + 1] << 16 */
+    float    d[16], dmin[16];
+} gmk_q4k_x16;
+
+/* Q6_K: codes decoded (0..63) by chunk k and group t; the scale of each
+ * 16-element sub-block, and the scales again as 16-bit pairs for the
+ * codes' offset of 32, which comes off as 32 * sum_j scale_j * bsum_j. */
+typedef struct {
+    uint32_t q[8][8][16];
+    int32_t  sc[16][16];
+    int32_t  scp[8][16];   /* scales 2i, 2i + 1 as a 16-bit pair */
+    float    d[16];
+} gmk_q6k_x16;
+
+static inline int32_t gmk_pair16(int lo, int hi) {
+    return (int32_t)((uint32_t)(uint16_t)(int16_t)lo | (uint32_t)(uint16_t)(int16_t)hi << 16);
+}
+
+static size_t gmk_q4k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
+    const int64_t nsb = n / QK_K;
+    if (!dst) return (size_t)nsb * sizeof(gmk_q4k_x16);
+    gmk_q4k_x16 *out = dst;
+    for (int64_t ib = 0; ib < nsb; ib++)
+        for (int r = 0; r < 16; r++) {
+            const block_q4_K *x = (const block_q4_K *)((const uint8_t *)w + (size_t)r * bw) + ib;
+            for (int c = 0; c < 4; c++)
+                for (int g = 0; g < 8; g++) out[ib].qs[c][g][r] = gm_u32(x->qs + 32 * c + 4 * g);
+            uint8_t sc[8], mn[8];
+            for (int j = 0; j < 8; j++) {
+                pe_k4_scale_min(j, x->scales, &sc[j], &mn[j]);
+                out[ib].sc[j][r] = sc[j];
+            }
+            for (int c = 0; c < 4; c++) out[ib].mn[c][r] = gmk_pair16(mn[2 * c], mn[2 * c + 1]);
+            out[ib].d[r] = f16(x->d);
+            out[ib].dmin[r] = f16(x->dmin);
+        }
+    return (size_t)nsb * sizeof(gmk_q4k_x16);
+}
+
+static size_t gmk_q6k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
+    const int64_t nsb = n / QK_K;
+    if (!dst) return (size_t)nsb * sizeof(gmk_q6k_x16);
+    gmk_q6k_x16 *out = dst;
+    for (int64_t ib = 0; ib < nsb; ib++)
+        for (int r = 0; r < 16; r++) {
+            const block_q6_K *x = (const block_q6_K *)((const uint8_t *)w + (size_t)r * bw) + ib;
+            gmk_block b;
+            gmk_q6_decode(x, &b);
+            uint32_t codes[8][8];
+            for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)codes[k], b.codes[k]);
+            for (int k = 0; k < 8; k++)
+                for (int t = 0; t < 8; t++) out[ib].q[k][t][r] = codes[k][t];
+            for (int j = 0; j < 16; j++) out[ib].sc[j][r] = x->scales[j];
+            for (int i = 0; i < 8; i++) out[ib].scp[i][r] = gmk_pair16(x->scales[2 * i], x->scales[2 * i + 1]);
+            out[ib].d[r] = f16(x->d);
+        }
+    return (size_t)nsb * sizeof(gmk_q6k_x16);
+}
+
+/* the activations' sums over sub-blocks 2c and 2c + 1, as one 16-bit pair
+ * per chunk c */
+static inline void gmk_bsum_pairs(const block_q8_K *a, int32_t out[4]) {
+    for (int c = 0; c < 4; c++)
+        out[c] = gmk_pair16(a->bsums[4 * c] + a->bsums[4 * c + 1], a->bsums[4 * c + 2] + a->bsums[4 * c + 3]);
+}
+
+/* ---- column kernels: 16 packed rows against up to 4 activation rows y[0..3] ------------ */
+
+#if defined(PE_GEMM_VNNI)
+/* Q4_K; tiled: bit j set where column j takes the 4-row tile's steps (per
+ * 64 elements), else per super-block */
+static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+                             int nc, unsigned tiled) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 whole[4], whole_mins[4];
+    for (int j = 0; j < 4; j++) whole[j] = whole_mins[j] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const gmk_q4k_x16 *p = w + ib;
+        const __m512 dw = _mm512_loadu_ps(p->d), dmw = _mm512_loadu_ps(p->dmin);
+        int32_t bp[4][4];
+        __m512i sb_tot[4], sb_mins[4];
+        for (int j = 0; j < 4; j++) {
+            gmk_bsum_pairs(y[j] + ib, bp[j]);
+            sb_tot[j] = sb_mins[j] = _mm512_setzero_si512();
+        }
+        for (int c = 0; c < 4; c++) {
+            __m512i lo[4], hi[4];
+            for (int j = 0; j < 4; j++) lo[j] = hi[j] = _mm512_setzero_si512();
+            for (int g = 0; g < 8; g++) {
+                const __m512i bits = _mm512_loadu_si512(p->qs[c][g]);
+                const __m512i wl = _mm512_and_si512(bits, m4), wh = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+                for (int j = 0; j < 4; j++) {
+                    const int8_t *a = y[j][ib].qs + 64 * c + 4 * g;
+                    lo[j] = _mm512_dpbusd_epi32(lo[j], wl, _mm512_set1_epi32((int)gm_u32(a)));
+                    hi[j] = _mm512_dpbusd_epi32(hi[j], wh, _mm512_set1_epi32((int)gm_u32(a + 32)));
+                }
+            }
+            const __m512i sc_lo = _mm512_loadu_si512(p->sc[2 * c]), sc_hi = _mm512_loadu_si512(p->sc[2 * c + 1]);
+            const __m512i mn = _mm512_loadu_si512(p->mn[c]);
+            for (int j = 0; j < 4; j++) {
+                const __m512i tot = _mm512_add_epi32(_mm512_mullo_epi32(lo[j], sc_lo), _mm512_mullo_epi32(hi[j], sc_hi));
+                const __m512i mins = _mm512_madd_epi16(mn, _mm512_set1_epi32(bp[j][c]));
+                if (tiled >> j & 1) {
+                    const __m512 da = _mm512_set1_ps(y[j][ib].d);
+                    whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, da), whole[j]);
+                    whole_mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmw, da), whole_mins[j]);
+                } else {
+                    sb_tot[j] = _mm512_add_epi32(sb_tot[j], tot);
+                    sb_mins[j] = _mm512_add_epi32(sb_mins[j], mins);
+                }
+            }
+        }
+        for (int j = 0; j < 4; j++) {
+            if (tiled >> j & 1) continue;
+            const __m512 da = _mm512_set1_ps(y[j][ib].d);
+            whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_tot[j]), _mm512_mul_ps(dw, da), whole[j]);
+            whole_mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_mins[j]), _mm512_mul_ps(dmw, da), whole_mins[j]);
+        }
+    }
+    for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, _mm512_sub_ps(whole[j], whole_mins[j]));
+}
+
+/* Q6_K, the tiled k-quant product: a 16-element sub-block's 4 groups sum in
+ * one accumulator, scaled once */
+static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+                             int nc) {
+    __m512 acc[4];
+    for (int j = 0; j < 4; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const gmk_q6k_x16 *p = w + ib;
+        __m512i tot[4], off[4];
+        for (int j = 0; j < 4; j++) tot[j] = off[j] = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k++)
+            for (int half = 0; half < 2; half++) {
+                __m512i part[4];
+                for (int j = 0; j < 4; j++) part[j] = _mm512_setzero_si512();
+                for (int t = 4 * half; t < 4 * half + 4; t++) {
+                    const __m512i codes = _mm512_loadu_si512(p->q[k][t]);
+                    for (int j = 0; j < 4; j++)
+                        part[j] = _mm512_dpbusd_epi32(part[j], codes,
+                                                      _mm512_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * t)));
+                }
+                const __m512i sc = _mm512_loadu_si512(p->sc[2 * k + half]);
+                for (int j = 0; j < 4; j++) tot[j] = _mm512_add_epi32(tot[j], _mm512_mullo_epi32(part[j], sc));
+            }
+        for (int i = 0; i < 8; i++) {
+            const __m512i scp = _mm512_loadu_si512(p->scp[i]);
+            for (int j = 0; j < 4; j++) {
+                const int16_t *bsums = y[j][ib].bsums;
+                off[j] = _mm512_add_epi32(off[j], _mm512_madd_epi16(scp, _mm512_set1_epi32(gmk_pair16(bsums[2 * i], bsums[2 * i + 1]))));
+            }
+        }
+        const __m512 dw = _mm512_loadu_ps(p->d);
+        for (int j = 0; j < 4; j++) {
+            const __m512i total = _mm512_sub_epi32(tot[j], _mm512_slli_epi32(off[j], 5));
+            acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(total), dw), _mm512_set1_ps(y[j][ib].d), acc[j]);
+        }
+    }
+    for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, acc[j]);
+}
+#else
+/* AVX2: rows 8h .. 8h + 7 against columns j0, j0 + 1, one pass each */
+static inline __m256i gmk_sum16(__m256i v) { return _mm256_madd_epi16(v, _mm256_set1_epi16(1)); }
+
+static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, size_t bs,
+                            const block_q8_K *const y[2], int nc, unsigned tiled) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 whole[2], whole_mins[2];
+    for (int j = 0; j < 2; j++) whole[j] = whole_mins[j] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const gmk_q4k_x16 *p = w + ib;
+        const __m256 dw = _mm256_loadu_ps(p->d + 8 * h), dmw = _mm256_loadu_ps(p->dmin + 8 * h);
+        int32_t bp[2][4];
+        __m256i sb_tot[2], sb_mins[2];
+        for (int j = 0; j < 2; j++) {
+            gmk_bsum_pairs(y[j] + ib, bp[j]);
+            sb_tot[j] = sb_mins[j] = _mm256_setzero_si256();
+        }
+        for (int c = 0; c < 4; c++) {
+            __m256i lo[2], hi[2];   /* 16-bit pair sums of up to 8 groups: below 2^15 */
+            for (int j = 0; j < 2; j++) lo[j] = hi[j] = _mm256_setzero_si256();
+            for (int g = 0; g < 8; g++) {
+                const __m256i bits = gm_load256(p->qs[c][g] + 8 * h);
+                const __m256i wl = _mm256_and_si256(bits, m4), wh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                for (int j = 0; j < 2; j++) {
+                    const int8_t *a = y[j][ib].qs + 64 * c + 4 * g;
+                    lo[j] = _mm256_add_epi16(lo[j], _mm256_maddubs_epi16(wl, _mm256_set1_epi32((int)gm_u32(a))));
+                    hi[j] = _mm256_add_epi16(hi[j], _mm256_maddubs_epi16(wh, _mm256_set1_epi32((int)gm_u32(a + 32))));
+                }
+            }
+            const __m256i sc_lo = gm_load256(p->sc[2 * c] + 8 * h), sc_hi = gm_load256(p->sc[2 * c + 1] + 8 * h);
+            const __m256i mn = gm_load256(p->mn[c] + 8 * h);
+            for (int j = 0; j < 2; j++) {
+                const __m256i tot = _mm256_add_epi32(_mm256_mullo_epi32(gmk_sum16(lo[j]), sc_lo),
+                                                     _mm256_mullo_epi32(gmk_sum16(hi[j]), sc_hi));
+                const __m256i mins = _mm256_madd_epi16(mn, _mm256_set1_epi32(bp[j][c]));
+                if (tiled >> j & 1) {
+                    const __m256 da = _mm256_set1_ps(y[j][ib].d);
+                    whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_mul_ps(dw, da), whole[j]);
+                    whole_mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmw, da), whole_mins[j]);
+                } else {
+                    sb_tot[j] = _mm256_add_epi32(sb_tot[j], tot);
+                    sb_mins[j] = _mm256_add_epi32(sb_mins[j], mins);
+                }
+            }
+        }
+        for (int j = 0; j < 2; j++) {
+            if (tiled >> j & 1) continue;
+            const __m256 da = _mm256_set1_ps(y[j][ib].d);
+            whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb_tot[j]), _mm256_mul_ps(dw, da), whole[j]);
+            whole_mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb_mins[j]), _mm256_mul_ps(dmw, da), whole_mins[j]);
+        }
+    }
+    for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs + 8 * h, _mm256_sub_ps(whole[j], whole_mins[j]));
+}
+
+static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+                             int nc, unsigned tiled) {
+    for (int j0 = 0; j0 < nc; j0 += 2)
+        for (int h = 0; h < 2; h++)
+            gmk_q4k_x8_pair(w, nsb, h, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2, tiled >> j0);
+}
+
+static void gmk_q6k_x8_pair(const gmk_q6k_x16 *w, int64_t nsb, int h, float *s, size_t bs,
+                            const block_q8_K *const y[2], int nc) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const gmk_q6k_x16 *p = w + ib;
+        __m256i tot[2], off[2];
+        for (int j = 0; j < 2; j++) tot[j] = off[j] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; k++)
+            for (int half = 0; half < 2; half++) {
+                __m256i prod[2][4];
+                for (int t = 0; t < 4; t++) {
+                    const __m256i codes = gm_load256(p->q[k][4 * half + t] + 8 * h);
+                    for (int j = 0; j < 2; j++)
+                        prod[j][t] = _mm256_maddubs_epi16(
+                            codes, _mm256_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * (4 * half + t))));
+                }
+                const __m256i sc = gm_load256(p->sc[2 * k + half] + 8 * h);
+                for (int j = 0; j < 2; j++) {   /* two groups' 16-bit sums stay below 2^15 */
+                    const __m256i part = _mm256_add_epi32(gmk_sum16(_mm256_add_epi16(prod[j][0], prod[j][1])),
+                                                          gmk_sum16(_mm256_add_epi16(prod[j][2], prod[j][3])));
+                    tot[j] = _mm256_add_epi32(tot[j], _mm256_mullo_epi32(part, sc));
+                }
+            }
+        for (int i = 0; i < 8; i++) {
+            const __m256i scp = gm_load256(p->scp[i] + 8 * h);
+            for (int j = 0; j < 2; j++) {
+                const int16_t *bsums = y[j][ib].bsums;
+                off[j] = _mm256_add_epi32(off[j], _mm256_madd_epi16(scp, _mm256_set1_epi32(gmk_pair16(bsums[2 * i], bsums[2 * i + 1]))));
+            }
+        }
+        const __m256 dw = _mm256_loadu_ps(p->d + 8 * h);
+        for (int j = 0; j < 2; j++) {
+            const __m256i total = _mm256_sub_epi32(tot[j], _mm256_slli_epi32(off[j], 5));
+            acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(total), dw), _mm256_set1_ps(y[j][ib].d), acc[j]);
+        }
+    }
+    for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs + 8 * h, acc[j]);
+}
+
+static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+                             int nc) {
+    for (int j0 = 0; j0 < nc; j0 += 2)
+        for (int h = 0; h < 2; h++) gmk_q6k_x8_pair(w, nsb, h, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2);
+}
+#endif
+
+/* ---- gemm16 ------------------------------------------------------------------------------- */
+
+/* columns j0..j0 + 3 (the last repeated past nc) and their tiled bits */
+static inline unsigned gmk_quad_cols(const void *a, size_t ba, int j0, int nc, unsigned paths, unsigned bit,
+                                     const block_q8_K *y[4]) {
+    unsigned flags = 0;
+    for (int j = 0; j < 4; j++) {
+        const int col = j0 + (j0 + j < nc ? j : nc - 1 - j0);
+        y[j] = (const block_q8_K *)((const uint8_t *)a + (size_t)col * ba);
+        flags |= ((paths >> (PE_PATH_BITS * col)) & bit ? 1u : 0u) << j;
+    }
+    return flags;
+}
+
+static int gmk_q4k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
+                          unsigned paths) {
+    for (int j0 = 0; j0 < nc; j0 += 4) {
+        const block_q8_K *y[4];
+        const unsigned tiled = gmk_quad_cols(a, ba, j0, nc, paths, PE_PATH_TILE4, y);
+        gmk_q4k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4, tiled);
+    }
+    return 1;
+}
+
+/* Q6_K packs only for the tiled k-quant product (PE_PATH_WIDE) */
+static int gmk_q6k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
+                          unsigned paths) {
+    for (int j = 0; j < nc; j++)
+        if (!((paths >> (PE_PATH_BITS * j)) & PE_PATH_WIDE)) return 0;
+    for (int j0 = 0; j0 < nc; j0 += 4) {
+        const block_q8_K *y[4];
+        gmk_quad_cols(a, ba, j0, nc, paths, PE_PATH_WIDE, y);
+        gmk_q6k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4);
+    }
+    return 1;
+}
+
+#define GMK_PACK16_INSTALL(k)                                \
+    do {                                                     \
+        (k)->type[PE_TYPE_Q4_K].pack16 = gmk_q4k_pack16;     \
+        (k)->type[PE_TYPE_Q4_K].gemm16 = gmk_q4k_gemm16;     \
+        (k)->type[PE_TYPE_Q6_K].pack16 = gmk_q6k_pack16;     \
+        (k)->type[PE_TYPE_Q6_K].gemm16 = gmk_q6k_gemm16;     \
+    } while (0)
+
+#endif /* PE_X86_GEMM_PACKED_H */
