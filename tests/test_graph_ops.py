@@ -132,6 +132,20 @@ def test_norms_and_activations(isa):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol / 10)
 
 
+def test_geglu_is_the_same_table_lookup_on_every_isa():
+    """GELU is GGML's F16 table: the SIMD gathers must give the scalar lookup's bits, including
+    the clamps at -10 and 10 and inputs that round to F16 infinities."""
+    g = np.concatenate([f32(1000) * 6, np.array([-10, 10, -10.001, 9.999, 7e4, -7e4, 0.0, -0.0], np.float32)])
+    u = f32(len(g))
+    results = {}
+    for isa in ISAS:
+        with forced_isa(isa):
+            ctx = ctx1()
+            results[isa] = run(ctx, ctx.geglu(ctx.input(g, "g"), ctx.input(u, "u"))).view(np.uint32)
+    for isa, bits in results.items():
+        assert np.array_equal(bits, results["scalar"]), isa
+
+
 def rope_reference(x, pos, n_dims, mode, base, ff=None):
     """x [T, H, hd] float64; GGML's rotation (NORMAL: adjacent pairs; NEOX: halves)."""
     out = x.copy()

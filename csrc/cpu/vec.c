@@ -550,6 +550,20 @@ static void gelu_mul(int64_t n, float *y, const float *g, const float *u) {
         v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), v, _mm512_setzero_ps());
         _mm512_storeu_ps(y + i, _mm512_mul_ps(v, _mm512_loadu_ps(u + i)));
     }
+#elif defined(__AVX2__)
+    /* eight at a time, the same way */
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+        const __m256i t = _mm256_and_si256(_mm256_i32gather_epi32((const int *)pe_gelu_table, h, 2),
+                                           _mm256_set1_epi32(0xFFFF));
+        const __m128i t16 = _mm_packus_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        __m256 v = _mm256_cvtph_ps(t16);
+        v = _mm256_blendv_ps(v, x, _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+        v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LE_OQ));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(v, _mm256_loadu_ps(u + i)));
+    }
 #endif
     for (; i < n; i++) y[i] = pe_gelu(g[i]) * u[i];
 }
