@@ -211,6 +211,28 @@ static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uin
             for (int b = 0; b < ny; b++) out[4 * a + b] = fold(acc[a][b]);
         return;
     }
+#elif defined(__AVX2__)
+    if (n % 8 == 0) {   /* two queries at a time: 8 accumulators fit the 16 registers */
+        const uint16_t *ys[4];
+        for (int b = 0; b < 4; b++) ys[b] = y[b < ny ? b : ny - 1];
+        for (int a0 = 0; a0 < nx; a0 += 2) {
+            const float *xs[2] = {x[a0], x[a0 + 1 < nx ? a0 + 1 : a0]};
+            __m256 acc[2][4];
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 4; b++) acc[a][b] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n; i += 8) {
+                __m256 yv[4];
+                for (int b = 0; b < 4; b++) yv[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ys[b] + i)));
+                for (int a = 0; a < 2; a++) {
+                    const __m256 xv = _mm256_loadu_ps(xs[a] + i);
+                    for (int b = 0; b < 4; b++) acc[a][b] = _mm256_fmadd_ps(yv[b], xv, acc[a][b]);
+                }
+            }
+            for (int a = 0; a < 2 && a0 + a < nx; a++)
+                for (int b = 0; b < ny; b++) out[4 * (a0 + a) + b] = fold(acc[a][b]);
+        }
+        return;
+    }
 #endif
     for (int a = 0; a < nx; a++) dot4_f32_f16(n, x[a], y, ny, 1, out + 4 * a);
 }
@@ -402,6 +424,25 @@ static inline void lone_pass16(int64_t n, int a, const int32_t *cell, const floa
             acc[l] = _mm512_fmadd_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(p[i]), acc[l]);
         }
 }
+#elif defined(__AVX2__)
+static inline __m256 fold8_vectors(__m256 v[8]) {
+    for (int half = 4; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) v[l] = _mm256_add_ps(v[l], v[l + half]);
+    return v[0];
+}
+
+/* one lane group's pass: acc[l] for slots 32i + 8a + l */
+static inline void lone_pass8(int64_t n, int a, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
+                              int64_t d0, __m256 acc[8]) {
+    for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
+    for (int64_t s = 8 * a; s < n; s += 32)
+        for (int l = 0; l < 8; l++) {
+            const int64_t i = s + l;
+            if (cell[i] < 0 || p[i] == 0.0f) continue;
+            const __m128i h = _mm_loadu_si128((const __m128i *)(v + (size_t)cell[i] * stride) + d0 / 8);
+            acc[l] = _mm256_fmadd_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(p[i]), acc[l]);
+        }
+}
 #endif
 
 static int values_f16_lone(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
@@ -417,6 +458,19 @@ static int values_f16_lone(int64_t n, const int32_t *cell, const float *p, const
         }
         for (int l = 0; l < 16; l++) sum[0][l] = _mm512_add_ps(sum[0][l], sum[1][l]);
         _mm512_storeu_ps(out + d0, fold16_vectors(sum[0]));
+    }
+    return 1;
+#elif defined(__AVX2__)
+    if (hd % 8 || n % 32) return 0;
+    for (int64_t d0 = 0; d0 < hd; d0 += 8) {
+        __m256 sum[2][8], acc[8];
+        for (int a = 0; a < 2; a++) {   /* groups a and a + 2 */
+            lone_pass8(n, a, cell, p, v, stride, d0, sum[a]);
+            lone_pass8(n, a + 2, cell, p, v, stride, d0, acc);
+            for (int l = 0; l < 8; l++) sum[a][l] = _mm256_add_ps(sum[a][l], acc[l]);
+        }
+        for (int l = 0; l < 8; l++) sum[0][l] = _mm256_add_ps(sum[0][l], sum[1][l]);
+        _mm256_storeu_ps(out + d0, fold8_vectors(sum[0]));
     }
     return 1;
 #else
