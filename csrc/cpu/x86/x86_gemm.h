@@ -251,36 +251,41 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
             }                                                                                             \
     }
 #else
-/* The tile, AVX2: each pair keeps its own eight lanes as in vec_dot. */
+/* The tile, AVX2: each pair keeps its own eight lanes as in vec_dot.  Two
+ * weight rows at a time against up to 4 activation rows: 8 accumulators,
+ * which with the codes fit the 16 registers (4 x 4 would spill). */
 #define GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, KIND, WITH_MIN)                                          \
     GM_INLINE void gemm_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *const w[4],             \
                                    const uint8_t *a, size_t ba, size_t bw, int nr, const int nc) {        \
-        __m256 acc[4][4];                                                                                 \
-        float mins[4][4] = {{0}};                                                                         \
-        for (int r = 0; r < 4; r++)                                                                       \
-            for (int j = 0; j < 4; j++) acc[r][j] = _mm256_setzero_ps();                                  \
-        for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
-            gm_prefetch_ahead(w, bw, (size_t)ib * sizeof(WB), sizeof(WB));                                \
-            __m256i codes[4];                                                                             \
-            float dw[4], mw[4];                                                                           \
-            for (int r = 0; r < 4; r++) {                                                                 \
-                const WB *b = (const WB *)w[r] + ib;                                                      \
-                codes[r] = ROW(b);                                                                        \
-                dw[r] = gm_f16(&b->d);                                                                    \
-                mw[r] = gm_f16((const uint8_t *)b + 2);                                                   \
-            }                                                                                             \
-            for (int j = 0; j < nc; j++) {                                                                \
-                const AB *aj = (const AB *)(a + (size_t)j * ba) + ib;                                     \
-                const float da = gm_f16(&aj->d), sa = gm_f16((const uint8_t *)aj + 2);                    \
-                for (int r = 0; r < nr; r++) {                                                            \
-                    const __m256i lanes = gm_dot_row(codes[r], aj->qs, KIND);                             \
-                    acc[r][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da), _mm256_cvtepi32_ps(lanes), acc[r][j]); \
-                    if (WITH_MIN) mins[r][j] += mw[r] * sa;                                               \
+        for (int r0 = 0; r0 < nr; r0 += 2) {                                                              \
+            __m256 acc[2][4];                                                                             \
+            float mins[2][4] = {{0}};                                                                     \
+            for (int r = 0; r < 2; r++)                                                                   \
+                for (int j = 0; j < 4; j++) acc[r][j] = _mm256_setzero_ps();                              \
+            for (int64_t ib = 0; ib < n / 32; ib++) {                                                     \
+                if (r0 == 0) gm_prefetch_ahead(w, bw, (size_t)ib * sizeof(WB), sizeof(WB));               \
+                __m256i codes[2];                                                                         \
+                float dw[2], mw[2];                                                                       \
+                for (int r = 0; r < 2; r++) {                                                             \
+                    const WB *b = (const WB *)w[r0 + r] + ib;                                             \
+                    codes[r] = ROW(b);                                                                    \
+                    dw[r] = gm_f16(&b->d);                                                                \
+                    mw[r] = gm_f16((const uint8_t *)b + 2);                                               \
+                }                                                                                         \
+                for (int j = 0; j < nc; j++) {                                                            \
+                    const AB *aj = (const AB *)(a + (size_t)j * ba) + ib;                                 \
+                    const float da = gm_f16(&aj->d), sa = gm_f16((const uint8_t *)aj + 2);                \
+                    for (int r = 0; r < 2; r++) {                                                         \
+                        const __m256i lanes = gm_dot_row(codes[r], aj->qs, KIND);                         \
+                        acc[r][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da), _mm256_cvtepi32_ps(lanes), acc[r][j]); \
+                        if (WITH_MIN) mins[r][j] += mw[r] * sa;                                           \
+                    }                                                                                     \
                 }                                                                                         \
             }                                                                                             \
+            for (int j = 0; j < nc; j++)                                                                  \
+                for (int r = 0; r < 2 && r0 + r < nr; r++)                                                \
+                    s[(size_t)j * bs + r0 + r] = x86_sum_ps8(acc[r][j]) + mins[r][j];                     \
         }                                                                                                 \
-        for (int j = 0; j < nc; j++)                                                                      \
-            for (int r = 0; r < nr; r++) s[(size_t)j * bs + r] = x86_sum_ps8(acc[r][j]) + mins[r][j];        \
     }
 #endif
 
