@@ -73,7 +73,6 @@ size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
     return (size_t)n_threads * attn_thread_bytes(t, q, k) + vt_bytes(t, g) + 64;
 }
 
-
 /* The query heads sharing one KV head, for one token: each K and V row is
  * read once for the whole group (GQA), while every head's arithmetic is the
  * same, in the same order, as if it ran alone. */
@@ -253,8 +252,10 @@ static void vt_build(const pe_exec *ex, const pe_tensor *v, int64_t n_kv_head, i
 /* Whether this batch makes the transposed V: enough prompt (non-lone)
  * tokens, and a cache not so much larger than them that copying it costs
  * more than it saves. */
-static int vt_wanted(const pe_tensor *t, const pe_graph *g, const int32_t *lone, int64_t nt, int64_t n_kv) {
-    if (!vt_bytes(t, g)) return 0;
+static int vt_wanted(const pe_exec *ex, const pe_tensor *t, const int32_t *lone, int64_t nt, int64_t n_kv) {
+    const pe_tensor *q = &ex->g->t[t->src[0]], *k = &ex->g->t[t->src[1]];
+    const size_t bytes = vt_bytes(t, ex->g);
+    if (!bytes || (size_t)ex->nth * attn_thread_bytes(t, q, k) + bytes > ex->work_bytes) return 0;
     int64_t tiled = 0;
     for (int64_t i = 0; i < nt; i++) tiled += lone ? lone[i] == 0 : nt > 1;
     return tiled >= VT_MIN_TOKENS && tiled * ATTN_ALIGN >= n_kv;
@@ -332,7 +333,7 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     ag.lanes = ag.scores + per * room;
     ag.row = ag.lanes + per * hd * 4 * pe_kern->vec.lanes;
     uint16_t *vt = NULL;
-    if (vt_wanted(t, g, lone, nt, n_kv)) {
+    if (vt_wanted(ex, t, lone, nt, n_kv)) {
         vt = (uint16_t *)(ex->work + (size_t)ex->nth * attn_thread_bytes(t, q, k));
         ag.vt_width = padded(n_kv);
         vt_build(ex, v, n_kv_head, hd, n_kv, ag.vt_width, vt);
