@@ -6,6 +6,8 @@ when it is installed) on the same GGUF files and thread count.
 To compare the AVX2 paths, point --llamacpp-path at a llama-cpp-python
 built without AVX-512 (e.g. pip install --target DIR with CMAKE_ARGS
 "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF ...") and pass --isa avx2.
+With --llama-bench PATH the reference is llama.cpp's own llama-bench binary
+instead (no Python around it: the figures llama.cpp publishes).
 
 Each measurement runs in a fresh process (so peak memory is per engine), and
 the engines alternate round by round so that machine noise hits both alike.
@@ -59,7 +61,18 @@ def worker_llamacpp(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
     return {"pp": pp, "tg": tg, "rss": peak_rss_mb()}
 
 
-WORKERS = {"pyengine": worker_pyengine, "llama.cpp": worker_llamacpp}
+def worker_llama_bench(path: str, threads: int, n_prompt: int, n_gen: int, binary: str) -> dict:
+    """llama.cpp's llama-bench, one repetition per test; peak memory is the child's."""
+    import resource
+
+    cmd = [binary, "-m", path, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen), "-r", "1", "-o", "json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    rates = {("pp" if r["n_prompt"] else "tg"): r["avg_ts"] for r in json.loads(out.stdout)}
+    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"pp": rates["pp"], "tg": rates["tg"], "rss": rss_kib / 1024}
+
+
+WORKERS = {"pyengine": worker_pyengine, "llama.cpp": worker_llamacpp, "llama-bench": worker_llama_bench}
 
 
 def worker_env(engine: str, args) -> dict:
@@ -75,6 +88,8 @@ def worker_env(engine: str, args) -> dict:
 def measure(engine: str, path: str, args) -> dict | None:
     cmd = [sys.executable, __file__, "--worker", engine, path, "--threads", str(args.threads),
            "--n-prompt", str(args.n_prompt), "--n-gen", str(args.n_gen)]
+    if engine == "llama-bench":
+        cmd += ["--llama-bench", args.llama_bench]
     out = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(engine, args))
     if out.returncode != 0:
         print(f"{engine} failed on {path}:\n{out.stderr[-1500:]}", file=sys.stderr)
@@ -101,15 +116,18 @@ def main() -> int:
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--isa", help="pyengine's instruction set (PYENGINE_ISA), e.g. avx2")
     ap.add_argument("--llamacpp-path", help="directory holding the llama_cpp package to compare with")
+    ap.add_argument("--llama-bench", help="compare with this llama-bench binary instead of llama-cpp-python")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(WORKERS[args.worker](args.models[0], args.threads, args.n_prompt, args.n_gen)))
+        extra = (args.llama_bench,) if args.worker == "llama-bench" else ()
+        print(json.dumps(WORKERS[args.worker](args.models[0], args.threads, args.n_prompt, args.n_gen, *extra)))
         return 0
 
     from pyengine.store import resolve_model
 
-    engines = ["pyengine"] + (["llama.cpp"] if llamacpp_available(args) else [])
+    reference = "llama-bench" if args.llama_bench else "llama.cpp" if llamacpp_available(args) else None
+    engines = ["pyengine"] + ([reference] if reference else [])
     if len(engines) == 1:
         print("llama-cpp-python is not installed: showing pyengine alone "
               "(CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python)")
@@ -128,7 +146,7 @@ def main() -> int:
         for engine, m in med.items():
             print(f"{name:<22} {engine:<10} {m['pp']:>9.1f} {m['tg']:>9.1f} {m['rss']:>9.0f}")
         if len(med) == 2:
-            a, b = med["pyengine"], med["llama.cpp"]
+            a, b = med["pyengine"], med[reference]
             print(f"{name:<22} {'ratio':<10} {a['pp'] / b['pp']:>8.2f}x {a['tg'] / b['tg']:>8.2f}x "
                   f"{a['rss'] / b['rss']:>8.2f}x")
     return 0

@@ -32,11 +32,7 @@
  * both 16-bit halves, for madd). */
 static inline __m256i gmk_scales_row(__m128i bytes, int is_signed) {
     const __m256i v = is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
-#if defined(PE_GEMM_VNNI)
-    return v;
-#else
     return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
-#endif
 }
 
 /* scale lo for elements 0..15 of a 32-element vector, hi for 16..31 */
@@ -46,11 +42,7 @@ static inline __m256i gmk_pick(__m256i scales, int lo, int hi) {
 
 /* 32 unsigned codes against 32 activations, per 32-bit lane of 4, scaled */
 static inline __m256i gmk_sub_row(__m256i codes, const int8_t *a, __m256i sc) {
-#if defined(PE_GEMM_VNNI)
-    return _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, gm_load256(a)), sc);
-#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(codes, gm_load256(a)), sc);
-#endif
 }
 
 /* A decoded super-block: 8 vectors of 32 codes (sub-block k, elements in
