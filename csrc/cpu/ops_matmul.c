@@ -27,12 +27,15 @@ static inline const void *x_row(const pe_tensor *x, int64_t r) {
     return pe_row(x, i1, i2, i3);
 }
 
-/* Scratch: the quantized activations, then per thread a packed copy of 16
- * weight rows for types with pack16 (at 64-byte offsets). */
+/* Scratch: the quantized activations (a lone row: one copy per thread),
+ * then per thread a packed copy of 16 weight rows for types with pack16 (at
+ * 64-byte offsets). */
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
-static size_t activations_bytes(const pe_tensor *x, int vdt) {
-    return vdt == PE_TYPE_F32 ? 0 : round64((size_t)pe_nrows(x) * pe_row_bytes(vdt, x->ne[0]));
+static size_t activations_bytes(const pe_tensor *x, int vdt, int nth) {
+    if (vdt == PE_TYPE_F32) return 0;
+    const size_t rb = pe_row_bytes(vdt, x->ne[0]);
+    return pe_nrows(x) == 1 ? (size_t)nth * round64(rb) : round64((size_t)pe_nrows(x) * rb);
 }
 
 static size_t pack_bytes(const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
@@ -43,7 +46,8 @@ static size_t pack_bytes(const pe_tensor *t, const pe_tensor *w, const pe_tensor
 
 size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
     const pe_tensor *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
-    const size_t bytes = activations_bytes(x, pe_type_vec_dot_type(w->type)) + (size_t)n_threads * pack_bytes(t, w, x);
+    const size_t bytes =
+        activations_bytes(x, pe_type_vec_dot_type(w->type), n_threads) + (size_t)n_threads * pack_bytes(t, w, x);
     return bytes ? bytes + 64 : 0;
 }
 
@@ -51,22 +55,29 @@ size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) 
  * does not pack (or the scratch was planned without it). */
 static void *pack_scratch(const pe_exec *ex, const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
     const size_t per = pack_bytes(t, w, x);
-    const size_t off = activations_bytes(x, pe_type_vec_dot_type(w->type)) + (size_t)ex->ith * per;
+    const size_t off = activations_bytes(x, pe_type_vec_dot_type(w->type), ex->nth) + (size_t)ex->ith * per;
     return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
 
 /* Phase 1 of every product: activations -> the dot partner type, rows split
- * over threads, then a barrier so every thread sees all of them. */
+ * over threads, then a barrier so every thread sees all of them.  A lone
+ * row (decoding) is quantized by every thread into its own copy instead: a
+ * few hundred nanoseconds, less than the others' wait at a barrier. */
 static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *x, int vdt, size_t *row_stride) {
     const int64_t k = x->ne[0];
     if (vdt == PE_TYPE_F32) { *row_stride = 0; return NULL; }
     const size_t rb = pe_row_bytes(vdt, k);
     const pe_from_float_fn quant = pe_kern->type[vdt].from_float;
+    *row_stride = rb;
+    if (pe_nrows(x) == 1) {
+        uint8_t *mine = ex->work + (size_t)ex->ith * round64(rb);
+        quant(x_row(x, 0), mine, k);
+        return mine;
+    }
     int64_t r0, r1;
     pe_split(pe_nrows(x), ex->ith, ex->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) quant(x_row(x, r), ex->work + r * rb, k);
     pe_pool_barrier(ex->pool);
-    *row_stride = rb;
     return ex->work;
 }
 
