@@ -95,7 +95,7 @@ class CellTable:
         free = self.seq == 0
         for sid in _in_order_of_appearance(seq_ids):
             rows = np.flatnonzero(seq_ids == sid)
-            if np.any(np.diff(positions[rows]) <= 0):
+            if rows.size > 1 and np.any(np.diff(positions[rows]) <= 0):
                 raise InvalidOptionError(f"sequence {sid}: positions in a batch must increase")
             mine = self.cells_of(int(sid))
             if mine.size and positions[rows[0]] <= self.pos[mine[-1]]:
@@ -204,5 +204,4 @@ class CellTable:
 
 
 def _in_order_of_appearance(ids: np.ndarray) -> list[int]:
-    _, first = np.unique(ids, return_index=True)
-    return [int(ids[i]) for i in np.sort(first)]
+    return list(dict.fromkeys(np.asarray(ids).tolist()))

@@ -22,6 +22,7 @@ Direct users of `Forward` get them from the batch's own shape.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,10 +63,11 @@ def generated_arith(n: int) -> Arith:
 
 def batch_arith(seq_ids: np.ndarray) -> Arith:
     """Every sequence's tokens in this batch taken as one llama.cpp batch."""
-    _, inverse, counts = np.unique(np.asarray(seq_ids), return_inverse=True, return_counts=True)
-    index = np.zeros(len(inverse), np.int64)
-    seen = np.zeros(len(counts), np.int64)
-    for t, s in enumerate(inverse):
-        index[t] = seen[s]
-        seen[s] += 1
-    return _arith(index, counts[inverse])
+    ids = np.asarray(seq_ids).tolist()   # plain ints: cheaper than numpy for the few tokens of a decode step
+    counts = Counter(ids)
+    seen: dict[int, int] = {}
+    index = np.empty(len(ids), np.int64)
+    for t, s in enumerate(ids):
+        index[t] = seen.get(s, 0)
+        seen[s] = index[t] + 1
+    return _arith(index, np.array([counts[s] for s in ids], np.int64))
