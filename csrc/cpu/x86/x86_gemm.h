@@ -29,8 +29,10 @@
 
 #if defined(_MSC_VER)
 #define GM_INLINE static __forceinline
+#define GM_MAYBE_UNUSED
 #else
 #define GM_INLINE static inline __attribute__((always_inline))
+#define GM_MAYBE_UNUSED __attribute__((unused))
 #endif
 
 /* ---- loads ----------------------------------------------------------------------- */
@@ -322,11 +324,65 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
     }
 
 #if defined(PE_GEMM_VNNI)
-#define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN) \
-    GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)
+/* Decoding, AVX-512: 8 weight rows against the one activation row, two rows
+ * per 512-bit vector as in the tile; the activation block is broadcast once
+ * for the 8 rows and their 8 f16 scale pairs convert in one instruction
+ * (~17% more rows per second than the 4-row tile with one column).  Q4_0
+ * keeps the tile: its repacked path depends on the weight (x86_repack.h). */
+#define GM_DEFINE_LEGACY_GEMV8(NAME, WB, AB, ROW, SIGNED, WITH_MIN)                                       \
+    GM_MAYBE_UNUSED static void gemv8_##NAME(int64_t n, float *s, const void *w, size_t bw, const void *a) { \
+        const uint8_t *rows[8];                                                                           \
+        for (int r = 0; r < 8; r++) rows[r] = (const uint8_t *)w + (size_t)r * bw;                        \
+        const __m512i c128 = _mm512_set1_epi8((char)0x80);                                                \
+        __m512 acc[4];                                                                                    \
+        for (int p = 0; p < 4; p++) acc[p] = _mm512_setzero_ps();                                         \
+        __m256 mins = _mm256_setzero_ps();                                                                \
+        for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
+            const size_t off = (size_t)ib * sizeof(WB);                                                   \
+            gm_prefetch_ahead(rows, bw, off, sizeof(WB));                                                 \
+            gm_prefetch_ahead(rows + 4, bw, off, sizeof(WB));                                             \
+            /* [d0 m0 d1 m1 ... d7 m7] */                                                                 \
+            const __m512 dm = _mm512_cvtph_ps(_mm256_setr_epi32(                                          \
+                (int)gm_u32(rows[0] + off), (int)gm_u32(rows[1] + off), (int)gm_u32(rows[2] + off),       \
+                (int)gm_u32(rows[3] + off), (int)gm_u32(rows[4] + off), (int)gm_u32(rows[5] + off),       \
+                (int)gm_u32(rows[6] + off), (int)gm_u32(rows[7] + off)));                                 \
+            const AB *y = (const AB *)a + ib;                                                             \
+            __m512i av = _mm512_broadcast_i64x4(gm_load256(y->qs));                                       \
+            if (SIGNED) av = _mm512_xor_si512(av, c128);                                                  \
+            const __m512 da = _mm512_set1_ps(gm_f16(&y->d));                                              \
+            for (int p = 0; p < 4; p++) {                                                                 \
+                const __m512i codes = gm_pair(ROW((const WB *)rows[2 * p] + ib), ROW((const WB *)rows[2 * p + 1] + ib)); \
+                const __m512i lanes = SIGNED ? _mm512_dpbusd_epi32(                                       \
+                                                   _mm512_sub_epi32(_mm512_setzero_si512(),               \
+                                                                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, codes)), \
+                                                   av, codes)                                             \
+                                             : _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, av);    \
+                const __m512 dw = _mm512_permutexvar_ps(gm_idx(4 * p, 4 * p + 2), dm);                    \
+                acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(lanes), acc[p]);       \
+            }                                                                                             \
+            if (WITH_MIN) {                                                                               \
+                const __m512 mw = _mm512_permutexvar_ps(                                                  \
+                    _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15), dm);         \
+                const float sa = gm_f16((const uint8_t *)y + 2);                                          \
+                mins = _mm256_add_ps(mins, _mm256_mul_ps(_mm512_castps512_ps256(mw), _mm256_set1_ps(sa))); \
+            }                                                                                             \
+        }                                                                                                 \
+        float m[8];                                                                                       \
+        _mm256_storeu_ps(m, mins);                                                                        \
+        for (int r = 0; r < 8; r++) {                                                                     \
+            const __m512 v = acc[r / 2];                                                                  \
+            const __m256 half = r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);         \
+            s[r] = x86_sum_ps8(half) + (WITH_MIN ? m[r] : 0.0f);                                          \
+        }                                                                                                 \
+    }
+#define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN)                         \
+    GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)     \
+    GM_DEFINE_LEGACY_GEMV8(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)
+#define GM_INSTALL_GEMV8(k, TYPE, NAME) ((k)->type[TYPE].gemv8 = gemv8_##NAME)
 #else
 #define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN) \
     GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, KIND, WITH_MIN)
+#define GM_INSTALL_GEMV8(k, TYPE, NAME) ((void)0)
 #endif
 
 #define GM_DEFINE_LEGACY(NAME, WB, AB, ROW, KIND, WITH_MIN)      \
