@@ -57,9 +57,12 @@ typedef size_t (*pe_pack16_fn)(int64_t n, const void *w, size_t bw, void *dst);
 typedef int (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
                             unsigned paths);
 
-/* Optional, for decoding: 8 weight rows (stride bw) against one activation
- * row, s[i] = dot(w_i, a), each bit-identical to vec_dot. */
-typedef void (*pe_gemv8_fn)(int64_t n, float *s, const void *w, size_t bw, const void *a);
+/* Optional, for decoding: 8 weight rows (stride bw) against nc <= 4
+ * activation rows (stride ba), s[j * bs + i] = dot(w_i, a_j), each
+ * bit-identical to vec_dot (for types whose arithmetic has no paths). */
+#define PE_GEMM8_MAX_COLS 4
+typedef void (*pe_gemm8_fn)(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba,
+                            int nc);
 
 typedef struct pe_type_kernels {
     pe_to_float_fn   to_float;
@@ -69,7 +72,7 @@ typedef struct pe_type_kernels {
     pe_vec_dot_path_fn vec_dot_path;  /* optional: see PE_PATH_* */
     pe_pack16_fn     pack16;   /* optional, with gemm16 */
     pe_gemm16_fn     gemm16;
-    pe_gemv8_fn      gemv8;    /* optional */
+    pe_gemm8_fn      gemm8;    /* optional */
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */

@@ -133,8 +133,10 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
         tile_packed(k, kdim, dst, n, w, q, qstride, paths, m, i0, j0, j1, packed);
         return;
     }
-    if (k->gemv8 && q && j1 - j0 == 1) {   /* decoding: 8 rows at a time, then the tile for the rest */
-        for (; i0 + 8 <= i1; i0 += 8) k->gemv8(kdim, dst + j0 * n + i0, wd + i0 * wstride, wstride, q + j0 * qstride);
+    if (k->gemm8 && q && j1 - j0 <= PE_GEMM8_MAX_COLS) {   /* decoding: 8 rows at a time, the tile for the rest */
+        for (; i0 + 8 <= i1; i0 += 8)
+            k->gemm8(kdim, dst + j0 * n + i0, (size_t)n, wd + i0 * wstride, wstride, q + j0 * qstride, qstride,
+                     (int)(j1 - j0));
         if (i0 == i1) return;
     }
     if (k->gemm && q) {

@@ -324,65 +324,87 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
     }
 
 #if defined(PE_GEMM_VNNI)
-/* Decoding, AVX-512: 8 weight rows against the one activation row, two rows
- * per 512-bit vector as in the tile; the activation block is broadcast once
- * for the 8 rows and their 8 f16 scale pairs convert in one instruction
- * (~17% more rows per second than the 4-row tile with one column).  Q4_0
- * keeps the tile: its repacked path depends on the weight (x86_repack.h). */
-#define GM_DEFINE_LEGACY_GEMV8(NAME, WB, AB, ROW, SIGNED, WITH_MIN)                                       \
-    GM_MAYBE_UNUSED static void gemv8_##NAME(int64_t n, float *s, const void *w, size_t bw, const void *a) { \
+/* Decoding, AVX-512: 8 weight rows against up to 4 activation rows (the
+ * generated tokens of a few sequences), two rows per 512-bit vector as in
+ * the tile.  Each activation block is broadcast once for the 8 rows and the
+ * rows' 8 f16 scale pairs convert in one instruction, where the 4-row tile
+ * spends about as much on scales as on products: ~17% more rows per second
+ * with one column.  Q4_0 keeps the tile: its repacked path depends on the
+ * weight (x86_repack.h). */
+#define GM_DEFINE_LEGACY_GEMM8(NAME, WB, AB, ROW, SIGNED, WITH_MIN)                                       \
+    GM_INLINE void gemm8_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *w, size_t bw,          \
+                                    const uint8_t *a, size_t ba, const int nc) {                          \
         const uint8_t *rows[8];                                                                           \
-        for (int r = 0; r < 8; r++) rows[r] = (const uint8_t *)w + (size_t)r * bw;                        \
+        for (int r = 0; r < 8; r++) rows[r] = w + (size_t)r * bw;                                         \
         const __m512i c128 = _mm512_set1_epi8((char)0x80);                                                \
-        __m512 acc[4];                                                                                    \
-        for (int p = 0; p < 4; p++) acc[p] = _mm512_setzero_ps();                                         \
-        __m256 mins = _mm256_setzero_ps();                                                                \
+        __m512 acc[4][4];                                                                                 \
+        __m256 mins[4];                                                                                   \
+        for (int j = 0; j < 4; j++) {                                                                     \
+            mins[j] = _mm256_setzero_ps();                                                                \
+            for (int p = 0; p < 4; p++) acc[p][j] = _mm512_setzero_ps();                                  \
+        }                                                                                                 \
         for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
             const size_t off = (size_t)ib * sizeof(WB);                                                   \
             gm_prefetch_ahead(rows, bw, off, sizeof(WB));                                                 \
             gm_prefetch_ahead(rows + 4, bw, off, sizeof(WB));                                             \
-            /* [d0 m0 d1 m1 ... d7 m7] */                                                                 \
-            const __m512 dm = _mm512_cvtph_ps(_mm256_setr_epi32(                                          \
+            const __m512 dm = _mm512_cvtph_ps(_mm256_setr_epi32( /* [d0 m0 d1 m1 ... d7 m7] */           \
                 (int)gm_u32(rows[0] + off), (int)gm_u32(rows[1] + off), (int)gm_u32(rows[2] + off),       \
                 (int)gm_u32(rows[3] + off), (int)gm_u32(rows[4] + off), (int)gm_u32(rows[5] + off),       \
                 (int)gm_u32(rows[6] + off), (int)gm_u32(rows[7] + off)));                                 \
-            const AB *y = (const AB *)a + ib;                                                             \
-            __m512i av = _mm512_broadcast_i64x4(gm_load256(y->qs));                                       \
-            if (SIGNED) av = _mm512_xor_si512(av, c128);                                                  \
-            const __m512 da = _mm512_set1_ps(gm_f16(&y->d));                                              \
+            __m512i codes[4], start[4];                                                                   \
+            __m512 dw[4];                                                                                 \
             for (int p = 0; p < 4; p++) {                                                                 \
-                const __m512i codes = gm_pair(ROW((const WB *)rows[2 * p] + ib), ROW((const WB *)rows[2 * p + 1] + ib)); \
-                const __m512i lanes = SIGNED ? _mm512_dpbusd_epi32(                                       \
-                                                   _mm512_sub_epi32(_mm512_setzero_si512(),               \
-                                                                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, codes)), \
-                                                   av, codes)                                             \
-                                             : _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, av);    \
-                const __m512 dw = _mm512_permutexvar_ps(gm_idx(4 * p, 4 * p + 2), dm);                    \
-                acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(lanes), acc[p]);       \
+                codes[p] = gm_pair(ROW((const WB *)rows[2 * p] + ib), ROW((const WB *)rows[2 * p + 1] + ib)); \
+                start[p] = SIGNED ? _mm512_sub_epi32(_mm512_setzero_si512(),                              \
+                                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, codes[p])) \
+                                  : _mm512_setzero_si512();                                               \
+                dw[p] = _mm512_permutexvar_ps(gm_idx(4 * p, 4 * p + 2), dm);                              \
             }                                                                                             \
-            if (WITH_MIN) {                                                                               \
-                const __m512 mw = _mm512_permutexvar_ps(                                                  \
-                    _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15), dm);         \
-                const float sa = gm_f16((const uint8_t *)y + 2);                                          \
-                mins = _mm256_add_ps(mins, _mm256_mul_ps(_mm512_castps512_ps256(mw), _mm256_set1_ps(sa))); \
+            for (int j = 0; j < nc; j++) {                                                                \
+                const AB *y = (const AB *)(a + (size_t)j * ba) + ib;                                      \
+                __m512i av = _mm512_broadcast_i64x4(gm_load256(y->qs));                                   \
+                if (SIGNED) av = _mm512_xor_si512(av, c128);                                              \
+                const __m512 da = _mm512_set1_ps(gm_f16(&y->d));                                          \
+                for (int p = 0; p < 4; p++) {                                                             \
+                    const __m512i lanes = SIGNED ? _mm512_dpbusd_epi32(start[p], av, codes[p])           \
+                                                 : _mm512_dpbusd_epi32(start[p], codes[p], av);          \
+                    acc[p][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], da), _mm512_cvtepi32_ps(lanes), acc[p][j]); \
+                }                                                                                         \
+                if (WITH_MIN) {                                                                           \
+                    const __m512 mw = _mm512_permutexvar_ps(                                              \
+                        _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15), dm);     \
+                    const __m256 sa = _mm256_set1_ps(gm_f16((const uint8_t *)y + 2));                    \
+                    mins[j] = _mm256_add_ps(mins[j], _mm256_mul_ps(_mm512_castps512_ps256(mw), sa));      \
+                }                                                                                         \
             }                                                                                             \
         }                                                                                                 \
-        float m[8];                                                                                       \
-        _mm256_storeu_ps(m, mins);                                                                        \
-        for (int r = 0; r < 8; r++) {                                                                     \
-            const __m512 v = acc[r / 2];                                                                  \
-            const __m256 half = r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);         \
-            s[r] = x86_sum_ps8(half) + (WITH_MIN ? m[r] : 0.0f);                                          \
+        for (int j = 0; j < nc; j++) {                                                                    \
+            float m[8];                                                                                   \
+            _mm256_storeu_ps(m, mins[j]);                                                                 \
+            for (int r = 0; r < 8; r++) {                                                                 \
+                const __m512 v = acc[r / 2][j];                                                           \
+                const __m256 half = r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);     \
+                s[(size_t)j * bs + r] = x86_sum_ps8(half) + (WITH_MIN ? m[r] : 0.0f);                     \
+            }                                                                                             \
+        }                                                                                                 \
+    }                                                                                                     \
+    GM_MAYBE_UNUSED static void gemm8_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw,    \
+                                             const void *a, size_t ba, int nc) {                          \
+        switch (nc) {                                                                                     \
+        case 1: gemm8_##NAME##_n(n, s, bs, w, bw, a, ba, 1); break;                                       \
+        case 2: gemm8_##NAME##_n(n, s, bs, w, bw, a, ba, 2); break;                                       \
+        case 3: gemm8_##NAME##_n(n, s, bs, w, bw, a, ba, 3); break;                                       \
+        default: gemm8_##NAME##_n(n, s, bs, w, bw, a, ba, 4); break;                                      \
         }                                                                                                 \
     }
 #define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN)                         \
     GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)     \
-    GM_DEFINE_LEGACY_GEMV8(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)
-#define GM_INSTALL_GEMV8(k, TYPE, NAME) ((k)->type[TYPE].gemv8 = gemv8_##NAME)
+    GM_DEFINE_LEGACY_GEMM8(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)
+#define GM_INSTALL_GEMM8(k, TYPE, NAME) ((k)->type[TYPE].gemm8 = gemm8_##NAME)
 #else
 #define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN) \
     GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, KIND, WITH_MIN)
-#define GM_INSTALL_GEMV8(k, TYPE, NAME) ((void)0)
+#define GM_INSTALL_GEMM8(k, TYPE, NAME) ((void)0)
 #endif
 
 #define GM_DEFINE_LEGACY(NAME, WB, AB, ROW, KIND, WITH_MIN)      \

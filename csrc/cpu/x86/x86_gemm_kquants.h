@@ -408,10 +408,10 @@ static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t b
         GM_INSTALL(k, PE_TYPE_Q5_1, q5_1, with_gemm);    \
         GM_INSTALL(k, PE_TYPE_Q8_0, q8_0, with_gemm);    \
         if (with_gemm) { /* not Q4_0: its repacked path may apply (x86_repack.h) */ \
-            GM_INSTALL_GEMV8(k, PE_TYPE_Q4_1, q4_1);     \
-            GM_INSTALL_GEMV8(k, PE_TYPE_Q5_0, q5_0);     \
-            GM_INSTALL_GEMV8(k, PE_TYPE_Q5_1, q5_1);     \
-            GM_INSTALL_GEMV8(k, PE_TYPE_Q8_0, q8_0);     \
+            GM_INSTALL_GEMM8(k, PE_TYPE_Q4_1, q4_1);     \
+            GM_INSTALL_GEMM8(k, PE_TYPE_Q5_0, q5_0);     \
+            GM_INSTALL_GEMM8(k, PE_TYPE_Q5_1, q5_1);     \
+            GM_INSTALL_GEMM8(k, PE_TYPE_Q8_0, q8_0);     \
         }                                                \
         GM_INSTALL(k, PE_TYPE_Q4_K, q4_K, with_gemm);    \
         (k)->type[PE_TYPE_Q4_K].vec_dot_path = vec_dot_path_q4_K; \
