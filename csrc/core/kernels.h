@@ -57,9 +57,11 @@ typedef size_t (*pe_pack16_fn)(int64_t n, const void *w, size_t bw, void *dst);
 typedef int (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
                             unsigned paths);
 
-/* Optional, for decoding: 8 weight rows (stride bw) against nc <= 4
- * activation rows (stride ba), s[j * bs + i] = dot(w_i, a_j), each
- * bit-identical to vec_dot (for types whose arithmetic has no paths). */
+/* Optional, for decoding: PE_GEMM8_ROWS weight rows (stride bw) against
+ * nc <= PE_GEMM8_MAX_COLS activation rows (stride ba), s[j * bs + i] =
+ * dot(w_i, a_j), each bit-identical to vec_dot (for types whose arithmetic
+ * has no paths). */
+#define PE_GEMM8_ROWS 8
 #define PE_GEMM8_MAX_COLS 4
 typedef void (*pe_gemm8_fn)(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba,
                             int nc);
