@@ -397,20 +397,65 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
         default: gemm8_##NAME##_n(n, s, bs, w, bw, a, ba, 4); break;                                      \
         }                                                                                                 \
     }
-#define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN)                         \
-    GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)     \
+#define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN) \
+    GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)
+#define GM_LEGACY_GEMM8(NAME, WB, AB, ROW, KIND, WITH_MIN) \
     GM_DEFINE_LEGACY_GEMM8(NAME, WB, AB, ROW, (KIND) != GM_UNSIGNED, WITH_MIN)
-#define GM_INSTALL_GEMM8(k, TYPE, NAME) ((k)->type[TYPE].gemm8 = gemm8_##NAME)
 #else
+/* Decoding, AVX2: 8 weight rows against one activation row, in two groups
+ * of 4.  The 4 rows' f16 pairs (d, m) convert in one instruction and one
+ * multiply by [da sa da sa ...] gives every row's dw * da and mw * sa (the
+ * _1 types' min chains run in the odd lanes), where the tile converts and
+ * multiplies each row's scalars.  More columns go to the tile. */
+#define GM_DEFINE_LEGACY_GEMM8(NAME, WB, AB, ROW, KIND, WITH_MIN)                                         \
+    static void gemm8_##NAME##_one(int64_t n, float *s, const uint8_t *w, size_t bw, const uint8_t *a) {  \
+        const uint8_t *rows[8];                                                                           \
+        for (int r = 0; r < 8; r++) rows[r] = w + (size_t)r * bw;                                         \
+        __m256 acc[8], mins[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};                              \
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();                                         \
+        for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
+            const size_t off = (size_t)ib * sizeof(WB);                                                   \
+            gm_prefetch_ahead(rows, bw, off, sizeof(WB));                                                 \
+            gm_prefetch_ahead(rows + 4, bw, off, sizeof(WB));                                             \
+            const AB *y = (const AB *)a + ib;                                                             \
+            const __m128 pair = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(y)));   /* [da sa . .] */     \
+            const __m256 scale = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(pair)));           \
+            for (int g = 0; g < 2; g++) {                                                                 \
+                const __m256 prod = _mm256_mul_ps(gm_scales_tile(rows + 4 * g, sizeof(WB), ib), scale);   \
+                if (WITH_MIN) mins[g] = _mm256_add_ps(mins[g], prod);                                     \
+                for (int r = 0; r < 4; r++) {                                                             \
+                    const __m256i lanes = gm_dot_row(ROW((const WB *)rows[4 * g + r] + ib), y->qs, KIND);  \
+                    const __m256 d = _mm256_permutevar8x32_ps(prod, _mm256_set1_epi32(2 * r));            \
+                    acc[4 * g + r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[4 * g + r]);       \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+        float m[2][8];                                                                                    \
+        _mm256_storeu_ps(m[0], mins[0]);                                                                  \
+        _mm256_storeu_ps(m[1], mins[1]);                                                                  \
+        for (int r = 0; r < 8; r++) s[r] = x86_sum_ps8(acc[r]) + (WITH_MIN ? m[r / 4][2 * (r % 4) + 1] : 0.0f); \
+    }                                                                                                     \
+    GM_MAYBE_UNUSED static void gemm8_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw,    \
+                                             const void *a, size_t ba, int nc) {                          \
+        if (nc == 1) {                                                                                    \
+            gemm8_##NAME##_one(n, s, w, bw, a);                                                           \
+            return;                                                                                       \
+        }                                                                                                 \
+        gemm_##NAME(n, s, bs, w, bw, a, ba, 4, nc, 0);                                                    \
+        gemm_##NAME(n, s + 4, bs, (const uint8_t *)w + 4 * bw, bw, a, ba, 4, nc, 0);                      \
+    }
 #define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN) \
     GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, KIND, WITH_MIN)
-#define GM_INSTALL_GEMM8(k, TYPE, NAME) ((void)0)
+#define GM_LEGACY_GEMM8(NAME, WB, AB, ROW, KIND, WITH_MIN) \
+    GM_DEFINE_LEGACY_GEMM8(NAME, WB, AB, ROW, KIND, WITH_MIN)
 #endif
+#define GM_INSTALL_GEMM8(k, TYPE, NAME) ((k)->type[TYPE].gemm8 = gemm8_##NAME)
 
 #define GM_DEFINE_LEGACY(NAME, WB, AB, ROW, KIND, WITH_MIN)      \
     GM_DEFINE_LEGACY_VEC_DOT(NAME, WB, AB, ROW, KIND, WITH_MIN) \
     GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN)           \
-    GM_DEFINE_LEGACY_DISPATCH(NAME)
+    GM_DEFINE_LEGACY_DISPATCH(NAME)                             \
+    GM_LEGACY_GEMM8(NAME, WB, AB, ROW, KIND, WITH_MIN)
 
 #define GM_DEFINE_ALL_LEGACY()                                                  \
     GM_DEFINE_LEGACY(q4_0, block_q4_0, block_q8_0, gm_row_q4_0, GM_SIGNED, 0)   \
