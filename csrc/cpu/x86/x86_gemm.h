@@ -1,6 +1,7 @@
-/* x86_gemm.h - the dot products of the block types as vec_dot (1 x 1) and as
+/* x86_gemm.h - the dot products of the block types as vec_dot (1 x 1), as
  * a GEMM tile (4 weight rows x up to 4 activation rows on AVX2, 8 on
- * AVX-512), written once for avx2_gemm.c and avx512_gemm.c: the shared
+ * AVX-512) and, for decoding, as an 8-row kernel (gemm8: up to 4 activation
+ * rows), written once for avx2_gemm.c and avx512_gemm.c: the shared
  * pieces and the legacy types Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 here, Q4_K Q5_K Q6_K
  * in x86_gemm_kquants.h.  Both files compile this with AVX2; the AVX-512 one
  * defines PE_GEMM_VNNI first, which swaps the integer dot products (maddubs +
