@@ -338,10 +338,9 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
         const uint8_t *rows[8];                                                                           \
         for (int r = 0; r < 8; r++) rows[r] = w + (size_t)r * bw;                                         \
         const __m512i c128 = _mm512_set1_epi8((char)0x80);                                                \
-        __m512 acc[4][4];                                                                                 \
-        __m256 mins[4];                                                                                   \
+        __m512 acc[4][4], mins[4];   /* mins: row r's chain in lane 2r + 1 */                             \
         for (int j = 0; j < 4; j++) {                                                                     \
-            mins[j] = _mm256_setzero_ps();                                                                \
+            mins[j] = _mm512_setzero_ps();                                                                \
             for (int p = 0; p < 4; p++) acc[p][j] = _mm512_setzero_ps();                                  \
         }                                                                                                 \
         for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
@@ -353,39 +352,35 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
                 (int)gm_u32(rows[3] + off), (int)gm_u32(rows[4] + off), (int)gm_u32(rows[5] + off),       \
                 (int)gm_u32(rows[6] + off), (int)gm_u32(rows[7] + off)));                                 \
             __m512i codes[4], start[4];                                                                   \
-            __m512 dw[4];                                                                                 \
             for (int p = 0; p < 4; p++) {                                                                 \
                 codes[p] = gm_pair(ROW((const WB *)rows[2 * p] + ib), ROW((const WB *)rows[2 * p + 1] + ib)); \
                 start[p] = SIGNED ? _mm512_sub_epi32(_mm512_setzero_si512(),                              \
                                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, codes[p])) \
                                   : _mm512_setzero_si512();                                               \
-                dw[p] = _mm512_permutexvar_ps(gm_idx(4 * p, 4 * p + 2), dm);                              \
             }                                                                                             \
             for (int j = 0; j < nc; j++) {                                                                \
                 const AB *y = (const AB *)(a + (size_t)j * ba) + ib;                                      \
                 __m512i av = _mm512_broadcast_i64x4(gm_load256(y->qs));                                   \
                 if (SIGNED) av = _mm512_xor_si512(av, c128);                                              \
-                const __m512 da = _mm512_set1_ps(gm_f16(&y->d));                                          \
+                /* one multiply by [da sa da sa ...]: every row's dw * da and mw * sa */                  \
+                const __m128 pair = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(y)));                      \
+                const __m512 prod = _mm512_mul_ps(dm, _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(pair)))); \
                 for (int p = 0; p < 4; p++) {                                                             \
                     const __m512i lanes = SIGNED ? _mm512_dpbusd_epi32(start[p], av, codes[p])           \
                                                  : _mm512_dpbusd_epi32(start[p], codes[p], av);          \
-                    acc[p][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], da), _mm512_cvtepi32_ps(lanes), acc[p][j]); \
+                    const __m512 d = _mm512_permutexvar_ps(gm_idx(4 * p, 4 * p + 2), prod);               \
+                    acc[p][j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), acc[p][j]);                 \
                 }                                                                                         \
-                if (WITH_MIN) {                                                                           \
-                    const __m512 mw = _mm512_permutexvar_ps(                                              \
-                        _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15), dm);     \
-                    const __m256 sa = _mm256_set1_ps(gm_f16((const uint8_t *)y + 2));                    \
-                    mins[j] = _mm256_add_ps(mins[j], _mm256_mul_ps(_mm512_castps512_ps256(mw), sa));      \
-                }                                                                                         \
+                if (WITH_MIN) mins[j] = _mm512_add_ps(mins[j], prod);                                     \
             }                                                                                             \
         }                                                                                                 \
         for (int j = 0; j < nc; j++) {                                                                    \
-            float m[8];                                                                                   \
-            _mm256_storeu_ps(m, mins[j]);                                                                 \
+            float m[16];                                                                                  \
+            _mm512_storeu_ps(m, mins[j]);                                                                 \
             for (int r = 0; r < 8; r++) {                                                                 \
                 const __m512 v = acc[r / 2][j];                                                           \
                 const __m256 half = r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);     \
-                s[(size_t)j * bs + r] = x86_sum_ps8(half) + (WITH_MIN ? m[r] : 0.0f);                     \
+                s[(size_t)j * bs + r] = x86_sum_ps8(half) + (WITH_MIN ? m[2 * r + 1] : 0.0f);             \
             }                                                                                             \
         }                                                                                                 \
     }                                                                                                     \
