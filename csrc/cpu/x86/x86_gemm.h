@@ -189,6 +189,15 @@ static inline __m512i gm_pair(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* The accumulator's start for a row pair whose activations go in shifted
+ * to unsigned (a + 128): -128 times the codes' 4-element sums; 0 for the
+ * unsigned types. */
+static inline __m512i gm_shift_start(__m512i codes, int is_signed) {
+    if (!is_signed) return _mm512_setzero_si512();
+    const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), codes);
+    return _mm512_sub_epi32(_mm512_setzero_si512(), sums);
+}
+
 /* [x0 x1 ... x7] -> 16 lanes picked by idx */
 static inline __m512 gm_pick(__m256 x, __m512i idx) { return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(x)); }
 
@@ -217,9 +226,7 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
             __m512i codes[2], start[2];                                                                   \
             for (int p = 0; p < 2; p++) {                                                                 \
                 codes[p] = gm_pair(ROW((const WB *)w[2 * p] + ib), ROW((const WB *)w[2 * p + 1] + ib));   \
-                start[p] = SIGNED ? _mm512_sub_epi32(_mm512_setzero_si512(),                              \
-                                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, codes[p])) \
-                                  : _mm512_setzero_si512();                                               \
+                start[p] = gm_shift_start(codes[p], SIGNED);                                              \
             }                                                                                             \
             const __m256 wd = gm_scales_tile(w, sizeof(WB), ib);   /* [d0 m0 d1 m1 d2 m2 d3 m3] */        \
             __m256 ad[2];                                                                                 \
@@ -354,9 +361,7 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
             __m512i codes[4], start[4];                                                                   \
             for (int p = 0; p < 4; p++) {                                                                 \
                 codes[p] = gm_pair(ROW((const WB *)rows[2 * p] + ib), ROW((const WB *)rows[2 * p + 1] + ib)); \
-                start[p] = SIGNED ? _mm512_sub_epi32(_mm512_setzero_si512(),                              \
-                                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, codes[p])) \
-                                  : _mm512_setzero_si512();                                               \
+                start[p] = gm_shift_start(codes[p], SIGNED);                                              \
             }                                                                                             \
             for (int j = 0; j < nc; j++) {                                                                \
                 const AB *y = (const AB *)(a + (size_t)j * ba) + ib;                                      \
