@@ -3,7 +3,9 @@
  * A product first quantizes every activation row once to the weight type's
  * dot partner (q8_0, q8_1, q8_K, ...), then each thread takes tiles of
  * (weight rows x activation rows) and runs the integer dot kernels.  A tile
- * keeps a few weight rows hot in L1 while it walks the activations. */
+ * keeps a few weight rows hot in L1 while it walks the activations; a prompt
+ * tile may pack its weight rows first (pack16), and a few activation rows
+ * (decoding) go 8 weight rows at a time (gemm8) where the type has those. */
 #include <string.h>
 
 #include "internal.h"
