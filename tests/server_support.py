@@ -34,6 +34,16 @@ class RunningServer:
         self.thread.join(timeout=30)
 
 
+def wait_for(condition, timeout: float = 5.0) -> bool:
+    """Polls condition() until it holds or the timeout passes; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
 @contextlib.contextmanager
 def running_server(config: ServerConfig | None = None, **create_kwargs):
     """A server on a free loopback port, stopped on exit."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import threading
-import time
 
 import httpx
 import numpy as np
@@ -16,7 +15,7 @@ from conftest import SYNTH
 from pyengine import LLM
 from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.server import ServerConfig
-from server_support import FakeAdapter, fake_loader, running_server
+from server_support import FakeAdapter, fake_loader, running_server, wait_for
 
 MODEL = "smollm2-135m"
 N_EMBD = 576  # SmolLM2-135M's embedding_length
@@ -283,12 +282,3 @@ def test_embedding_requests_are_admitted_like_generations():
             assert reply.json()["embeddings"] == [[1.0, 0.0, 0.0]] * 2 and reply.json()["prompt_eval_count"] == 2
             assert server.state.admission.in_flight == 0
             assert server.state.registry.get_loaded("fake").active == 0
-
-
-def wait_for(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()

@@ -18,7 +18,7 @@ import pytest
 from pyengine import cli, store
 from pyengine.errors import InvalidOptionError, StoreError
 from pyengine.server import ServerConfig, check_bind, resolve_served
-from server_support import FakeAdapter, fake_loader, running_server
+from server_support import FakeAdapter, fake_loader, running_server, wait_for
 
 SYNTH_MODEL = Path(__file__).parent / "data" / "synth" / "llama-f16.gguf"
 FAKE = "fake"
@@ -28,15 +28,6 @@ CHAT = {"model": FAKE, "messages": [{"role": "user", "content": "Hi"}]}
 def fake_server(adapter: FakeAdapter, **config):
     config.setdefault("sweep_interval_s", 0.05)
     return running_server(ServerConfig(**config), loader=fake_loader(adapter), served={FAKE: SYNTH_MODEL})
-
-
-def wait_for(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 # --------------------------------------------------------------------------------------
