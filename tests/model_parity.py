@@ -62,8 +62,9 @@ def prompt_logits(fw: Forward, ids: list[int]) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def run_case(model, backend: Backend, ids: list[int], n_greedy: int) -> CaseRun:
-    cache = KVCache(model.cache_layout(), len(ids) + n_greedy + 1)
+def run_case(model, backend: Backend, ids: list[int], n_greedy: int, **cache_options) -> CaseRun:
+    """cache_options go to the KVCache (e.g. kv_type, head_dim)."""
+    cache = KVCache(model.cache_layout(), len(ids) + n_greedy + 1, **cache_options)
     fw = Forward(model, backend, cache)
     logits = prompt_logits(fw, ids)
     step_logits, tokens = [logits[-1]], []

@@ -19,7 +19,7 @@ from conftest import GOLDEN, available_isas, forced_isa
 from engine_support import engine_factory, never_eog, random_prompt, shift_with_a_live_sharer
 from gguf import GGMLQuantizationType as T
 from gguf import quants
-from model_parity import CaseRun, compare, prompt_logits
+from model_parity import compare, run_case
 
 from pyengine import cli
 from pyengine.errors import InvalidOptionError, NativeError
@@ -302,19 +302,6 @@ def smollm2(smollm2_path):
     return load_model(GGUFFile(smollm2_path)), Backend(2)
 
 
-def run_q8_case(model, backend, ids: list[int], n_greedy: int) -> CaseRun:
-    cache = KVCache(model.cache_layout(), len(ids) + n_greedy + 1, kv_type="q8_0", head_dim=model.cfg.head_dim)
-    fw = Forward(model, backend, cache)
-    logits = prompt_logits(fw, ids)
-    steps, tokens = [logits[-1]], []
-    for i in range(n_greedy):
-        tokens.append(int(np.argmax(steps[-1])))
-        if i + 1 < n_greedy:
-            steps.append(fw(np.array([tokens[-1]], np.int32), np.array([len(ids) + i], np.int32),
-                            np.zeros(1, np.int32), np.zeros(1, np.int32))[0].copy())
-    return CaseRun(list(ids), logits, tokens, np.stack(steps))
-
-
 def test_smollm2_q8_0_cache_agrees_with_llama_cpp(smollm2):
     """llama.cpp recorded these with an F16 cache (which we match exactly); the Q8_0
     cache moves scores by the query's and keys' rounding, so agreement is >= 97% of
@@ -322,7 +309,8 @@ def test_smollm2_q8_0_cache_agrees_with_llama_cpp(smollm2):
     continuations part only at near-ties (candidates within 1.0 in our logits; 3 of 5
     continue 12 tokens unchanged, the others part at gaps of 0.27 and 0.06)."""
     model, backend = smollm2
-    runs = [compare(run_q8_case(model, backend, case["ids"], 12), dict(case, greedy=case["greedy"][:12]))
+    q8 = {"kv_type": "q8_0", "head_dim": model.cfg.head_dim}
+    runs = [compare(run_case(model, backend, case["ids"], 12, **q8), dict(case, greedy=case["greedy"][:12]))
             for case in CASES]
     agree = sum(int(a.argmax_equal.sum()) for a in runs)
     assert agree / sum(len(c["ids"]) for c in CASES) >= 0.97
