@@ -10,7 +10,6 @@ the request at its next step with finish_reason "cancelled".
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import deque
 from typing import AsyncIterator, Callable, Iterator
@@ -75,6 +74,8 @@ class RequestHandle:
         return self._aiter()
 
     async def _aiter(self) -> AsyncIterator[Event]:
+        import asyncio  # here: a caller that iterates it has asyncio loaded already
+
         loop = asyncio.get_running_loop()
         while True:
             future = loop.create_future()

@@ -76,7 +76,7 @@ class BPEEncoder:
     def __init__(self, vocab: Vocab) -> None:
         assert vocab.pre is not None
         self._token_to_id = vocab.token_to_id
-        self._pairs = merge_pairs(vocab.merges)
+        self._merges = vocab.merges
         self._rank_table: dict[tuple[str, str], int] | None = None
         self._splitters = vocab.pre.splitters()
         self._byte_encode = vocab.pre.byte_encode
@@ -89,7 +89,7 @@ class BPEEncoder:
     def _ranks(self) -> dict[tuple[str, str], int]:
         """Merge pair -> rank, built on first use (the native path does not need it)."""
         if self._rank_table is None:
-            self._rank_table = {pair: rank for rank, pair in enumerate(self._pairs)}
+            self._rank_table = {pair: rank for rank, pair in enumerate(merge_pairs(self._merges))}
         return self._rank_table
 
     def _native_encoder(self, vocab: Vocab):
@@ -104,7 +104,7 @@ class BPEEncoder:
                  | (native.NEWLINES_WHOLE if self._newline_words_whole else 0))
         splitter = native.splitter_kind(vocab.pre)
         encoder = native.bpe_encoder(
-            vocab, self._pairs, byte_decode_strict if byte_level else _utf8, fallback,
+            vocab, merge_pairs(vocab.merges), byte_decode_strict if byte_level else _utf8, fallback,
             BYTE_TO_CHAR if byte_level else None, flags, splitter)
         if splitter != native.SPLIT_NONE:
             self.encode = encoder.encode  # splitting and merging both in C

@@ -41,7 +41,10 @@ CP_LETTER, CP_NUMBER, CP_SPACE, CP_MARK = 1, 2, 4, 8
 def codepoint_classes() -> np.ndarray:
     """\\p{L}, \\p{N}, \\s, \\p{M} of every code point, by the same `regex` module the
     Python pre-tokenizers use (so both paths agree on every character)."""
-    chars = "".join(map(chr, range(0xD800))) + "\0" * 0x800 + "".join(map(chr, range(0xE000, N_CODEPOINTS)))
+    codepoints = np.arange(N_CODEPOINTS, dtype="<u4")
+    codepoints[0xD800:0xE000] = 0   # surrogates are no text; classed 0 below
+    # decoded from an array: a join over chr() would hold a million small strings at once
+    chars = codepoints.tobytes().decode("utf-32-le")
     classes = np.zeros(N_CODEPOINTS, dtype=np.uint8)
     for bit, pattern in ((CP_LETTER, r"\p{L}+"), (CP_NUMBER, r"\p{N}+"), (CP_SPACE, r"\s+"),
                          (CP_MARK, r"\p{M}+")):
