@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from conftest import CHILD_CWD, available_isas, child_env, forced_isa
 from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize
 
 from pyengine import _core
 from pyengine.ml.context import Backend, Context
@@ -159,3 +160,45 @@ def test_vec_dot_path_equals_gemm_path(isa: str, tmp_path) -> None:
         subprocess.run([sys.executable, "-c", code, str(path)], env=env, cwd=CHILD_CWD, check=True, timeout=120)
         results[switch] = np.load(path)
     assert np.array_equal(results["0"], results["1"])
+
+
+def mul_mat_threads(weight: Weight, x: np.ndarray, n_threads: int, repeat: int) -> list[np.ndarray]:
+    """The product computed `repeat` times by one pool of n_threads."""
+    ctx = Context(Backend(n_threads))
+    out = ctx.mul_mat(ctx.weight(weight), ctx.input(np.ascontiguousarray(x), "x"))
+    ctx.set_output(out)
+    results = []
+    for _ in range(repeat):
+        ctx.compute()
+        results.append(ctx.read(out).copy())
+    return results
+
+
+@pytest.mark.parametrize("qtype", (T.Q4_1, T.Q8_0, T.Q4_K), ids=lambda t: t.name)
+def test_decode_rows_split_over_threads(qtype: T) -> None:
+    """Decoding splits the weight rows into one contiguous range per thread,
+    and a thread that is done takes tasks from the ends of the others'.  With
+    more threads than cores, threads get preempted and the stealing varies
+    from run to run: every row must still be computed once, with the same
+    bits as one thread computes it."""
+    weight, _, x = case(qtype, 16 * 41 + 5, seed=5)
+    for m in (1, 3):
+        alone = mul_mat_threads(weight, x[:m], 1, 1)[0]
+        for n_threads in (2, 3, 7):
+            for got in mul_mat_threads(weight, x[:m], n_threads, repeat=8):
+                assert np.array_equal(bits(got), bits(alone)), (qtype.name, m, n_threads)
+
+
+def test_decode_rows_more_tasks_than_a_range_holds() -> None:
+    """A weight with more 16-row tasks than a range counts (65535) takes
+    bigger tasks: every row is still computed, as vec_dot computes it."""
+    n, k = 16 * 0xFFFF + 40, 32
+    rng = np.random.default_rng(9)
+    data = random_weights(T.Q8_0, n, k, rng)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    got = mul_mat_threads(Weight(T.Q8_0, k, n, data), x, 2, 1)[0][0]
+    rows = data.reshape(n, -1)
+    for i in (0, 1, n // 2, n - 41, n - 1):
+        assert bits(got[i]) == bits(np.float32(_core.vec_dot(int(T.Q8_0), rows[i], x[0]))), i
+    ref = dequantize(data, T.Q8_0).reshape(n, k) @ x[0]   # every row: within q8 rounding of the float product
+    assert np.max(np.abs(got - ref)) <= 0.02 * np.abs(ref).max()

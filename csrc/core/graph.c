@@ -24,9 +24,11 @@ static void free_buffers(pe_graph *g) {
     free(g->arena);
     free(g->work);
     free(g->chunks);
+    free(g->ranges);
     g->arena = NULL;
     g->work = NULL;
     g->chunks = NULL;
+    g->ranges = NULL;
     g->planned = false;
 }
 
@@ -258,7 +260,8 @@ static int plan(pe_graph *g, int n_threads) {
     g->arena = a.peak ? malloc(a.peak) : NULL;
     g->work = work ? malloc(work) : NULL;
     g->chunks = malloc((size_t)(g->n + 1) * sizeof *g->chunks);
-    if ((a.peak && !g->arena) || (work && !g->work) || !g->chunks) {
+    g->ranges = malloc((size_t)n_threads * sizeof *g->ranges);
+    if ((a.peak && !g->arena) || (work && !g->work) || !g->chunks || !g->ranges) {
         free_buffers(g);
         return pe_fail("out of memory planning %zu + %zu bytes", a.peak, work);
     }
@@ -270,6 +273,8 @@ static int plan(pe_graph *g, int n_threads) {
         pe_tensor *t = &g->t[i];
         if (t->view_of >= 0) t->data = (uint8_t *)g->t[t->view_of].data + t->view_offset;
     }
+    for (int i = 0; i < n_threads; i++) atomic_init(&g->ranges[i].word, 0);
+    g->gen_base = 1;   /* generation 0: the slots' start, no node's */
     g->planned = true;
     g->planned_threads = n_threads;
     return 0;
@@ -286,19 +291,54 @@ static void run_nodes(void *arg, int ith, int nth) {
     run_ctx *rc = arg;
     pe_graph *g = rc->g;
     pe_exec ex = {.ith = ith, .nth = nth, .g = g, .work = g->work, .work_bytes = g->work_bytes,
-                  .pool = rc->pool, .error = &g->error};
+                  .pool = rc->pool, .ranges = g->ranges, .error = &g->error};
     const int timed = ith == 0 && pe_profile_on();
     for (int i = 0; i < g->n; i++) {
         pe_tensor *t = &g->t[i];
         if (t->op == PE_OP_NONE || t->op == PE_OP_VIEW) continue;
         const double t0 = timed ? pe_profile_now() : 0;
         ex.chunk = &g->chunks[i];
+        ex.gen = g->gen_base + (uint32_t)i;
         pe_op_compute(&ex, t);
         /* no early exit on a data error: every thread must reach every
          * barrier; ops skip the work an error makes meaningless */
         pe_pool_barrier(rc->pool);
         if (timed) pe_profile_add(g, t, pe_profile_now() - t0);
     }
+}
+
+/* ---- ranges (internal.h) ------------------------------------------------------ */
+
+static uint64_t range_word(uint32_t gen, int64_t front, int64_t back) {
+    return (uint64_t)gen << 32 | (uint64_t)front << 16 | (uint64_t)back;
+}
+
+/* The slot's value for this node: one an earlier node left stands for the
+ * owner's whole range (whichever thread gets there first writes it). */
+static uint64_t range_now(const pe_exec *ex, int owner, int64_t n_tasks, uint64_t word) {
+    if ((uint32_t)(word >> 32) == ex->gen) return word;
+    return range_word(ex->gen, owner * n_tasks / ex->nth, (owner + 1) * n_tasks / ex->nth);
+}
+
+/* One task of `owner`'s range: its front for the owner, its back for others. */
+static int64_t range_take(pe_exec *ex, int owner, int64_t n_tasks) {
+    atomic_ullong *slot = &ex->ranges[owner].word;
+    const int from_back = owner != ex->ith;
+    uint64_t seen = atomic_load_explicit(slot, memory_order_relaxed);
+    for (;;) {
+        const uint64_t now = range_now(ex, owner, n_tasks, seen);
+        const int64_t front = (int64_t)(now >> 16 & 0xFFFF), back = (int64_t)(now & 0xFFFF);
+        if (front >= back) return -1;
+        const uint64_t next = from_back ? now - 1 : now + (1u << 16);
+        if (atomic_compare_exchange_weak_explicit(slot, &seen, next, memory_order_relaxed, memory_order_relaxed))
+            return from_back ? back - 1 : front;
+    }
+}
+
+int64_t pe_range_next(pe_exec *ex, int64_t n_tasks) {
+    int64_t task = range_take(ex, ex->ith, n_tasks);
+    for (int v = 1; task < 0 && v < ex->nth; v++) task = range_take(ex, (ex->ith + v) % ex->nth, n_tasks);
+    return task;
 }
 
 void pe_exec_fail(pe_exec *ex, const char *msg) {
@@ -313,9 +353,14 @@ int pe_graph_compute(pe_graph *g, pe_pool *pool) {
     if (g->planned && g->planned_threads < nth) free_buffers(g);  /* scratch is sized per thread */
     if (!g->planned && plan(g, nth) < 0) return -1;
     for (int i = 0; i <= g->n; i++) atomic_init(&g->chunks[i], nth);
+    if (g->gen_base > UINT32_MAX - (uint32_t)g->n - 1) {   /* generations wrap: start the slots over */
+        for (int i = 0; i < g->planned_threads; i++) atomic_store(&g->ranges[i].word, 0);
+        g->gen_base = 1;
+    }
     atomic_store(&g->error, 0);
     run_ctx rc = {g, pool};
     pe_pool_run(pool, run_nodes, &rc);
+    g->gen_base += (uint32_t)g->n + 1;
     if (atomic_load(&g->error)) return pe_fail("%s", g->error_msg);
     return 0;
 }

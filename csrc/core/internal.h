@@ -80,6 +80,8 @@ struct pe_graph {
     bool       planned;
     int        planned_threads;
     atomic_int *chunks;        /* per node: next work chunk (dynamic splitting) */
+    struct pe_range_slot *ranges; /* per thread: its range of a node's tasks (pe_range_next) */
+    uint32_t   gen_base;       /* generation of node 0 in the current compute */
     atomic_int error;          /* set by the first thread that hits a data error */
     char       error_msg[256];
 };
@@ -133,8 +135,24 @@ typedef struct pe_exec {
     size_t         work_bytes;
     struct pe_pool *pool;
     atomic_int    *chunk;      /* shared counter for dynamic work splitting */
+    struct pe_range_slot *ranges;
+    uint32_t       gen;        /* this node's generation (tells its ranges from older ones) */
     atomic_int    *error;      /* set by any thread on a data error */
 } pe_exec;
+
+/* Ranges: a split of a node's tasks for ops that stream their input once
+ * (decoding's matrix products).  Thread t owns the contiguous range
+ * [t n / nth, (t + 1) n / nth) and takes its tasks in order; a thread whose
+ * range is done takes tasks from the back of the others' ranges, so every
+ * thread reads one stream while all are busy, and one that started late is
+ * helped.  Returns the next task (< n_tasks <= PE_RANGE_MAX_TASKS), or -1
+ * when none is left. */
+#define PE_RANGE_MAX_TASKS 0xFFFF
+typedef struct pe_range_slot {
+    atomic_ullong word;        /* generation << 32 | front << 16 | back */
+    char          pad[64 - sizeof(atomic_ullong)];   /* one cache line per thread */
+} pe_range_slot;
+int64_t pe_range_next(pe_exec *ex, int64_t n_tasks);
 
 /* Record a data error found while computing (first one wins). */
 void pe_exec_fail(pe_exec *ex, const char *msg);
