@@ -16,17 +16,13 @@ resident memory."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import statistics
+import subprocess
 import sys
-
-# benchmarks/tokenize.py would shadow the standard library's tokenize module
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
+import time
 
 
 def worker_pyengine(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:

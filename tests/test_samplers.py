@@ -526,3 +526,35 @@ def test_minus_one_windows_use_the_context_size():
     penalties, dry = chain.samplers[0], chain.samplers[1]
     assert penalties.last_n == 3 and dry.last_n == 3
     assert SamplerChain(SamplingOptions(repeat_last_n=-1), 10).samplers[0].last_n is None
+
+
+def full_rewrite_argmax(chain, logits):
+    """Greedy the long way: every active rewriting sampler over a copy of the whole
+    vocabulary, then the first largest logit."""
+    cand = Candidates(np.arange(len(logits)), logits.astype(np.float32).copy(), identity=True)
+    for sampler in chain.samplers:
+        if sampler.active:
+            sampler.apply(cand)
+    return int(np.argmax(cand.logits))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_rewrites_only_touched_tokens_yet_picks_as_a_full_rewrite(seed):
+    """Greedy with logit bias, penalties (also ones that raise logits) and DRY rewrites only
+    the tokens those samplers touch; on logits full of ties it picks exactly what rewriting
+    the whole vocabulary picks, the lower id on a tie."""
+    rng = np.random.default_rng(seed)
+    n_vocab = 40
+    pieces = [bytes([97 + i % 26]) for i in range(n_vocab)]
+    for trial in range(60):
+        bias = {int(t): float(rng.choice([-np.inf, -1.0, 0.5, 2.0])) for t in rng.choice(n_vocab, 3)}
+        opts = SamplingOptions(temperature=0, repeat_penalty=float(rng.choice([1.3, 0.8, 1.0])),
+                               frequency_penalty=float(rng.choice([0.0, 0.5, -0.5])),
+                               presence_penalty=float(rng.choice([0.0, 0.25, -0.25])), repeat_last_n=16,
+                               dry_multiplier=float(rng.choice([0.0, 0.8])), dry_allowed_length=2,
+                               logit_bias=bias if trial % 2 else None)
+        chain = SamplerChain(opts, n_vocab, token_pieces=pieces)
+        for token in rng.integers(0, 6, 24):   # a small alphabet: plenty of repeats
+            chain.accept(int(token))
+        logits = rng.integers(-3, 4, n_vocab).astype(np.float32)   # many ties
+        assert chain.sample(logits) == full_rewrite_argmax(chain, logits), (seed, trial)

@@ -151,8 +151,8 @@ class SamplerChain:
 
     def sample(self, logits: np.ndarray) -> int:
         """Pick the next token from float logits [n_vocab]; the caller's array is not modified."""
-        raw = self._checked(logits)
-        token = self._pick(raw, None)
+        raw, best = self._checked_best(logits)
+        token = self._pick(raw, None, best)
         if self._matcher is None or self._grammar_allows(token):
             return token
         allowed = self._grammar_top_allowed(raw)
@@ -184,7 +184,7 @@ class SamplerChain:
 
     def logprobs(self, logits: np.ndarray, token: int, n_top: int) -> tuple[float, list[tuple[int, float]]]:
         """Log-softmax of the raw logits: the token's log-probability and the n_top best."""
-        raw = self._checked(logits)
+        raw, _ = self._checked_best(logits)
         token = _check_token(token, self.n_vocab, "token")
         top = float(raw.max())
         log_norm = top + float(np.log(np.sum(np.exp(raw - top, dtype=np.float32), dtype=np.float64)))
@@ -209,7 +209,8 @@ class SamplerChain:
 
     # ---- internals
 
-    def _checked(self, logits: np.ndarray) -> np.ndarray:
+    def _checked_best(self, logits: np.ndarray) -> tuple[np.ndarray, int]:
+        """The logits as float32 [n_vocab], validated, and the id of the largest."""
         raw = np.asarray(logits)
         if raw.ndim != 1 or raw.shape[0] != self.n_vocab:
             raise SamplingError(f"logits must have shape ({self.n_vocab},), got {raw.shape}")
@@ -218,23 +219,25 @@ class SamplerChain:
                 raise SamplingError(f"logits must be floating point, got {raw.dtype}")
             raw = raw.astype(np.float32)
         # argmax returns the first NaN if there is one, so one pass checks everything.
-        best = raw[int(np.argmax(raw))]
+        best_id = int(np.argmax(raw))
+        best = raw[best_id]
         if np.isnan(best):
             raise SamplingError("logits contain NaN (the model produced invalid values)")
         if best == np.inf:
             raise SamplingError("logits contain +inf (the model produced invalid values)")
         if best == -np.inf:
             raise SamplingError("every logit is -inf: no token can be sampled")
-        return raw
+        return raw, best_id
 
     def _candidates(self, raw: np.ndarray, subset: np.ndarray | None) -> Candidates:
         if subset is None:
             return Candidates(self._ids, raw.copy(), identity=True)
         return Candidates(subset, raw[subset])
 
-    def _pick(self, raw: np.ndarray, subset: np.ndarray | None) -> int:
+    def _pick(self, raw: np.ndarray, subset: np.ndarray | None, best: int | None = None) -> int:
+        """best: the id of raw's largest logit, when subset is None."""
         if self._greedy:
-            return self._pick_greedy(raw, subset)
+            return self._pick_greedy(raw, subset, best)
         cand = self._candidates(raw, subset)
         for sampler in self._samplers:
             sampler.apply(cand)
@@ -242,10 +245,14 @@ class SamplerChain:
             raise SamplingError("no candidate token with a finite logit is left to sample")
         return self._draw.select(cand)
 
-    def _pick_greedy(self, raw: np.ndarray, subset: np.ndarray | None) -> int:
+    def _pick_greedy(self, raw: np.ndarray, subset: np.ndarray | None, best: int | None) -> int:
         rewriting = [s for s in self._samplers if getattr(s, "active", True)]
         if subset is None and not rewriting:
-            return int(np.argmax(raw))
+            return int(np.argmax(raw)) if best is None else best
+        if subset is None and best is not None:
+            token = _greedy_among_touched(raw, best, rewriting)
+            if token is not None:
+                return token
         cand = self._candidates(raw, subset)
         for sampler in rewriting:
             sampler.apply(cand)
@@ -360,3 +367,25 @@ def _check_pieces(pieces: Sequence[bytes] | None, n_vocab: int) -> Sequence[byte
     if len(pieces) != n_vocab:
         raise InvalidOptionError(f"token_pieces has {len(pieces)} entries, expected n_vocab = {n_vocab}")
     return pieces
+
+
+def _greedy_among_touched(raw: np.ndarray, best: int, rewriting: list) -> int | None:
+    """Greedy under samplers that each rewrite only some tokens' logits, each token's from
+    its own (logit bias, penalties, DRY): a token none of them touches keeps its logit, so
+    the untouched best is raw's best and only the touched tokens need rewriting, not a
+    copy of the whole vocabulary.  None when raw's best is touched (the caller then
+    rewrites everything).  Ties go to the lower id, as argmax over the vocabulary does."""
+    touched = np.sort(np.concatenate([sampler.touched() for sampler in rewriting]))
+    if touched.size > 1:
+        touched = touched[np.concatenate(([True], touched[1:] != touched[:-1]))]
+    if touched.size and touched[min(int(np.searchsorted(touched, best)), touched.size - 1)] == best:
+        return None
+    cand = Candidates(touched, raw[touched])
+    for sampler in rewriting:
+        sampler.apply(cand)
+    if len(cand):
+        i = int(np.argmax(cand.logits))
+        value, untouched = cand.logits[i], raw[best]
+        if value > untouched or (value == untouched and touched[i] < best):
+            return int(touched[i])
+    return best

@@ -73,15 +73,12 @@ class Dry:
     def _window_size(self) -> int:
         return self._size if self.last_n is None else min(self._size, self.last_n)
 
+    def touched(self) -> np.ndarray:
+        """The ids whose logits apply() may change (each from its own logit alone)."""
+        return self._penalised()[0]
+
     def apply(self, cand: Candidates) -> None:
-        if not self.active:
-            return
-        n = self._window_size()
-        window = self._tokens[self._size - n:self._size]
-        limit = self._repeat_limit(window)
-        if limit < self.allowed_length:
-            return
-        tokens, lengths = self._repeat_lengths(window, limit)
+        tokens, lengths = self._penalised()
         if tokens.size == 0:
             return
         positions, which = cand.positions_of(tokens)
@@ -90,6 +87,18 @@ class Dry:
             exponents = np.minimum(exponents, self.max_exponent)
         cand.logits[positions] -= (self.multiplier * np.power(self.base, exponents)).astype(np.float32)
         cand.sorted = False
+
+    def _penalised(self) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens that would extend a repeat, with the repeat's length."""
+        none = np.empty(0, np.int64), np.empty(0, np.int64)
+        if not self.active:
+            return none
+        n = self._window_size()
+        window = self._tokens[self._size - n:self._size]
+        limit = self._repeat_limit(window)
+        if limit < self.allowed_length:
+            return none
+        return self._repeat_lengths(window, limit)
 
     def _repeat_limit(self, window: np.ndarray) -> int:
         """How many tokens back a repeat may reach: up to the most recent breaker."""

@@ -32,6 +32,10 @@ class LogitBias:
     def active(self) -> bool:
         return self.tokens.size > 0
 
+    def touched(self) -> np.ndarray:
+        """The ids whose logits apply() may change (each from its own logit alone)."""
+        return self.tokens
+
     def apply(self, cand: Candidates) -> None:
         positions, which = cand.positions_of(self.tokens)
         cand.logits[positions] += self.amounts[which]
@@ -59,6 +63,10 @@ class Penalties:
     @property
     def active(self) -> bool:
         return self.enabled and bool(self.counts)
+
+    def touched(self) -> np.ndarray:
+        """The ids whose logits apply() may change (each from its own logit alone)."""
+        return np.fromiter(self.counts.keys(), dtype=np.int64, count=len(self.counts))
 
     def accept(self, token: int) -> None:
         if self.last_n == 0:

@@ -1,6 +1,6 @@
 """Tokenizer throughput on 1 MB of mixed text, side by side with llama.cpp when available.
 
-    python benchmarks/tokenize.py [--size-mb 1] [--model smollm2-135m --model gemma3-270m]
+    python benchmarks/tokenizer_speed.py [--size-mb 1] [--model smollm2-135m --model gemma3-270m]
                                   [--repeat 3] [--vocab path.gguf ...]
 
 The text (prose, code, CJK, emoji, whitespace runs; seeded, so every run sees the same
