@@ -11,7 +11,7 @@ import pytest
 from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.gguf import GGUFFile
 from pyengine.kvcache import KeyRotator, KVCache
-from pyengine.kvcache.cells import CellTable
+from pyengine.kvcache.cells import CellTable, seq_bit
 from pyengine.ml.context import Backend
 from pyengine.ml.nn import CacheSpec
 from pyengine.models import load_model
@@ -168,10 +168,12 @@ def test_usable_prefix_needs_every_group():
 # ---- edits under random operations ----------------------------------------------------
 
 
-def test_random_edits_keep_order_and_data():
+@pytest.mark.parametrize("seed", (7, 11, 12))
+def test_random_edits_keep_order_and_data(seed):
     """Allocate, remove, share, shift and compact at random; every (sequence, position)
-    must keep its row and every sequence its cells in position order."""
-    rng = np.random.default_rng(7)
+    must keep its row, every sequence its cells in position order, and the table's
+    cached last cell of each sequence must be its highest."""
+    rng = np.random.default_rng(seed)
     cache = KVCache(full_layout(1, 1), 48)
     shadow: dict[int, dict[int, float]] = {}   # seq -> pos -> tag in its K row
     tag = 0.0
@@ -185,8 +187,9 @@ def test_random_edits_keep_order_and_data():
         mine = shadow.setdefault(seq, {})
         if op <= 1 and cache.groups[0].cells.n_free >= 3:
             start = max(mine) + 1 if mine else 0
-            slots = alloc(cache, seq, range(start, start + 3))[0]
-            for p, cell in zip(range(start, start + 3), slots):
+            count = int(rng.integers(1, 4))   # one token takes the decode step's shortcut
+            slots = alloc(cache, seq, range(start, start + count))[0]
+            for p, cell in zip(range(start, start + count), slots):
                 tag += 1
                 cache.k[0][cell] = np.float16(tag).view(np.uint16)
                 mine[p] = tag
@@ -206,6 +209,14 @@ def test_random_edits_keep_order_and_data():
             cache.shift(seq, keep, drop, identity)
             shadow[seq] = {(p if p < keep else p - drop): t for p, t in mine.items()
                            if p < keep or p >= keep + drop}
+            # a shift unshares the moved cells: their copies get tags of their own
+            others = {t for s, held in shadow.items() if s != seq for t in held.values()}
+            cells = cache.groups[0].cells
+            for p, cell in zip(sorted(shadow[seq]), cells.cells_of(seq)):
+                if shadow[seq][p] in others and cells.seq[cell] == seq_bit(seq):
+                    tag += 1
+                    cache.k[0][cell] = np.float16(tag).view(np.uint16)
+                    shadow[seq][p] = tag
         if rng.integers(10) == 0:
             cache.compact()
         cells = cache.groups[0].cells
@@ -214,6 +225,7 @@ def test_random_edits_keep_order_and_data():
             assert list(cells.pos[idx]) == sorted(held), (s, list(cells.pos[idx]), sorted(held))
             tags = cache.k[0][idx, 0].view(np.float16).astype(float)
             assert tags.tolist() == [held[p] for p in sorted(held)]
+            assert cells.last_cell(s) == (int(idx[-1]) if idx.size else -1)
         assert cells.n_used == len({t for held in shadow.values() for t in held.values()})
 
 
@@ -272,3 +284,16 @@ def test_cell_table_compaction_order_is_stable():
     order = table.compaction()
     table.rebuild(order, table.seq[order].copy())
     assert table.positions_of(2).tolist() == [0, 1, 2] and table.cells_of(2).tolist() == [0, 1, 2]
+
+
+def test_one_batch_never_gives_a_cell_twice():
+    """A batch of lone tokens where some sequences' next cells are taken: each token gets
+    its own free cell above its sequence's last one (A's next cell is X's, so A looks for
+    free cells; B's next is free; C's next is the one A got)."""
+    a, b, c, x, y = 0, 1, 2, 3, 4
+    table = CellTable(10)
+    table.record(np.array([0, 1, 2, 4, 6]), np.zeros(5, np.int32), np.array([a, x, c, b, y]))
+    slots = table.plan(np.ones(3, np.int32), np.array([a, b, c]))
+    assert len(set(slots.tolist())) == 3
+    assert all(table.seq[s] == 0 for s in slots)
+    assert slots[0] > 0 and slots[1] > 4 and slots[2] > 2

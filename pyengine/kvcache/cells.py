@@ -52,6 +52,8 @@ class CellTable:
         # every used cell lies below `top` (an upper bound, so scans of a
         # decode step cost the used part of the cache, not all of it)
         self.top = 0
+        # sequence -> its highest cell (-1: none), a cache: an edit drops what it may change
+        self._last: dict[int, int] = {}
 
     # ---- queries -------------------------------------------------------------
 
@@ -73,6 +75,14 @@ class CellTable:
         """Indices of the sequence's cells (ascending, hence in position order)."""
         return np.flatnonzero(self.seq[: self.top] & seq_bit(seq_id))
 
+    def last_cell(self, seq_id: int) -> int:
+        """The sequence's highest cell, -1 when it has none."""
+        last = self._last.get(seq_id)
+        if last is None:
+            mine = self.cells_of(seq_id)
+            last = self._last[seq_id] = int(mine[-1]) if mine.size else -1
+        return last
+
     def positions_of(self, seq_id: int) -> np.ndarray:
         return self.pos[self.cells_of(seq_id)]
 
@@ -87,34 +97,50 @@ class CellTable:
         self.pos.fill(-1)
         self.seq.fill(0)
         self.top = 0
+        self._last.clear()
 
     def plan(self, positions: np.ndarray, seq_ids: np.ndarray) -> np.ndarray | None:
         """Free cells for a batch, each sequence's above its last cell; None when
         the order rule needs a compaction first.  Nothing is recorded."""
         slots = np.empty(len(positions), np.int32)
-        free = self.seq == 0
-        for sid in _in_order_of_appearance(seq_ids):
-            rows = np.flatnonzero(seq_ids == sid)
-            if rows.size > 1 and np.any(np.diff(positions[rows]) <= 0):
-                raise InvalidOptionError(f"sequence {sid}: positions in a batch must increase")
-            mine = self.cells_of(int(sid))
-            if mine.size and positions[rows[0]] <= self.pos[mine[-1]]:
-                raise InvalidOptionError(
-                    f"sequence {sid}: position {positions[rows[0]]} is not after its cached "
-                    f"position {self.pos[mine[-1]]} (remove the tail first)")
-            start = int(mine[-1]) + 1 if mine.size else 0
-            avail = np.flatnonzero(free[start:])[: rows.size] + start
-            if avail.size < rows.size:
+        taken: list[int] = []   # cells given to earlier sequences of the batch, until `free` is made
+        free = None             # the free map, made the first time a lone next cell will not do
+        for sid, rows in rows_by_sequence(seq_ids).items():
+            self._check_order(sid, positions[rows])
+            start = self.last_cell(sid) + 1
+            if free is None and len(rows) == 1 and start < self.n_cells and self.seq[start] == 0 \
+                    and start not in taken:
+                slots[rows[0]] = start   # a decode step: the cell right above is free
+                taken.append(start)
+                continue
+            if free is None:
+                free = self.seq == 0
+                free[taken] = False
+            avail = np.flatnonzero(free[start:])[: len(rows)] + start
+            if avail.size < len(rows):
                 return None
             slots[rows] = avail
             free[avail] = False
         return slots
+
+    def _check_order(self, sid: int, positions: np.ndarray) -> None:
+        """A sequence's positions in a batch increase and follow its cached ones."""
+        if positions.size > 1 and np.any(np.diff(positions) <= 0):
+            raise InvalidOptionError(f"sequence {sid}: positions in a batch must increase")
+        last = self.last_cell(sid)
+        if last >= 0 and positions[0] <= self.pos[last]:
+            raise InvalidOptionError(
+                f"sequence {sid}: position {positions[0]} is not after its cached "
+                f"position {self.pos[last]} (remove the tail first)")
 
     def record(self, slots: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray) -> None:
         self.pos[slots] = positions
         self.seq[slots] = seq_bits(seq_ids)
         if len(slots):
             self.top = max(self.top, int(slots.max()) + 1)
+        for sid, rows in rows_by_sequence(seq_ids).items():
+            if sid in self._last:
+                self._last[sid] = max(self._last[sid], int(slots[rows].max()))
 
     def compaction(self) -> np.ndarray:
         """Old indices of the used cells in their new order (compaction keeps order)."""
@@ -139,6 +165,7 @@ class CellTable:
         before = self.n_used
         self.seq[sel] &= ~bit
         self.pos[self.seq == 0] = -1
+        self._last.pop(int(seq_id), None)
         return before - self.n_used
 
     def copy(self, src: int, dst: int, p0: int, p1: int) -> None:
@@ -148,6 +175,7 @@ class CellTable:
         sel = (self.seq & seq_bit(src)) != 0
         sel &= (self.pos >= p0) & (self.pos < p1)
         self.seq[sel] |= seq_bit(dst)
+        self._last.pop(int(dst), None)
 
     def shared_cells(self, seq_id: int, p0: int) -> np.ndarray:
         """The sequence's cells at positions >= p0 that other sequences also use."""
@@ -190,18 +218,30 @@ class CellTable:
         t = len(positions)
         view = out[:t, :n_kv]
         view.fill(_NEG_INF)
-        for sid in _in_order_of_appearance(seq_ids):
-            rows = np.flatnonzero(seq_ids == sid)
+        for sid, rows in rows_by_sequence(seq_ids).items():
             cells = np.flatnonzero(self.seq[:n_kv] & seq_bit(sid))
             if not cells.size:
                 continue
-            cell_pos = self.pos[cells][None, :]
-            tok_pos = positions[rows][:, None]
-            visible = cell_pos <= tok_pos
-            if window:
-                visible &= (tok_pos - cell_pos) < window
+            cell_pos = self.pos[cells]
+            if len(rows) == 1:   # a decode step: one row, no 2-d index
+                visible = _visible(cell_pos, int(positions[rows[0]]), window)
+                view[rows[0], cells[visible]] = 0
+                continue
+            visible = _visible(cell_pos[None, :], positions[rows][:, None], window)
             view[np.ix_(rows, cells)] = np.where(visible, np.float32(0), _NEG_INF)
 
 
-def _in_order_of_appearance(ids: np.ndarray) -> list[int]:
-    return list(dict.fromkeys(np.asarray(ids).tolist()))
+def _visible(cell_pos, tok_pos, window: int):
+    """Which cells a token at tok_pos sees: causal, and within the window if any."""
+    visible = cell_pos <= tok_pos
+    if window:
+        visible &= (tok_pos - cell_pos) < window
+    return visible
+
+
+def rows_by_sequence(seq_ids: np.ndarray) -> dict[int, list[int]]:
+    """Each sequence's rows of a batch, sequences in order of first appearance."""
+    rows: dict[int, list[int]] = {}
+    for row, sid in enumerate(np.asarray(seq_ids).tolist()):
+        rows.setdefault(sid, []).append(row)
+    return rows

@@ -22,6 +22,7 @@ Direct users of `Forward` get them from the batch's own shape.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -56,15 +57,20 @@ def prompt_arith(positions: np.ndarray, prompt_len: int) -> Arith:
     return _arith(positions - start, np.minimum(LLAMA_UBATCH, prompt_len - start))
 
 
+@functools.lru_cache(maxsize=64)
 def generated_arith(n: int) -> Arith:
-    """Generated tokens: each is a batch of its own."""
-    return _arith(np.zeros(n, np.int64), np.ones(n, np.int64))
+    """Generated tokens: each is a batch of its own (read-only arrays, made once per n)."""
+    arith = _arith(np.zeros(n, np.int64), np.ones(n, np.int64))
+    arith.lone.flags.writeable = arith.paths.flags.writeable = False
+    return arith
 
 
 def batch_arith(seq_ids: np.ndarray) -> Arith:
     """Every sequence's tokens in this batch taken as one llama.cpp batch."""
     ids = np.asarray(seq_ids).tolist()   # plain ints: cheaper than numpy for the few tokens of a decode step
     counts = Counter(ids)
+    if len(counts) == len(ids):   # one token per sequence: a decode step
+        return generated_arith(len(ids))
     seen: dict[int, int] = {}
     index = np.empty(len(ids), np.int64)
     for t, s in enumerate(ids):

@@ -186,11 +186,13 @@ class Forward:
         n = len(tokens)
         if n == 0 or tokens.ndim != 1 or positions.shape != tokens.shape or seq_ids.shape != tokens.shape:
             raise InvalidOptionError("a batch needs one position and one sequence id per token, and a token")
-        if tokens.min() < 0 or tokens.max() >= self.n_vocab:
+        lo, hi = _span(tokens)
+        if lo < 0 or hi >= self.n_vocab:
             raise InvalidOptionError(f"token ids must be in 0..{self.n_vocab - 1}")
-        if positions.min() < 0:
+        if _span(positions)[0] < 0:
             raise InvalidOptionError("positions must be >= 0")
-        if out_rows.ndim != 1 or out_rows.size == 0 or out_rows.min() < 0 or out_rows.max() >= n:
+        rows_lo, rows_hi = _span(out_rows) if out_rows.ndim == 1 and out_rows.size else (-1, -1)
+        if rows_lo < 0 or rows_hi >= n:
             raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
         g = self._graph(n, len(out_rows), hidden)
         slots = self.cache.allocate(positions, seq_ids)
@@ -210,3 +212,12 @@ class Forward:
         g.ctx.compute()
         self.compute_seconds += time.perf_counter() - t0
         return g.ctx.read(g.logits, out)
+
+
+def _span(values: np.ndarray) -> tuple[int, int]:
+    """(min, max) of a non-empty 1-d array; the few values of a decode step as Python
+    ints, where numpy's reductions cost more than the work."""
+    if values.size <= 16:
+        items = values.tolist()
+        return min(items), max(items)
+    return int(values.min()), int(values.max())
