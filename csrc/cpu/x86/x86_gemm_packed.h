@@ -329,12 +329,140 @@ static int gmk_q6k_gemm16(int64_t n, float *s, size_t bs, const void *packed, co
     return 1;
 }
 
+/* ---- legacy types on AVX-512: Q4_1 Q5_0 Q5_1 Q8_0 ----------------------------------------- */
+
+#if defined(PE_GEMM_VNNI)
+/* A 32-element block of 16 rows: group t (elements 4t..4t+3, the lane t of
+ * the legacy arithmetic) of row r at q[t][r], as unsigned codes (Q5_0 and
+ * Q8_0 shifted up by 16 and 128; the shift comes off through the dot
+ * product's start, -shift * the activations' group sum); d and the _1
+ * types' m as floats.  Per pair the lanes are the legacy kernels' (x86_gemm.h)
+ * float for float: acc_t = fma(dw * da, sum_t, acc_t), the mins chain
+ * m = m + mw * sa, then the halves' sum of the 8 lanes plus m; here 16 rows
+ * take one vector per lane, so the scale is one multiply per column and the
+ * lanes' sum is seven vector adds. */
+typedef struct {
+    uint32_t q[8][16];
+    float    d[16], m[16];
+} gml_x16;
+
+#define GML_DEFINE_PACK16(NAME, WB, ROW, SHIFT, WITH_MIN)                                                  \
+    static size_t gml_##NAME##_pack16(int64_t n, const void *w, size_t bw, void *dst) {                  \
+        const int64_t nb = n / 32;                                                                        \
+        if (!dst) return (size_t)nb * sizeof(gml_x16);                                                    \
+        gml_x16 *out = dst;                                                                               \
+        for (int64_t ib = 0; ib < nb; ib++)                                                               \
+            for (int r = 0; r < 16; r++) {                                                                \
+                const WB *b = (const WB *)((const uint8_t *)w + (size_t)r * bw) + ib;                     \
+                uint32_t codes[8];                                                                        \
+                _mm256_storeu_si256((__m256i *)codes, _mm256_add_epi8(ROW(b), _mm256_set1_epi8((char)SHIFT))); \
+                for (int t = 0; t < 8; t++) out[ib].q[t][r] = codes[t];                                   \
+                out[ib].d[r] = gm_f16(&b->d);                                                             \
+                out[ib].m[r] = WITH_MIN ? gm_f16((const uint8_t *)b + 2) : 0.0f;                          \
+            }                                                                                             \
+        return (size_t)nb * sizeof(gml_x16);                                                              \
+    }
+
+/* the dot product's start for each group of an activation block: -shift * its sum */
+static inline void gml_starts(const int8_t *qs, int shift, int32_t out[8]) {
+    const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), gm_load256(qs));
+    _mm256_storeu_si256((__m256i *)out, _mm256_mullo_epi32(sums, _mm256_set1_epi32(-shift)));
+}
+
+/* blocks whose dot product starts are worked out ahead, per pass */
+#define GML_CHUNK 32
+
+/* 16 packed rows against activation rows a[0], a[1] (nc of them).  The
+ * starts are worked out for a chunk of blocks first and read back from
+ * memory as broadcasts: made in the loop, they became shuffles out of
+ * registers, as many as the products. */
+GM_INLINE void gml_x16_pair(const gml_x16 *w, int64_t nb, float *s, size_t bs, const uint8_t *const a[2],
+                            size_t ab, int nc, int shift, int with_min) {
+    __m512 acc[2][8], mins[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int j = 0; j < 2; j++)
+        for (int t = 0; t < 8; t++) acc[j][t] = _mm512_setzero_ps();
+    int32_t start[2][GML_CHUNK][8] = {{{0}}};
+    for (int64_t ib0 = 0; ib0 < nb; ib0 += GML_CHUNK) {
+        const int64_t n_chunk = nb - ib0 < GML_CHUNK ? nb - ib0 : GML_CHUNK;
+        for (int j = 0; shift && j < nc; j++)
+            for (int64_t c = 0; c < n_chunk; c++)
+                gml_starts((const int8_t *)(a[j] + (size_t)(ib0 + c + 1) * ab - 32), shift, start[j][c]);
+        for (int64_t c = 0; c < n_chunk; c++) {
+            const gml_x16 *p = w + ib0 + c;
+            const __m512 dw = _mm512_loadu_ps(p->d);
+            const uint8_t *y[2];   /* q8_0 / q8_1 blocks: d, [s], then 32 codes */
+            __m512 scale[2];
+            for (int j = 0; j < nc; j++) {
+                y[j] = a[j] + (size_t)(ib0 + c) * ab;
+                scale[j] = _mm512_mul_ps(dw, _mm512_set1_ps(gm_f16(y[j])));
+                if (with_min)
+                    mins[j] = _mm512_add_ps(mins[j], _mm512_mul_ps(_mm512_loadu_ps(p->m), _mm512_set1_ps(gm_f16(y[j] + 2))));
+            }
+            for (int t = 0; t < 8; t++) {   /* each group's codes loaded once for the columns */
+                const __m512i codes = _mm512_loadu_si512(p->q[t]);
+                for (int j = 0; j < nc; j++) {
+                    const __m512i lanes = _mm512_dpbusd_epi32(_mm512_set1_epi32(start[j][c][t]), codes,
+                                                              _mm512_set1_epi32((int)gm_u32(y[j] + ab - 32 + 4 * t)));
+                    acc[j][t] = _mm512_fmadd_ps(scale[j], _mm512_cvtepi32_ps(lanes), acc[j][t]);
+                }
+            }
+        }
+    }
+    for (int j = 0; j < nc; j++) {
+        __m512 *l = acc[j];   /* the halves' order of x86_sum_ps8, lane by lane */
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                                         _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+        _mm512_storeu_ps(s + (size_t)j * bs, with_min ? _mm512_add_ps(sum, mins[j]) : sum);
+    }
+}
+
+#define GML_DEFINE_GEMM16(NAME, AB, SHIFT, WITH_MIN)                                                       \
+    static int gml_##NAME##_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a,     \
+                                   size_t ba, int nc, unsigned paths) {                                   \
+        (void)paths; /* one arithmetic for every row */                                                   \
+        for (int j0 = 0; j0 < nc; j0 += 2) {                                                              \
+            const uint8_t *y[2] = {(const uint8_t *)a + (size_t)j0 * ba,                                  \
+                                   (const uint8_t *)a + (size_t)(j0 + (j0 + 1 < nc)) * ba};                \
+            if (nc - j0 >= 2) /* constant column counts: the accumulators stay in registers */              \
+                gml_x16_pair(packed, n / 32, s + (size_t)j0 * bs, bs, y, sizeof(AB), 2, SHIFT, WITH_MIN); \
+            else                                                                                          \
+                gml_x16_pair(packed, n / 32, s + (size_t)j0 * bs, bs, y, sizeof(AB), 1, SHIFT, WITH_MIN); \
+        }                                                                                                 \
+        return 1;                                                                                         \
+    }
+
+#define GML_DEFINE(NAME, WB, AB, ROW, SHIFT, WITH_MIN) \
+    GML_DEFINE_PACK16(NAME, WB, ROW, SHIFT, WITH_MIN)  \
+    GML_DEFINE_GEMM16(NAME, AB, SHIFT, WITH_MIN)
+
+GML_DEFINE(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, 0, 1)
+GML_DEFINE(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, 16, 0)
+GML_DEFINE(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, 0, 1)
+GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, 128, 0)
+
+#define GML_INSTALL_ONE(k, TYPE, NAME)                      \
+    do {                                                    \
+        (k)->type[TYPE].pack16 = gml_##NAME##_pack16;       \
+        (k)->type[TYPE].gemm16 = gml_##NAME##_gemm16;       \
+    } while (0)
+#define GML_PACK16_INSTALL(k)                               \
+    do {                                                    \
+        GML_INSTALL_ONE(k, PE_TYPE_Q4_1, q4_1);             \
+        GML_INSTALL_ONE(k, PE_TYPE_Q5_0, q5_0);             \
+        GML_INSTALL_ONE(k, PE_TYPE_Q5_1, q5_1);             \
+        GML_INSTALL_ONE(k, PE_TYPE_Q8_0, q8_0);             \
+    } while (0)
+#else
+#define GML_PACK16_INSTALL(k) ((void)(k))
+#endif
+
 #define GMK_PACK16_INSTALL(k)                                \
     do {                                                     \
         (k)->type[PE_TYPE_Q4_K].pack16 = gmk_q4k_pack16;     \
         (k)->type[PE_TYPE_Q4_K].gemm16 = gmk_q4k_gemm16;     \
         (k)->type[PE_TYPE_Q6_K].pack16 = gmk_q6k_pack16;     \
         (k)->type[PE_TYPE_Q6_K].gemm16 = gmk_q6k_gemm16;     \
+        GML_PACK16_INSTALL(k);                               \
     } while (0)
 
 #endif /* PE_X86_GEMM_PACKED_H */
