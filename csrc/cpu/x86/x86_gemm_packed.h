@@ -329,18 +329,17 @@ static int gmk_q6k_gemm16(int64_t n, float *s, size_t bs, const void *packed, co
     return 1;
 }
 
-/* ---- legacy types on AVX-512: Q4_1 Q5_0 Q5_1 Q8_0 ----------------------------------------- */
+/* ---- legacy types: Q4_1 Q5_0 Q5_1 Q8_0 ------------------------------------------------------ */
 
-#if defined(PE_GEMM_VNNI)
 /* A 32-element block of 16 rows: group t (elements 4t..4t+3, the lane t of
  * the legacy arithmetic) of row r at q[t][r], as unsigned codes (Q5_0 and
  * Q8_0 shifted up by 16 and 128; the shift comes off through the dot
  * product's start, -shift * the activations' group sum); d and the _1
  * types' m as floats.  Per pair the lanes are the legacy kernels' (x86_gemm.h)
  * float for float: acc_t = fma(dw * da, sum_t, acc_t), the mins chain
- * m = m + mw * sa, then the halves' sum of the 8 lanes plus m; here 16 rows
- * take one vector per lane, so the scale is one multiply per column and the
- * lanes' sum is seven vector adds. */
+ * m = m + mw * sa, then the halves' sum of the 8 lanes plus m; here a
+ * vector holds one lane of many rows, so the scale is one multiply per
+ * column and the lanes' sum is seven vector adds. */
 typedef struct {
     uint32_t q[8][16];
     float    d[16], m[16];
@@ -363,21 +362,25 @@ typedef struct {
         return (size_t)nb * sizeof(gml_x16);                                                              \
     }
 
-/* the dot product's start for each group of an activation block: -shift * its sum */
-static inline void gml_starts(const int8_t *qs, int shift, int32_t out[8]) {
-    const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), gm_load256(qs));
+/* blocks whose dot product starts are worked out ahead, per pass: made in
+ * the loop, they became shuffles out of registers, as many as the products */
+#define GML_CHUNK 32
+
+/* the starts of one activation block's groups: -shift * the group's sum */
+static inline void gml_starts(const uint8_t *y, size_t ab, int shift, int32_t out[8]) {
+    const __m256i sums = gm_dot_row(_mm256_set1_epi8(1), (const int8_t *)(y + ab - 32), GM_UNSIGNED);
     _mm256_storeu_si256((__m256i *)out, _mm256_mullo_epi32(sums, _mm256_set1_epi32(-shift)));
 }
 
-/* blocks whose dot product starts are worked out ahead, per pass */
-#define GML_CHUNK 32
+/* the float steps shared by both ISAs' column kernels: the scale of a block
+ * (q8_0 / q8_1: d, [s], then 32 codes) and the lanes' final sum */
+static inline float gml_da(const uint8_t *y) { return gm_f16(y); }
+static inline float gml_sa(const uint8_t *y) { return gm_f16(y + 2); }
 
-/* 16 packed rows against activation rows a[0], a[1] (nc of them).  The
- * starts are worked out for a chunk of blocks first and read back from
- * memory as broadcasts: made in the loop, they became shuffles out of
- * registers, as many as the products. */
-GM_INLINE void gml_x16_pair(const gml_x16 *w, int64_t nb, float *s, size_t bs, const uint8_t *const a[2],
-                            size_t ab, int nc, int shift, int with_min) {
+#if defined(PE_GEMM_VNNI)
+/* AVX-512: the 16 rows in one vector, against NC <= 2 activation rows */
+GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, const uint8_t *const a[2],
+                            size_t ab, const int nc, int shift, int with_min) {
     __m512 acc[2][8], mins[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int j = 0; j < 2; j++)
         for (int t = 0; t < 8; t++) acc[j][t] = _mm512_setzero_ps();
@@ -385,18 +388,17 @@ GM_INLINE void gml_x16_pair(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
     for (int64_t ib0 = 0; ib0 < nb; ib0 += GML_CHUNK) {
         const int64_t n_chunk = nb - ib0 < GML_CHUNK ? nb - ib0 : GML_CHUNK;
         for (int j = 0; shift && j < nc; j++)
-            for (int64_t c = 0; c < n_chunk; c++)
-                gml_starts((const int8_t *)(a[j] + (size_t)(ib0 + c + 1) * ab - 32), shift, start[j][c]);
+            for (int64_t c = 0; c < n_chunk; c++) gml_starts(a[j] + (size_t)(ib0 + c) * ab, ab, shift, start[j][c]);
         for (int64_t c = 0; c < n_chunk; c++) {
             const gml_x16 *p = w + ib0 + c;
             const __m512 dw = _mm512_loadu_ps(p->d);
-            const uint8_t *y[2];   /* q8_0 / q8_1 blocks: d, [s], then 32 codes */
+            const uint8_t *y[2];
             __m512 scale[2];
             for (int j = 0; j < nc; j++) {
                 y[j] = a[j] + (size_t)(ib0 + c) * ab;
-                scale[j] = _mm512_mul_ps(dw, _mm512_set1_ps(gm_f16(y[j])));
+                scale[j] = _mm512_mul_ps(dw, _mm512_set1_ps(gml_da(y[j])));
                 if (with_min)
-                    mins[j] = _mm512_add_ps(mins[j], _mm512_mul_ps(_mm512_loadu_ps(p->m), _mm512_set1_ps(gm_f16(y[j] + 2))));
+                    mins[j] = _mm512_add_ps(mins[j], _mm512_mul_ps(_mm512_loadu_ps(p->m), _mm512_set1_ps(gml_sa(y[j]))));
             }
             for (int t = 0; t < 8; t++) {   /* each group's codes loaded once for the columns */
                 const __m512i codes = _mm512_loadu_si512(p->q[t]);
@@ -415,18 +417,61 @@ GM_INLINE void gml_x16_pair(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
         _mm512_storeu_ps(s + (size_t)j * bs, with_min ? _mm512_add_ps(sum, mins[j]) : sum);
     }
 }
+#define GML_COLS 2
+#else
+/* AVX2: rows 8h .. 8h + 7 against one activation row; maddubs takes the
+ * unsigned codes, below 32 (so not Q8_0's): 16-bit pair sums below 2^15 */
+GM_INLINE void gml_x8_col(const gml_x16 *w, int64_t nb, int h, float *s, const uint8_t *a, size_t ab,
+                          int shift, int with_min) {
+    __m256 acc[8], mins = _mm256_setzero_ps();
+    for (int t = 0; t < 8; t++) acc[t] = _mm256_setzero_ps();
+    int32_t start[GML_CHUNK][8] = {{0}};
+    for (int64_t ib0 = 0; ib0 < nb; ib0 += GML_CHUNK) {
+        const int64_t n_chunk = nb - ib0 < GML_CHUNK ? nb - ib0 : GML_CHUNK;
+        for (int64_t c = 0; shift && c < n_chunk; c++) gml_starts(a + (size_t)(ib0 + c) * ab, ab, shift, start[c]);
+        for (int64_t c = 0; c < n_chunk; c++) {
+            const gml_x16 *p = w + ib0 + c;
+            const uint8_t *y = a + (size_t)(ib0 + c) * ab;
+            const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(p->d + 8 * h), _mm256_set1_ps(gml_da(y)));
+            if (with_min)
+                mins = _mm256_add_ps(mins, _mm256_mul_ps(_mm256_loadu_ps(p->m + 8 * h), _mm256_set1_ps(gml_sa(y))));
+            for (int t = 0; t < 8; t++) {
+                const __m256i pairs = _mm256_maddubs_epi16(gm_load256(p->q[t] + 8 * h),
+                                                           _mm256_set1_epi32((int)gm_u32(y + ab - 32 + 4 * t)));
+                const __m256i lanes = _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+                                                       _mm256_set1_epi32(start[c][t]));
+                acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lanes), acc[t]);
+            }
+        }
+    }
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+                                     _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
+    _mm256_storeu_ps(s + 8 * h, with_min ? _mm256_add_ps(sum, mins) : sum);
+}
 
+GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, const uint8_t *const a[1],
+                            size_t ab, const int nc, int shift, int with_min) {
+    (void)bs, (void)nc;
+    for (int h = 0; h < 2; h++) gml_x8_col(w, nb, h, s, a[0], ab, shift, with_min);
+}
+#define GML_COLS 1
+#endif
+
+/* columns in passes of GML_COLS, each count a constant so that the
+ * accumulators stay in registers */
 #define GML_DEFINE_GEMM16(NAME, AB, SHIFT, WITH_MIN)                                                       \
     static int gml_##NAME##_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a,     \
                                    size_t ba, int nc, unsigned paths) {                                   \
         (void)paths; /* one arithmetic for every row */                                                   \
-        for (int j0 = 0; j0 < nc; j0 += 2) {                                                              \
-            const uint8_t *y[2] = {(const uint8_t *)a + (size_t)j0 * ba,                                  \
-                                   (const uint8_t *)a + (size_t)(j0 + (j0 + 1 < nc)) * ba};                \
-            if (nc - j0 >= 2) /* constant column counts: the accumulators stay in registers */              \
-                gml_x16_pair(packed, n / 32, s + (size_t)j0 * bs, bs, y, sizeof(AB), 2, SHIFT, WITH_MIN); \
+        for (int j0 = 0; j0 < nc; j0 += GML_COLS) {                                                       \
+            const uint8_t *y[GML_COLS];                                                                   \
+            for (int j = 0; j < GML_COLS; j++)                                                            \
+                y[j] = (const uint8_t *)a + (size_t)(j0 + j < nc ? j0 + j : nc - 1) * ba;                  \
+            float *sj = s + (size_t)j0 * bs;                                                              \
+            if (nc - j0 >= GML_COLS)                                                                      \
+                gml_x16_cols(packed, n / 32, sj, bs, y, sizeof(AB), GML_COLS, SHIFT, WITH_MIN);           \
             else                                                                                          \
-                gml_x16_pair(packed, n / 32, s + (size_t)j0 * bs, bs, y, sizeof(AB), 1, SHIFT, WITH_MIN); \
+                gml_x16_cols(packed, n / 32, sj, bs, y, sizeof(AB), 1, SHIFT, WITH_MIN);                  \
         }                                                                                                 \
         return 1;                                                                                         \
     }
@@ -438,23 +483,27 @@ GM_INLINE void gml_x16_pair(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
 GML_DEFINE(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, 0, 1)
 GML_DEFINE(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, 16, 0)
 GML_DEFINE(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, 0, 1)
+#if defined(PE_GEMM_VNNI)
 GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, 128, 0)
+#endif
 
 #define GML_INSTALL_ONE(k, TYPE, NAME)                      \
     do {                                                    \
         (k)->type[TYPE].pack16 = gml_##NAME##_pack16;       \
         (k)->type[TYPE].gemm16 = gml_##NAME##_gemm16;       \
     } while (0)
+#if defined(PE_GEMM_VNNI)
+#define GML_INSTALL_Q8_0(k) GML_INSTALL_ONE(k, PE_TYPE_Q8_0, q8_0)
+#else
+#define GML_INSTALL_Q8_0(k) ((void)(k))   /* AVX2's maddubs cannot take its shifted codes */
+#endif
 #define GML_PACK16_INSTALL(k)                               \
     do {                                                    \
         GML_INSTALL_ONE(k, PE_TYPE_Q4_1, q4_1);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q5_0, q5_0);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q5_1, q5_1);             \
-        GML_INSTALL_ONE(k, PE_TYPE_Q8_0, q8_0);             \
+        GML_INSTALL_Q8_0(k);                                \
     } while (0)
-#else
-#define GML_PACK16_INSTALL(k) ((void)(k))
-#endif
 
 #define GMK_PACK16_INSTALL(k)                                \
     do {                                                     \
