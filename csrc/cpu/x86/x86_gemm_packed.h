@@ -1,4 +1,5 @@
-/* x86_gemm_packed.h - Q4_K and Q6_K prompt tiles on 16 packed weight rows
+/* x86_gemm_packed.h - prompt tiles on 16 packed weight rows: Q4_K and Q6_K,
+ * and at the end the legacy types Q4_1 Q5_0 Q5_1 (and Q8_0 on AVX-512)
  * (include x86_gemm_kquants.h's pieces first; see pack16 in kernels.h).
  *
  * A prompt tile's 16 weight rows are copied once into lanes: group g (4
@@ -372,13 +373,12 @@ static inline void gml_starts(const uint8_t *y, size_t ab, int shift, int32_t ou
     _mm256_storeu_si256((__m256i *)out, _mm256_mullo_epi32(sums, _mm256_set1_epi32(-shift)));
 }
 
-/* the float steps shared by both ISAs' column kernels: the scale of a block
- * (q8_0 / q8_1: d, [s], then 32 codes) and the lanes' final sum */
+/* an activation block's d and (q8_1) s: the block is d, [s], then 32 codes */
 static inline float gml_da(const uint8_t *y) { return gm_f16(y); }
 static inline float gml_sa(const uint8_t *y) { return gm_f16(y + 2); }
 
 #if defined(PE_GEMM_VNNI)
-/* AVX-512: the 16 rows in one vector, against NC <= 2 activation rows */
+/* AVX-512: the 16 rows in one vector, against nc <= 2 activation rows */
 GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, const uint8_t *const a[2],
                             size_t ab, const int nc, int shift, int with_min) {
     __m512 acc[2][8], mins[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
