@@ -156,10 +156,54 @@ static float dot_f32_f16(int64_t n, const float *x, const uint16_t *y, int nacc)
     return (float)((double)sum + tail);
 }
 
+#if defined(__AVX512F__)
+/* The folds of four vectors at once, each summed by halves as fold() sums
+ * it (lanes i and i + 8, then i and i + 4, ...): out[b] = fold(v[b]). */
+static inline void fold4(const __m512 v[4], float out[4]) {
+    const __m512 a01 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
+    const __m512 a23 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
+    /* 128-bit block k now holds vector k's halves' sums (4 lanes each, i and i + 4 still apart) */
+    __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
+    w = _mm512_add_ps(w, _mm512_permute_ps(w, 0x4E));   /* lanes i and i + 2 */
+    w = _mm512_add_ps(w, _mm512_permute_ps(w, 0xB1));   /* the last two */
+    float lanes[16];
+    _mm512_storeu_ps(lanes, w);
+    for (int b = 0; b < 4; b++) out[b] = lanes[4 * b];
+}
+
+/* The row dot product (nacc 4) of 4 rows side by side when whole chunks of
+ * 4 x 16 cover n: chunk i to accumulator i % 4, then (0 + 2) + (1 + 3) and
+ * the fold, as dot_f32_f16 (no tail: nothing is added in double). */
+static void dot4_rows_nacc4(int64_t n, const float *x, const uint16_t *const *y, int rows, float *out) {
+    const uint16_t *ys[4];
+    for (int b = 0; b < 4; b++) ys[b] = y[b < rows ? b : rows - 1];   /* spare rows repeat the last */
+    __m512 acc[4][4];
+    for (int b = 0; b < 4; b++)
+        for (int j = 0; j < 4; j++) acc[b][j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 64)
+        for (int j = 0; j < 4; j++) {
+            const __m512 xv = _mm512_loadu_ps(x + i + 16 * j);
+            for (int b = 0; b < 4; b++)
+                acc[b][j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ys[b] + i + 16 * j))),
+                                            xv, acc[b][j]);
+        }
+    __m512 sums[4];
+    for (int b = 0; b < 4; b++)
+        sums[b] = _mm512_add_ps(_mm512_add_ps(acc[b][0], acc[b][2]), _mm512_add_ps(acc[b][1], acc[b][3]));
+    float folded[4];
+    fold4(sums, folded);
+    for (int b = 0; b < rows; b++) out[b] = folded[b];
+}
+#endif
+
 /* dot_f32_f16 against up to four rows: with one accumulator per row the
  * four chains of dependent multiply-adds run side by side */
 static void dot4_f32_f16(int64_t n, const float *x, const uint16_t *const *y, int rows, int nacc, float *out) {
 #if defined(__AVX512F__)
+    if (nacc == 4 && n % 64 == 0) {
+        dot4_rows_nacc4(n, x, y, rows, out);
+        return;
+    }
     if (nacc == 1 && n % 16 == 0) {
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (int64_t i = 0; i < n; i += 16) {
