@@ -202,3 +202,21 @@ def test_decode_rows_more_tasks_than_a_range_holds() -> None:
         assert bits(got[i]) == bits(np.float32(_core.vec_dot(int(T.Q8_0), rows[i], x[0]))), i
     ref = dequantize(data, T.Q8_0).reshape(n, k) @ x[0]   # every row: within q8 rounding of the float product
     assert np.max(np.abs(got - ref)) <= 0.02 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+def test_q4_0_weights_of_8_rows_take_the_repacked_arithmetic_in_every_tile(isa: str) -> None:
+    """Q4_0 weights with a multiple of 8 rows follow llama.cpp's repacked arithmetic (one
+    float per pair and block) in every tile shape, the 16 packed rows of a prompt tile
+    included: each element equals vec_dot on the ROWS8 path, bit for bit."""
+    n = 40   # two packed tiles of 16 rows and one 8-row rest
+    weight, rows, x = case(T.Q4_0, n, seed=40)
+    rows8 = 8   # PE_PATH_ROWS8 (csrc/core/kernels.h)
+    with forced_isa(isa):
+        for m in BATCHES:
+            paths = llama_paths(m)
+            dots = np.array([[_core.vec_dot(int(T.Q4_0), rows[i], x[j], path=int(paths[j]) | rows8)
+                              for i in range(n)] for j in range(m)], np.float32)
+            got = mul_mat(weight, x[:m])
+            mismatch = np.argwhere(bits(got) != bits(dots))
+            assert mismatch.size == 0, (isa, m, mismatch[:5].tolist())

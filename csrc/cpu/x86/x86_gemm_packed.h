@@ -1,5 +1,5 @@
 /* x86_gemm_packed.h - prompt tiles on 16 packed weight rows: Q4_K and Q6_K,
- * and at the end the legacy types Q4_1 Q5_0 Q5_1 (and Q8_0 on AVX-512)
+ * and at the end the legacy types Q4_0 Q4_1 Q5_0 Q5_1 (and Q8_0 on AVX-512)
  * (include x86_gemm_kquants.h's pieces first; see pack16 in kernels.h).
  *
  * A prompt tile's 16 weight rows are copied once into lanes: group g (4
@@ -330,7 +330,7 @@ static int gmk_q6k_gemm16(int64_t n, float *s, size_t bs, const void *packed, co
     return 1;
 }
 
-/* ---- legacy types: Q4_1 Q5_0 Q5_1 Q8_0 ------------------------------------------------------ */
+/* ---- legacy types: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 ------------------------------------------------- */
 
 /* A 32-element block of 16 rows: group t (elements 4t..4t+3, the lane t of
  * the legacy arithmetic) of row r at q[t][r], as unsigned codes (Q5_0 and
@@ -457,6 +457,81 @@ GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
 #define GML_COLS 1
 #endif
 
+/* Q4_0 on weights with a multiple of 8 rows takes llama.cpp's repacked
+ * arithmetic (x86_repack.h): per pair and block the whole integer sum S,
+ * then acc = fma(S, dw * da, acc), the result acc.  Packed, a lane is a row:
+ * the groups' products chain into one sum, and nothing is folded. */
+static inline int32_t gml_start_whole(const uint8_t *y, size_t ab, int shift) {
+    int32_t starts[8], total = 0;
+    gml_starts(y, ab, shift, starts);
+    for (int t = 0; t < 8; t++) total += starts[t];
+    return total;
+}
+
+#if defined(PE_GEMM_VNNI)
+GM_INLINE void gml_x16_cols_whole(const gml_x16 *w, int64_t nb, float *s, size_t bs, const uint8_t *const a[2],
+                                  size_t ab, const int nc, int shift) {
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const gml_x16 *p = w + ib;
+        const __m512 dw = _mm512_loadu_ps(p->d);
+        const uint8_t *y[2];
+        __m512i sum[2];
+        for (int j = 0; j < nc; j++) {
+            y[j] = a[j] + (size_t)ib * ab;
+            sum[j] = _mm512_set1_epi32(gml_start_whole(y[j], ab, shift));
+        }
+        for (int t = 0; t < 8; t++) {
+            const __m512i codes = _mm512_loadu_si512(p->q[t]);
+            for (int j = 0; j < nc; j++)
+                sum[j] = _mm512_dpbusd_epi32(sum[j], codes, _mm512_set1_epi32((int)gm_u32(y[j] + ab - 32 + 4 * t)));
+        }
+        for (int j = 0; j < nc; j++)
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(gml_da(y[j]))), acc[j]);
+    }
+    for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, acc[j]);
+}
+#else
+GM_INLINE void gml_x16_cols_whole(const gml_x16 *w, int64_t nb, float *s, size_t bs, const uint8_t *const a[1],
+                                  size_t ab, const int nc, int shift) {
+    (void)bs, (void)nc;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};   /* rows 0..7, 8..15 */
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const gml_x16 *p = w + ib;
+        const uint8_t *y = a[0] + (size_t)ib * ab;
+        __m256i sum[2];
+        for (int h = 0; h < 2; h++) sum[h] = _mm256_set1_epi32(gml_start_whole(y, ab, shift));
+        for (int t = 0; t < 8; t++) {
+            const __m256i act = _mm256_set1_epi32((int)gm_u32(y + ab - 32 + 4 * t));
+            for (int h = 0; h < 2; h++)   /* codes below 16: 16-bit pair sums below 2^15 */
+                sum[h] = _mm256_add_epi32(sum[h], _mm256_madd_epi16(_mm256_maddubs_epi16(gm_load256(p->q[t] + 8 * h), act),
+                                                                    _mm256_set1_epi16(1)));
+        }
+        const __m256 da = _mm256_set1_ps(gml_da(y));
+        for (int h = 0; h < 2; h++)
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[h]), _mm256_mul_ps(_mm256_loadu_ps(p->d + 8 * h), da), acc[h]);
+    }
+    for (int h = 0; h < 2; h++) _mm256_storeu_ps(s + 8 * h, acc[h]);
+}
+#endif
+
+/* Q4_0: the repacked arithmetic only (rows of a weight whose row count is
+ * not a multiple of 8 take the lane arithmetic, in the gemm) */
+static int gml_q4_0_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
+                           unsigned paths) {
+    if (!(paths & PE_PATH_ROWS8)) return 0;   /* a weight property: every row carries it or none */
+    for (int j0 = 0; j0 < nc; j0 += GML_COLS) {
+        const uint8_t *y[GML_COLS];
+        for (int j = 0; j < GML_COLS; j++) y[j] = (const uint8_t *)a + (size_t)(j0 + j < nc ? j0 + j : nc - 1) * ba;
+        float *sj = s + (size_t)j0 * bs;
+        if (nc - j0 >= GML_COLS)
+            gml_x16_cols_whole(packed, n / 32, sj, bs, y, sizeof(block_q8_0), GML_COLS, 8);
+        else
+            gml_x16_cols_whole(packed, n / 32, sj, bs, y, sizeof(block_q8_0), 1, 8);
+    }
+    return 1;
+}
+
 /* columns in passes of GML_COLS, each count a constant so that the
  * accumulators stay in registers */
 #define GML_DEFINE_GEMM16(NAME, AB, SHIFT, WITH_MIN)                                                       \
@@ -480,6 +555,7 @@ GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
     GML_DEFINE_PACK16(NAME, WB, ROW, SHIFT, WITH_MIN)  \
     GML_DEFINE_GEMM16(NAME, AB, SHIFT, WITH_MIN)
 
+GML_DEFINE_PACK16(q4_0, block_q4_0, gm_row_q4_0, 8, 0)
 GML_DEFINE(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, 0, 1)
 GML_DEFINE(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, 16, 0)
 GML_DEFINE(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, 0, 1)
@@ -499,6 +575,7 @@ GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, 128, 0)
 #endif
 #define GML_PACK16_INSTALL(k)                               \
     do {                                                    \
+        GML_INSTALL_ONE(k, PE_TYPE_Q4_0, q4_0);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q4_1, q4_1);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q5_0, q5_0);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q5_1, q5_1);             \
