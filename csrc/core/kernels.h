@@ -75,6 +75,7 @@ typedef struct pe_type_kernels {
     pe_pack16_fn     pack16;   /* optional, with gemm16 */
     pe_gemm16_fn     gemm16;
     pe_gemm8_fn      gemm8;    /* optional */
+    pe_gemm8_fn      gemm8_rows8;  /* optional: gemm8 for weights on the PE_PATH_ROWS8 arithmetic */
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */

@@ -135,10 +135,11 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
         tile_packed(k, kdim, dst, n, w, q, qstride, paths, m, i0, j0, j1, packed);
         return;
     }
-    if (k->gemm8 && q && j1 - j0 <= PE_GEMM8_MAX_COLS) {   /* decoding: 8 rows at a time, the tile for the rest */
+    const pe_gemm8_fn gemm8 = wbits & PE_PATH_ROWS8 && k->gemm8_rows8 ? k->gemm8_rows8 : k->gemm8;
+    if (gemm8 && q && j1 - j0 <= PE_GEMM8_MAX_COLS) {   /* decoding: 8 rows at a time, the tile for the rest */
         for (; i0 + PE_GEMM8_ROWS <= i1; i0 += PE_GEMM8_ROWS)
-            k->gemm8(kdim, dst + j0 * n + i0, (size_t)n, wd + i0 * wstride, wstride, q + j0 * qstride, qstride,
-                     (int)(j1 - j0));
+            gemm8(kdim, dst + j0 * n + i0, (size_t)n, wd + i0 * wstride, wstride, q + j0 * qstride, qstride,
+                  (int)(j1 - j0));
         if (i0 == i1) return;
     }
     if (k->gemm && q) {
