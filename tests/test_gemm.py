@@ -220,3 +220,23 @@ def test_q4_0_weights_of_8_rows_take_the_repacked_arithmetic_in_every_tile(isa: 
             got = mul_mat(weight, x[:m])
             mismatch = np.argwhere(bits(got) != bits(dots))
             assert mismatch.size == 0, (isa, m, mismatch[:5].tolist())
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+def test_f16_weights_in_every_tile_equal_the_row_product(isa: str) -> None:
+    """F16 weights in a batch go through tiles (llamafile's GEMM per pair) and alone
+    through the row product; each element equals vec_dot on the row's path, bit for bit."""
+    rng = np.random.default_rng(16)
+    k = 256
+    for n in (21, 24):   # 24 rows: every batch row on the GEMM path; 21: llama.cpp's row by row
+        rows = rng.standard_normal((n, k)).astype(np.float16)
+        weight = Weight(T.F16, k, n, rows.view(np.uint8).reshape(-1))
+        x = rng.standard_normal((max(BATCHES), k)).astype(np.float32)
+        with forced_isa(isa):
+            for m in BATCHES:
+                paths = llama_paths(m) if n % 4 == 0 else llama_paths(m) & ~4   # PE_PATH_MULTI needs 4 | rows
+                dots = np.array([[_core.vec_dot(int(T.F16), rows[i].view(np.uint8), x[j], path=int(paths[j]))
+                                  for i in range(n)] for j in range(m)], np.float32)
+                got = mul_mat(weight, x[:m])
+                mismatch = np.argwhere(bits(got) != bits(dots))
+                assert mismatch.size == 0, (isa, n, m, mismatch[:5].tolist())

@@ -246,10 +246,50 @@ DEFINE_FLOAT_DOT(f32_vec_dot, float, _mm256_loadu_ps, f32_id, hadd8)
 DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16x8, f16_to_f32, hadd8)
 DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x8, pe_bf16_to_f32, x86_sum_ps8)
 
+/* A batch's F16 product (the gemm): llamafile's GEMM per pair, as the row
+ * product's PE_PATH_MULTI branch computes it, in tiles of 2 weight rows x 4
+ * activation rows (8 accumulators: the 16 registers hold them with the
+ * operands), each row converted once per 8 elements for the tile.  Pairs
+ * off that path, and edge tiles, go to the row product pair by pair. */
+static void f16_gemm(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nr,
+                     int nc, unsigned paths) {
+    for (int j0 = 0; j0 < nc; j0 += 4) {
+        const int mc = nc - j0 < 4 ? nc - j0 : 4;
+        int multi = 1;
+        for (int j = 0; j < mc; j++) multi &= (paths >> (PE_PATH_BITS * (j0 + j)) & PE_PATH_MULTI) != 0;
+        if (!multi || nr % 2 || mc != 4 || n % 8) {
+            for (int j = j0; j < j0 + mc; j++)
+                for (int i = 0; i < nr; i++)
+                    f16_vec_dot(n, s + (size_t)j * bs + i, (const uint8_t *)w + (size_t)i * bw,
+                                (const uint8_t *)a + (size_t)j * ba, (paths >> (PE_PATH_BITS * j)) & PE_PATH_MASK);
+            continue;
+        }
+        const pe_f16 *ac[4];
+        for (int c = 0; c < 4; c++) ac[c] = (const pe_f16 *)((const uint8_t *)a + (size_t)(j0 + c) * ba);
+        for (int r0 = 0; r0 < nr; r0 += 2) {
+            const pe_f16 *wr[2];
+            for (int r = 0; r < 2; r++) wr[r] = (const pe_f16 *)((const uint8_t *)w + (size_t)(r0 + r) * bw);
+            __m256 acc[2][4];
+            for (int r = 0; r < 2; r++)
+                for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n; i += 8) {
+                const __m256 w0 = load_f16x8(wr[0] + i), w1 = load_f16x8(wr[1] + i);
+                for (int c = 0; c < 4; c++) {
+                    const __m256 xv = load_f16x8(ac[c] + i);
+                    acc[0][c] = _mm256_fmadd_ps(w0, xv, acc[0][c]);
+                    acc[1][c] = _mm256_fmadd_ps(w1, xv, acc[1][c]);
+                }
+            }
+            for (int c = 0; c < 4; c++)
+                for (int r = 0; r < 2; r++) s[(size_t)(j0 + c) * bs + r0 + r] = x86_sum_ps8(acc[r][c]);
+        }
+    }
+}
+
 void pe_fill_avx2_legacy(pe_kernels *k) {
     k->type[PE_TYPE_F32].vec_dot = f32_vec_dot_lone;
     k->type[PE_TYPE_F32].vec_dot_path = f32_vec_dot;
-    k->type[PE_TYPE_F16] = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot_lone, NULL, f16_vec_dot};
+    k->type[PE_TYPE_F16] = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot_lone, f16_gemm, f16_vec_dot};
     k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot_lone, NULL, bf16_vec_dot};
 
     /* the block types' dot products (vec_dot and gemm) are in *_gemm.c */

@@ -233,6 +233,43 @@ static inline float f16_of(pe_f16 v) { return f16_to_f32(v); }
 DEFINE_FLOAT_DOT(f32_vec_dot, float, load_f32, f32_of)
 DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16, f16_of)
 
+/* A batch's F16 product (the gemm): llamafile's GEMM per pair, as the row
+ * product's PE_PATH_MULTI branch computes it, in tiles of 4 weight rows x 4
+ * activation rows so that each row is converted once per 16 elements for
+ * the tile, not once per pair.  Pairs off that path, and edge tiles, go to
+ * the row product pair by pair. */
+static void f16_gemm(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nr,
+                     int nc, unsigned paths) {
+    for (int j0 = 0; j0 < nc; j0 += 4) {
+        const int mc = nc - j0 < 4 ? nc - j0 : 4;
+        int multi = 1;
+        for (int j = 0; j < mc; j++) multi &= (paths >> (PE_PATH_BITS * (j0 + j)) & PE_PATH_MULTI) != 0;
+        if (!multi || nr != 4 || mc != 4 || n % 16) {
+            for (int j = j0; j < j0 + mc; j++)
+                for (int i = 0; i < nr; i++)
+                    f16_vec_dot(n, s + (size_t)j * bs + i, (const uint8_t *)w + (size_t)i * bw,
+                                (const uint8_t *)a + (size_t)j * ba, (paths >> (PE_PATH_BITS * j)) & PE_PATH_MASK);
+            continue;
+        }
+        const pe_f16 *wr[4], *ac[4];
+        for (int r = 0; r < 4; r++) wr[r] = (const pe_f16 *)((const uint8_t *)w + (size_t)r * bw);
+        for (int c = 0; c < 4; c++) ac[c] = (const pe_f16 *)((const uint8_t *)a + (size_t)(j0 + c) * ba);
+        __m512 acc[4][4];
+        for (int r = 0; r < 4; r++)
+            for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 16) {
+            __m512 wv[4];
+            for (int r = 0; r < 4; r++) wv[r] = load_f16(wr[r] + i);
+            for (int c = 0; c < 4; c++) {
+                const __m512 xv = load_f16(ac[c] + i);
+                for (int r = 0; r < 4; r++) acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
+            }
+        }
+        for (int c = 0; c < 4; c++)
+            for (int r = 0; r < 4; r++) s[(size_t)(j0 + c) * bs + r] = reduce16(acc[r][c]);
+    }
+}
+
 /* vdpbf16ps: per 32-bit lane, the odd pair's product then the even pair's,
  * each exact and added with one rounding.  Without AVX512-BF16 two FMAs do
  * the same (bar denormals, which the instruction flushes). */
@@ -295,6 +332,7 @@ void pe_fill_avx512_legacy(pe_kernels *k) {
     k->type[PE_TYPE_F16].from_float = f16_from_float;
     k->type[PE_TYPE_F16].vec_dot = f16_vec_dot_lone;
     k->type[PE_TYPE_F16].vec_dot_path = f16_vec_dot;
+    k->type[PE_TYPE_F16].gemm = f16_gemm;
     k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot_fma_lone, NULL,
                                               bf16_vec_dot_fma};
 #if defined(PE_HAVE_DPBF16)
