@@ -1,5 +1,5 @@
 /* x86_gemm_packed.h - prompt tiles on 16 packed weight rows: Q4_K and Q6_K,
- * and at the end the legacy types Q4_0 Q4_1 Q5_0 Q5_1 (and Q8_0 on AVX-512)
+ * and at the end the legacy types Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
  * (include x86_gemm_kquants.h's pieces first; see pack16 in kernels.h).
  *
  * A prompt tile's 16 weight rows are copied once into lanes: group g (4
@@ -355,13 +355,16 @@ typedef struct {
             for (int r = 0; r < 16; r++) {                                                                \
                 const WB *b = (const WB *)((const uint8_t *)w + (size_t)r * bw) + ib;                     \
                 uint32_t codes[8];                                                                        \
-                _mm256_storeu_si256((__m256i *)codes, _mm256_add_epi8(ROW(b), _mm256_set1_epi8((char)SHIFT))); \
+                _mm256_storeu_si256((__m256i *)codes, _mm256_add_epi8(ROW(b), _mm256_set1_epi8((char)(SHIFT > 0 ? SHIFT : 0)))); \
                 for (int t = 0; t < 8; t++) out[ib].q[t][r] = codes[t];                                   \
                 out[ib].d[r] = gm_f16(&b->d);                                                             \
                 out[ib].m[r] = WITH_MIN ? gm_f16((const uint8_t *)b + 2) : 0.0f;                          \
             }                                                                                             \
         return (size_t)nb * sizeof(gml_x16);                                                              \
     }
+
+/* the shift of codes that stay signed (AVX2's Q8_0) */
+#define GML_SIGNED (-1)
 
 /* blocks whose dot product starts are worked out ahead, per pass: made in
  * the loop, they became shuffles out of registers, as many as the products */
@@ -387,7 +390,7 @@ GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
     int32_t start[2][GML_CHUNK][8] = {{{0}}};
     for (int64_t ib0 = 0; ib0 < nb; ib0 += GML_CHUNK) {
         const int64_t n_chunk = nb - ib0 < GML_CHUNK ? nb - ib0 : GML_CHUNK;
-        for (int j = 0; shift && j < nc; j++)
+        for (int j = 0; shift > 0 && j < nc; j++)
             for (int64_t c = 0; c < n_chunk; c++) gml_starts(a[j] + (size_t)(ib0 + c) * ab, ab, shift, start[j][c]);
         for (int64_t c = 0; c < n_chunk; c++) {
             const gml_x16 *p = w + ib0 + c;
@@ -420,7 +423,9 @@ GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
 #define GML_COLS 2
 #else
 /* AVX2: rows 8h .. 8h + 7 against one activation row; maddubs takes the
- * unsigned codes, below 32 (so not Q8_0's): 16-bit pair sums below 2^15 */
+ * unsigned codes, below 32: 16-bit pair sums below 2^15.  Q8_0's codes
+ * shifted up would overflow them: they stay signed (shift GML_SIGNED) and go
+ * in as |w| against the activations signed like w (|w| <= 128). */
 GM_INLINE void gml_x8_col(const gml_x16 *w, int64_t nb, int h, float *s, const uint8_t *a, size_t ab,
                           int shift, int with_min) {
     __m256 acc[8], mins = _mm256_setzero_ps();
@@ -428,7 +433,7 @@ GM_INLINE void gml_x8_col(const gml_x16 *w, int64_t nb, int h, float *s, const u
     int32_t start[GML_CHUNK][8] = {{0}};
     for (int64_t ib0 = 0; ib0 < nb; ib0 += GML_CHUNK) {
         const int64_t n_chunk = nb - ib0 < GML_CHUNK ? nb - ib0 : GML_CHUNK;
-        for (int64_t c = 0; shift && c < n_chunk; c++) gml_starts(a + (size_t)(ib0 + c) * ab, ab, shift, start[c]);
+        for (int64_t c = 0; shift > 0 && c < n_chunk; c++) gml_starts(a + (size_t)(ib0 + c) * ab, ab, shift, start[c]);
         for (int64_t c = 0; c < n_chunk; c++) {
             const gml_x16 *p = w + ib0 + c;
             const uint8_t *y = a + (size_t)(ib0 + c) * ab;
@@ -436,10 +441,12 @@ GM_INLINE void gml_x8_col(const gml_x16 *w, int64_t nb, int h, float *s, const u
             if (with_min)
                 mins = _mm256_add_ps(mins, _mm256_mul_ps(_mm256_loadu_ps(p->m + 8 * h), _mm256_set1_ps(gml_sa(y))));
             for (int t = 0; t < 8; t++) {
-                const __m256i pairs = _mm256_maddubs_epi16(gm_load256(p->q[t] + 8 * h),
-                                                           _mm256_set1_epi32((int)gm_u32(y + ab - 32 + 4 * t)));
-                const __m256i lanes = _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
-                                                       _mm256_set1_epi32(start[c][t]));
+                const __m256i codes = gm_load256(p->q[t] + 8 * h), act = _mm256_set1_epi32((int)gm_u32(y + ab - 32 + 4 * t));
+                const __m256i pairs = shift == GML_SIGNED
+                                          ? _mm256_maddubs_epi16(_mm256_abs_epi8(codes), _mm256_sign_epi8(act, codes))
+                                          : _mm256_maddubs_epi16(codes, act);
+                __m256i lanes = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+                if (shift > 0) lanes = _mm256_add_epi32(lanes, _mm256_set1_epi32(start[c][t]));
                 acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lanes), acc[t]);
             }
         }
@@ -563,6 +570,8 @@ GML_DEFINE(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, 16, 0)
 GML_DEFINE(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, 0, 1)
 #if defined(PE_GEMM_VNNI)
 GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, 128, 0)
+#else
+GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_SIGNED, 0)
 #endif
 
 #define GML_INSTALL_ONE(k, TYPE, NAME)                      \
@@ -570,18 +579,13 @@ GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, 128, 0)
         (k)->type[TYPE].pack16 = gml_##NAME##_pack16;       \
         (k)->type[TYPE].gemm16 = gml_##NAME##_gemm16;       \
     } while (0)
-#if defined(PE_GEMM_VNNI)
-#define GML_INSTALL_Q8_0(k) GML_INSTALL_ONE(k, PE_TYPE_Q8_0, q8_0)
-#else
-#define GML_INSTALL_Q8_0(k) ((void)(k))   /* AVX2's maddubs cannot take its shifted codes */
-#endif
 #define GML_PACK16_INSTALL(k)                               \
     do {                                                    \
         GML_INSTALL_ONE(k, PE_TYPE_Q4_0, q4_0);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q4_1, q4_1);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q5_0, q5_0);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q5_1, q5_1);             \
-        GML_INSTALL_Q8_0(k);                                \
+        GML_INSTALL_ONE(k, PE_TYPE_Q8_0, q8_0);             \
     } while (0)
 
 #define GMK_PACK16_INSTALL(k)                                \
