@@ -9,6 +9,7 @@
 
 #include "blocks.h"
 #include "internal.h"
+#include "x86_float_gemm.h"
 #include "x86_reduce.h"
 
 /* Intrinsics are plain vector arithmetic to GCC, which would fuse a separate
@@ -255,13 +256,8 @@ static void f16_gemm(int64_t n, float *s, size_t bs, const void *w, size_t bw, c
                      int nc, unsigned paths) {
     for (int j0 = 0; j0 < nc; j0 += 4) {
         const int mc = nc - j0 < 4 ? nc - j0 : 4;
-        int multi = 1;
-        for (int j = 0; j < mc; j++) multi &= (paths >> (PE_PATH_BITS * (j0 + j)) & PE_PATH_MULTI) != 0;
-        if (!multi || nr % 2 || mc != 4 || n % 8) {
-            for (int j = j0; j < j0 + mc; j++)
-                for (int i = 0; i < nr; i++)
-                    f16_vec_dot(n, s + (size_t)j * bs + i, (const uint8_t *)w + (size_t)i * bw,
-                                (const uint8_t *)a + (size_t)j * ba, (paths >> (PE_PATH_BITS * j)) & PE_PATH_MASK);
+        if (!fg_all_multi(paths, j0, mc) || nr % 2 || mc != 4 || n % 8) {
+            fg_pairs(f16_vec_dot, n, s, bs, w, bw, a, ba, nr, j0, mc, paths);
             continue;
         }
         const pe_f16 *ac[4];
