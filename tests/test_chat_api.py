@@ -111,6 +111,16 @@ def test_prompt_longer_than_the_context(llm):
         session.chat(llm, QUESTION, num_ctx=10**6, num_predict=1)
 
 
+def test_max_tokens_is_num_predict_by_its_openai_name(llm):
+    """chat() takes llama-cpp-python's and OpenAI's max_tokens for Ollama's num_predict;
+    both at once is an error that names them."""
+    assert chat_fn(llm)(QUESTION, max_tokens=3, temperature=0)["eval_count"] == 3
+    with pytest.raises(InvalidOptionError, match="num_predict or max_tokens"):
+        session.chat(llm, QUESTION, max_tokens=3, num_predict=4)
+    with pytest.raises(InvalidOptionError, match="max_tokens"):
+        session.chat(llm, QUESTION, max_tokens="three")
+
+
 def test_bad_options_raise_before_generating(llm):
     with pytest.raises(InvalidOptionError, match="no_such_option"):
         session.chat(llm, QUESTION, no_such_option=1)

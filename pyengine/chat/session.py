@@ -241,9 +241,12 @@ def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, de
     """Start generating after a prepared prompt (options by Ollama's names)."""
     options = {name: value for name, value in options.items() if value is not None or name == "seed"}
     temperature = options.pop("temperature", default_temperature)
-    max_tokens = options.pop("num_predict", None)
+    if "num_predict" in options and "max_tokens" in options:
+        raise InvalidOptionError("give num_predict or max_tokens (the same limit), not both")
+    limit_name = "max_tokens" if "max_tokens" in options else "num_predict"   # OpenAI's name or Ollama's
+    max_tokens = options.pop(limit_name, None)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise InvalidOptionError(f"option 'num_predict' must be an integer, got {max_tokens!r}")
+        raise InvalidOptionError(f"option {limit_name!r} must be an integer, got {max_tokens!r}")
     if max_tokens is not None and max_tokens < 0:
         max_tokens = None  # Ollama's -1 (and -2): no limit of its own
     seed = options.pop("seed", None)
