@@ -185,6 +185,10 @@ class LLM:
             return _Stream(handle, lambda event: event.text or None if isinstance(event, Chunk) else None)
         return _wait(handle).text
 
+    def __call__(self, prompt: str | Sequence[int], **kwargs) -> dict | Iterator[dict]:
+        """create_completion, as llama-cpp-python's Llama is called."""
+        return self.create_completion(prompt, **kwargs)
+
     def create_completion(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
                           stream: bool = False, seed: int | None = None,
                           stop: Sequence[str] | str | None = None, **options) -> dict | Iterator[dict]:

@@ -110,6 +110,13 @@ def test_create_completion_has_the_openai_shape(llm):
     assert chunks[-1]["usage"] == usage and len({c["id"] for c in chunks}) == 1
 
 
+def test_calling_the_llm_is_create_completion(llm):
+    """llm(prompt, ...) as llama-cpp-python's Llama is called: the completion object."""
+    out = llm(PROMPTS[0], max_tokens=5)
+    assert out["object"] == "text_completion" and out["usage"]["completion_tokens"] == 5
+    assert out["choices"][0]["text"] == llm.create_completion(PROMPTS[0], max_tokens=5)["choices"][0]["text"]
+
+
 def test_sampling_options_use_ollama_names(llm):
     kw = dict(temperature=0.9, top_k=30, top_p=0.8, min_p=0.05, typical_p=0.95, repeat_penalty=1.2,
               repeat_last_n=32, presence_penalty=0.1, frequency_penalty=0.1, seed=7, num_predict=12)
