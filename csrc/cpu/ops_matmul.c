@@ -167,17 +167,6 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
     }
 }
 
-/* Weight rows per task.  A prompt batch's tiles are big already (16 rows x
- * 64 activation rows); a few activation rows would make thousands of tiny
- * tasks per product, each an atomic fetch on a counter the threads share,
- * so there a task is about an eighth of a thread's share (whole tiles). */
-static int64_t task_rows(int64_t n, int64_t m, int nth) {
-    if (m > 4) return TILE_ROWS;
-    const int64_t share = (n + 8 * nth - 1) / (8 * nth);
-    const int64_t rows = (share + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS;
-    return rows > TILE_ROWS ? rows : TILE_ROWS;
-}
-
 /* Decoding reads every weight row once per token, and a small model's
  * weight is a few hundred KB: memory streams, not tiles, set the speed.
  * Each thread walks its own contiguous range of rows in order (its
@@ -204,22 +193,20 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     const uint8_t *q = quantize_activations(ex, x, vdt, &qstride);
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], m = pe_nrows(x);
-    const int64_t rows = task_rows(n, m, ex->nth);
-    const int64_t n_rb = (n + rows - 1) / rows;
-    const int64_t cols = m == 1 ? 1 : TILE_COLS;
-    const int64_t n_cb = (m + cols - 1) / cols;
     const int32_t *paths = t->src[2] >= 0 ? (const int32_t *)src(ex, t, 2)->data : NULL;
     float *dst = t->data;
-    void *packed = pack_scratch(ex, t, w, x);
     if (m <= PE_GEMM8_MAX_COLS) {
         decode_rows(ex, kern, k, dst, n, w, x, q, qstride, paths, m);
         return;
     }
+    /* a prompt batch: tiles of TILE_ROWS x TILE_COLS dealt from the shared counter */
+    void *packed = pack_scratch(ex, t, w, x);
+    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS, n_cb = (m + TILE_COLS - 1) / TILE_COLS;
     int first = 1;
     for (int64_t task = next_task(ex, &first); task < n_rb * n_cb; task = next_task(ex, &first)) {
         const int64_t rb = task / n_cb, cb = task % n_cb;
-        const int64_t i0 = rb * rows, i1 = i0 + rows < n ? i0 + rows : n;
-        const int64_t j0 = cb * cols, j1 = j0 + cols < m ? j0 + cols : m;
+        const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
+        const int64_t j0 = cb * TILE_COLS, j1 = j0 + TILE_COLS < m ? j0 + TILE_COLS : m;
         tile(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, j0, j1, packed);
     }
 }
