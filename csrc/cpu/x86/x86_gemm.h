@@ -69,6 +69,16 @@ GM_INLINE __m256i gm_dot_row(__m256i codes, const int8_t *a, int kind) {
 #endif
 }
 
+/* The sum of an activation block's 32 codes, exact: sums of absolute
+ * differences of the codes with their sign bit flipped (a + 128, unsigned). */
+static inline int gm_sum_codes32(const int8_t *qs) {
+    const __m256i biased = _mm256_xor_si256(gm_load256(qs), _mm256_set1_epi8((char)0x80));
+    const __m256i sums = _mm256_sad_epu8(biased, _mm256_setzero_si256());
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+    return _mm_cvtsi128_si32(t) - 32 * 128;
+}
+
 /* ---- legacy block codes ------------------------------------------------------------- */
 
 /* Row form: a block's 32 codes in element order (low nibbles are elements

@@ -469,12 +469,7 @@ GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
  * then acc = fma(S, dw * da, acc), the result acc.  Packed, a lane is a row:
  * the groups' products chain into one sum, and nothing is folded. */
 static inline int32_t gml_start_whole(const uint8_t *y, size_t ab, int shift) {
-    /* the block's sum from sums of |a + 128|: a with its sign bit flipped, as unsigned bytes */
-    const __m256i biased = _mm256_xor_si256(gm_load256(y + ab - 32), _mm256_set1_epi8((char)0x80));
-    const __m256i sums = _mm256_sad_epu8(biased, _mm256_setzero_si256());
-    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
-    return -shift * (_mm_cvtsi128_si32(t) - 32 * 128);
+    return -shift * gm_sum_codes32((const int8_t *)(y + ab - 32));
 }
 
 #if defined(PE_GEMM_VNNI)

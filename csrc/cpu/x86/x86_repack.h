@@ -98,8 +98,7 @@ static inline __m256i gmr_q4_0_totals(const __m512i codes[4], const int8_t *qs) 
     const __m512i av = _mm512_broadcast_i64x4(qa);
     __m512i lanes[4];
     for (int p = 0; p < 4; p++) lanes[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[p], av);
-    const int asum = x86_sum_epi32x8(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), qa));
-    return _mm256_add_epi32(gmr_row_totals(lanes), _mm256_set1_epi32(-8 * asum));
+    return _mm256_add_epi32(gmr_row_totals(lanes), _mm256_set1_epi32(-8 * gm_sum_codes32(qs)));
 }
 
 static inline void gmr_q4_0_codes(const uint8_t *const rows[8], int64_t ib, __m512i codes[4]) {
@@ -120,8 +119,7 @@ static inline __m256i gmr_row_totals(const __m256i v[8]) {
 static inline __m256i gmr_q4_0_totals(const __m256i codes[8], const int8_t *qs) {
     __m256i lanes[8];
     for (int r = 0; r < 8; r++) lanes[r] = gm_dot_row(codes[r], qs, GM_UNSIGNED);
-    const int asum = x86_sum_epi32x8(gm_dot_row(_mm256_set1_epi8(1), qs, GM_UNSIGNED));
-    return _mm256_add_epi32(gmr_row_totals(lanes), _mm256_set1_epi32(-8 * asum));
+    return _mm256_add_epi32(gmr_row_totals(lanes), _mm256_set1_epi32(-8 * gm_sum_codes32(qs)));
 }
 
 static inline void gmr_q4_0_codes(const uint8_t *const rows[8], int64_t ib, __m256i codes[8]) {
