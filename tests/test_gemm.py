@@ -189,6 +189,25 @@ def test_decode_rows_split_over_threads(qtype: T) -> None:
                 assert np.array_equal(bits(got), bits(alone)), (qtype.name, m, n_threads)
 
 
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+@pytest.mark.parametrize("qtype", (T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0), ids=lambda t: t.name)
+def test_decoding_long_rows_equals_vec_dot(isa: str, qtype: T) -> None:
+    """The decode kernel takes a row's blocks in chunks (scales first, then the
+    products): rows of 2 chunks and a part (65 blocks) equal vec_dot, bit for bit,
+    for 1 to 4 activation rows."""
+    k, n = 32 * 65, 24
+    rng = np.random.default_rng(int(qtype))
+    data = random_weights(qtype, n, k, rng)
+    rows = data.reshape(n, -1)
+    x = (rng.standard_normal((4, k)) * rng.uniform(0.1, 4.0, (4, 1))).astype(np.float32)
+    with forced_isa(isa):
+        for m in (1, 2, 3, 4):
+            got = mul_mat(Weight(qtype, k, n, data), x[:m])
+            dots = np.array([[_core.vec_dot(int(qtype), rows[i], x[j]) for i in range(n)] for j in range(m)],
+                            np.float32)
+            assert np.array_equal(bits(got), bits(dots)), (isa, qtype.name, m)
+
+
 def test_decode_rows_more_tasks_than_a_range_holds() -> None:
     """A weight with more 16-row tasks than a range counts (65535) takes
     bigger tasks: every row is still computed, as vec_dot computes it."""

@@ -343,60 +343,88 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
 
 #if defined(PE_GEMM_VNNI)
 /* Decoding, AVX-512: 8 weight rows against up to 4 activation rows (the
- * generated tokens of a few sequences), two rows per 512-bit vector as in
- * the tile.  Each activation block is broadcast once for the 8 rows and the
- * rows' 8 f16 scale pairs convert in one instruction, where the 4-row tile
- * spends about as much on scales as on products: ~17% more rows per second
- * with one column.  Q4_0 keeps the tile: its repacked path depends on the
- * weight (x86_repack.h). */
+ * generated tokens of a few sequences).  The float scale work is taken out
+ * of the product loop: for a chunk of blocks, the 8 rows' f16 pairs (d, m)
+ * convert in one instruction and one multiply by [da sa da sa ...] per
+ * activation row gives every row's dw * da (into a table) and mw * sa (the
+ * _1 types' min chains, lanes 2r + 1); then 4 rows at a time go through the
+ * chunk with one 256-bit accumulator per (row, column), each fma taking its
+ * dw * da from the table by broadcast.  Taking the scales from registers
+ * (a permute per fma) left the loop ~25% slower on Zen 4; the chunk keeps
+ * the table in L1 and off the stack's limits. */
+#define GM8_CHUNK 32   /* blocks per chunk */
 #define GM_DEFINE_LEGACY_GEMM8(NAME, WB, AB, ROW, SIGNED, WITH_MIN)                                       \
-    GM_INLINE void gemm8_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *w, size_t bw,          \
-                                    const uint8_t *a, size_t ba, const int nc) {                          \
-        const uint8_t *rows[8];                                                                           \
-        for (int r = 0; r < 8; r++) rows[r] = w + (size_t)r * bw;                                         \
-        const __m512i c128 = _mm512_set1_epi8((char)0x80);                                                \
-        __m512 acc[4][4], mins[4];   /* mins: row r's chain in lane 2r + 1 */                             \
-        for (int j = 0; j < 4; j++) {                                                                     \
-            mins[j] = _mm512_setzero_ps();                                                                \
-            for (int p = 0; p < 4; p++) acc[p][j] = _mm512_setzero_ps();                                  \
-        }                                                                                                 \
-        for (int64_t ib = 0; ib < n / 32; ib++) {                                                         \
-            const size_t off = (size_t)ib * sizeof(WB);                                                   \
-            gm_prefetch_ahead(rows, bw, off, sizeof(WB));                                                 \
-            gm_prefetch_ahead(rows + 4, bw, off, sizeof(WB));                                             \
+    /* the chunk's dw * da for 8 rows and nc columns, table[(b * 4 + j) * 16 + 2r]; min chains on */    \
+    GM_INLINE void gemm8_##NAME##_scales(int64_t ib0, int64_t nb, const uint8_t *const rows[8], size_t bw, \
+                                         const uint8_t *a, size_t ba, float *table, __m512 mins[4],       \
+                                         const int nc) {                                                  \
+        for (int64_t b = 0; b < nb; b++) {                                                                \
+            const size_t off = (size_t)(ib0 + b) * sizeof(WB);                                            \
             const __m512 dm = _mm512_cvtph_ps(_mm256_setr_epi32( /* [d0 m0 d1 m1 ... d7 m7] */           \
                 (int)gm_u32(rows[0] + off), (int)gm_u32(rows[1] + off), (int)gm_u32(rows[2] + off),       \
                 (int)gm_u32(rows[3] + off), (int)gm_u32(rows[4] + off), (int)gm_u32(rows[5] + off),       \
                 (int)gm_u32(rows[6] + off), (int)gm_u32(rows[7] + off)));                                 \
-            __m512i codes[4], start[4];                                                                   \
-            for (int p = 0; p < 4; p++) {                                                                 \
-                codes[p] = gm_pair(ROW((const WB *)rows[2 * p] + ib), ROW((const WB *)rows[2 * p + 1] + ib)); \
-                start[p] = gm_shift_start(codes[p], SIGNED);                                              \
-            }                                                                                             \
             for (int j = 0; j < nc; j++) {                                                                \
-                const AB *y = (const AB *)(a + (size_t)j * ba) + ib;                                      \
-                __m512i av = _mm512_broadcast_i64x4(gm_load256(y->qs));                                   \
-                if (SIGNED) av = _mm512_xor_si512(av, c128);                                              \
-                /* one multiply by [da sa da sa ...]: every row's dw * da and mw * sa */                  \
-                const __m128 pair = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(y)));                      \
+                const AB *y = (const AB *)(a + (size_t)j * ba) + ib0 + b;                                 \
+                const __m128 pair = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(y)));   /* [da sa . .] */ \
                 const __m512 prod = _mm512_mul_ps(dm, _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(pair)))); \
-                for (int p = 0; p < 4; p++) {                                                             \
-                    const __m512i lanes = SIGNED ? _mm512_dpbusd_epi32(start[p], av, codes[p])           \
-                                                 : _mm512_dpbusd_epi32(start[p], codes[p], av);          \
-                    const __m512 d = _mm512_permutexvar_ps(gm_idx(4 * p, 4 * p + 2), prod);               \
-                    acc[p][j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), acc[p][j]);                 \
-                }                                                                                         \
+                _mm512_store_ps(table + (b * 4 + j) * 16, prod);                                          \
                 if (WITH_MIN) mins[j] = _mm512_add_ps(mins[j], prod);                                     \
             }                                                                                             \
+        }                                                                                                 \
+    }                                                                                                     \
+    /* 4 rows (h = which half of the 8 the table's lanes are) through the chunk */                      \
+    GM_INLINE void gemm8_##NAME##_rows4(int64_t ib0, int64_t nb, const uint8_t *const rows[4], size_t bw, \
+                                        const uint8_t *a, size_t ba, const float *table, int h,           \
+                                        __m256 sums[4][4], const int nc) {                                \
+        const __m256i c128 = _mm256_set1_epi8((char)0x80);                                                \
+        __m256 acc[4][4];   /* in registers for the loop (written through sums, they went to memory) */  \
+        for (int r = 0; r < 4; r++)                                                                       \
+            for (int j = 0; j < nc; j++) acc[r][j] = sums[r][j];                                          \
+        for (int64_t b = 0; b < nb; b++) {                                                                \
+            gm_prefetch_ahead(rows, bw, (size_t)(ib0 + b) * sizeof(WB), sizeof(WB));                      \
+            __m256i codes[4], start[4];                                                                   \
+            for (int r = 0; r < 4; r++) {                                                                 \
+                codes[r] = ROW((const WB *)rows[r] + ib0 + b);                                            \
+                start[r] = SIGNED ? _mm256_sub_epi32(_mm256_setzero_si256(),                              \
+                                                     _mm256_dpbusd_epi32(_mm256_setzero_si256(), c128, codes[r])) \
+                                  : _mm256_setzero_si256();                                               \
+            }                                                                                             \
+            for (int j = 0; j < nc; j++) {                                                                \
+                __m256i av = gm_load256(((const AB *)(a + (size_t)j * ba) + ib0 + b)->qs);                \
+                if (SIGNED) av = _mm256_xor_si256(av, c128);                                              \
+                const float *d = table + (b * 4 + j) * 16 + 8 * h;                                        \
+                for (int r = 0; r < 4; r++) {                                                             \
+                    const __m256i lanes = SIGNED ? _mm256_dpbusd_epi32(start[r], av, codes[r])           \
+                                                 : _mm256_dpbusd_epi32(start[r], codes[r], av);          \
+                    acc[r][j] = _mm256_fmadd_ps(_mm256_set1_ps(d[2 * r]), _mm256_cvtepi32_ps(lanes), acc[r][j]); \
+                }                                                                                         \
+            }                                                                                             \
+        }                                                                                                 \
+        for (int r = 0; r < 4; r++)                                                                       \
+            for (int j = 0; j < nc; j++) sums[r][j] = acc[r][j];                                          \
+    }                                                                                                     \
+    GM_INLINE void gemm8_##NAME##_n(int64_t n, float *s, size_t bs, const uint8_t *w, size_t bw,          \
+                                    const uint8_t *a, size_t ba, const int nc) {                          \
+        const uint8_t *rows[8];                                                                           \
+        for (int r = 0; r < 8; r++) rows[r] = w + (size_t)r * bw;                                         \
+        _Alignas(64) float table[GM8_CHUNK * 4 * 16];                                                     \
+        __m256 acc[2][4][4];                                                                              \
+        __m512 mins[4];                                                                                   \
+        for (int j = 0; j < 4; j++) {                                                                     \
+            mins[j] = _mm512_setzero_ps();                                                                \
+            for (int r = 0; r < 4; r++) acc[0][r][j] = acc[1][r][j] = _mm256_setzero_ps();                \
+        }                                                                                                 \
+        for (int64_t ib0 = 0; ib0 < n / 32; ib0 += GM8_CHUNK) {                                           \
+            const int64_t nb = n / 32 - ib0 < GM8_CHUNK ? n / 32 - ib0 : GM8_CHUNK;                       \
+            gemm8_##NAME##_scales(ib0, nb, rows, bw, a, ba, table, mins, nc);                             \
+            for (int h = 0; h < 2; h++) gemm8_##NAME##_rows4(ib0, nb, rows + 4 * h, bw, a, ba, table, h, acc[h], nc); \
         }                                                                                                 \
         for (int j = 0; j < nc; j++) {                                                                    \
             float m[16];                                                                                  \
             _mm512_storeu_ps(m, mins[j]);                                                                 \
-            for (int r = 0; r < 8; r++) {                                                                 \
-                const __m512 v = acc[r / 2][j];                                                           \
-                const __m256 half = r % 2 ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);     \
-                s[(size_t)j * bs + r] = x86_sum_ps8(half) + (WITH_MIN ? m[2 * r + 1] : 0.0f);             \
-            }                                                                                             \
+            for (int r = 0; r < 8; r++)                                                                   \
+                s[(size_t)j * bs + r] = x86_sum_ps8(acc[r / 4][r % 4][j]) + (WITH_MIN ? m[2 * r + 1] : 0.0f); \
         }                                                                                                 \
     }                                                                                                     \
     GM_MAYBE_UNUSED static void gemm8_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw,    \
