@@ -31,6 +31,7 @@ class RequestHandle:
         self._async_wakers: list[Callable[[], None]] = []
         self._cancel = False
         self._finished = False
+        self._end_only = False   # the consumer waits in result(): wake it at the end only
         self._error: BaseException | None = None
         self.completion: Completion | None = None
 
@@ -64,11 +65,21 @@ class RequestHandle:
                 yield event
 
     def result(self, timeout: float | None = None) -> Completion:
-        """Wait for the end (reading and dropping the chunks) and return the Completion."""
-        while True:
-            event = self._next(timeout)
-            if isinstance(event, Completion):
-                return event
+        """Wait for the end (dropping the chunks) and return the Completion.  The engine
+        wakes a caller waiting here only at the end, not for every token: on a machine with
+        as many compute threads as cores, each wake-up takes a core from the forward pass."""
+        with self._ready:
+            self._end_only = True
+            try:
+                if not self._ready.wait_for(lambda: self._finished, timeout):
+                    raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
+            finally:
+                self._end_only = False
+            while self._events:
+                event = self._event_out(self._events.popleft())
+                if isinstance(event, Completion):
+                    return event
+            raise self._error
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._aiter()
@@ -131,7 +142,8 @@ class RequestHandle:
             self._notify()
 
     def _notify(self) -> None:
-        self._ready.notify_all()
+        if self._finished or not self._end_only:
+            self._ready.notify_all()
         wakers, self._async_wakers = self._async_wakers, []
         for wake in wakers:
             wake()
