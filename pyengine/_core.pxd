@@ -1,5 +1,5 @@
 # Declarations of the native core's public header (csrc/include/pe.h).
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint16_t
 
 cdef extern from "pe.h" nogil:
     int64_t pe_type_block_size(int type)
@@ -22,6 +22,7 @@ cdef extern from "pe.h" nogil:
     int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out, unsigned path)
     int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out)
     int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *out, int reference)
+    int pe_attn_scores_f16(const float *x, int nx, const uint16_t *y, int ny, int64_t n, int nacc, float *out)
 
     ctypedef struct pe_pool:
         pass

@@ -147,6 +147,20 @@ def vec_dot_blocks(int type_id, const uint8_t[::1] w, const uint8_t[::1] a, int6
     return out
 
 
+def attn_scores_f16(const float[:, ::1] x, const uint16_t[:, ::1] y, int nacc):
+    """Attention's score products of up to 4 queries with up to 4 F16 rows (raw bits), as
+    the current ISA computes them (nacc 4: a generated token's, 1: a prompt batch's)."""
+    if x.shape[1] != y.shape[1]:
+        raise ValueError("queries and rows need the same length")
+    out = np.empty((x.shape[0], y.shape[0]), np.float32)
+    cdef float[:, ::1] o = out
+    cdef int rc
+    with nogil:
+        rc = pe_attn_scores_f16(&x[0, 0], <int>x.shape[0], &y[0, 0], <int>y.shape[0], x.shape[1], nacc, &o[0, 0])
+    _check(rc)
+    return out
+
+
 # ---- thread pool -------------------------------------------------------------
 
 cdef class ThreadPool:

@@ -270,6 +270,52 @@ def test_batch_attention_does_not_depend_on_cell_order(isa, group):
     np.testing.assert_allclose(with_lone[-1], expected[-1], rtol=3e-3, atol=3e-3)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("nacc", [1, 4])
+def test_score_products_of_a_head_group_equal_each_head_alone(isa, nacc):
+    """The score products convert each K row once for up to 4 query heads (a GQA
+    group): each head's products must equal, bit for bit, the same head's alone, for
+    every group size, row count and head size, and be close to the exact products."""
+    for hd in (64, 128, 96):
+        x = f32(4, hd).astype(np.float16).astype(np.float32)   # queries are F16-rounded
+        y = f32(4, hd).astype(np.float16)
+        exact = x.astype(np.float64) @ y.astype(np.float64).T
+        with forced_isa(isa):
+            for ny in (1, 2, 3, 4):
+                rows = np.ascontiguousarray(y[:ny].view(np.uint16))
+                alone = np.concatenate([_core.attn_scores_f16(x[a:a + 1], rows, nacc) for a in range(4)])
+                for nx in (1, 2, 3, 4):
+                    got = _core.attn_scores_f16(x[:nx], rows, nacc)
+                    assert np.array_equal(got.view(np.uint32), alone[:nx].view(np.uint32)), (isa, hd, nx, ny)
+                np.testing.assert_allclose(alone, exact[:, :ny], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("hd", [64, 128])
+def test_generated_tokens_heads_sharing_kv_equal_heads_alone(isa, hd):
+    """Generated (lone) tokens split by token, each thread laying out a token's cells
+    once for the heads it takes: heads sharing a KV head (groups of 3) give the same
+    bits as each head on its own copy of it.  Four tokens, each over its own cells."""
+    t, h, n_cells = 4, 6, 256
+    seen = [37, 64, 5, 100]
+    q = f32(t, h, hd)
+    results = []
+    for hkv in (2, 6):     # groups of 3, then every head alone on a copy of its KV head
+        base16 = [f32(n_cells, 2 * hd).astype(np.float16).view(np.uint16) for _ in range(2)] if hkv == 2 else base16
+        k16, v16 = (np.repeat(b.reshape(n_cells, 2, hd), hkv // 2, axis=1).reshape(n_cells, -1) for b in base16)
+        mask = np.full((t, n_cells), -np.inf, np.float32)
+        for i, n in enumerate(seen):
+            mask[i, 60 * i:60 * i + n] = 0
+        with forced_isa(isa):
+            ctx = ctx1()
+            out = ctx.attn(ctx.input(q, "q"), ctx.cache(k16, 1, (hd * hkv, n_cells), "k"),
+                           ctx.cache(v16, 1, (hd * hkv, n_cells), "v"), ctx.input(mask, "mask"),
+                           ctx.input(np.array([n_cells], np.int32), "kv_len"), n_head_kv=hkv, scale=hd ** -0.5,
+                           lone=ctx.input(np.ones(t, np.int32), "lone"))
+            results.append(run(ctx, out).copy())
+    assert np.array_equal(results[0], results[1])
+
+
 def test_moe_routing_ops():
     logits = f32(3, 8)
     ctx = ctx1()

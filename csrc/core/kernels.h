@@ -83,15 +83,15 @@ typedef struct pe_vec_kernels {
     /* Attention over the F16 cache, as llama.cpp's build for the same ISA
      * computes it (see cpu/vec.c): `lanes` accumulators wide. */
     int    lanes;
-    /* sum_i x[i] * f16(y[j][i]) for each of rows <= 4 rows, into out[j], in
-     * nacc accumulators of `lanes` (1 or 4) */
-    void  (*dot4_f32_f16)(int64_t n, const float *x, const uint16_t *const *y, int rows, int nacc, float *out);
     /* attention's product with an F16 V in nacc accumulators of `lanes`
      * (see vec.c); scratch holds 4 * lanes * hd floats */
     void  (*values_f16)(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
                         int nacc, float *out, float *scratch);
-    /* the batch's tiled path: x[a] . y[b] (nacc 1) for up to 4 x 4 rows, into out[4 * a + b] */
-    void  (*dot_tile_f32_f16)(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, float *out);
+    /* sum_i x[a][i] * f16(y[b][i]) for up to 4 queries (a GQA group's heads) and up to 4
+     * rows, into out[4 * a + b], in nacc accumulators of `lanes`: 1 is a batch's tiled
+     * path, 4 a lone token's row dot product */
+    void  (*dot_tile_f32_f16)(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, int nacc,
+                              float *out);
     /* the product of nh <= 4 heads' probabilities with a transposed F16 V
      * (row d: element d of every slot), values_f16's sums with nacc 1 */
     void  (*values_t_f16)(int64_t n, int nh, const float *const *p, const uint16_t *vt, size_t vt_stride, int64_t hd,

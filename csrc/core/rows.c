@@ -86,3 +86,18 @@ int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *
     k->vec_dot(n, out, w, a);
     return 0;
 }
+
+int pe_attn_scores_f16(const float *x, int nx, const uint16_t *y, int ny, int64_t n, int nacc, float *out) {
+    pe_init();
+    if (nx < 1 || nx > 4 || ny < 1 || ny > 4 || n < 1 || (nacc != 1 && nacc != 4))
+        return pe_fail("attention scores: 1-4 queries and rows, nacc 1 or 4");
+    const float *xs[4];
+    const uint16_t *ys[4];
+    for (int a = 0; a < nx; a++) xs[a] = x + a * n;
+    for (int b = 0; b < ny; b++) ys[b] = y + b * n;
+    float s[16];
+    pe_kern->vec.dot_tile_f32_f16(n, xs, nx, ys, ny, nacc, s);
+    for (int a = 0; a < nx; a++)
+        for (int b = 0; b < ny; b++) out[a * ny + b] = s[4 * a + b];
+    return 0;
+}

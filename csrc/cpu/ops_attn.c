@@ -143,31 +143,26 @@ static inline void put_score(const pe_tensor *t, attn_group *ag, int64_t gi, int
 }
 
 /* The scores of up to 4 cells (K rows kr, at slots slot[]) for every head
- * of the group: a batch's F16 products in tiles of 4 heads x 4 cells (each
- * K row converted once for the heads), a lone token's and a quantized K's
- * one head at a time. */
+ * of the group: F16 products in tiles of 4 heads x 4 cells (each K row
+ * converted once for the heads), a quantized K's one head at a time. */
 static void cells_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *k, const uint8_t *const kr[4],
                          const int64_t slot[4], int m) {
     const int64_t hd = ag->hd;
     float s[16];
-    if (ag->q_type == PE_TYPE_F16 && ag->nacc == 1) {
+    if (ag->q_type == PE_TYPE_F16) {
         for (int64_t g0 = 0; g0 < ag->group; g0 += 4) {
             const int nq = ag->group - g0 < 4 ? (int)(ag->group - g0) : 4;
             const float *x[4];
             for (int a = 0; a < nq; a++) x[a] = ag->qh + (g0 + a) * hd;
-            pe_kern->vec.dot_tile_f32_f16(hd, x, nq, (const uint16_t *const *)kr, m, s);
+            pe_kern->vec.dot_tile_f32_f16(hd, x, nq, (const uint16_t *const *)kr, m, ag->nacc, s);
             for (int a = 0; a < nq; a++)
                 for (int j = 0; j < m; j++) put_score(t, ag, g0 + a, slot[j], s[4 * a + j]);
         }
         return;
     }
     for (int64_t gi = 0; gi < ag->group; gi++) {
-        if (ag->q_type == PE_TYPE_F16) {
-            pe_kern->vec.dot4_f32_f16(hd, ag->qh + gi * hd, (const uint16_t *const *)kr, m, ag->nacc, s);
-        } else {
-            for (int j = 0; j < m; j++)
-                pe_kern->type[k->type].vec_dot(hd, &s[j], kr[j], (const uint8_t *)ag->qh + gi * ag->q_bytes);
-        }
+        for (int j = 0; j < m; j++)
+            pe_kern->type[k->type].vec_dot(hd, &s[j], kr[j], (const uint8_t *)ag->qh + gi * ag->q_bytes);
         for (int j = 0; j < m; j++) put_score(t, ag, gi, slot[j], s[j]);
     }
 }
@@ -308,6 +303,14 @@ static void group_values_quant(attn_group *ag, const pe_tensor *v, size_t head_o
     }
 }
 
+/* Whether every token of the batch is lone (a decode step's generated tokens). */
+static int all_lone(const int32_t *lone, int64_t nt) {
+    if (!lone) return nt == 1;
+    for (int64_t i = 0; i < nt; i++)
+        if (!lone[i]) return 0;
+    return 1;
+}
+
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const pe_graph *g = ex->g;
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
@@ -342,16 +345,25 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     /* a head's slice of a cache row: whole blocks, as head_dim is a multiple
      * of the block size (checked when the op was built) */
     const size_t k_head_bytes = pe_row_bytes(k->type, hd), v_head_bytes = pe_row_bytes(v->type, hd);
-    /* tasks dealt round-robin: a causal prompt's later tokens see more cells,
-     * and contiguous halves would leave one thread the long rows */
-    for (int64_t p = ex->ith; p < nt * tasks_per_token; p += ex->nth) {
+    /* A prompt's tasks are dealt round-robin: a causal prompt's later tokens
+     * see more cells, and contiguous halves would leave one thread the long
+     * rows.  Generated tokens (each seeing its own sequence) go in contiguous
+     * runs, so that a thread lays out each token's cells once for all of the
+     * token's heads it takes. */
+    int64_t p0 = ex->ith, p1 = nt * tasks_per_token, step = ex->nth, placed = -1;
+    if (all_lone(lone, nt)) {
+        pe_split(nt * tasks_per_token, ex->ith, ex->nth, &p0, &p1);
+        step = 1;
+    }
+    for (int64_t p = p0; p < p1; p += step) {
         const int64_t tok = p / tasks_per_token, h0 = (p % tasks_per_token) * per, kvh = h0 / group;
         const float *m = (const float *)((const uint8_t *)mask->data + tok * mask->nb[1]);
         float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
         /* llama.cpp multiplies a lone token's rows with its row dot product
          * (4 accumulators) and a batch's with tiles (1 per output) */
         ag.nacc = (lone ? lone[tok] != 0 : nt == 1) ? 4 : 1;
-        if (!place_cells(&ag, m, cell_pos, n_kv, room)) place_by_cell(&ag, m, n_kv);
+        if (tok != placed && !place_cells(&ag, m, cell_pos, n_kv, room)) place_by_cell(&ag, m, n_kv);
+        placed = tok;
         ag.vt = vt ? vt + kvh * hd * ag.vt_width : NULL;
         group_scores(t, &ag, q, h0, tok, k, (size_t)kvh * k_head_bytes);
         group_softmax(&ag, v->type == PE_TYPE_F16);

@@ -233,9 +233,47 @@ static void dot4_f32_f16(int64_t n, const float *x, const uint16_t *const *y, in
  * accumulator (nacc 1) for every pair of up to 4 query rows x and up to 4
  * F16 rows y, out[4 * a + b] = x[a] . y[b].  Each y chunk is converted once
  * for all queries; each pair's arithmetic is the row product's. */
-static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, float *out) {
 #if defined(__AVX512F__)
-    if (n % 16 == 0) {
+/* The row dot product (nacc 4) of nx queries with ny F16 rows, each row
+ * converted once for all the queries (the heads of a GQA group): per pair
+ * the steps of dot4_rows_nacc4 (chunk i to accumulator i % 4 over 64-element
+ * steps, then (0 + 2) + (1 + 3) and the fold). */
+static inline __attribute__((always_inline)) void dot_tile_nacc4_n(int64_t n, const float *const *x, const int nx,
+                                                                   const uint16_t *const *y, int ny, float *out) {
+    __m512 sums[4][4];   /* [query][row] */
+    for (int b = 0; b < 4; b++) {
+        const uint16_t *yb = y[b < ny ? b : ny - 1];   /* spare rows repeat the last */
+        __m512 acc[4][4];
+        for (int a = 0; a < nx; a++)
+            for (int j = 0; j < 4; j++) acc[a][j] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 64)
+            for (int j = 0; j < 4; j++) {
+                const __m512 yv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(yb + i + 16 * j)));
+                for (int a = 0; a < nx; a++) acc[a][j] = _mm512_fmadd_ps(yv, _mm512_loadu_ps(x[a] + i + 16 * j), acc[a][j]);
+            }
+        for (int a = 0; a < nx; a++)
+            sums[a][b] = _mm512_add_ps(_mm512_add_ps(acc[a][0], acc[a][2]), _mm512_add_ps(acc[a][1], acc[a][3]));
+    }
+    for (int a = 0; a < nx; a++) {
+        float folded[4];
+        fold4(sums[a], folded);
+        for (int b = 0; b < ny; b++) out[4 * a + b] = folded[b];
+    }
+}
+#endif
+
+static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, int nacc,
+                             float *out) {
+#if defined(__AVX512F__)
+    if (nacc == 4 && n % 64 == 0) {
+        switch (nx) {
+        case 1: dot_tile_nacc4_n(n, x, 1, y, ny, out); return;
+        case 2: dot_tile_nacc4_n(n, x, 2, y, ny, out); return;
+        case 3: dot_tile_nacc4_n(n, x, 3, y, ny, out); return;
+        default: dot_tile_nacc4_n(n, x, 4, y, ny, out); return;
+        }
+    }
+    if (nacc == 1 && n % 16 == 0) {
         const float *xs[4];
         const uint16_t *ys[4];
         for (int a = 0; a < 4; a++) xs[a] = x[a < nx ? a : nx - 1];   /* spare rows repeat the last */
@@ -256,7 +294,7 @@ static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uin
         return;
     }
 #elif defined(__AVX2__)
-    if (n % 8 == 0) {   /* two queries at a time: 8 accumulators fit the 16 registers */
+    if (nacc == 1 && n % 8 == 0) {   /* two queries at a time: 8 accumulators fit the 16 registers */
         const uint16_t *ys[4];
         for (int b = 0; b < 4; b++) ys[b] = y[b < ny ? b : ny - 1];
         for (int a0 = 0; a0 < nx; a0 += 2) {
@@ -278,7 +316,7 @@ static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uin
         return;
     }
 #endif
-    for (int a = 0; a < nx; a++) dot4_f32_f16(n, x[a], y, ny, 1, out + 4 * a);
+    for (int a = 0; a < nx; a++) dot4_f32_f16(n, x[a], y, ny, nacc, out + 4 * a);
 }
 
 /* One output element of the product with a transposed V for the ISAs
@@ -668,7 +706,6 @@ static void gelu_mul(int64_t n, float *y, const float *g, const float *u) {
 
 void PE_VEC_FILL(pe_kernels *k) {
     k->vec.lanes = LANES;
-    k->vec.dot4_f32_f16 = dot4_f32_f16;
     k->vec.values_f16 = values_f16;
     k->vec.dot_tile_f32_f16 = dot_tile_f32_f16;
     k->vec.values_t_f16 = values_t_f16;

@@ -87,6 +87,11 @@ int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *ou
 /* The dot product of a weight row with an activation row already quantized
  * to the type's partner (raw blocks), current ISA or reference kernels. */
 int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *out, int reference);
+/* Attention's F16 score products as the current ISA computes them: the
+ * queries x[nx][n] (values F16 can hold) against the F16 rows y[ny][n],
+ * out[a * ny + b], nacc 1 (a batch's tiles) or 4 (a lone token's row dot
+ * product); nx, ny <= 4. */
+int pe_attn_scores_f16(const float *x, int nx, const uint16_t *y, int ny, int64_t n, int nacc, float *out);
 /* Quantize a row with the current ISA's activation quantizer. */
 int pe_quantize_row(int type, const float *x, void *y, int64_t n);
 
