@@ -83,10 +83,11 @@ typedef struct pe_vec_kernels {
     /* Attention over the F16 cache, as llama.cpp's build for the same ISA
      * computes it (see cpu/vec.c): `lanes` accumulators wide. */
     int    lanes;
-    /* attention's product with an F16 V in nacc accumulators of `lanes`
-     * (see vec.c); scratch holds 4 * lanes * hd floats */
-    void  (*values_f16)(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
-                        int nacc, float *out, float *scratch);
+    /* attention's product of nh heads' probabilities p[h] with the same F16 V,
+     * into out[h], in nacc accumulators of `lanes` (see vec.c); scratch holds
+     * 4 * lanes * hd floats */
+    void  (*values_f16)(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v,
+                        size_t stride, int64_t hd, int nacc, float *const *out, float *scratch);
     /* sum_i x[a][i] * f16(y[b][i]) for up to 4 queries (a GQA group's heads) and up to 4
      * rows, into out[4 * a + b], in nacc accumulators of `lanes`: 1 is a batch's tiled
      * path, 4 a lone token's row dot product */

@@ -274,9 +274,8 @@ static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off
             pe_kern->vec.values_t_f16(ag->n_slots, nh, p, ag->vt + c0, (size_t)ag->vt_width, ag->hd, o);
             continue;
         }
-        for (int a = 0; a < nh; a++)
-            pe_kern->vec.values_f16(ag->n_slots, ag->cell, p[a], (const uint8_t *)v->data + head_off, v->nb[1], ag->hd,
-                                    ag->nacc, o[a], ag->lanes);
+        pe_kern->vec.values_f16(ag->n_slots, nh, ag->cell, p, (const uint8_t *)v->data + head_off, v->nb[1], ag->hd,
+                                ag->nacc, o, ag->lanes);
     }
 }
 

@@ -13,6 +13,15 @@
 #include <arm_neon.h>
 #endif
 
+/* Loops whose accumulators must stay in registers: unrolled whole. */
+#if defined(__clang__)
+#define PE_UNROLL_8 _Pragma("unroll 8")
+#elif defined(__GNUC__)
+#define PE_UNROLL_8 _Pragma("GCC unroll 8")
+#else
+#define PE_UNROLL_8
+#endif
+
 #ifndef PE_VEC_SUFFIX
 #define PE_VEC_SUFFIX scalar
 #endif
@@ -494,18 +503,6 @@ static inline __m512 fold16_vectors(__m512 v[16]) {
     return v[0];
 }
 
-/* one lane group's pass over the slots: acc[l] for slots 64i + 16a + l */
-static inline void lone_pass16(int64_t n, int a, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
-                               int64_t d0, __m512 acc[16]) {
-    for (int l = 0; l < 16; l++) acc[l] = _mm512_setzero_ps();
-    for (int64_t s = 16 * a; s < n; s += 64)
-        for (int l = 0; l < 16; l++) {
-            const int64_t i = s + l;
-            if (cell[i] < 0 || p[i] == 0.0f) continue;
-            const __m256i h = _mm256_loadu_si256((const __m256i *)(v + (size_t)cell[i] * stride) + d0 / 16);
-            acc[l] = _mm512_fmadd_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(p[i]), acc[l]);
-        }
-}
 #elif defined(__AVX2__)
 static inline __m256 fold8_vectors(__m256 v[8]) {
     for (int half = 4; half >= 1; half /= 2)
@@ -527,36 +524,77 @@ static inline void lone_pass8(int64_t n, int a, const int32_t *cell, const float
 }
 #endif
 
-static int values_f16_lone(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
-                           int64_t hd, float *out) {
+#if defined(__AVX512F__)
+/* Lanes 8q .. 8q + 7 of nh heads (slots 64i + 8q + l), each V row segment
+ * converted once for the heads: one pass, 8 * nh accumulators, stored to
+ * lanes[h][8q + l].  A zero probability is multiplied as llama.cpp does
+ * (the lanes start at +0 and adding a zero product leaves them as they are),
+ * not tested for: a test per head cost more than the conversion saved. */
+static inline __attribute__((always_inline)) void lone_pass8_heads(int64_t n, int q, const int nh, const int32_t *cell,
+                                                                   const float *const *p, const uint8_t *v,
+                                                                   size_t stride, int64_t d0, __m512 (*lanes)[64]) {
+    __m512 acc[3][8];
+    for (int h = 0; h < nh; h++)
+        for (int l = 0; l < 8; l++) acc[h][l] = _mm512_setzero_ps();
+    for (int64_t s = 8 * q; s < n; s += 64)
+        PE_UNROLL_8 for (int l = 0; l < 8; l++) {
+            const int64_t i = s + l;
+            if (cell[i] < 0) continue;
+            const __m512 vf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + (size_t)cell[i] * stride) + d0 / 16));
+            for (int h = 0; h < nh; h++) acc[h][l] = _mm512_fmadd_ps(vf, _mm512_set1_ps(p[h][i]), acc[h][l]);
+        }
+    for (int h = 0; h < nh; h++)
+        for (int l = 0; l < 8; l++) lanes[h][8 * q + l] = acc[h][l];
+}
+
+/* values_f16_lone for up to 3 heads over the same V rows, each row segment
+ * converted once for them; each head's lanes and fold as values_f16_lone's. */
+static inline __attribute__((always_inline)) void values_lone_heads(int64_t n, const int nh, const int32_t *cell,
+                                                                    const float *const *p, const uint8_t *v,
+                                                                    size_t stride, int64_t hd, float *const *out) {
+    __m512 lanes[3][64];
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+        for (int q = 0; q < 8; q++) lone_pass8_heads(n, q, nh, cell, p, v, stride, d0, lanes);
+        for (int h = 0; h < nh; h++) {
+            __m512 sum[16];   /* lane groups a and a + 2 (16 lanes each), then the two sums */
+            for (int l = 0; l < 16; l++)
+                sum[l] = _mm512_add_ps(_mm512_add_ps(lanes[h][l], lanes[h][32 + l]),
+                                       _mm512_add_ps(lanes[h][16 + l], lanes[h][48 + l]));
+            _mm512_storeu_ps(out[h] + d0, fold16_vectors(sum));
+        }
+    }
+}
+#endif
+
+static int values_f16_lone(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v,
+                           size_t stride, int64_t hd, float *const *out) {
 #if defined(__AVX512F__)
     if (hd % 16 || n % 64) return 0;
-    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
-        __m512 sum[2][16], acc[16];
-        for (int a = 0; a < 2; a++) {   /* groups a and a + 2 */
-            lone_pass16(n, a, cell, p, v, stride, d0, sum[a]);
-            lone_pass16(n, a + 2, cell, p, v, stride, d0, acc);
-            for (int l = 0; l < 16; l++) sum[a][l] = _mm512_add_ps(sum[a][l], acc[l]);
+    for (int h0 = 0, take; h0 < nh; h0 += take) {   /* 3 heads at a time (4 as 2 + 2) */
+        take = nh - h0 == 4 ? 2 : nh - h0 < 3 ? nh - h0 : 3;
+        switch (take) {
+        case 1: values_lone_heads(n, 1, cell, p + h0, v, stride, hd, out + h0); break;
+        case 2: values_lone_heads(n, 2, cell, p + h0, v, stride, hd, out + h0); break;
+        default: values_lone_heads(n, 3, cell, p + h0, v, stride, hd, out + h0); break;
         }
-        for (int l = 0; l < 16; l++) sum[0][l] = _mm512_add_ps(sum[0][l], sum[1][l]);
-        _mm512_storeu_ps(out + d0, fold16_vectors(sum[0]));
     }
     return 1;
 #elif defined(__AVX2__)
     if (hd % 8 || n % 32) return 0;
-    for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-        __m256 sum[2][8], acc[8];
-        for (int a = 0; a < 2; a++) {   /* groups a and a + 2 */
-            lone_pass8(n, a, cell, p, v, stride, d0, sum[a]);
-            lone_pass8(n, a + 2, cell, p, v, stride, d0, acc);
-            for (int l = 0; l < 8; l++) sum[a][l] = _mm256_add_ps(sum[a][l], acc[l]);
+    for (int h = 0; h < nh; h++)
+        for (int64_t d0 = 0; d0 < hd; d0 += 8) {
+            __m256 sum[2][8], acc[8];
+            for (int a = 0; a < 2; a++) {   /* groups a and a + 2 */
+                lone_pass8(n, a, cell, p[h], v, stride, d0, sum[a]);
+                lone_pass8(n, a + 2, cell, p[h], v, stride, d0, acc);
+                for (int l = 0; l < 8; l++) sum[a][l] = _mm256_add_ps(sum[a][l], acc[l]);
+            }
+            for (int l = 0; l < 8; l++) sum[0][l] = _mm256_add_ps(sum[0][l], sum[1][l]);
+            _mm256_storeu_ps(out[h] + d0, fold8_vectors(sum[0]));
         }
-        for (int l = 0; l < 8; l++) sum[0][l] = _mm256_add_ps(sum[0][l], sum[1][l]);
-        _mm256_storeu_ps(out + d0, fold8_vectors(sum[0]));
-    }
     return 1;
 #else
-    (void)n; (void)cell; (void)p; (void)v; (void)stride; (void)hd; (void)out;
+    (void)n; (void)nh; (void)cell; (void)p; (void)v; (void)stride; (void)hd; (void)out;
     return 0;
 #endif
 }
@@ -587,13 +625,15 @@ static void values_f16_wide(int64_t n, const int32_t *cell, const float *p, cons
     memcpy(out, scratch, (size_t)hd * sizeof(float));
 }
 
-/* attention's product of probabilities with an F16 V (see values_f16_lanes),
- * nacc accumulators of LANES lanes */
-static void values_f16(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride, int64_t hd,
-                       int nacc, float *out, float *scratch) {
-    if (nacc == 1 && values_f16_lanes(n, cell, p, v, stride, hd, out)) return;
-    if (nacc == 4 && values_f16_lone(n, cell, p, v, stride, hd, out)) return;
-    values_f16_wide(n, cell, p, v, stride, hd, (int64_t)LANES * nacc, out, scratch);
+/* attention's product of nh heads' probabilities p[h] with the same F16 V
+ * (see values_f16_lanes), nacc accumulators of LANES lanes, into out[h] */
+static void values_f16(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v, size_t stride,
+                       int64_t hd, int nacc, float *const *out, float *scratch) {
+    if (nacc == 4 && values_f16_lone(n, nh, cell, p, v, stride, hd, out)) return;
+    for (int h = 0; h < nh; h++) {
+        if (nacc == 1 && values_f16_lanes(n, cell, p[h], v, stride, hd, out[h])) continue;
+        values_f16_wide(n, cell, p[h], v, stride, hd, (int64_t)LANES * nacc, out[h], scratch);
+    }
 }
 
 /* y[i] = exp(x[i] - max) for i < n (n a multiple of LANES on the SIMD
