@@ -174,4 +174,15 @@ static inline void pe_split(int64_t n, int ith, int nth, int64_t *i0, int64_t *i
     *i1 = *i0 + per < n ? *i0 + per : n;
 }
 
+/* A hint to load the cache lines of [p, p + len) ahead of their use (nothing
+ * where the compiler has no builtin for it). */
+static inline void pe_prefetch(const void *p, size_t len) {
+#if defined(__GNUC__) || defined(__clang__)
+    for (size_t o = 0; o < len; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
 #endif /* PE_INTERNAL_H */

@@ -41,6 +41,7 @@ void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
  * with V, so the arithmetic is the same wherever the cache put them and
  * whatever else it holds. */
 #define ATTN_ALIGN 64   /* >= 4 * lanes on every ISA */
+#define ATTN_PREFETCH 8 /* slots ahead whose K row is asked for */
 
 static int64_t padded(int64_t n) { return (n + ATTN_ALIGN - 1) / ATTN_ALIGN * ATTN_ALIGN; }
 
@@ -172,8 +173,9 @@ static void cells_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *k,
  * then scaled; empty slots are -inf.  (Models that scale the query instead,
  * as Gemma does, pass a scale of 1.) */
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
-                         const pe_tensor *k, size_t head_off) {
+                         const pe_tensor *k, size_t k_off, const pe_tensor *v, size_t v_off) {
     const int64_t n = ag->n_slots;
+    const size_t k_bytes = pe_row_bytes(k->type, ag->hd), v_bytes = pe_row_bytes(v->type, ag->hd);
     group_queries(ag, q, h0, tok);
     for (int64_t gi = 0; gi < ag->group; gi++)
         for (int64_t i = 0; i < n; i++) ag->scores[gi * n + i] = -INFINITY;
@@ -182,9 +184,15 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
     const uint8_t *kr[4];
     int m = 0;
     for (int64_t i = 0; i <= n; i++) {
+        /* a generated token's cells lie scattered over a cache too big for the
+         * caches: K rows are asked for a few cells ahead, V rows as their
+         * scores go (the product with V reads them next) */
+        if (i + ATTN_PREFETCH < n && ag->cell[i + ATTN_PREFETCH] >= 0)
+            pe_prefetch((const uint8_t *)k->data + ag->cell[i + ATTN_PREFETCH] * k->nb[1] + k_off, k_bytes);
         if (i < n && ag->cell[i] >= 0) {
             slot[m] = i;
-            kr[m++] = (const uint8_t *)k->data + ag->cell[i] * k->nb[1] + head_off;
+            kr[m++] = (const uint8_t *)k->data + ag->cell[i] * k->nb[1] + k_off;
+            pe_prefetch((const uint8_t *)v->data + ag->cell[i] * v->nb[1] + v_off, v_bytes);
         }
         if (m == 4 || (i == n && m > 0)) {
             cells_scores(t, ag, k, kr, slot, m);
@@ -364,7 +372,7 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
         if (tok != placed && !place_cells(&ag, m, cell_pos, n_kv, room)) place_by_cell(&ag, m, n_kv);
         placed = tok;
         ag.vt = vt ? vt + kvh * hd * ag.vt_width : NULL;
-        group_scores(t, &ag, q, h0, tok, k, (size_t)kvh * k_head_bytes);
+        group_scores(t, &ag, q, h0, tok, k, (size_t)kvh * k_head_bytes, v, (size_t)kvh * v_head_bytes);
         group_softmax(&ag, v->type == PE_TYPE_F16);
         if (v->type == PE_TYPE_F16) group_values_f16(&ag, v, (size_t)kvh * v_head_bytes, out);
         else                        group_values_quant(&ag, v, (size_t)kvh * v_head_bytes, out);
