@@ -175,6 +175,11 @@ static void cells_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *k,
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
                          const pe_tensor *k, size_t k_off, const pe_tensor *v, size_t v_off) {
     const int64_t n = ag->n_slots;
+    /* a generated token's cells lie scattered over a cache too big for the
+     * caches: K rows are asked for a few cells ahead, V rows as their scores
+     * go (the product with V reads them next); a prompt's tokens share
+     * theirs, already cached */
+    const int ahead = ag->nacc == 4;
     const size_t k_bytes = pe_row_bytes(k->type, ag->hd), v_bytes = pe_row_bytes(v->type, ag->hd);
     group_queries(ag, q, h0, tok);
     for (int64_t gi = 0; gi < ag->group; gi++)
@@ -184,15 +189,12 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
     const uint8_t *kr[4];
     int m = 0;
     for (int64_t i = 0; i <= n; i++) {
-        /* a generated token's cells lie scattered over a cache too big for the
-         * caches: K rows are asked for a few cells ahead, V rows as their
-         * scores go (the product with V reads them next) */
-        if (i + ATTN_PREFETCH < n && ag->cell[i + ATTN_PREFETCH] >= 0)
+        if (ahead && i + ATTN_PREFETCH < n && ag->cell[i + ATTN_PREFETCH] >= 0)
             pe_prefetch((const uint8_t *)k->data + ag->cell[i + ATTN_PREFETCH] * k->nb[1] + k_off, k_bytes);
         if (i < n && ag->cell[i] >= 0) {
             slot[m] = i;
             kr[m++] = (const uint8_t *)k->data + ag->cell[i] * k->nb[1] + k_off;
-            pe_prefetch((const uint8_t *)v->data + ag->cell[i] * v->nb[1] + v_off, v_bytes);
+            if (ahead) pe_prefetch((const uint8_t *)v->data + ag->cell[i] * v->nb[1] + v_off, v_bytes);
         }
         if (m == 4 || (i == n && m > 0)) {
             cells_scores(t, ag, k, kr, slot, m);
