@@ -442,8 +442,71 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
  * of 4.  The 4 rows' f16 pairs (d, m) convert in one instruction and one
  * multiply by [da sa da sa ...] gives every row's dw * da and mw * sa (the
  * _1 types' min chains run in the odd lanes), where the tile converts and
- * multiplies each row's scalars.  More columns go to the tile. */
+ * multiplies each row's scalars.  With 2-4 activation rows the same
+ * products of a chunk of blocks go into a table first (4 weight rows at a
+ * time), then 2 rows x the columns run through the chunk, each fma taking
+ * its dw * da from the table by broadcast: the 16 registers hold 8
+ * accumulators with the codes. */
+#define GM2_CHUNK 32   /* blocks per chunk */
 #define GM_DEFINE_LEGACY_GEMM8(NAME, WB, AB, ROW, KIND, WITH_MIN)                                         \
+    /* the chunk's products for 4 rows and nc columns: table[(b * 4 + j) * 8 + 2r] = dw * da, and the   \
+     * min chains (lanes 2r + 1) */                                                                     \
+    GM_INLINE void gemm8_##NAME##_scales4(int64_t ib0, int64_t nb, const uint8_t *const rows[4], size_t bw, \
+                                          const uint8_t *a, size_t ba, float *table, __m256 mins[4],      \
+                                          const int nc) {                                                 \
+        for (int64_t b = 0; b < nb; b++) {                                                                \
+            gm_prefetch_ahead(rows, bw, (size_t)(ib0 + b) * sizeof(WB), sizeof(WB));                      \
+            const __m256 wd = gm_scales_tile(rows, sizeof(WB), ib0 + b);   /* [d0 m0 d1 m1 ...] */        \
+            for (int j = 0; j < nc; j++) {                                                                \
+                const AB *y = (const AB *)(a + (size_t)j * ba) + ib0 + b;                                 \
+                const __m128 pair = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(y)));   /* [da sa . .] */ \
+                const __m256 prod = _mm256_mul_ps(wd, _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(pair)))); \
+                _mm256_store_ps(table + (b * 4 + j) * 8, prod);                                           \
+                if (WITH_MIN) mins[j] = _mm256_add_ps(mins[j], prod);                                     \
+            }                                                                                             \
+        }                                                                                                 \
+    }                                                                                                     \
+    /* rows 2q, 2q + 1 of the 4 through the chunk */                                                    \
+    GM_INLINE void gemm8_##NAME##_rows2(int64_t ib0, int64_t nb, const uint8_t *const rows[2],            \
+                                        const uint8_t *a, size_t ba, const float *table, int q,           \
+                                        __m256 sums[2][4], const int nc) {                                \
+        __m256 acc[2][4];                                                                                 \
+        for (int r = 0; r < 2; r++)                                                                       \
+            for (int j = 0; j < nc; j++) acc[r][j] = ib0 ? sums[r][j] : _mm256_setzero_ps();             \
+        for (int64_t b = 0; b < nb; b++) {                                                                \
+            const __m256i codes[2] = {ROW((const WB *)rows[0] + ib0 + b), ROW((const WB *)rows[1] + ib0 + b)}; \
+            for (int j = 0; j < nc; j++) {                                                                \
+                const int8_t *qs = ((const AB *)(a + (size_t)j * ba) + ib0 + b)->qs;                      \
+                const float *d = table + (b * 4 + j) * 8 + 4 * q;                                         \
+                for (int r = 0; r < 2; r++)                                                               \
+                    acc[r][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + 2 * r),                           \
+                                                _mm256_cvtepi32_ps(gm_dot_row(codes[r], qs, KIND)), acc[r][j]); \
+            }                                                                                             \
+        }                                                                                                 \
+        for (int r = 0; r < 2; r++)                                                                       \
+            for (int j = 0; j < nc; j++) sums[r][j] = acc[r][j];                                          \
+    }                                                                                                     \
+    GM_INLINE void gemm8_##NAME##_cols(int64_t n, float *s, size_t bs, const uint8_t *w, size_t bw,       \
+                                       const uint8_t *a, size_t ba, const int nc) {                       \
+        _Alignas(32) float table[GM2_CHUNK * 4 * 8];                                                      \
+        for (int g = 0; g < 2; g++) {                                                                     \
+            const uint8_t *rows[4];                                                                       \
+            for (int r = 0; r < 4; r++) rows[r] = w + (size_t)(4 * g + r) * bw;                           \
+            __m256 acc[2][2][4], mins[4];   /* acc: set by the first chunk */                             \
+            for (int j = 0; j < 4; j++) mins[j] = _mm256_setzero_ps();                                    \
+            for (int64_t ib0 = 0; ib0 < n / 32; ib0 += GM2_CHUNK) {                                       \
+                const int64_t nb = n / 32 - ib0 < GM2_CHUNK ? n / 32 - ib0 : GM2_CHUNK;                   \
+                gemm8_##NAME##_scales4(ib0, nb, rows, bw, a, ba, table, mins, nc);                        \
+                for (int q = 0; q < 2; q++) gemm8_##NAME##_rows2(ib0, nb, rows + 2 * q, a, ba, table, q, acc[q], nc); \
+            }                                                                                             \
+            for (int j = 0; j < nc; j++) {                                                                \
+                float m[8];                                                                               \
+                _mm256_storeu_ps(m, mins[j]);                                                             \
+                for (int r = 0; r < 4; r++)                                                               \
+                    s[(size_t)j * bs + 4 * g + r] = x86_sum_ps8(acc[r / 2][r % 2][j]) + (WITH_MIN ? m[2 * r + 1] : 0.0f); \
+            }                                                                                             \
+        }                                                                                                 \
+    }                                                                                                     \
     static void gemm8_##NAME##_one(int64_t n, float *s, const uint8_t *w, size_t bw, const uint8_t *a) {  \
         const uint8_t *rows[8];                                                                           \
         for (int r = 0; r < 8; r++) rows[r] = w + (size_t)r * bw;                                         \
@@ -473,12 +536,12 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
     }                                                                                                     \
     GM_MAYBE_UNUSED static void gemm8_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw,    \
                                              const void *a, size_t ba, int nc) {                          \
-        if (nc == 1) {                                                                                    \
-            gemm8_##NAME##_one(n, s, w, bw, a);                                                           \
-            return;                                                                                       \
+        switch (nc) {                                                                                     \
+        case 1: gemm8_##NAME##_one(n, s, w, bw, a); break;                                                \
+        case 2: gemm8_##NAME##_cols(n, s, bs, w, bw, a, ba, 2); break;                                    \
+        case 3: gemm8_##NAME##_cols(n, s, bs, w, bw, a, ba, 3); break;                                    \
+        default: gemm8_##NAME##_cols(n, s, bs, w, bw, a, ba, 4); break;                                   \
         }                                                                                                 \
-        gemm_##NAME(n, s, bs, w, bw, a, ba, 4, nc, 0);                                                    \
-        gemm_##NAME(n, s + 4, bs, (const uint8_t *)w + 4 * bw, bw, a, ba, 4, nc, 0);                      \
     }
 #define GM_LEGACY_TILE(NAME, WB, AB, ROW, KIND, WITH_MIN) \
     GM_DEFINE_LEGACY_GEMM(NAME, WB, AB, ROW, KIND, WITH_MIN)
