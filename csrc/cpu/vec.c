@@ -13,13 +13,19 @@
 #include <arm_neon.h>
 #endif
 
-/* Loops whose accumulators must stay in registers: unrolled whole. */
+/* Loops whose accumulators must stay in registers: unrolled whole, in
+ * functions inlined into callers that fix their counts. */
 #if defined(__clang__)
 #define PE_UNROLL_8 _Pragma("unroll 8")
 #elif defined(__GNUC__)
 #define PE_UNROLL_8 _Pragma("GCC unroll 8")
 #else
 #define PE_UNROLL_8
+#endif
+#if defined(_MSC_VER)
+#define PE_ALWAYS_INLINE static __forceinline
+#else
+#define PE_ALWAYS_INLINE static inline __attribute__((always_inline))
 #endif
 
 #ifndef PE_VEC_SUFFIX
@@ -247,8 +253,8 @@ static void dot4_f32_f16(int64_t n, const float *x, const uint16_t *const *y, in
  * converted once for all the queries (the heads of a GQA group): per pair
  * the steps of dot4_rows_nacc4 (chunk i to accumulator i % 4 over 64-element
  * steps, then (0 + 2) + (1 + 3) and the fold). */
-static inline __attribute__((always_inline)) void dot_tile_nacc4_n(int64_t n, const float *const *x, const int nx,
-                                                                   const uint16_t *const *y, int ny, float *out) {
+PE_ALWAYS_INLINE void dot_tile_nacc4_n(int64_t n, const float *const *x, const int nx, const uint16_t *const *y, int ny,
+                                       float *out) {
     __m512 sums[4][4];   /* [query][row] */
     for (int b = 0; b < 4; b++) {
         const uint16_t *yb = y[b < ny ? b : ny - 1];   /* spare rows repeat the last */
@@ -530,9 +536,8 @@ static inline void lone_pass8(int64_t n, int a, const int32_t *cell, const float
  * lanes[h][8q + l].  A zero probability is multiplied as llama.cpp does
  * (the lanes start at +0 and adding a zero product leaves them as they are),
  * not tested for: a test per head cost more than the conversion saved. */
-static inline __attribute__((always_inline)) void lone_pass8_heads(int64_t n, int q, const int nh, const int32_t *cell,
-                                                                   const float *const *p, const uint8_t *v,
-                                                                   size_t stride, int64_t d0, __m512 (*lanes)[64]) {
+PE_ALWAYS_INLINE void lone_pass8_heads(int64_t n, int q, const int nh, const int32_t *cell, const float *const *p,
+                                       const uint8_t *v, size_t stride, int64_t d0, __m512 (*lanes)[64]) {
     __m512 acc[3][8];
     for (int h = 0; h < nh; h++)
         for (int l = 0; l < 8; l++) acc[h][l] = _mm512_setzero_ps();
@@ -547,11 +552,11 @@ static inline __attribute__((always_inline)) void lone_pass8_heads(int64_t n, in
         for (int l = 0; l < 8; l++) lanes[h][8 * q + l] = acc[h][l];
 }
 
-/* values_f16_lone for up to 3 heads over the same V rows, each row segment
- * converted once for them; each head's lanes and fold as values_f16_lone's. */
-static inline __attribute__((always_inline)) void values_lone_heads(int64_t n, const int nh, const int32_t *cell,
-                                                                    const float *const *p, const uint8_t *v,
-                                                                    size_t stride, int64_t hd, float *const *out) {
+/* The lone token's product (above) for up to 3 heads over the same V rows:
+ * each V row segment converted once for them, each head's 64 lanes folded
+ * in the order given above. */
+PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *cell, const float *const *p,
+                                        const uint8_t *v, size_t stride, int64_t hd, float *const *out) {
     __m512 lanes[3][64];
     for (int64_t d0 = 0; d0 < hd; d0 += 16) {
         for (int q = 0; q < 8; q++) lone_pass8_heads(n, q, nh, cell, p, v, stride, d0, lanes);
