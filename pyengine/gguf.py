@@ -3,8 +3,10 @@
 The header (metadata and tensor infos) is parsed here with `struct` and numpy
 directly over a read-only mmap, so that every count read from the file is checked
 against the bytes that remain *before* anything proportional to it is allocated or
-looped over. Tensor data is never copied: `tensor_data` hands out uint8 views of
-the mmap. The `gguf` package supplies constants only (type ids and block sizes).
+looped over. `tensor_data` hands out read-only uint8 views: of the mmap, or on Linux
+with transparent huge pages, of one copy of the tensor data in 2 MiB pages (see
+`_weights_in_huge_pages`). The `gguf` package supplies constants only (type ids and
+block sizes).
 
 Layout (little-endian, versions 2 and 3):
     magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
@@ -452,13 +454,74 @@ def _open_mmap(path: str) -> tuple[mmap.mmap | None, int]:
         raise GGUFError(f"cannot map GGUF file {path}: {exc}") from None
 
 
+# Decoding reads every weight once per token.  Through 4 KiB pages each 4 KiB of
+# that stream costs a TLB miss: with the weights in 2 MiB pages a SmolLM2 decode
+# step is ~7% faster (5% with 4 sequences).  The copy is read from the file (its
+# pages go to the page cache, not to this process), made only where Linux backs
+# madvised memory with huge pages and the weights take under half the memory
+# available; PYENGINE_MMAP=1 keeps the zero-copy views of the mapping, whose pages
+# the OS may drop under memory pressure (a model larger than memory still loads).
+_HUGE_PAGE = 2 << 20
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _huge_pages_wanted(size: int) -> bool:
+    if os.environ.get("PYENGINE_MMAP") == "1" or not hasattr(mmap, "MADV_HUGEPAGE") or size < _HUGE_PAGE:
+        return False
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            if "[never]" in f.read():
+                return False
+    except OSError:
+        return False
+    return size <= _available_memory() // 2
+
+
+def _weights_in_huge_pages(path: str, offset: int, size: int) -> tuple[mmap.mmap, int] | None:
+    """The `size` bytes at `offset` of the file in private anonymous memory madvised
+    for huge pages, starting at a 2 MiB boundary: (buffer, start), or None where the
+    memory cannot be had (the caller keeps the mapping's views)."""
+    try:
+        buf = mmap.mmap(-1, size + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        start = -np.frombuffer(buf, np.uint8, count=1).ctypes.data % _HUGE_PAGE
+        buf.madvise(mmap.MADV_HUGEPAGE, start, len(buf) - start)
+    except (OSError, ValueError):
+        return None
+    try:
+        with open(path, "rb") as f, memoryview(buf) as whole:
+            f.seek(offset)
+            view, done = whole[start:start + size], 0
+            while done < size:
+                n = f.readinto(view[done:])
+                if not n:   # the file shrank after it was parsed
+                    raise GGUFError(f"{path}: file is truncated: tensor data ends at {offset + done}, "
+                                    f"its tensors need {offset + size}")
+                done += n
+            view.release()
+    except OSError as exc:
+        raise GGUFError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
+    return buf, start
+
+
 class GGUFFile:
-    """A GGUF file, validated and memory-mapped; tensors stay in place in the mmap."""
+    """A GGUF file, validated and memory-mapped; tensors stay in place in the mmap
+    unless they are read into huge pages on first use (see _weights_in_huge_pages)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path: str = os.fspath(path)
         mm, self.file_size = _open_mmap(self.path)
         self._mmap = mm
+        self._tensor_source: tuple[object, int] | None = None   # (buffer, shift of file offsets)
         try:
             self._parse(mm)
         except BaseException:
@@ -529,13 +592,29 @@ class GGUFFile:
     # -- tensors -------------------------------------------------------------
 
     def tensor_data(self, name: str) -> np.ndarray:
-        """The tensor's raw bytes: a read-only uint8 view over the mmap (no copy)."""
+        """The tensor's raw bytes: a read-only uint8 view over the mmap, or over the
+        huge-page copy of the tensor data."""
         info = self.tensors.get(name)
         if info is None:
             raise GGUFError(f"{self.path}: missing tensor {name!r}")
         if self._mmap is None:
             raise GGUFError(f"{self.path}: file is closed; cannot read tensor {name!r}")
-        return np.frombuffer(self._mmap, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+        buf, shift = self._source()
+        data = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=info.offset + shift)
+        data.flags.writeable = False
+        return data
+
+    @property
+    def in_huge_pages(self) -> bool:
+        """Whether the tensors were read into huge pages (after the first tensor_data)."""
+        return self._tensor_source is not None and self._tensor_source[0] is not self._mmap
+
+    def _source(self) -> tuple[object, int]:
+        if self._tensor_source is None:
+            size = self.file_size - self.data_offset
+            copy = _weights_in_huge_pages(self.path, self.data_offset, size) if _huge_pages_wanted(size) else None
+            self._tensor_source = (self._mmap, 0) if copy is None else (copy[0], copy[1] - self.data_offset)
+        return self._tensor_source
 
     # -- lifetime ------------------------------------------------------------
 
@@ -547,6 +626,7 @@ class GGUFFile:
         # reference, and the mapping is unmapped when the last view is garbage
         # collected. With no views alive, it is unmapped right here.
         mm, self._mmap = self._mmap, None
+        self._tensor_source = None   # a huge-page copy lives on in the views made of it
         if mm is not None:
             try:
                 mm.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import mmap
 import time
 import weakref
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
+from pyengine import gguf as gguf_module
 from pyengine.errors import GGUFError
 from pyengine.gguf import MISSING, GGUFFile, StringArray, TensorInfo
 
@@ -269,6 +271,49 @@ def test_mapping_is_released_with_the_last_view(typed_file):
     del data
     gc.collect()
     assert mm_ref() is None
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory) -> Path:
+    """Tensor data past 2 MiB: large enough to be read into huge pages."""
+    path = tmp_path_factory.mktemp("big") / "big.gguf"
+    w = GGUFWriter(path, "llama")
+    w.add_tensor("big", np.arange(1 << 20, dtype=np.float32))
+    w.add_tensor("small", np.arange(7, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_tensors_read_into_huge_pages_equal_the_mapping(big_file, monkeypatch):
+    """Where Linux backs madvised memory with huge pages, the first tensor read copies
+    the tensor data into them; the bytes are the file's either way, read-only, and stay
+    valid after close.  PYENGINE_MMAP=1 keeps the views of the mapping."""
+    f = GGUFFile(big_file)
+    big, small = f.tensor_data("big"), f.tensor_data("small")
+    assert f.in_huge_pages == gguf_module._huge_pages_wanted(f.file_size - f.data_offset)
+    assert not big.flags.writeable and not small.flags.writeable
+    f.close()
+    monkeypatch.setenv("PYENGINE_MMAP", "1")
+    with GGUFFile(big_file) as g:
+        assert np.array_equal(g.tensor_data("big"), big) and np.array_equal(g.tensor_data("small"), small)
+        assert not g.in_huge_pages
+    assert np.array_equal(big.view(np.float32), np.arange(1 << 20, dtype=np.float32))
+    assert small.view(np.float32).tolist() == list(range(7))
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="huge pages are a Linux feature")
+def test_huge_page_copy_of_a_file_shrunk_after_parsing_is_an_error(big_file):
+    """The copy reads the file again: a file cut short since it was parsed is a GGUFError
+    (a view of the mapping past the end would crash the process when read)."""
+    with GGUFFile(big_file) as f:
+        size = f.file_size - f.data_offset
+        buf, start = gguf_module._weights_in_huge_pages(f.path, f.data_offset, size)
+        assert bytes(buf[start:start + 64]) == bytes(f.tensor_data("big")[:64])
+        with pytest.raises(GGUFError, match="truncated"):
+            gguf_module._weights_in_huge_pages(f.path, f.data_offset, size + 4096)
 
 
 def test_path_like_and_custom_alignment(tmp_path):
