@@ -4,9 +4,8 @@ The header (metadata and tensor infos) is parsed here with `struct` and numpy
 directly over a read-only mmap, so that every count read from the file is checked
 against the bytes that remain *before* anything proportional to it is allocated or
 looped over. `tensor_data` hands out read-only uint8 views: of the mmap, or on Linux
-with transparent huge pages, of one copy of the tensor data in 2 MiB pages (see
-`_weights_in_huge_pages`). The `gguf` package supplies constants only (type ids and
-block sizes).
+with transparent huge pages, of a copy of the tensor in 2 MiB pages (see
+`_HUGE_PAGE`). The `gguf` package supplies constants only (type ids and block sizes).
 
 Layout (little-endian, versions 2 and 3):
     magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
@@ -456,11 +455,14 @@ def _open_mmap(path: str) -> tuple[mmap.mmap | None, int]:
 
 # Decoding reads every weight once per token.  Through 4 KiB pages each 4 KiB of
 # that stream costs a TLB miss: with the weights in 2 MiB pages a SmolLM2 decode
-# step is ~7% faster (5% with 4 sequences).  The copy is read from the file (its
-# pages go to the page cache, not to this process), made only where Linux backs
-# madvised memory with huge pages and the weights take under half the memory
-# available; PYENGINE_MMAP=1 keeps the zero-copy views of the mapping, whose pages
-# the OS may drop under memory pressure (a model larger than memory still loads).
+# step is ~10% faster (8% with 4 sequences).  So where Linux backs madvised memory
+# with huge pages, and the tensor data takes under half the memory available, the
+# tensors are read (their file pages go to the page cache, not to this process)
+# into private memory laid out as the file's data section, each on its first
+# request; a lookup table (token embeddings: a few rows per token) stays a view of
+# the mapping, and its part of that memory is never touched.  PYENGINE_MMAP=1
+# keeps every tensor a view of the mapping, whose pages the OS may drop under
+# memory pressure (a model larger than memory still loads).
 _HUGE_PAGE = 2 << 20
 
 
@@ -487,41 +489,46 @@ def _huge_pages_wanted(size: int) -> bool:
     return size <= _available_memory() // 2
 
 
-def _weights_in_huge_pages(path: str, offset: int, size: int) -> tuple[mmap.mmap, int] | None:
-    """The `size` bytes at `offset` of the file in private anonymous memory madvised
-    for huge pages, starting at a 2 MiB boundary: (buffer, start), or None where the
-    memory cannot be had (the caller keeps the mapping's views)."""
+def _huge_page_arena(size: int) -> tuple[mmap.mmap, int] | None:
+    """`size` bytes of private anonymous memory madvised for huge pages, from a 2 MiB
+    boundary: (buffer, start), or None where it cannot be had (tensors then stay
+    views of the mapping).  Nothing is resident until written."""
     try:
         buf = mmap.mmap(-1, size + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         start = -np.frombuffer(buf, np.uint8, count=1).ctypes.data % _HUGE_PAGE
         buf.madvise(mmap.MADV_HUGEPAGE, start, len(buf) - start)
     except (OSError, ValueError):
         return None
+    return buf, start
+
+
+def _read_into(path: str, offset: int, view: memoryview) -> None:
+    """Fills `view` with the file's bytes from `offset`."""
     try:
-        with open(path, "rb") as f, memoryview(buf) as whole:
+        with open(path, "rb") as f:
             f.seek(offset)
-            view, done = whole[start:start + size], 0
-            while done < size:
+            done = 0
+            while done < len(view):
                 n = f.readinto(view[done:])
                 if not n:   # the file shrank after it was parsed
                     raise GGUFError(f"{path}: file is truncated: tensor data ends at {offset + done}, "
-                                    f"its tensors need {offset + size}")
+                                    f"a tensor needs {offset + len(view)}")
                 done += n
-            view.release()
     except OSError as exc:
         raise GGUFError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
-    return buf, start
 
 
 class GGUFFile:
     """A GGUF file, validated and memory-mapped; tensors stay in place in the mmap
-    unless they are read into huge pages on first use (see _weights_in_huge_pages)."""
+    unless they are read into huge pages on first request (see _HUGE_PAGE)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path: str = os.fspath(path)
         mm, self.file_size = _open_mmap(self.path)
         self._mmap = mm
-        self._tensor_source: tuple[object, int] | None = None   # (buffer, shift of file offsets)
+        self._arena: tuple[mmap.mmap, int] | None = None   # (buffer, shift from file offsets)
+        self._arena_checked = False
+        self._in_arena: set[str] = set()
         try:
             self._parse(mm)
         except BaseException:
@@ -591,30 +598,40 @@ class GGUFFile:
 
     # -- tensors -------------------------------------------------------------
 
-    def tensor_data(self, name: str) -> np.ndarray:
-        """The tensor's raw bytes: a read-only uint8 view over the mmap, or over the
-        huge-page copy of the tensor data."""
+    def tensor_data(self, name: str, lookup: bool = False) -> np.ndarray:
+        """The tensor's raw bytes, read-only uint8: a view over the mmap, or of its copy
+        in huge pages.  A `lookup` table (rows read a few at a time) is not copied for
+        itself; it reads the copy if the tensor was asked for otherwise before."""
         info = self.tensors.get(name)
         if info is None:
             raise GGUFError(f"{self.path}: missing tensor {name!r}")
         if self._mmap is None:
             raise GGUFError(f"{self.path}: file is closed; cannot read tensor {name!r}")
-        buf, shift = self._source()
-        data = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=info.offset + shift)
+        arena = None if lookup and name not in self._in_arena else self._huge_pages()
+        if arena is None:
+            data = np.frombuffer(self._mmap, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+        else:
+            buf, shift = arena
+            if name not in self._in_arena:
+                with memoryview(buf) as whole, whole[info.offset + shift:info.offset + shift + info.nbytes] as view:
+                    _read_into(self.path, info.offset, view)
+                self._in_arena.add(name)
+            data = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=info.offset + shift)
         data.flags.writeable = False
         return data
 
     @property
-    def in_huge_pages(self) -> bool:
-        """Whether the tensors were read into huge pages (after the first tensor_data)."""
-        return self._tensor_source is not None and self._tensor_source[0] is not self._mmap
+    def huge_pages(self) -> bool:
+        """Whether tensors (other than lookup tables) come from huge pages."""
+        return self._mmap is not None and self._huge_pages() is not None
 
-    def _source(self) -> tuple[object, int]:
-        if self._tensor_source is None:
+    def _huge_pages(self) -> tuple[mmap.mmap, int] | None:
+        if not self._arena_checked:
+            self._arena_checked = True
             size = self.file_size - self.data_offset
-            copy = _weights_in_huge_pages(self.path, self.data_offset, size) if _huge_pages_wanted(size) else None
-            self._tensor_source = (self._mmap, 0) if copy is None else (copy[0], copy[1] - self.data_offset)
-        return self._tensor_source
+            arena = _huge_page_arena(size) if _huge_pages_wanted(size) else None
+            self._arena = None if arena is None else (arena[0], arena[1] - self.data_offset)
+        return self._arena
 
     # -- lifetime ------------------------------------------------------------
 
@@ -626,7 +643,7 @@ class GGUFFile:
         # reference, and the mapping is unmapped when the last view is garbage
         # collected. With no views alive, it is unmapped right here.
         mm, self._mmap = self._mmap, None
-        self._tensor_source = None   # a huge-page copy lives on in the views made of it
+        self._arena, self._arena_checked = None, True   # copies live on in the views made of them
         if mm is not None:
             try:
                 mm.close()

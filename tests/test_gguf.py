@@ -288,32 +288,39 @@ def big_file(tmp_path_factory) -> Path:
 
 
 def test_tensors_read_into_huge_pages_equal_the_mapping(big_file, monkeypatch):
-    """Where Linux backs madvised memory with huge pages, the first tensor read copies
-    the tensor data into them; the bytes are the file's either way, read-only, and stay
-    valid after close.  PYENGINE_MMAP=1 keeps the views of the mapping."""
+    """Where Linux backs madvised memory with huge pages, a tensor is copied into them on
+    its first request, a lookup table stays a view of the mapping (until the tensor is
+    copied for another use); the bytes are the file's either way, read-only, and stay
+    valid after close.  PYENGINE_MMAP=1 keeps every tensor a view of the mapping."""
     f = GGUFFile(big_file)
+    assert f.huge_pages == gguf_module._huge_pages_wanted(f.file_size - f.data_offset)
+    table = f.tensor_data("big", lookup=True)
     big, small = f.tensor_data("big"), f.tensor_data("small")
-    assert f.in_huge_pages == gguf_module._huge_pages_wanted(f.file_size - f.data_offset)
-    assert not big.flags.writeable and not small.flags.writeable
+    assert f.tensor_data("big").ctypes.data == big.ctypes.data   # copied once
+    assert (big.ctypes.data != table.ctypes.data) == f.huge_pages
+    assert f.tensor_data("big", lookup=True).ctypes.data == big.ctypes.data
+    assert not big.flags.writeable and not small.flags.writeable and not table.flags.writeable
     f.close()
     monkeypatch.setenv("PYENGINE_MMAP", "1")
     with GGUFFile(big_file) as g:
+        assert not g.huge_pages
         assert np.array_equal(g.tensor_data("big"), big) and np.array_equal(g.tensor_data("small"), small)
-        assert not g.in_huge_pages
     assert np.array_equal(big.view(np.float32), np.arange(1 << 20, dtype=np.float32))
+    assert np.array_equal(table, big)
     assert small.view(np.float32).tolist() == list(range(7))
 
 
 @pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="huge pages are a Linux feature")
-def test_huge_page_copy_of_a_file_shrunk_after_parsing_is_an_error(big_file):
-    """The copy reads the file again: a file cut short since it was parsed is a GGUFError
+def test_tensor_of_a_file_cut_short_after_parsing_is_an_error(big_file):
+    """A copy reads the file again: a file cut short since it was parsed is a GGUFError
     (a view of the mapping past the end would crash the process when read)."""
     with GGUFFile(big_file) as f:
-        size = f.file_size - f.data_offset
-        buf, start = gguf_module._weights_in_huge_pages(f.path, f.data_offset, size)
-        assert bytes(buf[start:start + 64]) == bytes(f.tensor_data("big")[:64])
-        with pytest.raises(GGUFError, match="truncated"):
-            gguf_module._weights_in_huge_pages(f.path, f.data_offset, size + 4096)
+        buf, start = gguf_module._huge_page_arena(4096)
+        with memoryview(buf) as whole:
+            gguf_module._read_into(f.path, f.data_offset, whole[start:start + 64])
+            assert bytes(buf[start:start + 64]) == bytes(f.tensor_data("big")[:64])
+            with pytest.raises(GGUFError, match="truncated"):
+                gguf_module._read_into(f.path, f.file_size - 32, whole[start:start + 64])
 
 
 def test_path_like_and_custom_alignment(tmp_path):

@@ -20,6 +20,7 @@ from conftest import GOLDEN
 from model_parity import EXACT_ISA, EXACT_TOP10, compare, run_case
 
 from pyengine import LLM
+from pyengine import gguf as gguf_module
 
 CASES = json.loads((GOLDEN / "real" / "SmolLM2-135M-Instruct.Q4_1.json").read_text())["cases"]
 
@@ -71,3 +72,12 @@ def test_generate_text_and_stream_agree(llm):
     pieces = list(llm.generate(prompt, max_tokens=24, stream=True))
     assert text == "".join(pieces) and len(pieces) > 1
     assert text.strip()
+
+
+def test_tied_embedding_lookups_read_the_multiplied_copy(llm):
+    """SmolLM2's output projection is its token embedding: the lookups read the same
+    memory the projection streams (the copy in huge pages where there is one), so the
+    table is resident once."""
+    model = llm.model
+    assert model.token_embd.weight.data.ctypes.data == model.output.weight.data.ctypes.data
+    assert llm.gguf.huge_pages == gguf_module._huge_pages_wanted(llm.gguf.file_size - llm.gguf.data_offset)

@@ -62,6 +62,7 @@ class Embedding:
 
     PARTS = {"weight": True}
     F32_PARTS = ()
+    LOOKUP = True   # a few rows read per token: left in the file's mapping, not copied
 
     def __call__(self, ctx: Context, ids: Tensor) -> Tensor:
         return ctx.get_rows(ctx.weight(self.weight), ids)

@@ -86,6 +86,12 @@ def bind(cls: type, gguf: GGUFFile, cfg: Any, prefix: str = "") -> Any:
             (elem,) = typing.get_args(kind)
             n = getattr(cfg, spec.count)
             values[f.name] = [bind(elem, gguf, cfg, f"{prefix}{spec.prefix}.{i}.") for i in range(n)]
+    # A lookup table that is also multiplied (an output tied to the token embedding)
+    # reads the copy the multiplication made, not the file's mapping as well
+    # (GGUFFile.tensor_data): its data is asked for again once the level is bound.
+    for value in values.values():
+        if getattr(value, "LOOKUP", False):
+            value.weight = _weight(gguf, value.weight.name, lookup=True)
     obj = cls(**values)
     obj.cfg = cfg
     return obj
@@ -112,18 +118,18 @@ def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorFi
                 raise ModelError(f"missing tensor '{name}' in {gguf.path}")
             parts[part] = None
             continue
-        w = _weight(gguf, name)
+        w = _weight(gguf, name, lookup=getattr(leaf, "LOOKUP", False))
         if part == "weight" and spec.shape is not None:
             _check_shape(w, spec.shape, cfg)
         parts[part] = w.to_f32() if part in leaf.F32_PARTS else w
     return leaf(**parts)
 
 
-def _weight(gguf: GGUFFile, name: str) -> Weight:
+def _weight(gguf: GGUFFile, name: str, lookup: bool = False) -> Weight:
     info = gguf.tensors[name]
     if not _core.type_supported(info.type):
         raise UnsupportedError(f"tensor '{name}' has block type {info.type_name}, which pyengine cannot run yet")
-    return Weight(name, info.type, tuple(info.shape), gguf.tensor_data(name))
+    return Weight(name, info.type, tuple(info.shape), gguf.tensor_data(name, lookup=lookup))
 
 
 def _check_shape(w: Weight, spec: ShapeSpec, cfg: Any) -> None:
