@@ -297,3 +297,22 @@ def test_one_batch_never_gives_a_cell_twice():
     assert len(set(slots.tolist())) == 3
     assert all(table.seq[s] == 0 for s in slots)
     assert slots[0] > 0 and slots[1] > 4 and slots[2] > 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lone_tokens_take_the_lowest_free_cell_above_their_last(seed):
+    """Sequences decoding side by side take turns at the top of the cache: each lone token
+    gets the lowest free cell above its sequence's last that no earlier token of the
+    batch took (found by probing a few cells, or by the free map past them)."""
+    rng = np.random.default_rng(seed)
+    n_cells, n_seq = 64, 5
+    table = CellTable(n_cells)
+    used = rng.choice(n_cells - 12, size=30, replace=False)
+    table.record(np.sort(used), np.arange(30, dtype=np.int32), rng.integers(0, n_seq, 30))
+    seqs = rng.permutation(n_seq)
+    slots = table.plan(np.full(n_seq, 100, np.int32), seqs)
+    taken: list[int] = []
+    for sid, slot in zip(seqs.tolist(), slots.tolist()):
+        free = [c for c in range(table.last_cell(sid) + 1, n_cells) if table.seq[c] == 0 and c not in taken]
+        assert slot == free[0], (sid, slot, free[:3])
+        taken.append(slot)

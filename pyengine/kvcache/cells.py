@@ -108,11 +108,12 @@ class CellTable:
         for sid, rows in rows_by_sequence(seq_ids).items():
             self._check_order(sid, positions[rows])
             start = self.last_cell(sid) + 1
-            if free is None and len(rows) == 1 and start < self.n_cells and self.seq[start] == 0 \
-                    and start not in taken:
-                slots[rows[0]] = start   # a decode step: the cell right above is free
-                taken.append(start)
-                continue
+            if free is None and len(rows) == 1:
+                cell = self._free_cell_near(start, taken)
+                if cell >= 0:
+                    slots[rows[0]] = cell   # a decode step: a free cell just above
+                    taken.append(cell)
+                    continue
             if free is None:
                 free = self.seq == 0
                 free[taken] = False
@@ -122,6 +123,16 @@ class CellTable:
             slots[rows] = avail
             free[avail] = False
         return slots
+
+    def _free_cell_near(self, start: int, taken: list[int]) -> int:
+        """The lowest free cell in [start, start + 8) not yet given, or -1.  Sequences
+        decoding side by side take turns at the top of the cache, so the cell right
+        above a sequence's last is often another's: a few probes find the one the free
+        map would, without building it."""
+        for cell in range(start, min(start + 8, self.n_cells)):
+            if self.seq[cell] == 0 and cell not in taken:
+                return cell
+        return -1
 
     def _check_order(self, sid: int, positions: np.ndarray) -> None:
         """A sequence's positions in a batch increase and follow its cached ones."""
