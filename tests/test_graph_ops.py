@@ -291,17 +291,18 @@ def test_score_products_of_a_head_group_equal_each_head_alone(isa, nacc):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("hd", [64, 128])
-def test_generated_tokens_heads_sharing_kv_equal_heads_alone(isa, hd):
+@pytest.mark.parametrize("hd, h", [(64, 6), (128, 6), (64, 8), (64, 14)])
+def test_generated_tokens_heads_sharing_kv_equal_heads_alone(isa, hd, h):
     """Generated (lone) tokens split by token, each thread laying out a token's cells
-    once for the heads it takes: heads sharing a KV head (groups of 3) give the same
-    bits as each head on its own copy of it.  Four tokens, each over its own cells."""
-    t, h, n_cells = 4, 6, 256
+    once for the heads it takes: heads sharing a KV head (groups of 3, 4 and 7 over 2 KV
+    heads) give the same bits as each head on its own copy of it.  Four tokens, each
+    over its own cells."""
+    t, n_cells = 4, 256
     seen = [37, 64, 5, 100]
     q = f32(t, h, hd)
+    base16 = [f32(n_cells, 2 * hd).astype(np.float16).view(np.uint16) for _ in range(2)]
     results = []
-    for hkv in (2, 6):     # groups of 3, then every head alone on a copy of its KV head
-        base16 = [f32(n_cells, 2 * hd).astype(np.float16).view(np.uint16) for _ in range(2)] if hkv == 2 else base16
+    for hkv in (2, h):     # groups of h / 2, then every head alone on a copy of its KV head
         k16, v16 = (np.repeat(b.reshape(n_cells, 2, hd), hkv // 2, axis=1).reshape(n_cells, -1) for b in base16)
         mask = np.full((t, n_cells), -np.inf, np.float32)
         for i, n in enumerate(seen):
