@@ -497,11 +497,12 @@ static int values_f16_lanes(int64_t n, const int32_t *cell, const float *p, cons
 
 /* The lone token's product with an F16 V (4 * LANES lanes: slot i to lane
  * i % (4 * LANES), folded by halves, as values_f16_wide), one block of
- * LANES output elements at a time with its lanes in registers: the slots of
- * lane group a (lanes LANES*a .. LANES*a + LANES-1) run as one pass; groups
- * 0 and 2, then 1 and 3, are added, then the two sums, then the lanes of a
- * group by halves: the fold's order.  Returns 0 where the ISA has no such
- * loop. */
+ * LANES output elements at a time: each lane's slots in order, in passes
+ * over a group of lanes held in registers (AVX2: the LANES lanes of group
+ * a, lanes LANES*a .. LANES*a + LANES-1; AVX-512: 8 lanes of up to 3 heads);
+ * then groups 0 and 2, and 1 and 3, are added, then the two sums, then the
+ * lanes of a group by halves: the fold's order.  Returns 0 where the ISA has
+ * no such loop. */
 #if defined(__AVX512F__)
 static inline __m512 fold16_vectors(__m512 v[16]) {
     for (int half = 8; half >= 1; half /= 2)
