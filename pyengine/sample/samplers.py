@@ -86,15 +86,23 @@ class Penalties:
     def apply(self, cand: Candidates) -> None:
         if not self.active:
             return
-        tokens = np.fromiter(self.counts.keys(), dtype=np.int64, count=len(self.counts))
-        counts = np.fromiter(self.counts.values(), dtype=np.float32, count=len(self.counts))
+        tokens, counts = self.tokens_and_counts()
         positions, which = cand.positions_of(tokens)
-        values = cand.logits[positions]
+        cand.logits[positions] = self.penalize(cand.logits[positions], counts[which])
+        cand.sorted = False
+
+    def tokens_and_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens in the window and how often each occurs there."""
+        n = len(self.counts)
+        return (np.fromiter(self.counts.keys(), dtype=np.int64, count=n),
+                np.fromiter(self.counts.values(), dtype=np.float32, count=n))
+
+    def penalize(self, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """The logits `values` of tokens seen `counts` times, penalised."""
         # Dividing a negative logit would make the token likelier, so those get multiplied.
         values = np.where(values <= 0, values * self.repeat, values / self.repeat)
-        values -= counts[which] * self.frequency + self.presence
-        cand.logits[positions] = values
-        cand.sorted = False
+        values -= counts * self.frequency + self.presence
+        return values
 
 
 class TopNSigma:
