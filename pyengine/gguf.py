@@ -456,14 +456,17 @@ def _open_mmap(path: str) -> tuple[mmap.mmap | None, int]:
 # Decoding reads every weight once per token.  Through 4 KiB pages each 4 KiB of
 # that stream costs a TLB miss: with the weights in 2 MiB pages a SmolLM2 decode
 # step is ~10% faster (8% with 4 sequences).  So where Linux backs madvised memory
-# with huge pages, and the tensor data takes under half the memory available, the
-# tensors are read (their file pages go to the page cache, not to this process)
-# into private memory laid out as the file's data section, each on its first
-# request; a lookup table (token embeddings: a few rows per token) stays a view of
-# the mapping, and its part of that memory is never touched.  PYENGINE_MMAP=1
-# keeps every tensor a view of the mapping, whose pages the OS may drop under
-# memory pressure (a model larger than memory still loads).
+# with huge pages, the tensors are read (their file pages go to the page cache, not
+# to this process) into private memory laid out as the file's data section, each on
+# its first request; a lookup table (token embeddings: a few rows per token) stays a
+# view of the mapping, and its part of that memory is never touched.  Getting huge
+# pages from the kernel costs load time (~1 s per GiB on the VM this was measured
+# on, against a mapping's near-instant start), so by default only tensor data up to
+# _HUGE_DEFAULT_MAX is copied; PYENGINE_MMAP=0 copies any size, PYENGINE_MMAP=1
+# none.  Never more than half the memory available: the mapping's pages the OS may
+# drop under memory pressure (a model larger than memory still loads).
 _HUGE_PAGE = 2 << 20
+_HUGE_DEFAULT_MAX = 1 << 30
 
 
 def _available_memory() -> int:
@@ -478,7 +481,10 @@ def _available_memory() -> int:
 
 
 def _huge_pages_wanted(size: int) -> bool:
-    if os.environ.get("PYENGINE_MMAP") == "1" or not hasattr(mmap, "MADV_HUGEPAGE") or size < _HUGE_PAGE:
+    choice = os.environ.get("PYENGINE_MMAP")
+    if choice == "1" or not hasattr(mmap, "MADV_HUGEPAGE") or size < _HUGE_PAGE:
+        return False
+    if choice != "0" and size > _HUGE_DEFAULT_MAX:
         return False
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:

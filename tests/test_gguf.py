@@ -310,6 +310,19 @@ def test_tensors_read_into_huge_pages_equal_the_mapping(big_file, monkeypatch):
     assert small.view(np.float32).tolist() == list(range(7))
 
 
+def test_huge_pages_by_default_only_up_to_a_size(monkeypatch):
+    """Huge pages cost load time: tensor data past 1 GiB stays mapped unless
+    PYENGINE_MMAP=0 asks for the copy; PYENGINE_MMAP=1 maps everything."""
+    large = gguf_module._HUGE_DEFAULT_MAX + 1
+    monkeypatch.delenv("PYENGINE_MMAP", raising=False)
+    small_copied = gguf_module._huge_pages_wanted(4 << 20)
+    assert not gguf_module._huge_pages_wanted(large)
+    monkeypatch.setenv("PYENGINE_MMAP", "0")
+    assert gguf_module._huge_pages_wanted(large) == (small_copied and large <= gguf_module._available_memory() // 2)
+    monkeypatch.setenv("PYENGINE_MMAP", "1")
+    assert not gguf_module._huge_pages_wanted(4 << 20)
+
+
 @pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="huge pages are a Linux feature")
 def test_tensor_of_a_file_cut_short_after_parsing_is_an_error(big_file):
     """A copy reads the file again: a file cut short since it was parsed is a GGUFError
