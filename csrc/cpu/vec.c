@@ -186,73 +186,11 @@ static inline void fold4(const __m512 v[4], float out[4]) {
     for (int b = 0; b < 4; b++) out[b] = lanes[4 * b];
 }
 
-/* The row dot product (nacc 4) of 4 rows side by side when whole chunks of
- * 4 x 16 cover n: chunk i to accumulator i % 4, then (0 + 2) + (1 + 3) and
- * the fold, as dot_f32_f16 (no tail: nothing is added in double). */
-static void dot4_rows_nacc4(int64_t n, const float *x, const uint16_t *const *y, int rows, float *out) {
-    const uint16_t *ys[4];
-    for (int b = 0; b < 4; b++) ys[b] = y[b < rows ? b : rows - 1];   /* spare rows repeat the last */
-    __m512 acc[4][4];
-    for (int b = 0; b < 4; b++)
-        for (int j = 0; j < 4; j++) acc[b][j] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 64)
-        for (int j = 0; j < 4; j++) {
-            const __m512 xv = _mm512_loadu_ps(x + i + 16 * j);
-            for (int b = 0; b < 4; b++)
-                acc[b][j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ys[b] + i + 16 * j))),
-                                            xv, acc[b][j]);
-        }
-    __m512 sums[4];
-    for (int b = 0; b < 4; b++)
-        sums[b] = _mm512_add_ps(_mm512_add_ps(acc[b][0], acc[b][2]), _mm512_add_ps(acc[b][1], acc[b][3]));
-    float folded[4];
-    fold4(sums, folded);
-    for (int b = 0; b < rows; b++) out[b] = folded[b];
-}
-#endif
-
-/* dot_f32_f16 against up to four rows: with one accumulator per row the
- * four chains of dependent multiply-adds run side by side */
-static void dot4_f32_f16(int64_t n, const float *x, const uint16_t *const *y, int rows, int nacc, float *out) {
-#if defined(__AVX512F__)
-    if (nacc == 4 && n % 64 == 0) {
-        dot4_rows_nacc4(n, x, y, rows, out);
-        return;
-    }
-    if (nacc == 1 && n % 16 == 0) {
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int64_t i = 0; i < n; i += 16) {
-            const __m512 xv = _mm512_loadu_ps(x + i);
-            for (int r = 0; r < rows; r++)
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y[r] + i))), xv, acc[r]);
-        }
-        for (int r = 0; r < rows; r++) out[r] = fold(acc[r]);
-        return;
-    }
-#elif defined(__AVX2__)
-    if (nacc == 1 && n % 8 == 0) {
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int64_t i = 0; i < n; i += 8) {
-            const __m256 xv = _mm256_loadu_ps(x + i);
-            for (int r = 0; r < rows; r++)
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y[r] + i))), xv, acc[r]);
-        }
-        for (int r = 0; r < rows; r++) out[r] = fold(acc[r]);
-        return;
-    }
-#endif
-    for (int r = 0; r < rows; r++) out[r] = dot_f32_f16(n, x, y[r], nacc);
-}
-
-/* The tiled product of a batch's attention: dot_f32_f16 with one
- * accumulator (nacc 1) for every pair of up to 4 query rows x and up to 4
- * F16 rows y, out[4 * a + b] = x[a] . y[b].  Each y chunk is converted once
- * for all queries; each pair's arithmetic is the row product's. */
-#if defined(__AVX512F__)
-/* The row dot product (nacc 4) of nx queries with ny F16 rows, each row
- * converted once for all the queries (the heads of a GQA group): per pair
- * the steps of dot4_rows_nacc4 (chunk i to accumulator i % 4 over 64-element
- * steps, then (0 + 2) + (1 + 3) and the fold). */
+/* The row dot product (nacc 4) of nx queries with ny F16 rows when whole
+ * 64-element steps cover n, each row converted once for all the queries
+ * (the heads of a GQA group): per pair dot_f32_f16's steps, chunk i to
+ * accumulator i % 4, then (0 + 2) + (1 + 3) and the fold (no tail: nothing
+ * is added in double). */
 PE_ALWAYS_INLINE void dot_tile_nacc4_n(int64_t n, const float *const *x, const int nx, const uint16_t *const *y, int ny,
                                        float *out) {
     __m512 sums[4][4];   /* [query][row] */
@@ -277,6 +215,11 @@ PE_ALWAYS_INLINE void dot_tile_nacc4_n(int64_t n, const float *const *x, const i
 }
 #endif
 
+/* Attention's score products: dot_f32_f16 with nacc accumulators (1: a
+ * batch's tiles, 4: a lone token's row dot product) for every pair of up to
+ * 4 query rows x and up to 4 F16 rows y, out[4 * a + b] = x[a] . y[b].
+ * Each y chunk is converted once for all queries; each pair's arithmetic is
+ * the row product's. */
 static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, int nacc,
                              float *out) {
 #if defined(__AVX512F__)
@@ -331,7 +274,8 @@ static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uin
         return;
     }
 #endif
-    for (int a = 0; a < nx; a++) dot4_f32_f16(n, x[a], y, ny, nacc, out + 4 * a);
+    for (int a = 0; a < nx; a++)
+        for (int b = 0; b < ny; b++) out[4 * a + b] = dot_f32_f16(n, x[a], y[b], nacc);
 }
 
 /* One output element of the product with a transposed V for the ISAs
