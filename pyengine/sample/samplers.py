@@ -92,10 +92,8 @@ class Penalties:
         cand.sorted = False
 
     def tokens_and_counts(self) -> tuple[np.ndarray, np.ndarray]:
-        """The tokens in the window and how often each occurs there."""
-        n = len(self.counts)
-        return (np.fromiter(self.counts.keys(), dtype=np.int64, count=n),
-                np.fromiter(self.counts.values(), dtype=np.float32, count=n))
+        """The tokens in the window (touched()'s order) and how often each occurs there."""
+        return self.touched(), np.fromiter(self.counts.values(), dtype=np.float32, count=len(self.counts))
 
     def penalize(self, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """The logits `values` of tokens seen `counts` times, penalised."""
