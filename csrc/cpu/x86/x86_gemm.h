@@ -141,6 +141,12 @@ static inline __m256 gm_scales_tile(const uint8_t *const w[4], size_t block_byte
     return _mm256_cvtph_ps(h);
 }
 
+/* an activation block's opening f16 pair (d, and q8_1's s) as floats in one
+ * 64-bit element, for a broadcast to [da sa da sa ...] */
+static inline __m128d gm_act_pair(const void *y) {
+    return _mm_castps_pd(_mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(y))));
+}
+
 /* the f16 pairs opening block ib of activation rows 0..3 (rows past nc
  * repeat the last): [da0 sa0 da1 sa1 da2 sa2 da3 sa3] */
 static inline __m256 gm_scales_acts(const uint8_t *a, size_t ba, size_t block_bytes, int64_t ib, int nc) {
@@ -366,8 +372,7 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
                 (int)gm_u32(rows[6] + off), (int)gm_u32(rows[7] + off)));                                 \
             for (int j = 0; j < nc; j++) {                                                                \
                 const AB *y = (const AB *)(a + (size_t)j * ba) + ib0 + b;                                 \
-                const __m128 pair = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(y)));   /* [da sa . .] */ \
-                const __m512 prod = _mm512_mul_ps(dm, _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castps_pd(pair)))); \
+                const __m512 prod = _mm512_mul_ps(dm, _mm512_castpd_ps(_mm512_broadcastsd_pd(gm_act_pair(y)))); \
                 _mm512_store_ps(table + (b * 4 + j) * 16, prod);                                          \
                 if (WITH_MIN) mins[j] = _mm512_add_ps(mins[j], prod);                                     \
             }                                                                                             \
@@ -459,8 +464,7 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
             const __m256 wd = gm_scales_tile(rows, sizeof(WB), ib0 + b);   /* [d0 m0 d1 m1 ...] */        \
             for (int j = 0; j < nc; j++) {                                                                \
                 const AB *y = (const AB *)(a + (size_t)j * ba) + ib0 + b;                                 \
-                const __m128 pair = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(y)));   /* [da sa . .] */ \
-                const __m256 prod = _mm256_mul_ps(wd, _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(pair)))); \
+                const __m256 prod = _mm256_mul_ps(wd, _mm256_castpd_ps(_mm256_broadcastsd_pd(gm_act_pair(y)))); \
                 _mm256_store_ps(table + (b * 4 + j) * 8, prod);                                           \
                 if (WITH_MIN) mins[j] = _mm256_add_ps(mins[j], prod);                                     \
             }                                                                                             \
@@ -517,8 +521,7 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
             gm_prefetch_ahead(rows, bw, off, sizeof(WB));                                                 \
             gm_prefetch_ahead(rows + 4, bw, off, sizeof(WB));                                             \
             const AB *y = (const AB *)a + ib;                                                             \
-            const __m128 pair = _mm_cvtph_ps(_mm_cvtsi32_si128((int)gm_u32(y)));   /* [da sa . .] */     \
-            const __m256 scale = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(pair)));           \
+            const __m256 scale = _mm256_castpd_ps(_mm256_broadcastsd_pd(gm_act_pair(y)));   /* [da sa ...] */ \
             for (int g = 0; g < 2; g++) {                                                                 \
                 const __m256 prod = _mm256_mul_ps(gm_scales_tile(rows + 4 * g, sizeof(WB), ib), scale);   \
                 if (WITH_MIN) mins[g] = _mm256_add_ps(mins[g], prod);                                     \
