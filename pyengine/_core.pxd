@@ -8,6 +8,8 @@ cdef extern from "pe.h" nogil:
     int pe_type_supported(int type)
     int pe_type_vec_dot_type(int type)
     size_t pe_row_bytes(int type, int64_t n)
+    int pe_type_rows8(int type)
+    int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows)
     const char *pe_last_error()
 
     const char *pe_isa_current()

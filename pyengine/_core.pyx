@@ -47,6 +47,23 @@ def vec_dot_type(int type_id) -> int:
     return pe_type_vec_dot_type(type_id)
 
 
+def rows8_type(int type_id) -> int:
+    """The type weights of type_id are interleaved into (rows by 8) for the
+    current ISA's faster decoding, or -1 (see pe_type_rows8 in pe.h)."""
+    return pe_type_rows8(type_id)
+
+
+def repack_rows8(int rows8_type, const uint8_t[::1] src, uint8_t[::1] dst, int64_t n, int64_t nrows) -> None:
+    """Interleave nrows rows of n elements (raw blocks of the type rows8_type holds) into dst."""
+    cdef size_t nbytes = pe_row_bytes(rows8_type, n) * <size_t>nrows
+    if nbytes == 0 or <size_t>src.shape[0] < nbytes or <size_t>dst.shape[0] < nbytes:
+        raise ValueError("buffers do not hold nrows rows of n elements")
+    cdef int rc
+    with nogil:
+        rc = pe_repack_rows8(rows8_type, &src[0], &dst[0], n, nrows)
+    _check(rc)
+
+
 # ---- instruction sets ----------------------------------------------------
 
 def isa() -> str:

@@ -23,7 +23,7 @@ import mmap
 import os
 import stat
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -508,6 +508,16 @@ def _huge_page_arena(size: int) -> tuple[mmap.mmap, int] | None:
     return buf, start
 
 
+def _drop_pages(mm: mmap.mmap, offset: int, nbytes: int) -> None:
+    """Let the kernel take back the mapping's pages of a range read once (they count in
+    the process's memory until then; a later read would fetch them from the file)."""
+    if not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = offset // mmap.PAGESIZE * mmap.PAGESIZE
+    end = min(len(mm), -(-(offset + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
+    mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
 def _read_into(path: str, offset: int, view: memoryview) -> None:
     """Fills `view` with the file's bytes from `offset`."""
     try:
@@ -535,6 +545,7 @@ class GGUFFile:
         self._arena: tuple[mmap.mmap, int] | None = None   # (buffer, shift from file offsets)
         self._arena_checked = False
         self._in_arena: set[str] = set()
+        self._transformed: dict[str, np.ndarray] = {}
         try:
             self._parse(mm)
         except BaseException:
@@ -604,16 +615,22 @@ class GGUFFile:
 
     # -- tensors -------------------------------------------------------------
 
-    def tensor_data(self, name: str, lookup: bool = False) -> np.ndarray:
+    def tensor_data(self, name: str, lookup: bool = False,
+                    transform: Callable[[np.ndarray, np.ndarray], None] | None = None) -> np.ndarray:
         """The tensor's raw bytes, read-only uint8: a view over the mmap, or of its copy
         in huge pages.  A `lookup` table (rows read a few at a time) is not copied for
-        itself; it reads the copy if the tensor was asked for otherwise before."""
+        itself; it reads the copy if the tensor was asked for otherwise before.
+        With `transform(src, dst)`, the bytes are rewritten once into memory of their
+        own (the huge-page copy's place, else a private buffer; the same result on
+        every such request); asked for without it, the tensor then reads the mmap."""
         info = self.tensors.get(name)
         if info is None:
             raise GGUFError(f"{self.path}: missing tensor {name!r}")
         if self._mmap is None:
             raise GGUFError(f"{self.path}: file is closed; cannot read tensor {name!r}")
-        arena = None if lookup and name not in self._in_arena else self._huge_pages()
+        if transform is not None:
+            return self._transformed_data(name, info, transform)
+        arena = None if (lookup and name not in self._in_arena) or name in self._transformed else self._huge_pages()
         if arena is None:
             data = np.frombuffer(self._mmap, dtype=np.uint8, count=info.nbytes, offset=info.offset)
         else:
@@ -624,6 +641,27 @@ class GGUFFile:
                 self._in_arena.add(name)
             data = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=info.offset + shift)
         data.flags.writeable = False
+        return data
+
+    def _transformed_data(self, name: str, info: TensorInfo,
+                          transform: Callable[[np.ndarray, np.ndarray], None]) -> np.ndarray:
+        data = self._transformed.get(name)
+        if data is not None:
+            return data
+        arena = self._huge_pages()
+        if arena is None:
+            data = np.empty(info.nbytes, np.uint8)
+            transform(np.frombuffer(self._mmap, dtype=np.uint8, count=info.nbytes, offset=info.offset), data)
+            _drop_pages(self._mmap, info.offset, info.nbytes)
+        else:
+            buf, shift = arena
+            source = np.empty(info.nbytes, np.uint8)   # read past the mapping, as copies are
+            with memoryview(source) as view:
+                _read_into(self.path, info.offset, view)
+            data = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=info.offset + shift)
+            transform(source, data)
+        data.flags.writeable = False
+        self._transformed[name] = data
         return data
 
     @property

@@ -310,6 +310,29 @@ def test_tensors_read_into_huge_pages_equal_the_mapping(big_file, monkeypatch):
     assert small.view(np.float32).tolist() == list(range(7))
 
 
+@pytest.mark.parametrize("mmap_only", ["0", "1"])
+def test_transformed_tensor_is_rewritten_once_and_lookups_keep_the_file(big_file, monkeypatch, mmap_only):
+    """tensor_data(transform=) rewrites a tensor's bytes into memory of its own (the
+    huge-page copy's place, or a private buffer with PYENGINE_MMAP=1), once; asked for
+    again without the transform (a lookup, say) the tensor reads the file's bytes."""
+    monkeypatch.setenv("PYENGINE_MMAP", mmap_only)
+    calls = []
+
+    def reverse(src: np.ndarray, dst: np.ndarray) -> None:
+        calls.append(len(src))
+        dst[:] = src[::-1]
+
+    with GGUFFile(big_file) as f:
+        plain = np.arange(1 << 20, dtype=np.float32).view(np.uint8)
+        done = f.tensor_data("big", transform=reverse)
+        assert np.array_equal(done, plain[::-1]) and not done.flags.writeable
+        assert f.tensor_data("big", transform=reverse).ctypes.data == done.ctypes.data and calls == [plain.size]
+        for lookup in (True, False):
+            assert np.array_equal(f.tensor_data("big", lookup=lookup), plain)
+        assert f.tensor_data("small").view(np.float32).tolist() == list(range(7))
+    assert np.array_equal(done, plain[::-1])   # still valid after close
+
+
 def test_huge_pages_by_default_only_up_to_a_size(monkeypatch):
     """Huge pages cost load time: tensor data past 1 GiB stays mapped unless
     PYENGINE_MMAP=0 asks for the copy; PYENGINE_MMAP=1 maps everything."""

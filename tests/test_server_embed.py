@@ -63,8 +63,8 @@ def test_hidden_rows_projected_by_the_output_weight_are_the_logits(name):
         logits = model.forward_logits(ids)
         hidden = hidden_rows(model, ids)
         assert hidden.shape == (len(ids), model.model.cfg.n_embd)
-        head = model.model.output.weight
-        weight = dequantize(np.asarray(head.data), head.type).reshape(-1, hidden.shape[1])
+        head = model.gguf.tensors[model.model.output.weight.name]   # as the file has it (not interleaved)
+        weight = dequantize(np.asarray(model.gguf.tensor_data(head.name)), head.type).reshape(-1, hidden.shape[1])
         projected = hidden.astype(np.float64) @ weight.T.astype(np.float64)
         cap = getattr(model.model.cfg, "final_softcap", 0.0)
         if cap:

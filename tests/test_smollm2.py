@@ -19,9 +19,10 @@ import pytest
 from conftest import GOLDEN
 from model_parity import EXACT_ISA, EXACT_TOP10, compare, run_case
 
-from pyengine import LLM
+from pyengine import LLM, _core
 from pyengine import gguf as gguf_module
 
+Q4_1, Q8_0, Q4_1_X8 = 3, 8, 64   # GGML type ids; PE_TYPE_Q4_1_X8 in pe.h
 CASES = json.loads((GOLDEN / "real" / "SmolLM2-135M-Instruct.Q4_1.json").read_text())["cases"]
 
 
@@ -81,3 +82,15 @@ def test_tied_embedding_lookups_read_the_multiplied_copy(llm):
     model = llm.model
     assert model.token_embd.weight.data.ctypes.data == model.output.weight.data.ctypes.data
     assert llm.gguf.huge_pages == gguf_module._huge_pages_wanted(llm.gguf.file_size - llm.gguf.data_offset)
+
+
+def test_multiplied_q4_1_weights_are_interleaved_where_that_pays(llm):
+    """On x86 with SIMD the Q4_1 projections are stored interleaved by 8 rows (the decoding
+    kernel's layout; tests/test_rows8.py holds its products to the plain ones' bits), the
+    norms and the Q8_0 embedding as the file has them.  The parity tests above run on it."""
+    layer = llm.model.layers[0]
+    want = _core.rows8_type(Q4_1)
+    assert want in (-1, Q4_1_X8)
+    for linear in (layer.attn.attn_q, layer.attn.attn_output, layer.mlp.ffn_gate, layer.mlp.ffn_down):
+        assert linear.weight.type == (Q4_1 if want < 0 else want)
+    assert llm.model.token_embd.weight.type == llm.gguf.tensors["token_embd.weight"].type == Q8_0

@@ -56,15 +56,19 @@ int pe_op_get_rows(pe_graph *g, int table, int ids) {
     return node(g, PE_OP_GET_ROWS, PE_TYPE_F32, 2, ne, table, ids, -1, -1, -1);
 }
 
-static int check_weight(const char *op, const pe_tensor *w) {
-    if (!pe_type_supported(w->type)) return fail_shapes(op, w, NULL, "weight type has no kernels");
+/* interleaved: whether the op takes weights interleaved by 8 rows (mul_mat) */
+static int check_weight(const char *op, const pe_tensor *w, int interleaved) {
+    const int base = pe_type_rows8_base(w->type);
+    if (base >= 0 && (!interleaved || w->ne[1] % 8 != 0))
+        return fail_shapes(op, w, NULL, "weights interleaved by 8 rows need a plain product and rows in 8s");
+    if (!pe_type_supported(base >= 0 ? base : w->type)) return fail_shapes(op, w, NULL, "weight type has no kernels");
     if (!pe_is_contiguous(w)) return fail_shapes(op, w, NULL, "weights must be contiguous");
     return 0;
 }
 
 int pe_op_mul_mat(pe_graph *g, int w, int x, int tiles) {
     pe_tensor *a = get(g, w, "mul_mat", "weight"), *b = get(g, x, "mul_mat", "input");
-    if (!a || !b || check_weight("mul_mat", a) || require_f32("mul_mat", b)) return -1;
+    if (!a || !b || check_weight("mul_mat", a, 1) || require_f32("mul_mat", b)) return -1;
     if (a->ne[2] != 1 || a->ne[3] != 1) return fail_shapes("mul_mat", a, b, "weight must be 2-D");
     if (a->ne[0] != b->ne[0]) return fail_shapes("mul_mat", a, b, "inner dimensions differ");
     if (tiles >= 0) {
@@ -79,7 +83,7 @@ int pe_op_mul_mat(pe_graph *g, int w, int x, int tiles) {
 int pe_op_mul_mat_id(pe_graph *g, int w, int x, int ids) {
     pe_tensor *a = get(g, w, "mul_mat_id", "weight"), *b = get(g, x, "mul_mat_id", "input"),
               *c = get(g, ids, "mul_mat_id", "ids");
-    if (!a || !b || !c || check_weight("mul_mat_id", a) || require_f32("mul_mat_id", b) || require_i32("mul_mat_id", c)) return -1;
+    if (!a || !b || !c || check_weight("mul_mat_id", a, 0) || require_f32("mul_mat_id", b) || require_i32("mul_mat_id", c)) return -1;
     if (a->ne[3] != 1) return fail_shapes("mul_mat_id", a, b, "expert weights must be 3-D");
     if (a->ne[0] != b->ne[0]) return fail_shapes("mul_mat_id", a, b, "inner dimensions differ");
     if (c->ne[1] != b->ne[2] || (b->ne[1] != 1 && b->ne[1] != c->ne[0]))

@@ -17,6 +17,8 @@
 #define PE_MAX_NAME 48
 
 /* Record an error message for pe_last_error(); always returns -1. */
+/* The type an interleaved type holds (its rows by 8), or -1. */
+int pe_type_rows8_base(int type);
 int pe_fail(const char *fmt, ...);
 
 /* a * b into *out, 0 on overflow of size_t */

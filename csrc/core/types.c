@@ -10,6 +10,7 @@ typedef struct pe_type_traits {
     size_t      block_bytes;
     int         vec_dot_type;  /* activations are quantized to this type */
     int         weight;        /* usable as a weight (has a dot product) */
+    int         rows8_base;    /* an interleaved type (rows by 8): the type it holds; 0 otherwise */
 } pe_type_traits;
 
 static const pe_type_traits traits[PE_TYPE_COUNT] = {
@@ -33,6 +34,7 @@ static const pe_type_traits traits[PE_TYPE_COUNT] = {
     [PE_TYPE_I8]     = {"I8",     1,      1,                    -1,           0},
     [PE_TYPE_I16]    = {"I16",    1,      2,                    -1,           0},
     [PE_TYPE_I32]    = {"I32",    1,      4,                    -1,           0},
+    [PE_TYPE_Q4_1_X8] = {"Q4_1x8", QK4_1, sizeof(block_q4_1),   PE_TYPE_Q8_1, 0, PE_TYPE_Q4_1},
 };
 
 static const pe_type_traits *traits_of(int type) {
@@ -66,6 +68,20 @@ int pe_type_supported(int type) {
     /* a weight type is usable once its kernels exist in the reference table */
     const pe_type_kernels *k = &pe_kernels_ref()->type[type];
     return k->to_float != NULL && k->vec_dot != NULL;
+}
+
+int pe_type_rows8_base(int type) {
+    const pe_type_traits *t = traits_of(type);
+    return t && t->rows8_base ? t->rows8_base : -1;
+}
+
+/* Interleaving pays where the ISA has a decoding kernel for the layout;
+ * elsewhere the weight stays as the file has it. */
+int pe_type_rows8(int type) {
+    for (int t = 0; t < PE_TYPE_COUNT; t++)
+        if (traits[t].rows8_base == type && type > 0 && pe_kern->type[t].gemm8)
+            return t;
+    return -1;
 }
 
 size_t pe_row_bytes(int type, int64_t n) {

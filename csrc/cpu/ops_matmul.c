@@ -30,9 +30,21 @@ static inline const void *x_row(const pe_tensor *x, int64_t r) {
 }
 
 /* Scratch: the quantized activations (a lone row: one copy per thread),
- * then per thread a packed copy of 16 weight rows for types with pack16 (at
- * 64-byte offsets). */
+ * then per thread a packed copy of 16 weight rows for types with pack16,
+ * then per thread 16 rows unpacked from weights interleaved by 8 (at 64-byte
+ * offsets). */
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* The kernels that see a weight's rows as the file has them: for weights
+ * interleaved by 8 rows (ref_rows8.c), those of the type they hold. */
+static const pe_type_kernels *plain_kernels(const pe_tensor *w) {
+    const int base = pe_type_rows8_base(w->type);
+    return &pe_kern->type[base >= 0 ? base : w->type];
+}
+
+static size_t unpacked_bytes(const pe_tensor *w) {
+    return pe_kern->type[w->type].unpack8 ? round64((size_t)TILE_ROWS * w->nb[1]) : 0;
+}
 
 static size_t activations_bytes(const pe_tensor *x, int vdt, int nth) {
     if (vdt == PE_TYPE_F32) return 0;
@@ -41,15 +53,15 @@ static size_t activations_bytes(const pe_tensor *x, int vdt, int nth) {
 }
 
 static size_t pack_bytes(const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
-    const pe_pack16_fn pack = pe_kern->type[w->type].pack16;
+    const pe_pack16_fn pack = plain_kernels(w)->pack16;
     if (t->op != PE_OP_MUL_MAT || !pack || pe_nrows(x) < PACK_MIN_COLS) return 0;
     return round64(pack(x->ne[0], NULL, 0, NULL));
 }
 
 size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
     const pe_tensor *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
-    const size_t bytes =
-        activations_bytes(x, pe_type_vec_dot_type(w->type), n_threads) + (size_t)n_threads * pack_bytes(t, w, x);
+    const size_t bytes = activations_bytes(x, pe_type_vec_dot_type(w->type), n_threads) +
+                         (size_t)n_threads * (pack_bytes(t, w, x) + unpacked_bytes(w));
     return bytes ? bytes + 64 : 0;
 }
 
@@ -58,6 +70,14 @@ size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) 
 static void *pack_scratch(const pe_exec *ex, const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
     const size_t per = pack_bytes(t, w, x);
     const size_t off = activations_bytes(x, pe_type_vec_dot_type(w->type), ex->nth) + (size_t)ex->ith * per;
+    return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
+}
+
+/* This thread's room for rows unpacked from an interleaved weight. */
+static uint8_t *unpacked_scratch(const pe_exec *ex, const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
+    const size_t per = unpacked_bytes(w);
+    const size_t off = activations_bytes(x, pe_type_vec_dot_type(w->type), ex->nth) +
+                       (size_t)ex->nth * pack_bytes(t, w, x) + (size_t)ex->ith * per;
     return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
 
@@ -167,6 +187,30 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
     }
 }
 
+/* A tile of a weight interleaved by 8 rows: decoding's few activation rows
+ * go through the layout's own kernel straight from the groups; larger
+ * batches see the rows unpacked, 16 at a time, and the kernels of the type
+ * held.  Both give the bits the weight as the file has it gives. */
+static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
+                       const pe_tensor *x, const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m,
+                       int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *packed, uint8_t *rows) {
+    const uint8_t *wd = w->data;
+    const size_t bw = w->nb[1];
+    if (k->gemm8 && j1 - j0 <= PE_GEMM8_MAX_COLS) {
+        for (int64_t i = i0; i < i1; i += PE_GEMM8_ROWS)
+            k->gemm8(kdim, dst + j0 * n + i, (size_t)n, wd + i * bw, bw, q + j0 * qstride, qstride, (int)(j1 - j0));
+        return;
+    }
+    pe_tensor plain = *w;
+    plain.type = pe_type_rows8_base(w->type);
+    plain.data = rows;
+    for (int64_t r0 = i0; r0 < i1; r0 += TILE_ROWS) {
+        const int64_t r1 = r0 + TILE_ROWS < i1 ? r0 + TILE_ROWS : i1;
+        for (int64_t i = r0; i < r1; i += PE_GEMM8_ROWS) k->unpack8(kdim, wd + i * bw, rows + (i - r0) * bw, bw);
+        tile(plain_kernels(w), kdim, dst + r0, n, &plain, x, q, qstride, paths, m, 0, r1 - r0, j0, j1, packed);
+    }
+}
+
 /* Decoding reads every weight row once per token, and a small model's
  * weight is a few hundred KB: memory streams, not tiles, set the speed.
  * Each thread walks its own contiguous range of rows in order (its
@@ -176,13 +220,16 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
  * and cost ~30% on SmolLM2's products. */
 static void decode_rows(pe_exec *ex, const pe_type_kernels *kern, int64_t k, float *dst, int64_t n,
                         const pe_tensor *w, const pe_tensor *x, const uint8_t *q, size_t qstride,
-                        const int32_t *paths, int64_t m) {
-    int64_t rows = TILE_ROWS;
-    while ((n + rows - 1) / rows > PE_RANGE_MAX_TASKS) rows *= 2;
-    const int64_t n_tasks = (n + rows - 1) / rows;
+                        const int32_t *paths, int64_t m, uint8_t *rows) {
+    int64_t per_task = TILE_ROWS;
+    while ((n + per_task - 1) / per_task > PE_RANGE_MAX_TASKS) per_task *= 2;
+    const int64_t n_tasks = (n + per_task - 1) / per_task;
     for (int64_t task = pe_range_next(ex, n_tasks); task >= 0; task = pe_range_next(ex, n_tasks)) {
-        const int64_t i0 = task * rows, i1 = i0 + rows < n ? i0 + rows : n;
-        tile(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, 0, m, NULL);
+        const int64_t i0 = task * per_task, i1 = i0 + per_task < n ? i0 + per_task : n;
+        if (kern->unpack8)
+            tile_rows8(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, 0, m, NULL, rows);
+        else
+            tile(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, 0, m, NULL);
     }
 }
 
@@ -195,17 +242,25 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     const int64_t k = x->ne[0], n = w->ne[1], m = pe_nrows(x);
     const int32_t *paths = t->src[2] >= 0 ? (const int32_t *)src(ex, t, 2)->data : NULL;
     float *dst = t->data;
+    uint8_t *rows = unpacked_scratch(ex, t, w, x);
+    if (kern->unpack8 && !rows) { pe_exec_fail(ex, "mul_mat: no scratch planned for an interleaved weight"); return; }
     if (m <= PE_GEMM8_MAX_COLS) {
-        decode_rows(ex, kern, k, dst, n, w, x, q, qstride, paths, m);
+        decode_rows(ex, kern, k, dst, n, w, x, q, qstride, paths, m, rows);
         return;
     }
-    /* a prompt batch: tiles of TILE_ROWS x TILE_COLS dealt from the shared counter */
+    /* a prompt batch: tiles of TILE_ROWS x TILE_COLS dealt from the shared counter
+     * (an interleaved weight's tiles take every column, so its rows are unpacked once) */
     void *packed = pack_scratch(ex, t, w, x);
-    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS, n_cb = (m + TILE_COLS - 1) / TILE_COLS;
+    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS;
+    const int64_t n_cb = kern->unpack8 ? 1 : (m + TILE_COLS - 1) / TILE_COLS;
     int first = 1;
     for (int64_t task = next_task(ex, &first); task < n_rb * n_cb; task = next_task(ex, &first)) {
         const int64_t rb = task / n_cb, cb = task % n_cb;
         const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
+        if (kern->unpack8) {
+            tile_rows8(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, 0, m, packed, rows);
+            continue;
+        }
         const int64_t j0 = cb * TILE_COLS, j1 = j0 + TILE_COLS < m ? j0 + TILE_COLS : m;
         tile(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, j0, j1, packed);
     }

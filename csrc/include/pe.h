@@ -45,7 +45,10 @@ typedef enum pe_type {
     PE_TYPE_I16     = 25,
     PE_TYPE_I32     = 26,
     PE_TYPE_BF16    = 30,
-    PE_TYPE_COUNT   = 40
+    /* internal: weights the engine interleaved at load, never in a file (ids
+     * past GGML's, whose numbering runs on) */
+    PE_TYPE_Q4_1_X8 = 64,
+    PE_TYPE_COUNT   = 65
 } pe_type;
 
 /* Block size (elements per block) and bytes per block; 0 for unknown types. */
@@ -58,6 +61,13 @@ int         pe_type_supported(int type);
 int         pe_type_vec_dot_type(int type);
 /* Bytes of a row of n elements; 0 when n is not a multiple of the block size. */
 size_t      pe_row_bytes(int type, int64_t n);
+/* The interleaved type (rows by 8, the same bytes) that the current ISA
+ * decodes `type` faster in, or -1.  Its products equal the base type's, bit
+ * for bit. */
+int         pe_type_rows8(int type);
+/* Interleave nrows (a multiple of 8) rows of n elements of the interleaved
+ * type's base into dst (the same number of bytes). */
+int         pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows);
 
 /* ---- errors ------------------------------------------------------------ */
 

@@ -37,6 +37,7 @@ class Linear:
 
     PARTS = {"weight": True, "bias": False}
     F32_PARTS = ("bias",)
+    INTERLEAVE = True   # only multiplied: the weight may be stored in the ISA's faster layout
 
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
         y = ctx.mul_mat(ctx.weight(self.weight), x)

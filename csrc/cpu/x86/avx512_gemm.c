@@ -12,10 +12,12 @@
 #define PE_GEMM_VNNI 1
 #include "x86_gemm.h"
 #include "x86_gemm_kquants.h"
+#include "x86_gemm_rows8.h"
 
 GM_DEFINE_ALL_LEGACY()
 GMK_DEFINE_ALL_KQUANTS()
 
 void pe_fill_avx512_gemm(pe_kernels *k) {
     GM_INSTALL_ALL(k);
+    GR_INSTALL_ALL(k);
 }

@@ -1,0 +1,80 @@
+/* x86_gemm_rows8.h - the decoding kernel of Q4_1 weights interleaved by 8
+ * rows (block_q4_1x8, ref_rows8.c), written once for avx2_gemm.c and
+ * avx512_gemm.c after x86_gemm.h.
+ *
+ * llama.cpp's Q4_1 product has per block eight integer lane sums (lane t:
+ * elements 4t..4t+3), acc_t = fma(dw * da, sum_t, acc_t), and at the end
+ * x86_sum_ps8(acc) + mins.  Here lane t of 8 rows is one vector: group t of
+ * their codes (one load) against activation group t broadcast to every lane
+ * gives row r's sum_t in lane r, then one fma per t serves 8 rows with their
+ * own dw * da; the final fold adds the t vectors in x86_sum_ps8's order.
+ * Every result is bit-identical to vec_dot, with no per-row scale gathers,
+ * code unpacking or horizontal sums, and one memory stream per 8 rows. */
+#ifndef PE_X86_GEMM_ROWS8_H
+#define PE_X86_GEMM_ROWS8_H
+
+/* lane r: the 4 products of row r's codes (lane r of `codes`) with the
+ * activation's 4 codes at a4 */
+static inline __m256i gr_dot4(__m256i codes, const int8_t *a4) {
+    const __m256i act = _mm256_set1_epi32((int)gm_u32(a4));
+#if defined(PE_GEMM_VNNI)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, act);
+#else   /* unsigned codes <= 15: a pair of products cannot saturate 16 bits */
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(codes, act), _mm256_set1_epi16(1));
+#endif
+}
+
+/* Blocks this far ahead are asked for (a group of rows streams as one run). */
+#define GR_PREFETCH_BLOCKS 12
+
+/* 8 rows against activation rows y[0..nc) (nc <= 2: 16 accumulators and the
+ * 8 code vectors fill the registers) */
+GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_1x8 *x,
+                                 const block_q8_1 *const y[2], const int nc) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[2][8], mins[2];
+    for (int j = 0; j < nc; j++) {
+        mins[j] = _mm256_setzero_ps();
+        for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / QK4_1; b++) {
+        for (size_t off = 0; off < sizeof(block_q4_1x8); off += 64)
+            _mm_prefetch((const char *)(x + b + GR_PREFETCH_BLOCKS) + off, _MM_HINT_T0);
+        __m256i code[8];   /* lane t's codes: low nibbles of group t, then high ones */
+        for (int t = 0; t < 4; t++) {
+            const __m256i q = gm_load256(x[b].qs[t]);
+            code[t] = _mm256_and_si256(q, low4);
+            code[t + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        }
+        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), mw = _mm256_cvtph_ps(gm_load128(x[b].m));
+        for (int j = 0; j < nc; j++) {
+            const block_q8_1 *a = y[j] + b;
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&a->d)));
+            for (int t = 0; t < 8; t++)
+                acc[j][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(gr_dot4(code[t], a->qs + 4 * t)), acc[j][t]);
+            mins[j] = _mm256_add_ps(mins[j], _mm256_mul_ps(mw, _mm256_set1_ps(gm_f16(&a->s))));
+        }
+    }
+    for (int j = 0; j < nc; j++) {   /* x86_sum_ps8's folds: t with t + 4, then with t + 2, then the last two */
+        __m256 h[4];
+        for (int t = 0; t < 4; t++) h[t] = _mm256_add_ps(acc[j][t + 4], acc[j][t]);
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
+        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(sum, mins[j]));
+    }
+}
+
+static void gemm8_q4_1x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
+    (void)bw;
+    for (int j = 0; j < nc; j += 2) {
+        const block_q8_1 *y[2] = {(const block_q8_1 *)((const uint8_t *)a + (size_t)j * ba),
+                                  (const block_q8_1 *)((const uint8_t *)a + (size_t)(j + 1) * ba)};
+        if (nc - j >= 2)
+            gemm8_q4_1x8_cols(n, s + (size_t)j * bs, bs, w, y, 2);
+        else
+            gemm8_q4_1x8_cols(n, s + (size_t)j * bs, bs, w, y, 1);
+    }
+}
+
+#define GR_INSTALL_ALL(k) ((k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8)
+
+#endif /* PE_X86_GEMM_ROWS8_H */

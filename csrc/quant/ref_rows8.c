@@ -1,0 +1,53 @@
+/* ref_rows8.c - Q4_1 weights interleaved by 8 rows (block_q4_1x8): the
+ * repacking done at load and its inverse.
+ *
+ * Why a second layout: decoding reads every weight row once per token, and
+ * llama.cpp's Q4_1 product takes a row at a time: its scales come one f16
+ * pair per row and block, its codes are unpacked per row, and 8 rows are 8
+ * short streams through memory.  Interleaved, block b of 8 rows is one run
+ * of 160 bytes: their scales convert in one instruction, group t of their
+ * codes is one 256-bit load whose integer product with the activation's
+ * group t gives the 8 rows' lane t in their own lanes, and the float steps
+ * (llama.cpp's, lane by lane) run for 8 rows at once (x86_gemm_rows8.h).
+ * Products of more activation rows than decoding's unpack the rows back and
+ * use the base type's kernels, so every result keeps its bits. */
+#include "blocks.h"
+#include "internal.h"
+
+/* Group of 8 rows: row r (stride bw) block b -> out[b] lane r. */
+static void repack8_q4_1(int64_t n, const void *rows, size_t bw, block_q4_1x8 *out) {
+    for (int64_t b = 0; b < n / QK4_1; b++)
+        for (int r = 0; r < 8; r++) {
+            const block_q4_1 *x = (const block_q4_1 *)((const uint8_t *)rows + (size_t)r * bw) + b;
+            out[b].d[r] = x->d;
+            out[b].m[r] = x->m;
+            for (int t = 0; t < 4; t++) memcpy(out[b].qs[t][r], x->qs + 4 * t, 4);
+        }
+}
+
+static void unpack8_q4_1(int64_t n, const void *group, void *rows, size_t bw) {
+    const block_q4_1x8 *in = group;
+    for (int64_t b = 0; b < n / QK4_1; b++)
+        for (int r = 0; r < 8; r++) {
+            block_q4_1 *x = (block_q4_1 *)((uint8_t *)rows + (size_t)r * bw) + b;
+            x->d = in[b].d[r];
+            x->m = in[b].m[r];
+            for (int t = 0; t < 4; t++) memcpy(x->qs + 4 * t, in[b].qs[t][r], 4);
+        }
+}
+
+int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows) {
+    if (pe_type_rows8_base(type) != PE_TYPE_Q4_1) return pe_fail("repack: %s is no interleaved type", pe_type_name(type));
+    if (n <= 0 || n % QK4_1 || nrows <= 0 || nrows % 8)
+        return pe_fail("repack: %lld x %lld is not whole blocks of 8 rows", (long long)nrows, (long long)n);
+    const size_t bw = pe_row_bytes(PE_TYPE_Q4_1, n);
+    for (int64_t g = 0; g < nrows / 8; g++)
+        repack8_q4_1(n, (const uint8_t *)src + (size_t)g * 8 * bw, bw, (block_q4_1x8 *)((uint8_t *)dst + (size_t)g * 8 * bw));
+    return 0;
+}
+
+/* Every table can read the layout back; the decoding kernels (gemm8) come
+ * with the ISAs that have them, and only those interleave (pe_type_rows8). */
+void pe_fill_ref_rows8(pe_kernels *k) {
+    k->type[PE_TYPE_Q4_1_X8].unpack8 = unpack8_q4_1;
+}

@@ -1,0 +1,85 @@
+"""Q4_1 weights interleaved by 8 rows (csrc/quant/ref_rows8.c, pe_type_rows8 in pe.h).
+
+On x86 the engine stores Q4_1 weights that are only multiplied with their rows
+interleaved by 8, for the decoding kernel (x86_gemm_rows8.h); larger batches
+unpack the rows again.  Either way every product must equal the weight as the
+file has it, bit for bit, under every instruction set (a table without the
+decoding kernel unpacks for every product)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import available_isas, forced_isa
+from test_gemm import Weight, bits, mul_mat, random_weights
+
+from pyengine import _core
+from pyengine.errors import NativeError
+from pyengine.ml.context import Backend, Context
+
+Q4_1 = 3
+Q4_1_X8 = 64   # PE_TYPE_Q4_1_X8 in pe.h
+X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", "avx2", "avx512")]
+
+
+def interleaved(n: int, k: int, seed: int) -> tuple[Weight, Weight, np.ndarray]:
+    """(the weight as a file has it, the same interleaved, activation rows)."""
+    rng = np.random.default_rng(seed)
+    data = random_weights(Q4_1, n, k, rng)
+    packed = np.empty_like(data)
+    _core.repack_rows8(Q4_1_X8, data, packed, k, n)
+    plain, rows8 = Weight(Q4_1, k, n, data), Weight(Q4_1, k, n, packed)
+    rows8.type = Q4_1_X8
+    x = (rng.standard_normal((70, k)) * rng.uniform(0.1, 4.0, (70, 1))).astype(np.float32)
+    return plain, rows8, x
+
+
+@pytest.mark.parametrize("isa", X86_ISAS)
+@pytest.mark.parametrize("n, k", [(24, 160), (48, 32 * 65)])
+def test_products_equal_the_plain_weights(isa: str, n: int, k: int) -> None:
+    """Batches of 1 to 4 rows (the decoding kernel, 2 + 2 columns and a single one)
+    and of 5 to 70 (unpacked: tiles, packed prompt tiles), a last group of 8 rows in
+    a tile of 16, rows of 65 blocks: the same bits as the plain weight."""
+    plain, rows8, x = interleaved(n, k, seed=n + k)
+    with forced_isa(isa):
+        for m in (1, 2, 3, 4, 5, 8, 17, 70):
+            want, got = mul_mat(plain, x[:m]), mul_mat(rows8, x[:m])
+            bad = np.argwhere(bits(got) != bits(want))
+            assert bad.size == 0, (isa, n, k, m, bad[:4].tolist())
+
+
+def test_decoding_kernel_equals_vec_dot() -> None:
+    """Against the row kernel itself, not another product of the same file."""
+    _, rows8, x = interleaved(16, 32 * 9, seed=5)
+    plain_rows = random_weights(Q4_1, 16, 32 * 9, np.random.default_rng(5)).reshape(16, -1)
+    for isa in X86_ISAS:
+        with forced_isa(isa):
+            want = np.array([[_core.vec_dot(Q4_1, row, a) for row in plain_rows] for a in x[:3]], np.float32)
+            assert np.array_equal(bits(mul_mat(rows8, x[:3])), bits(want)), isa
+
+
+def test_interleaving_is_offered_where_a_decoding_kernel_is() -> None:
+    """The x86 SIMD tables interleave Q4_1 (and nothing else); the scalar one does not."""
+    for isa in X86_ISAS:
+        with forced_isa(isa):
+            assert _core.rows8_type(Q4_1) == (Q4_1_X8 if isa != "scalar" else -1)
+            assert _core.rows8_type(2) == -1 and _core.rows8_type(Q4_1_X8) == -1
+
+
+def test_bad_shapes_and_uses_are_errors() -> None:
+    data = random_weights(Q4_1, 8, 64, np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        _core.repack_rows8(Q4_1_X8, data[:-1], np.empty_like(data), 64, 8)
+    with pytest.raises(NativeError, match="8 rows"):
+        _core.repack_rows8(Q4_1_X8, data, np.empty_like(data), 128, 4)
+    with pytest.raises(NativeError, match="no interleaved type"):
+        _core.repack_rows8(Q4_1, data, np.empty_like(data), 64, 8)
+    packed = Weight(Q4_1, 64, 8, data)
+    packed.type = Q4_1_X8
+    ctx = Context(Backend(1))
+    with pytest.raises(NativeError, match="no kernel to read"):   # rows are not where a lookup reads them
+        ctx.get_rows(ctx.weight(packed), ctx.input(np.zeros(1, np.int32), "ids"))
+    odd = Weight(Q4_1, 64, 6, data[: 6 * 40])
+    odd.type = Q4_1_X8
+    with pytest.raises(NativeError, match="rows in 8s"):
+        ctx.mul_mat(ctx.weight(odd), ctx.input(np.zeros((1, 64), np.float32), "x"))
