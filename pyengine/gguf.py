@@ -648,7 +648,7 @@ class GGUFFile:
         data = self._transformed.get(name)
         if data is not None:
             return data
-        arena = self._huge_pages()
+        arena = None if name in self._in_arena else self._huge_pages()   # a plain copy there stays valid
         if arena is None:
             data = np.empty(info.nbytes, np.uint8)
             transform(np.frombuffer(self._mmap, dtype=np.uint8, count=info.nbytes, offset=info.offset), data)

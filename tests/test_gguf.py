@@ -330,6 +330,9 @@ def test_transformed_tensor_is_rewritten_once_and_lookups_keep_the_file(big_file
         for lookup in (True, False):
             assert np.array_equal(f.tensor_data("big", lookup=lookup), plain)
         assert f.tensor_data("small").view(np.float32).tolist() == list(range(7))
+        copied = f.tensor_data("small")   # copied as it is first, then transformed: the copy stays
+        assert np.array_equal(f.tensor_data("small", transform=reverse), copied[::-1])
+        assert copied.view(np.float32).tolist() == list(range(7))
     assert np.array_equal(done, plain[::-1])   # still valid after close
 
 

@@ -17,9 +17,10 @@
 #define PE_MAX_NAME 48
 
 /* Record an error message for pe_last_error(); always returns -1. */
+int pe_fail(const char *fmt, ...);
+
 /* The type an interleaved type holds (its rows by 8), or -1. */
 int pe_type_rows8_base(int type);
-int pe_fail(const char *fmt, ...);
 
 /* a * b into *out, 0 on overflow of size_t */
 static inline int pe_mul_ok(size_t a, size_t b, size_t *out) {
