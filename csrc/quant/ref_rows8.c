@@ -37,12 +37,15 @@ static void unpack8_q4_1(int64_t n, const void *group, void *rows, size_t bw) {
 }
 
 int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows) {
-    if (pe_type_rows8_base(type) != PE_TYPE_Q4_1) return pe_fail("repack: %s is no interleaved type", pe_type_name(type));
+    if (pe_type_rows8_base(type) != PE_TYPE_Q4_1)
+        return pe_fail("repack: %s is no interleaved type", pe_type_name(type));
     if (n <= 0 || n % QK4_1 || nrows <= 0 || nrows % 8)
         return pe_fail("repack: %lld x %lld is not whole blocks of 8 rows", (long long)nrows, (long long)n);
-    const size_t bw = pe_row_bytes(PE_TYPE_Q4_1, n);
-    for (int64_t g = 0; g < nrows / 8; g++)
-        repack8_q4_1(n, (const uint8_t *)src + (size_t)g * 8 * bw, bw, (block_q4_1x8 *)((uint8_t *)dst + (size_t)g * 8 * bw));
+    const size_t group = 8 * pe_row_bytes(PE_TYPE_Q4_1, n);
+    for (int64_t g = 0; g < nrows / 8; g++) {
+        block_q4_1x8 *out = (block_q4_1x8 *)((uint8_t *)dst + (size_t)g * group);
+        repack8_q4_1(n, (const uint8_t *)src + (size_t)g * group, group / 8, out);
+    }
     return 0;
 }
 

@@ -130,8 +130,8 @@ def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorFi
 
 
 def _interleaving() -> bool:
-    """PYENGINE_INTERLEAVE=0 keeps every weight as the file has it (generated tokens
-    then follow llama.cpp's arithmetic too, at the cost of speed)."""
+    """PYENGINE_INTERLEAVE=0 keeps every weight as the file has it (the same numbers,
+    slower decoding: for comparisons)."""
     return os.environ.get("PYENGINE_INTERLEAVE", "1") != "0"
 
 
@@ -141,7 +141,9 @@ def _weight(gguf: GGUFFile, name: str, lookup: bool = False, interleave: bool = 
     info = gguf.tensors[name]
     if not _core.type_supported(info.type):
         raise UnsupportedError(f"tensor '{name}' has block type {info.type_name}, which pyengine cannot run yet")
-    rows8 = _core.rows8_type(info.type) if interleave and _interleaving() and len(info.shape) == 2 and info.shape[1] % 8 == 0 else -1
+    rows8 = -1
+    if interleave and _interleaving() and len(info.shape) == 2 and info.shape[1] % 8 == 0:
+        rows8 = _core.rows8_type(info.type)
     if rows8 < 0:
         return Weight(name, info.type, tuple(info.shape), gguf.tensor_data(name, lookup=lookup))
     k, n = info.shape
