@@ -55,13 +55,21 @@ class Backend:
         return _core.isa()
 
 
+_env_isa_applied = False
+
+
 def _select_isa_from_env() -> None:
+    """PYENGINE_ISA, checked for every backend and applied by the first one only, so
+    that a later `_core.set_isa` (tests forcing each ISA in turn) is not undone."""
+    global _env_isa_applied
     forced = os.environ.get("PYENGINE_ISA")
-    if forced and _core.isa() != forced:
-        if not _core.isa_available(forced):
-            raise InvalidOptionError(
-                f"PYENGINE_ISA={forced!r} is not available on this CPU (best: {_core.best_isa()})")
+    if not forced:
+        return
+    if not _core.isa_available(forced):
+        raise InvalidOptionError(f"PYENGINE_ISA={forced!r} is not available on this CPU (best: {_core.best_isa()})")
+    if not _env_isa_applied:
         _core.set_isa(forced)
+        _env_isa_applied = True
 
 
 @dataclass(frozen=True, slots=True)
