@@ -1,6 +1,7 @@
-"""Q4_1 weights interleaved by 8 rows (csrc/quant/ref_rows8.c, pe_type_rows8 in pe.h).
+"""Q4_1 and Q4_0 weights interleaved by 8 rows (csrc/quant/ref_rows8.c, pe_type_rows8
+in pe.h).
 
-On x86 the engine stores Q4_1 weights that are only multiplied with their rows
+On x86 the engine stores such weights that are only multiplied with their rows
 interleaved by 8, for the decoding kernel (x86_gemm_rows8.h); larger batches
 unpack the rows again.  Either way every product must equal the weight as the
 file has it, bit for bit, under every instruction set (a table without the
@@ -17,69 +18,78 @@ from pyengine import _core
 from pyengine.errors import NativeError
 from pyengine.ml.context import Backend, Context
 
-Q4_1 = 3
-Q4_1_X8 = 64   # PE_TYPE_Q4_1_X8 in pe.h
+Q4_0, Q4_1 = 2, 3
+INTERLEAVED = {Q4_1: 64, Q4_0: 65}   # PE_TYPE_Q4_1_X8, PE_TYPE_Q4_0_X8 in pe.h
+ROWS8 = 8   # PE_PATH_ROWS8: llama.cpp's arithmetic for Q4_0 weights of 8-row multiples
+TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0"])
 X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", "avx2", "avx512")]
 
 
-def interleaved(n: int, k: int, seed: int) -> tuple[Weight, Weight, np.ndarray]:
+def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, np.ndarray]:
     """(the weight as a file has it, the same interleaved, activation rows)."""
     rng = np.random.default_rng(seed)
-    data = random_weights(Q4_1, n, k, rng)
+    data = random_weights(qtype, n, k, rng)
     packed = np.empty_like(data)
-    _core.repack_rows8(Q4_1_X8, data, packed, k, n)
-    plain, rows8 = Weight(Q4_1, k, n, data), Weight(Q4_1, k, n, packed)
-    rows8.type = Q4_1_X8
+    _core.repack_rows8(INTERLEAVED[qtype], data, packed, k, n)
+    plain, rows8 = Weight(qtype, k, n, data), Weight(qtype, k, n, packed)
+    rows8.type = INTERLEAVED[qtype]
     x = (rng.standard_normal((70, k)) * rng.uniform(0.1, 4.0, (70, 1))).astype(np.float32)
     return plain, rows8, x
 
 
+@TYPES
 @pytest.mark.parametrize("isa", X86_ISAS)
 @pytest.mark.parametrize("n, k", [(24, 160), (48, 32 * 65)])
-def test_products_equal_the_plain_weights(isa: str, n: int, k: int) -> None:
+def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, k: int) -> None:
     """Batches of 1 to 4 rows (the decoding kernel, 2 + 2 columns and a single one)
     and of 5 to 70 (unpacked: tiles, packed prompt tiles), a last group of 8 rows in
     a tile of 16, rows of 65 blocks: the same bits as the plain weight."""
-    plain, rows8, x = interleaved(n, k, seed=n + k)
+    plain, rows8, x = interleaved(qtype, n, k, seed=n + k)
     with forced_isa(isa):
         for m in (1, 2, 3, 4, 5, 8, 17, 70):
             want, got = mul_mat(plain, x[:m]), mul_mat(rows8, x[:m])
             bad = np.argwhere(bits(got) != bits(want))
-            assert bad.size == 0, (isa, n, k, m, bad[:4].tolist())
+            assert bad.size == 0, (qtype, isa, n, k, m, bad[:4].tolist())
 
 
-def test_decoding_kernel_equals_vec_dot() -> None:
-    """Against the row kernel itself, not another product of the same file."""
-    _, rows8, x = interleaved(16, 32 * 9, seed=5)
-    plain_rows = random_weights(Q4_1, 16, 32 * 9, np.random.default_rng(5)).reshape(16, -1)
+@TYPES
+def test_decoding_kernel_equals_vec_dot(qtype: int) -> None:
+    """Against the row kernel itself (on the path of a weight of 8-row multiples), not
+    another product of the same file."""
+    plain, rows8, x = interleaved(qtype, 16, 32 * 9, seed=5)
+    plain_rows = plain.data.reshape(16, -1)
     for isa in X86_ISAS:
         with forced_isa(isa):
-            want = np.array([[_core.vec_dot(Q4_1, row, a) for row in plain_rows] for a in x[:3]], np.float32)
+            want = np.array([[_core.vec_dot(qtype, row, a, path=ROWS8) for row in plain_rows] for a in x[:3]],
+                            np.float32)
             assert np.array_equal(bits(mul_mat(rows8, x[:3])), bits(want)), isa
 
 
 def test_interleaving_is_offered_where_a_decoding_kernel_is() -> None:
-    """The x86 SIMD tables interleave Q4_1 (and nothing else); the scalar one does not."""
+    """The x86 SIMD tables interleave Q4_1 and Q4_0 (and nothing else); the scalar one does not."""
     for isa in X86_ISAS:
         with forced_isa(isa):
-            assert _core.rows8_type(Q4_1) == (Q4_1_X8 if isa != "scalar" else -1)
-            assert _core.rows8_type(2) == -1 and _core.rows8_type(Q4_1_X8) == -1
+            for qtype, rows8 in INTERLEAVED.items():
+                assert _core.rows8_type(qtype) == (rows8 if isa != "scalar" else -1)
+                assert _core.rows8_type(rows8) == -1
+            assert _core.rows8_type(6) == -1 and _core.rows8_type(8) == -1   # Q5_0, Q8_0
 
 
 def test_bad_shapes_and_uses_are_errors() -> None:
     data = random_weights(Q4_1, 8, 64, np.random.default_rng(0))
+    q4_1x8 = INTERLEAVED[Q4_1]
     with pytest.raises(ValueError):
-        _core.repack_rows8(Q4_1_X8, data[:-1], np.empty_like(data), 64, 8)
+        _core.repack_rows8(q4_1x8, data[:-1], np.empty_like(data), 64, 8)
     with pytest.raises(NativeError, match="8 rows"):
-        _core.repack_rows8(Q4_1_X8, data, np.empty_like(data), 128, 4)
+        _core.repack_rows8(q4_1x8, data, np.empty_like(data), 128, 4)
     with pytest.raises(NativeError, match="no interleaved type"):
         _core.repack_rows8(Q4_1, data, np.empty_like(data), 64, 8)
     packed = Weight(Q4_1, 64, 8, data)
-    packed.type = Q4_1_X8
+    packed.type = q4_1x8
     ctx = Context(Backend(1))
     with pytest.raises(NativeError, match="no kernel to read"):   # rows are not where a lookup reads them
         ctx.get_rows(ctx.weight(packed), ctx.input(np.zeros(1, np.int32), "ids"))
     odd = Weight(Q4_1, 64, 6, data[: 6 * 40])
-    odd.type = Q4_1_X8
+    odd.type = q4_1x8
     with pytest.raises(NativeError, match="rows in 8s"):
         ctx.mul_mat(ctx.weight(odd), ctx.input(np.zeros((1, 64), np.float32), "x"))

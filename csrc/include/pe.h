@@ -48,7 +48,8 @@ typedef enum pe_type {
     /* internal: weights the engine interleaved at load, never in a file (ids
      * past GGML's, whose numbering runs on) */
     PE_TYPE_Q4_1_X8 = 64,
-    PE_TYPE_COUNT   = 65
+    PE_TYPE_Q4_0_X8 = 65,
+    PE_TYPE_COUNT   = 66
 } pe_type;
 
 /* Block size (elements per block) and bytes per block; 0 for unknown types. */

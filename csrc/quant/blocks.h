@@ -44,6 +44,8 @@ typedef struct { pe_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8
  * of the rows' codes side by side, so one 256-bit load holds group t of all
  * 8 rows.  A group of 8 rows takes the bytes of 8 Q4_1 rows. */
 typedef struct { pe_f16 d[8]; pe_f16 m[8]; uint8_t qs[4][8][4]; } block_q4_1x8;
+/* Q4_0 likewise (PE_TYPE_Q4_0_X8) */
+typedef struct { pe_f16 d[8]; uint8_t qs[4][8][4]; } block_q4_0x8;
 
 static_assert(sizeof(block_q4_0) == 2 + QK4_0 / 2, "q4_0 size");
 static_assert(sizeof(block_q4_1) == 4 + QK4_1 / 2, "q4_1 size");
@@ -60,6 +62,7 @@ static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "q8_K size");
 static_assert(sizeof(block_iq4_nl) == 2 + QK4_NL / 2, "iq4_nl size");
 static_assert(sizeof(block_iq4_xs) == 4 + QK_K / 64 + QK_K / 2, "iq4_xs size");
 static_assert(sizeof(block_q4_1x8) == 8 * sizeof(block_q4_1), "q4_1x8 size");
+static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "q4_0x8 size");
 
 /* The non-linear 4-bit grid of IQ4_NL / IQ4_XS. */
 extern const int8_t pe_iq4nl_values[16];

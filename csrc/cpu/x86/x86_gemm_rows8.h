@@ -1,6 +1,6 @@
-/* x86_gemm_rows8.h - the decoding kernel of Q4_1 weights interleaved by 8
- * rows (block_q4_1x8, ref_rows8.c), written once for avx2_gemm.c and
- * avx512_gemm.c after x86_gemm.h.
+/* x86_gemm_rows8.h - the decoding kernels of Q4_1 and Q4_0 weights
+ * interleaved by 8 rows (block_q4_1x8, block_q4_0x8, ref_rows8.c), written
+ * once for avx2_gemm.c and avx512_gemm.c after x86_gemm.h.
  *
  * llama.cpp's Q4_1 product has per block eight integer lane sums (lane t:
  * elements 4t..4t+3), acc_t = fma(dw * da, sum_t, acc_t), and at the end
@@ -9,19 +9,35 @@
  * gives row r's sum_t in lane r, then one fma per t serves 8 rows with their
  * own dw * da; the final fold adds the t vectors in x86_sum_ps8's order.
  * Every result is bit-identical to vec_dot, with no per-row scale gathers,
- * code unpacking or horizontal sums, and one memory stream per 8 rows. */
+ * code unpacking or horizontal sums, and one memory stream per 8 rows.  Q4_0
+ * (below) takes llama.cpp's repacked arithmetic the same way. */
 #ifndef PE_X86_GEMM_ROWS8_H
 #define PE_X86_GEMM_ROWS8_H
 
-/* lane r: the 4 products of row r's codes (lane r of `codes`) with the
- * activation's 4 codes at a4 */
-static inline __m256i gr_dot4(__m256i codes, const int8_t *a4) {
+/* lane r: start + the 4 products of row r's codes (lane r of `codes`,
+ * unsigned, < 16) with the activation's 4 codes at a4 */
+static inline __m256i gr_dot4(__m256i start, __m256i codes, const int8_t *a4) {
     const __m256i act = _mm256_set1_epi32((int)gm_u32(a4));
 #if defined(PE_GEMM_VNNI)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, act);
+    return _mm256_dpbusd_epi32(start, codes, act);
 #else   /* unsigned codes <= 15: a pair of products cannot saturate 16 bits */
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(codes, act), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(codes, act), _mm256_set1_epi16(1)));
 #endif
+}
+
+/* The codes of lane u of 8 rows from group u % 4: low nibbles, then high
+ * (lane u is elements 4u..4u+3 of the block, against activation codes 4u..) */
+static inline void gr_nibbles(const uint8_t qs[4][8][4], __m256i code[8]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int t = 0; t < 4; t++) {
+        const __m256i q = gm_load256(qs[t]);
+        code[t] = _mm256_and_si256(q, low4);
+        code[t + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+    }
+}
+
+static inline void gr_prefetch(const void *p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + off, _MM_HINT_T0);
 }
 
 /* Blocks this far ahead are asked for (a group of rows streams as one run). */
@@ -31,27 +47,23 @@ static inline __m256i gr_dot4(__m256i codes, const int8_t *a4) {
  * 8 code vectors fill the registers) */
 GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_1x8 *x,
                                  const block_q8_1 *const y[2], const int nc) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 acc[2][8], mins[2];
     for (int j = 0; j < nc; j++) {
         mins[j] = _mm256_setzero_ps();
         for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK4_1; b++) {
-        for (size_t off = 0; off < sizeof(block_q4_1x8); off += 64)
-            _mm_prefetch((const char *)(x + b + GR_PREFETCH_BLOCKS) + off, _MM_HINT_T0);
-        __m256i code[8];   /* lane t's codes: low nibbles of group t, then high ones */
-        for (int t = 0; t < 4; t++) {
-            const __m256i q = gm_load256(x[b].qs[t]);
-            code[t] = _mm256_and_si256(q, low4);
-            code[t + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        }
+        gr_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        __m256i code[8];
+        gr_nibbles(x[b].qs, code);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), mw = _mm256_cvtph_ps(gm_load128(x[b].m));
         for (int j = 0; j < nc; j++) {
             const block_q8_1 *a = y[j] + b;
             const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&a->d)));
-            for (int t = 0; t < 8; t++)
-                acc[j][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(gr_dot4(code[t], a->qs + 4 * t)), acc[j][t]);
+            for (int t = 0; t < 8; t++) {
+                const __m256i sum = gr_dot4(_mm256_setzero_si256(), code[t], a->qs + 4 * t);
+                acc[j][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum), acc[j][t]);
+            }
             mins[j] = _mm256_add_ps(mins[j], _mm256_mul_ps(mw, _mm256_set1_ps(gm_f16(&a->s))));
         }
     }
@@ -75,6 +87,47 @@ static void gemm8_q4_1x8(int64_t n, float *s, size_t bs, const void *w, size_t b
     }
 }
 
-#define GR_INSTALL_ALL(k) ((k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8)
+/* Q4_0, interleaved only on weights of 8-row multiples, where llama.cpp
+ * multiplies its own repacked copy (x86_repack.h): per block the whole
+ * integer sum S, the codes' offset of 8 off as -8 x the activations' sum,
+ * and acc = fma(S, dw * da, acc), one lane per row all along. */
+GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8 *x, const uint8_t *a,
+                              size_t ba, const int nc) {
+    __m256 acc[4];
+    for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK4_0; b++) {
+        gr_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        __m256i code[8];
+        gr_nibbles(x[b].qs, code);
+        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
+        for (int j = 0; j < nc; j++) {
+            const block_q8_0 *y = (const block_q8_0 *)(a + (size_t)j * ba) + b;
+            __m256i low = _mm256_set1_epi32(-8 * gm_sum_codes32(y->qs)), high = _mm256_setzero_si256();
+            for (int u = 0; u < 4; u++) {   /* two chains: the integer sum is exact in any order */
+                low = gr_dot4(low, code[u], y->qs + 4 * u);
+                high = gr_dot4(high, code[u + 4], y->qs + 4 * (u + 4));
+            }
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&y->d)));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(low, high)), d, acc[j]);
+        }
+    }
+    for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs, acc[j]);
+}
+
+static void gemm8_q4_0x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
+    (void)bw;
+    switch (nc) {
+    case 1: gemm8_q4_0x8_n(n, s, bs, w, a, ba, 1); break;
+    case 2: gemm8_q4_0x8_n(n, s, bs, w, a, ba, 2); break;
+    case 3: gemm8_q4_0x8_n(n, s, bs, w, a, ba, 3); break;
+    default: gemm8_q4_0x8_n(n, s, bs, w, a, ba, 4); break;
+    }
+}
+
+#define GR_INSTALL_ALL(k)                                   \
+    do {                                                    \
+        (k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8;    \
+        (k)->type[PE_TYPE_Q4_0_X8].gemm8 = gemm8_q4_0x8;    \
+    } while (0)
 
 #endif /* PE_X86_GEMM_ROWS8_H */
