@@ -1,4 +1,4 @@
-"""Q4_1 and Q4_0 weights interleaved by 8 rows (csrc/quant/ref_rows8.c, pe_type_rows8
+"""Q4_1, Q4_0 and Q4_K weights interleaved by 8 rows (csrc/quant/ref_rows8.c, pe_type_rows8
 in pe.h).
 
 On x86 the engine stores such weights that are only multiplied with their rows
@@ -18,10 +18,11 @@ from pyengine import _core
 from pyengine.errors import NativeError
 from pyengine.ml.context import Backend, Context
 
-Q4_0, Q4_1 = 2, 3
-INTERLEAVED = {Q4_1: 64, Q4_0: 65}   # PE_TYPE_Q4_1_X8, PE_TYPE_Q4_0_X8 in pe.h
+Q4_0, Q4_1, Q4_K = 2, 3, 12
+INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66}   # PE_TYPE_Q4_1_X8, _Q4_0_X8, _Q4_K_X8 in pe.h
 ROWS8 = 8   # PE_PATH_ROWS8: llama.cpp's arithmetic for Q4_0 weights of 8-row multiples
-TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0"])
+TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0", "Q4_K"])
+BLOCK = {Q4_0: 32, Q4_1: 32, Q4_K: 256}
 X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", "avx2", "avx512")]
 
 
@@ -39,11 +40,13 @@ def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, 
 
 @TYPES
 @pytest.mark.parametrize("isa", X86_ISAS)
-@pytest.mark.parametrize("n, k", [(24, 160), (48, 32 * 65)])
-def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, k: int) -> None:
-    """Batches of 1 to 4 rows (the decoding kernel, 2 + 2 columns and a single one)
-    and of 5 to 70 (unpacked: tiles, packed prompt tiles), a last group of 8 rows in
-    a tile of 16, rows of 65 blocks: the same bits as the plain weight."""
+@pytest.mark.parametrize("n, blocks", [(24, 5), (48, 65)])
+def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, blocks: int) -> None:
+    """Batches of 1 to 4 rows (the decoding kernel, 2 + 2 columns and a single one;
+    4 rows without paths are a llama.cpp 4-row tile: unpacked) and of 5 to 70
+    (unpacked: tiles, packed prompt tiles), a last group of 8 rows in a tile of 16,
+    rows of 65 blocks: the same bits as the plain weight."""
+    k = BLOCK[qtype] * (blocks if qtype != Q4_K else blocks // 4)
     plain, rows8, x = interleaved(qtype, n, k, seed=n + k)
     with forced_isa(isa):
         for m in (1, 2, 3, 4, 5, 8, 17, 70):
@@ -56,7 +59,7 @@ def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, k: int) 
 def test_decoding_kernel_equals_vec_dot(qtype: int) -> None:
     """Against the row kernel itself (on the path of a weight of 8-row multiples), not
     another product of the same file."""
-    plain, rows8, x = interleaved(qtype, 16, 32 * 9, seed=5)
+    plain, rows8, x = interleaved(qtype, 16, BLOCK[qtype] * 3, seed=5)
     plain_rows = plain.data.reshape(16, -1)
     for isa in X86_ISAS:
         with forced_isa(isa):
@@ -66,7 +69,7 @@ def test_decoding_kernel_equals_vec_dot(qtype: int) -> None:
 
 
 def test_interleaving_is_offered_where_a_decoding_kernel_is() -> None:
-    """The x86 SIMD tables interleave Q4_1 and Q4_0 (and nothing else); the scalar one does not."""
+    """The x86 SIMD tables interleave Q4_1, Q4_0 and Q4_K (and nothing else); the scalar one does not."""
     for isa in X86_ISAS:
         with forced_isa(isa):
             for qtype, rows8 in INTERLEAVED.items():

@@ -49,7 +49,8 @@ typedef enum pe_type {
      * past GGML's, whose numbering runs on) */
     PE_TYPE_Q4_1_X8 = 64,
     PE_TYPE_Q4_0_X8 = 65,
-    PE_TYPE_COUNT   = 66
+    PE_TYPE_Q4_K_X8 = 66,
+    PE_TYPE_COUNT   = 67
 } pe_type;
 
 /* Block size (elements per block) and bytes per block; 0 for unknown types. */

@@ -58,12 +58,39 @@ static void unpack8_q4_0(int64_t n, const void *group, void *rows, size_t bw) {
         }
 }
 
+static void repack8_q4_k(int64_t n, const void *rows, size_t bw, void *group) {
+    block_q4_Kx8 *out = group;
+    for (int64_t b = 0; b < n / QK_K; b++)
+        for (int r = 0; r < 8; r++) {
+            const block_q4_K *x = (const block_q4_K *)((const uint8_t *)rows + (size_t)r * bw) + b;
+            out[b].d[r] = x->d;
+            out[b].dmin[r] = x->dmin;
+            memcpy(out[b].scales[r], x->scales, K_SCALE_SIZE);
+            for (int c = 0; c < 4; c++)
+                for (int g = 0; g < 8; g++) memcpy(out[b].qs[c][g][r], x->qs + 32 * c + 4 * g, 4);
+        }
+}
+
+static void unpack8_q4_k(int64_t n, const void *group, void *rows, size_t bw) {
+    const block_q4_Kx8 *in = group;
+    for (int64_t b = 0; b < n / QK_K; b++)
+        for (int r = 0; r < 8; r++) {
+            block_q4_K *x = (block_q4_K *)((uint8_t *)rows + (size_t)r * bw) + b;
+            x->d = in[b].d[r];
+            x->dmin = in[b].dmin[r];
+            memcpy(x->scales, in[b].scales[r], K_SCALE_SIZE);
+            for (int c = 0; c < 4; c++)
+                for (int g = 0; g < 8; g++) memcpy(x->qs + 32 * c + 4 * g, in[b].qs[c][g][r], 4);
+        }
+}
+
 typedef void (*repack8_fn)(int64_t n, const void *rows, size_t bw, void *group);
 
 static repack8_fn repack8_of(int base) {
     switch (base) {
     case PE_TYPE_Q4_1: return repack8_q4_1;
     case PE_TYPE_Q4_0: return repack8_q4_0;
+    case PE_TYPE_Q4_K: return repack8_q4_k;
     default: return NULL;
     }
 }
@@ -85,4 +112,5 @@ int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nro
 void pe_fill_ref_rows8(pe_kernels *k) {
     k->type[PE_TYPE_Q4_1_X8].unpack8 = unpack8_q4_1;
     k->type[PE_TYPE_Q4_0_X8].unpack8 = unpack8_q4_0;
+    k->type[PE_TYPE_Q4_K_X8].unpack8 = unpack8_q4_k;
 }

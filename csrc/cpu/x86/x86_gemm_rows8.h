@@ -124,10 +124,81 @@ static void gemm8_q4_0x8(int64_t n, float *s, size_t bs, const void *w, size_t b
     }
 }
 
+/* Q4_K on rows alone (no PE_PATH_TILE4; see x86_gemm_kquants.h, gmk_q4k_step):
+ * per super-block the whole integer sum, sum_k scale_k * (codes . a over
+ * sub-block k), and the min term's, sum_k min_k * (a's sum over sub-block k),
+ * each multiply-added into one float (d = dw * da, dmin = dminw * da); the
+ * result 0 + (whole - mins). */
+GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8 *x, const uint8_t *a,
+                              size_t ba, const int nc) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 whole[4], mins[4];
+    for (int j = 0; j < nc; j++) whole[j] = mins[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        gr_prefetch(x + b + 1, sizeof *x);
+        _Alignas(32) int32_t scale[8][8], min[8][8];   /* [sub-block][row] */
+        for (int r = 0; r < 8; r++)
+            for (int k = 0; k < 8; k++) {
+                uint8_t sc, mn;
+                pe_k4_scale_min(k, x[b].scales[r], &sc, &mn);
+                scale[k][r] = sc;
+                min[k][r] = mn;
+            }
+        __m256i total[4], mins_total[4];
+        for (int j = 0; j < nc; j++) total[j] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {   /* chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
+            __m256i lo[8], hi[8];
+            for (int g = 0; g < 8; g++) {
+                const __m256i q = gm_load256(x[b].qs[c][g]);
+                lo[g] = _mm256_and_si256(q, low4);
+                hi[g] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            }
+            const __m256i scale_lo = _mm256_load_si256((const __m256i *)scale[2 * c]);
+            const __m256i scale_hi = _mm256_load_si256((const __m256i *)scale[2 * c + 1]);
+            for (int j = 0; j < nc; j++) {
+                const int8_t *q = ((const block_q8_K *)(a + (size_t)j * ba) + b)->qs + 64 * c;
+                __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
+                for (int g = 0; g < 8; g++) {
+                    sum_lo = gr_dot4(sum_lo, lo[g], q + 4 * g);
+                    sum_hi = gr_dot4(sum_hi, hi[g], q + 32 + 4 * g);
+                }
+                total[j] = _mm256_add_epi32(total[j], _mm256_add_epi32(_mm256_mullo_epi32(sum_lo, scale_lo),
+                                                                       _mm256_mullo_epi32(sum_hi, scale_hi)));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), dminw = _mm256_cvtph_ps(gm_load128(x[b].dmin));
+        for (int j = 0; j < nc; j++) {
+            const block_q8_K *y = (const block_q8_K *)(a + (size_t)j * ba) + b;
+            mins_total[j] = _mm256_setzero_si256();
+            for (int k = 0; k < 8; k++) {
+                const __m256i sums = _mm256_set1_epi32(y->bsums[2 * k] + y->bsums[2 * k + 1]);
+                mins_total[j] = _mm256_add_epi32(mins_total[j],
+                                                 _mm256_mullo_epi32(_mm256_load_si256((const __m256i *)min[k]), sums));
+            }
+            const __m256 da = _mm256_set1_ps(y->d);
+            whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total[j]), _mm256_mul_ps(dw, da), whole[j]);
+            mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins_total[j]), _mm256_mul_ps(dminw, da), mins[j]);
+        }
+    }
+    for (int j = 0; j < nc; j++)
+        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(_mm256_setzero_ps(), _mm256_sub_ps(whole[j], mins[j])));
+}
+
+static void gemm8_q4_Kx8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
+    (void)bw;
+    switch (nc) {
+    case 1: gemm8_q4_Kx8_n(n, s, bs, w, a, ba, 1); break;
+    case 2: gemm8_q4_Kx8_n(n, s, bs, w, a, ba, 2); break;
+    case 3: gemm8_q4_Kx8_n(n, s, bs, w, a, ba, 3); break;
+    default: gemm8_q4_Kx8_n(n, s, bs, w, a, ba, 4); break;
+    }
+}
+
 #define GR_INSTALL_ALL(k)                                   \
     do {                                                    \
         (k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8;    \
         (k)->type[PE_TYPE_Q4_0_X8].gemm8 = gemm8_q4_0x8;    \
+        (k)->type[PE_TYPE_Q4_K_X8].gemm8 = gemm8_q4_Kx8;    \
     } while (0)
 
 #endif /* PE_X86_GEMM_ROWS8_H */
