@@ -1,5 +1,6 @@
-/* ref_rows8.c - Q4_1 and Q4_0 weights interleaved by 8 rows (block_q4_1x8,
- * block_q4_0x8): the repacking done at load and its inverse.
+/* ref_rows8.c - Q4_1, Q4_0 and Q4_K weights interleaved by 8 rows
+ * (block_q4_1x8, block_q4_0x8, block_q4_Kx8): the repacking done at load
+ * and its inverse.
  *
  * Why a second layout: decoding reads every weight row once per token, and
  * the products as the file lays rows out take a row at a time: a scale per
@@ -8,8 +9,9 @@
  * bytes: their scales convert in one instruction, and group t of their codes
  * is one 256-bit load whose integer product with the activation's group t
  * gives the 8 rows' sums in their own lanes; the float steps (llama.cpp's:
- * per lane for Q4_1, per block for Q4_0 on weights of 8-row multiples, which
- * llama.cpp repacks itself) then run for 8 rows at once (x86_gemm_rows8.h).
+ * per lane for Q4_1, per block for Q4_0 and per super-block for Q4_K, the
+ * arithmetic of llama.cpp's own repacked copies) then run for 8 rows at once
+ * (x86_gemm_rows8.h).
  * Products of more activation rows than decoding's unpack the rows back and
  * use the base type's kernels, so every result keeps its bits. */
 #include "blocks.h"

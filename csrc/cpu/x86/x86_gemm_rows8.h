@@ -1,6 +1,7 @@
-/* x86_gemm_rows8.h - the decoding kernels of Q4_1 and Q4_0 weights
- * interleaved by 8 rows (block_q4_1x8, block_q4_0x8, ref_rows8.c), written
- * once for avx2_gemm.c and avx512_gemm.c after x86_gemm.h.
+/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0 and Q4_K weights
+ * interleaved by 8 rows (block_q4_1x8, block_q4_0x8, block_q4_Kx8,
+ * ref_rows8.c), written once for avx2_gemm.c and avx512_gemm.c after
+ * x86_gemm.h.
  *
  * llama.cpp's Q4_1 product has per block eight integer lane sums (lane t:
  * elements 4t..4t+3), acc_t = fma(dw * da, sum_t, acc_t), and at the end
@@ -10,7 +11,7 @@
  * own dw * da; the final fold adds the t vectors in x86_sum_ps8's order.
  * Every result is bit-identical to vec_dot, with no per-row scale gathers,
  * code unpacking or horizontal sums, and one memory stream per 8 rows.  Q4_0
- * (below) takes llama.cpp's repacked arithmetic the same way. */
+ * and Q4_K (below) take llama.cpp's repacked arithmetic the same way. */
 #ifndef PE_X86_GEMM_ROWS8_H
 #define PE_X86_GEMM_ROWS8_H
 
