@@ -17,95 +17,69 @@
 #include "blocks.h"
 #include "internal.h"
 
-/* Group of 8 rows: row r (stride bw) block b -> out[b] lane r. */
-static void repack8_q4_1(int64_t n, const void *rows, size_t bw, void *group) {
-    block_q4_1x8 *out = group;
-    for (int64_t b = 0; b < n / QK4_1; b++)
-        for (int r = 0; r < 8; r++) {
-            const block_q4_1 *x = (const block_q4_1 *)((const uint8_t *)rows + (size_t)r * bw) + b;
-            out[b].d[r] = x->d;
-            out[b].m[r] = x->m;
-            for (int t = 0; t < 4; t++) memcpy(out[b].qs[t][r], x->qs + 4 * t, 4);
-        }
+/* Every interleaved layout is a row block's pieces, lane by lane: its f16
+ * fields (d, then m or dmin), bytes kept whole per row (Q4_K's packed
+ * scales), then the codes by 4-byte group, the 8 rows side by side. */
+typedef struct {
+    int halves;   /* leading f16 fields */
+    int whole;    /* bytes after them, kept together per row */
+    int codes;    /* code bytes, moved in 4-byte groups */
+} rows8_layout;
+
+static const rows8_layout LAYOUT_Q4_0 = {1, 0, QK4_0 / 2};
+static const rows8_layout LAYOUT_Q4_1 = {2, 0, QK4_1 / 2};
+static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, QK_K / 2};
+
+/* len bytes from a row's block into the group (to_group), or back */
+static void copy_piece(uint8_t *row, uint8_t *lanes, size_t len, int to_group) {
+    if (to_group) memcpy(lanes, row, len);
+    else memcpy(row, lanes, len);
 }
 
-static void unpack8_q4_1(int64_t n, const void *group, void *rows, size_t bw) {
-    const block_q4_1x8 *in = group;
-    for (int64_t b = 0; b < n / QK4_1; b++)
-        for (int r = 0; r < 8; r++) {
-            block_q4_1 *x = (block_q4_1 *)((uint8_t *)rows + (size_t)r * bw) + b;
-            x->d = in[b].d[r];
-            x->m = in[b].m[r];
-            for (int t = 0; t < 4; t++) memcpy(x->qs + 4 * t, in[b].qs[t][r], 4);
+/* nb blocks of 8 rows (stride bw) into a group, or back (the rows are only
+ * read when to_group is set) */
+static void move8(const rows8_layout *l, int64_t nb, uint8_t *rows, size_t bw, uint8_t *group, int to_group) {
+    const size_t halves = (size_t)l->halves, whole = (size_t)l->whole, bb = 2 * halves + whole + (size_t)l->codes;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *g = group + (size_t)b * 8 * bb;
+        for (size_t r = 0; r < 8; r++) {
+            uint8_t *x = rows + r * bw + (size_t)b * bb;
+            for (size_t f = 0; f < halves; f++) copy_piece(x + 2 * f, g + 16 * f + 2 * r, 2, to_group);
+            copy_piece(x + 2 * halves, g + 16 * halves + whole * r, whole, to_group);
+            uint8_t *codes = g + 16 * halves + 8 * whole;
+            for (size_t t = 0; t < (size_t)l->codes / 4; t++)
+                copy_piece(x + 2 * halves + whole + 4 * t, codes + (8 * t + r) * 4, 4, to_group);
         }
+    }
 }
 
-static void repack8_q4_0(int64_t n, const void *rows, size_t bw, void *group) {
-    block_q4_0x8 *out = group;
-    for (int64_t b = 0; b < n / QK4_0; b++)
-        for (int r = 0; r < 8; r++) {
-            const block_q4_0 *x = (const block_q4_0 *)((const uint8_t *)rows + (size_t)r * bw) + b;
-            out[b].d[r] = x->d;
-            for (int t = 0; t < 4; t++) memcpy(out[b].qs[t][r], x->qs + 4 * t, 4);
-        }
-}
-
-static void unpack8_q4_0(int64_t n, const void *group, void *rows, size_t bw) {
-    const block_q4_0x8 *in = group;
-    for (int64_t b = 0; b < n / QK4_0; b++)
-        for (int r = 0; r < 8; r++) {
-            block_q4_0 *x = (block_q4_0 *)((uint8_t *)rows + (size_t)r * bw) + b;
-            x->d = in[b].d[r];
-            for (int t = 0; t < 4; t++) memcpy(x->qs + 4 * t, in[b].qs[t][r], 4);
-        }
-}
-
-static void repack8_q4_k(int64_t n, const void *rows, size_t bw, void *group) {
-    block_q4_Kx8 *out = group;
-    for (int64_t b = 0; b < n / QK_K; b++)
-        for (int r = 0; r < 8; r++) {
-            const block_q4_K *x = (const block_q4_K *)((const uint8_t *)rows + (size_t)r * bw) + b;
-            out[b].d[r] = x->d;
-            out[b].dmin[r] = x->dmin;
-            memcpy(out[b].scales[r], x->scales, K_SCALE_SIZE);
-            for (int c = 0; c < 4; c++)
-                for (int g = 0; g < 8; g++) memcpy(out[b].qs[c][g][r], x->qs + 32 * c + 4 * g, 4);
-        }
-}
-
-static void unpack8_q4_k(int64_t n, const void *group, void *rows, size_t bw) {
-    const block_q4_Kx8 *in = group;
-    for (int64_t b = 0; b < n / QK_K; b++)
-        for (int r = 0; r < 8; r++) {
-            block_q4_K *x = (block_q4_K *)((uint8_t *)rows + (size_t)r * bw) + b;
-            x->d = in[b].d[r];
-            x->dmin = in[b].dmin[r];
-            memcpy(x->scales, in[b].scales[r], K_SCALE_SIZE);
-            for (int c = 0; c < 4; c++)
-                for (int g = 0; g < 8; g++) memcpy(x->qs + 32 * c + 4 * g, in[b].qs[c][g][r], 4);
-        }
-}
-
-typedef void (*repack8_fn)(int64_t n, const void *rows, size_t bw, void *group);
-
-static repack8_fn repack8_of(int base) {
+static const rows8_layout *layout_of(int base) {
     switch (base) {
-    case PE_TYPE_Q4_1: return repack8_q4_1;
-    case PE_TYPE_Q4_0: return repack8_q4_0;
-    case PE_TYPE_Q4_K: return repack8_q4_k;
+    case PE_TYPE_Q4_0: return &LAYOUT_Q4_0;
+    case PE_TYPE_Q4_1: return &LAYOUT_Q4_1;
+    case PE_TYPE_Q4_K: return &LAYOUT_Q4_K;
     default: return NULL;
     }
 }
 
+#define DEFINE_UNPACK8(NAME, TYPE)                                                   \
+    static void unpack8_##NAME(int64_t n, const void *group, void *rows, size_t bw) { \
+        move8(layout_of(TYPE), n / pe_type_block_size(TYPE), rows, bw, (uint8_t *)group, 0); \
+    }
+DEFINE_UNPACK8(q4_0, PE_TYPE_Q4_0)
+DEFINE_UNPACK8(q4_1, PE_TYPE_Q4_1)
+DEFINE_UNPACK8(q4_k, PE_TYPE_Q4_K)
+
 int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows) {
     const int base = pe_type_rows8_base(type);
-    const repack8_fn repack = repack8_of(base);
-    if (!repack) return pe_fail("repack: %s is no interleaved type", pe_type_name(type));
+    const rows8_layout *layout = layout_of(base);
+    if (!layout) return pe_fail("repack: %s is no interleaved type", pe_type_name(type));
     const size_t group = 8 * pe_row_bytes(base, n);
     if (n <= 0 || group == 0 || nrows <= 0 || nrows % 8)
         return pe_fail("repack: %lld x %lld is not whole blocks of 8 rows", (long long)nrows, (long long)n);
     for (int64_t g = 0; g < nrows / 8; g++)
-        repack(n, (const uint8_t *)src + (size_t)g * group, group / 8, (uint8_t *)dst + (size_t)g * group);
+        move8(layout, n / pe_type_block_size(base), (uint8_t *)src + (size_t)g * group, group / 8,
+              (uint8_t *)dst + (size_t)g * group, 1);
     return 0;
 }
 

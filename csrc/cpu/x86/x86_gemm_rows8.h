@@ -115,15 +115,19 @@ GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8
     for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs, acc[j]);
 }
 
-static void gemm8_q4_0x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
-    (void)bw;
-    switch (nc) {
-    case 1: gemm8_q4_0x8_n(n, s, bs, w, a, ba, 1); break;
-    case 2: gemm8_q4_0x8_n(n, s, bs, w, a, ba, 2); break;
-    case 3: gemm8_q4_0x8_n(n, s, bs, w, a, ba, 3); break;
-    default: gemm8_q4_0x8_n(n, s, bs, w, a, ba, 4); break;
+/* gemm8 over a kernel whose column count is a compile-time constant */
+#define GR_DEFINE_GEMM8_BY_COLS(NAME, XB)                                                                 \
+    static void gemm8_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,    \
+                             size_t ba, int nc) {                                                         \
+        (void)bw;                                                                                         \
+        switch (nc) {                                                                                     \
+        case 1: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 1); break;                               \
+        case 2: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 2); break;                               \
+        case 3: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 3); break;                               \
+        default: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 4); break;                              \
+        }                                                                                                 \
     }
-}
+GR_DEFINE_GEMM8_BY_COLS(q4_0x8, block_q4_0x8)
 
 /* Q4_K on rows alone (no PE_PATH_TILE4; see x86_gemm_kquants.h, gmk_q4k_step):
  * per super-block the whole integer sum, sum_k scale_k * (codes . a over
@@ -185,15 +189,7 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
         _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(_mm256_setzero_ps(), _mm256_sub_ps(whole[j], mins[j])));
 }
 
-static void gemm8_q4_Kx8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
-    (void)bw;
-    switch (nc) {
-    case 1: gemm8_q4_Kx8_n(n, s, bs, w, a, ba, 1); break;
-    case 2: gemm8_q4_Kx8_n(n, s, bs, w, a, ba, 2); break;
-    case 3: gemm8_q4_Kx8_n(n, s, bs, w, a, ba, 3); break;
-    default: gemm8_q4_Kx8_n(n, s, bs, w, a, ba, 4); break;
-    }
-}
+GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
 
 #define GR_INSTALL_ALL(k)                                   \
     do {                                                    \
