@@ -1,4 +1,4 @@
-"""Q4_1, Q4_0 and Q4_K weights interleaved by 8 rows (csrc/quant/ref_rows8.c, pe_type_rows8
+"""Q4_1, Q4_0, Q4_K and IQ4_NL weights interleaved by 8 rows (csrc/quant/ref_rows8.c, pe_type_rows8
 in pe.h).
 
 On x86 the engine stores such weights that are only multiplied with their rows
@@ -18,11 +18,11 @@ from pyengine import _core
 from pyengine.errors import NativeError
 from pyengine.ml.context import Backend, Context
 
-Q4_0, Q4_1, Q4_K = 2, 3, 12
-INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66}   # PE_TYPE_Q4_1_X8, _Q4_0_X8, _Q4_K_X8 in pe.h
-ROWS8 = 8   # PE_PATH_ROWS8: llama.cpp's arithmetic for Q4_0 weights of 8-row multiples
-TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0", "Q4_K"])
-BLOCK = {Q4_0: 32, Q4_1: 32, Q4_K: 256}
+Q4_0, Q4_1, Q4_K, IQ4_NL = 2, 3, 12, 20
+INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66, IQ4_NL: 67}   # PE_TYPE_*_X8 in pe.h
+ROWS8 = 8   # PE_PATH_ROWS8: llama.cpp's arithmetic for Q4_0 / IQ4_NL weights of 8-row multiples
+TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL"])
+BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256}
 X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", "avx2", "avx512")]
 
 
@@ -69,7 +69,8 @@ def test_decoding_kernel_equals_vec_dot(qtype: int) -> None:
 
 
 def test_interleaving_is_offered_where_a_decoding_kernel_is() -> None:
-    """The x86 SIMD tables interleave Q4_1, Q4_0 and Q4_K (and nothing else); the scalar one does not."""
+    """The x86 SIMD tables interleave Q4_1, Q4_0, Q4_K and IQ4_NL (and nothing else); the scalar one
+    does not."""
     for isa in X86_ISAS:
         with forced_isa(isa):
             for qtype, rows8 in INTERLEAVED.items():

@@ -83,6 +83,7 @@ typedef struct pe_type_kernels {
     pe_gemm8_fn      gemm8;    /* optional */
     pe_gemm8_fn      gemm8_rows8;  /* optional: gemm8 for weights on the PE_PATH_ROWS8 arithmetic */
     pe_unpack8_fn    unpack8;      /* interleaved types only */
+    unsigned         gemm8_paths;  /* interleaved types: the PE_PATH_* bits whose rows gemm8 cannot take */
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */

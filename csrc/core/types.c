@@ -37,6 +37,7 @@ static const pe_type_traits traits[PE_TYPE_COUNT] = {
     [PE_TYPE_Q4_1_X8] = {"Q4_1x8", QK4_1, sizeof(block_q4_1),   PE_TYPE_Q8_1, 0, PE_TYPE_Q4_1},
     [PE_TYPE_Q4_0_X8] = {"Q4_0x8", QK4_0, sizeof(block_q4_0),   PE_TYPE_Q8_0, 0, PE_TYPE_Q4_0},
     [PE_TYPE_Q4_K_X8] = {"Q4_Kx8", QK_K,  sizeof(block_q4_K),   PE_TYPE_Q8_K, 0, PE_TYPE_Q4_K},
+    [PE_TYPE_IQ4_NL_X8] = {"IQ4_NLx8", QK4_NL, sizeof(block_iq4_nl), PE_TYPE_Q8_0, 0, PE_TYPE_IQ4_NL},
 };
 
 static const pe_type_traits *traits_of(int type) {

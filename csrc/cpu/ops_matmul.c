@@ -187,25 +187,24 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
     }
 }
 
-/* Whether any of rows [j0, j1) takes a tiled product's arithmetic (a 4-row
- * tile, a wide batch): the interleaved kernels compute a row alone's. */
-static int tiled_rows(const int32_t *paths, int64_t j0, int64_t j1, int64_t m, unsigned keep) {
-    for (int64_t j = j0; j < j1; j++)
-        if (row_path(paths, j, m, keep) & (PE_PATH_TILE4 | PE_PATH_WIDE)) return 1;
+/* Whether any of rows [j0, j1) is on one of the paths in `bits`. */
+static int any_path(const int32_t *paths, int64_t j0, int64_t j1, int64_t m, unsigned bits) {
+    for (int64_t j = j0; bits && j < j1; j++)
+        if (row_path(paths, j, m, bits)) return 1;
     return 0;
 }
 
 /* A tile of a weight interleaved by 8 rows: decoding's few activation rows
- * (each on a lone row's path) go through the layout's own kernel straight
- * from the groups; other batches see the rows unpacked, 16 at a time, and
- * the kernels of the type held.  Both give the bits the weight as the file
- * has it gives. */
+ * go through the layout's own kernel straight from the groups (unless a
+ * row's path is one it does not take); other batches see the rows
+ * unpacked, 16 at a time, and the kernels of the type held.  Both give the
+ * bits the weight as the file has it gives. */
 static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
                        const pe_tensor *x, const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m,
                        int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *packed, uint8_t *rows) {
     const uint8_t *wd = w->data;
     const size_t bw = w->nb[1];
-    if (k->gemm8 && j1 - j0 <= PE_GEMM8_MAX_COLS && !tiled_rows(paths, j0, j1, m, path_keep(w))) {
+    if (k->gemm8 && j1 - j0 <= PE_GEMM8_MAX_COLS && !any_path(paths, j0, j1, m, path_keep(w) & k->gemm8_paths)) {
         for (int64_t i = i0; i < i1; i += PE_GEMM8_ROWS)
             k->gemm8(kdim, dst + j0 * n + i, (size_t)n, wd + i * bw, bw, q + j0 * qstride, qstride, (int)(j1 - j0));
         return;

@@ -1,6 +1,6 @@
-/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0 and Q4_K weights
- * interleaved by 8 rows (block_q4_1x8, block_q4_0x8, block_q4_Kx8,
- * ref_rows8.c), written once for avx2_gemm.c and avx512_gemm.c after
+/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0, IQ4_NL and Q4_K
+ * weights interleaved by 8 rows (block_q4_1x8, block_q4_0x8,
+ * block_iq4_nlx8, block_q4_Kx8, ref_rows8.c), written once for avx2_gemm.c and avx512_gemm.c after
  * x86_gemm.h.
  *
  * llama.cpp's Q4_1 product has per block eight integer lane sums (lane t:
@@ -10,8 +10,8 @@
  * gives row r's sum_t in lane r, then one fma per t serves 8 rows with their
  * own dw * da; the final fold adds the t vectors in x86_sum_ps8's order.
  * Every result is bit-identical to vec_dot, with no per-row scale gathers,
- * code unpacking or horizontal sums, and one memory stream per 8 rows.  Q4_0
- * and Q4_K (below) take llama.cpp's repacked arithmetic the same way. */
+ * code unpacking or horizontal sums, and one memory stream per 8 rows.  Q4_0,
+ * IQ4_NL and Q4_K (below) take llama.cpp's repacked arithmetic the same way. */
 #ifndef PE_X86_GEMM_ROWS8_H
 #define PE_X86_GEMM_ROWS8_H
 
@@ -23,6 +23,17 @@ static inline __m256i gr_dot4(__m256i start, __m256i codes, const int8_t *a4) {
     return _mm256_dpbusd_epi32(start, codes, act);
 #else   /* unsigned codes <= 15: a pair of products cannot saturate 16 bits */
     return _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(codes, act), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* the same for signed codes: their magnitudes (mag) against the activation
+ * codes carrying the codes' signs */
+static inline __m256i gr_dot4_signed(__m256i start, __m256i mag, __m256i codes, const int8_t *a4) {
+    const __m256i act = _mm256_sign_epi8(_mm256_set1_epi32((int)gm_u32(a4)), codes);
+#if defined(PE_GEMM_VNNI)
+    return _mm256_dpbusd_epi32(start, mag, act);
+#else   /* |codes|, |a| <= 127: a pair of products stays below 2^15 */
+    return _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, act), _mm256_set1_epi16(1)));
 #endif
 }
 
@@ -129,6 +140,39 @@ GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8
     }
 GR_DEFINE_GEMM8_BY_COLS(q4_0x8, block_q4_0x8)
 
+/* IQ4_NL, like Q4_0 (llama.cpp repacks it the same way): the codes are its
+ * grid's signed values, so their magnitudes multiply the activations
+ * carrying the codes' signs (exact: |a| <= 127). */
+GM_INLINE void gemm8_iq4_nlx8_n(int64_t n, float *s, size_t bs, const block_iq4_nlx8 *x, const uint8_t *a,
+                                size_t ba, const int nc) {
+    const __m256i grid = _mm256_broadcastsi128_si256(gm_load128(pe_iq4nl_values));
+    __m256 acc[4];
+    for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK4_NL; b++) {
+        gr_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        __m256i code[8], mag[8];
+        gr_nibbles(x[b].qs, code);
+        for (int u = 0; u < 8; u++) {
+            code[u] = _mm256_shuffle_epi8(grid, code[u]);
+            mag[u] = _mm256_abs_epi8(code[u]);
+        }
+        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
+        for (int j = 0; j < nc; j++) {
+            const block_q8_0 *y = (const block_q8_0 *)(a + (size_t)j * ba) + b;
+            __m256i low = _mm256_setzero_si256(), high = _mm256_setzero_si256();
+            for (int u = 0; u < 4; u++) {
+                low = gr_dot4_signed(low, mag[u], code[u], y->qs + 4 * u);
+                high = gr_dot4_signed(high, mag[u + 4], code[u + 4], y->qs + 4 * (u + 4));
+            }
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&y->d)));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(low, high)), d, acc[j]);
+        }
+    }
+    for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs, acc[j]);
+}
+
+GR_DEFINE_GEMM8_BY_COLS(iq4_nlx8, block_iq4_nlx8)
+
 /* Q4_K on rows alone (no PE_PATH_TILE4; see x86_gemm_kquants.h, gmk_q4k_step):
  * per super-block the whole integer sum, sum_k scale_k * (codes . a over
  * sub-block k), and the min term's, sum_k min_k * (a's sum over sub-block k),
@@ -196,6 +240,8 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
         (k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8;    \
         (k)->type[PE_TYPE_Q4_0_X8].gemm8 = gemm8_q4_0x8;    \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8 = gemm8_q4_Kx8;    \
+        (k)->type[PE_TYPE_Q4_K_X8].gemm8_paths = PE_PATH_TILE4; \
+        (k)->type[PE_TYPE_IQ4_NL_X8].gemm8 = gemm8_iq4_nlx8; \
     } while (0)
 
 #endif /* PE_X86_GEMM_ROWS8_H */
