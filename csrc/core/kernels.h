@@ -69,7 +69,8 @@ typedef void (*pe_gemm8_fn)(int64_t n, float *s, size_t bs, const void *w, size_
 /* Interleaved types (rows by 8, see pe_type_rows8): unpack8 writes the 8
  * base-type rows (n elements, stride bw) of one group back out, for the
  * products gemm8 does not take; gemm8 reads a group (w; bw unused), each
- * result bit-identical to the base type's gemm8. */
+ * result bit-identical to the base type's product on the row's path (for
+ * the paths it takes: gemm8_paths lists those it does not). */
 typedef void (*pe_unpack8_fn)(int64_t n, const void *group, void *rows, size_t bw);
 
 typedef struct pe_type_kernels {
@@ -133,7 +134,7 @@ void pe_init(void);
 void pe_fill_ref_float(pe_kernels *k);     /* quant/ref_float.c   F32 F16 BF16 */
 void pe_fill_ref_legacy(pe_kernels *k);    /* quant/ref_legacy.c  Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 */
 void pe_fill_ref_kquants(pe_kernels *k);   /* quant/ref_kquants.c Q2_K..Q6_K Q8_K IQ4_NL IQ4_XS */
-void pe_fill_ref_rows8(pe_kernels *k);     /* quant/ref_rows8.c   Q4_1_X8 */
+void pe_fill_ref_rows8(pe_kernels *k);     /* quant/ref_rows8.c   the interleaved types (*_X8) */
 void pe_fill_vec_scalar(pe_kernels *k);    /* cpu/vec.c compiled without SIMD flags */
 #if defined(PE_ARCH_X86)
 void pe_fill_avx2_legacy(pe_kernels *k);   /* cpu/x86/avx2_legacy.c */
