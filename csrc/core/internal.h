@@ -3,6 +3,9 @@
 #ifndef PE_INTERNAL_H
 #define PE_INTERNAL_H
 
+#if defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+#include <xmmintrin.h>
+#endif
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -177,15 +180,25 @@ static inline void pe_split(int64_t n, int ith, int nth, int64_t *i0, int64_t *i
     *i1 = *i0 + per < n ? *i0 + per : n;
 }
 
-/* A hint to load the cache lines of [p, p + len) ahead of their use (nothing
- * where the compiler has no builtin for it). */
+/* A hint to load the cache lines of [p, p + len) ahead of their use, into
+ * every cache level (nothing where the compiler has no way to say it). */
 static inline void pe_prefetch(const void *p, size_t len) {
 #if defined(__GNUC__) || defined(__clang__)
     for (size_t o = 0; o < len; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+    for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 #else
     (void)p;
     (void)len;
 #endif
 }
+
+/* For small functions whose loops must keep their accumulators in
+ * registers: inlined into callers that fix their counts. */
+#if defined(_MSC_VER)
+#define PE_ALWAYS_INLINE static __forceinline
+#else
+#define PE_ALWAYS_INLINE static inline __attribute__((always_inline))
+#endif
 
 #endif /* PE_INTERNAL_H */

@@ -14,18 +14,13 @@
 #endif
 
 /* Loops whose accumulators must stay in registers: unrolled whole, in
- * functions inlined into callers that fix their counts. */
+ * functions inlined into callers that fix their counts (PE_ALWAYS_INLINE). */
 #if defined(__clang__)
 #define PE_UNROLL_8 _Pragma("unroll 8")
 #elif defined(__GNUC__)
 #define PE_UNROLL_8 _Pragma("GCC unroll 8")
 #else
 #define PE_UNROLL_8
-#endif
-#if defined(_MSC_VER)
-#define PE_ALWAYS_INLINE static __forceinline
-#else
-#define PE_ALWAYS_INLINE static inline __attribute__((always_inline))
 #endif
 
 #ifndef PE_VEC_SUFFIX

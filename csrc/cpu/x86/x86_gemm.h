@@ -28,11 +28,10 @@
 #include "x86_reduce.h"
 #include "internal.h"
 
+#define GM_INLINE PE_ALWAYS_INLINE
 #if defined(_MSC_VER)
-#define GM_INLINE static __forceinline
 #define GM_MAYBE_UNUSED
 #else
-#define GM_INLINE static inline __attribute__((always_inline))
 #define GM_MAYBE_UNUSED __attribute__((unused))
 #endif
 

@@ -48,10 +48,6 @@ static inline void gr_nibbles(const uint8_t qs[4][8][4], __m256i code[8]) {
     }
 }
 
-static inline void gr_prefetch(const void *p, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + off, _MM_HINT_T0);
-}
-
 /* Blocks this far ahead are asked for (a group of rows streams as one run). */
 #define GR_PREFETCH_BLOCKS 12
 
@@ -65,7 +61,7 @@ GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_
         for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK4_1; b++) {
-        gr_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         __m256i code[8];
         gr_nibbles(x[b].qs, code);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), mw = _mm256_cvtph_ps(gm_load128(x[b].m));
@@ -108,7 +104,7 @@ GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8
     __m256 acc[4];
     for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK4_0; b++) {
-        gr_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         __m256i code[8];
         gr_nibbles(x[b].qs, code);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
@@ -149,7 +145,7 @@ GM_INLINE void gemm8_iq4_nlx8_n(int64_t n, float *s, size_t bs, const block_iq4_
     __m256 acc[4];
     for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK4_NL; b++) {
-        gr_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         __m256i code[8], mag[8];
         gr_nibbles(x[b].qs, code);
         for (int u = 0; u < 8; u++) {
@@ -184,7 +180,7 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
     __m256 whole[4], mins[4];
     for (int j = 0; j < nc; j++) whole[j] = mins[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
-        gr_prefetch(x + b + 1, sizeof *x);
+        pe_prefetch(x + b + 1, sizeof *x);
         _Alignas(32) int32_t scale[8][8], min[8][8];   /* [sub-block][row] */
         for (int r = 0; r < 8; r++)
             for (int k = 0; k < 8; k++) {
