@@ -508,16 +508,6 @@ def _huge_page_arena(size: int) -> tuple[mmap.mmap, int] | None:
     return buf, start
 
 
-def _drop_pages(mm: mmap.mmap, offset: int, nbytes: int) -> None:
-    """Let the kernel take back the mapping's pages of a range read once (they count in
-    the process's memory until then; a later read would fetch them from the file)."""
-    if not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    start = offset // mmap.PAGESIZE * mmap.PAGESIZE
-    end = min(len(mm), -(-(offset + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
-    mm.madvise(mmap.MADV_DONTNEED, start, end - start)
-
-
 def _read_into(path: str, offset: int, view: memoryview) -> None:
     """Fills `view` with the file's bytes from `offset`."""
     try:
@@ -648,18 +638,18 @@ class GGUFFile:
         data = self._transformed.get(name)
         if data is not None:
             return data
+        # the file's bytes are read past the mapping, as copies are: none of its pages
+        # become this process's
+        source = np.empty(info.nbytes, np.uint8)
+        with memoryview(source) as view:
+            _read_into(self.path, info.offset, view)
         arena = None if name in self._in_arena else self._huge_pages()   # a plain copy there stays valid
         if arena is None:
             data = np.empty(info.nbytes, np.uint8)
-            transform(np.frombuffer(self._mmap, dtype=np.uint8, count=info.nbytes, offset=info.offset), data)
-            _drop_pages(self._mmap, info.offset, info.nbytes)
         else:
             buf, shift = arena
-            source = np.empty(info.nbytes, np.uint8)   # read past the mapping, as copies are
-            with memoryview(source) as view:
-                _read_into(self.path, info.offset, view)
             data = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=info.offset + shift)
-            transform(source, data)
+        transform(source, data)
         data.flags.writeable = False
         self._transformed[name] = data
         return data
