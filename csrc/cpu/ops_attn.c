@@ -47,12 +47,12 @@ static int64_t padded(int64_t n) { return (n + ATTN_ALIGN - 1) / ATTN_ALIGN * AT
 
 /* Per thread: the queries of a KV group (rounded floats, or the Q8_0 blocks
  * a quantized K takes, which need less room), one score per position slot
- * and head, the output lanes of each head, a row of scratch, and the cell of
- * each slot. */
+ * and head, the output lanes of each head, a row of scratch, the cell of
+ * each slot and the list of visible cells. */
 static size_t attn_thread_bytes(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k) {
     const int64_t group = q->ne[1] / t->ip[0], slots = padded(k->ne[1]) + ATTN_ALIGN, hd = q->ne[0];
     const size_t floats = (size_t)(group * (hd * (1 + 4 * pe_kern->vec.lanes) + slots) + hd);
-    return floats * sizeof(float) + (size_t)slots * sizeof(int32_t) + 64;
+    return floats * sizeof(float) + 2 * (size_t)slots * sizeof(int32_t) + 64;
 }
 
 /* A batch's prompt tokens read V from a transposed copy (vt_build): for
@@ -87,28 +87,48 @@ typedef struct {
     float   *scores;   /* [group][n_slots]  scores, then probabilities, by position slot */
     float   *lanes;    /* [group][W][hd]    the product with V, lane by lane */
     int32_t *cell;     /* [n_slots]         the cell at each slot, -1 if none */
+    int32_t *visible;  /* [n_kv]            the visible cells, in cell order (place_cells) */
     const uint16_t *vt;  /* this KV head's transposed V ([hd][vt_width]), or NULL */
     int64_t  vt_width;
     float    mx[64];   /* largest score per head */
 } attn_group;
 
+/* Whether the 8 mask values at m are all -inf (hidden): a decode step's
+ * mask hides every other sequence's cells, mostly in long runs. */
+static inline int hidden8(const float *m) {
+    uint32_t u[8];
+    memcpy(u, m, sizeof u);
+    const uint32_t all = u[0] & u[1] & u[2] & u[3] & u[4] & u[5] & u[6] & u[7];
+    const uint32_t any = u[0] | u[1] | u[2] | u[3] | u[4] | u[5] | u[6] | u[7];
+    return all == any && all == 0xFF800000u;   /* the bits of -inf */
+}
+
 /* Lays the visible cells of [0, n_kv) out by position; returns 0 when their
- * positions span more slots than there is room for (then by cell index). */
+ * positions span more slots than there is room for (then by cell index).
+ * One pass over the mask lists the visible cells (ag->visible), the second
+ * goes over that list only. */
 static int place_cells(attn_group *ag, const float *m, const int32_t *pos, int64_t n_kv, int64_t room) {
-    int64_t lo = INT64_MAX, hi = -1;
+    int64_t lo = INT64_MAX, hi = -1, nv = 0;
     for (int64_t c = 0; c < n_kv; c++) {
+        if ((c & 7) == 0 && c + 8 <= n_kv && hidden8(m + c)) {
+            c += 7;
+            continue;
+        }
         if (m[c] == -INFINITY) continue;
         const int64_t p = pos ? pos[c] : c;
         if (p < lo) lo = p;
         if (p > hi) hi = p;
+        ag->visible[nv++] = (int32_t)c;
     }
     if (hi < 0) { ag->n_slots = 0; return 1; }
     const int64_t base = lo / ATTN_ALIGN * ATTN_ALIGN;
     ag->n_slots = padded(hi - base + 1);
     if (ag->n_slots > room) return 0;
     for (int64_t i = 0; i < ag->n_slots; i++) ag->cell[i] = -1;
-    for (int64_t c = 0; c < n_kv; c++)
-        if (m[c] != -INFINITY) ag->cell[(pos ? pos[c] : c) - base] = (int32_t)c;
+    for (int64_t i = 0; i < nv; i++) {
+        const int32_t c = ag->visible[i];
+        ag->cell[(pos ? pos[c] : c) - base] = c;
+    }
     return 1;
 }
 
@@ -340,7 +360,8 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     attn_group ag = {.hd = hd, .group = per, .q_type = q_type, .q_bytes = pe_row_bytes(q_type, hd)};
     uint8_t *mine = ex->work + (size_t)ex->ith * attn_thread_bytes(t, q, k);
     ag.cell = (int32_t *)mine;
-    ag.qh = (float *)(mine + (size_t)room * sizeof(int32_t));
+    ag.visible = ag.cell + room;
+    ag.qh = (float *)(ag.visible + room);
     ag.scores = ag.qh + per * hd;
     ag.lanes = ag.scores + per * room;
     ag.row = ag.lanes + per * hd * 4 * pe_kern->vec.lanes;
