@@ -63,6 +63,8 @@ typedef int (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, 
  * has no paths). */
 #define PE_GEMM8_ROWS 8
 #define PE_GEMM8_MAX_COLS 4
+/* the floats after a Q8_1 row of n elements for a gemm8 with gemm8_scales */
+#define PE_Q8_1_SCALES_BYTES(n) ((size_t)(n) / 32 * 2 * sizeof(float))
 typedef void (*pe_gemm8_fn)(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba,
                             int nc);
 
@@ -85,6 +87,8 @@ typedef struct pe_type_kernels {
     pe_gemm8_fn      gemm8_rows8;  /* optional: gemm8 for weights on the PE_PATH_ROWS8 arithmetic */
     pe_unpack8_fn    unpack8;      /* interleaved types only */
     unsigned         gemm8_paths;  /* interleaved types: the PE_PATH_* bits whose rows gemm8 cannot take */
+    int              gemm8_scales; /* gemm8 takes each Q8_1 activation row followed by its blocks' d, then s,
+                                      as floats (PE_Q8_1_SCALES_BYTES more per row) */
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */

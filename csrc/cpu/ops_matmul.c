@@ -46,9 +46,22 @@ static size_t unpacked_bytes(const pe_tensor *w) {
     return pe_kern->type[w->type].unpack8 ? round64((size_t)TILE_ROWS * w->nb[1]) : 0;
 }
 
-static size_t activations_bytes(const pe_tensor *x, int vdt, int nth) {
+/* Whether the activation rows of w's product carry their block scales as
+ * floats too: for a decoding kernel that takes them (gemm8_scales), which
+ * then needs no conversions per block and activation row. */
+static int with_scales(const pe_tensor *w, const pe_tensor *x) {
+    return pe_kern->type[w->type].gemm8_scales && pe_type_vec_dot_type(w->type) == PE_TYPE_Q8_1 &&
+           pe_nrows(x) <= PE_GEMM8_MAX_COLS;
+}
+
+/* Bytes of one quantized activation row (with its scales, if it takes them). */
+static size_t activation_row_bytes(const pe_tensor *w, const pe_tensor *x, int vdt) {
+    return pe_row_bytes(vdt, x->ne[0]) + (with_scales(w, x) ? PE_Q8_1_SCALES_BYTES(x->ne[0]) : 0);
+}
+
+static size_t activations_bytes(const pe_tensor *w, const pe_tensor *x, int vdt, int nth) {
     if (vdt == PE_TYPE_F32) return 0;
-    const size_t rb = pe_row_bytes(vdt, x->ne[0]);
+    const size_t rb = activation_row_bytes(w, x, vdt);
     return pe_nrows(x) == 1 ? (size_t)nth * round64(rb) : round64((size_t)pe_nrows(x) * rb);
 }
 
@@ -60,7 +73,7 @@ static size_t pack_bytes(const pe_tensor *t, const pe_tensor *w, const pe_tensor
 
 size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
     const pe_tensor *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
-    const size_t bytes = activations_bytes(x, pe_type_vec_dot_type(w->type), n_threads) +
+    const size_t bytes = activations_bytes(w, x, pe_type_vec_dot_type(w->type), n_threads) +
                          (size_t)n_threads * (pack_bytes(t, w, x) + unpacked_bytes(w));
     return bytes ? bytes + 64 : 0;
 }
@@ -69,14 +82,14 @@ size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) 
  * does not pack (or the scratch was planned without it). */
 static void *pack_scratch(const pe_exec *ex, const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
     const size_t per = pack_bytes(t, w, x);
-    const size_t off = activations_bytes(x, pe_type_vec_dot_type(w->type), ex->nth) + (size_t)ex->ith * per;
+    const size_t off = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth) + (size_t)ex->ith * per;
     return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
 
 /* This thread's room for rows unpacked from an interleaved weight. */
 static uint8_t *unpacked_scratch(const pe_exec *ex, const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
     const size_t per = unpacked_bytes(w);
-    const size_t off = activations_bytes(x, pe_type_vec_dot_type(w->type), ex->nth) +
+    const size_t off = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth) +
                        (size_t)ex->nth * pack_bytes(t, w, x) + (size_t)ex->ith * per;
     return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
@@ -85,20 +98,32 @@ static uint8_t *unpacked_scratch(const pe_exec *ex, const pe_tensor *t, const pe
  * over threads, then a barrier so every thread sees all of them.  A lone
  * row (decoding) is quantized by every thread into its own copy instead: a
  * few hundred nanoseconds, less than the others' wait at a barrier. */
-static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *x, int vdt, size_t *row_stride) {
+static void quantize_row(const pe_tensor *x, int64_t r, int vdt, int scales, uint8_t *dst) {
     const int64_t k = x->ne[0];
+    pe_kern->type[vdt].from_float(x_row(x, r), dst, k);
+    if (!scales) return;
+    const block_q8_1 *blocks = (const block_q8_1 *)dst;
+    float *d = (float *)(blocks + k / QK8_1), *s = d + k / QK8_1;
+    for (int64_t b = 0; b < k / QK8_1; b++) {
+        d[b] = pe_f16_to_f32(blocks[b].d);
+        s[b] = pe_f16_to_f32(blocks[b].s);
+    }
+}
+
+static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *w, const pe_tensor *x, int vdt,
+                                           size_t *row_stride) {
     if (vdt == PE_TYPE_F32) { *row_stride = 0; return NULL; }
-    const size_t rb = pe_row_bytes(vdt, k);
-    const pe_from_float_fn quant = pe_kern->type[vdt].from_float;
+    const int scales = with_scales(w, x);
+    const size_t rb = activation_row_bytes(w, x, vdt);
     *row_stride = rb;
     if (pe_nrows(x) == 1) {
         uint8_t *mine = ex->work + (size_t)ex->ith * round64(rb);
-        quant(x_row(x, 0), mine, k);
+        quantize_row(x, 0, vdt, scales, mine);
         return mine;
     }
     int64_t r0, r1;
     pe_split(pe_nrows(x), ex->ith, ex->nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) quant(x_row(x, r), ex->work + r * rb, k);
+    for (int64_t r = r0; r < r1; r++) quantize_row(x, r, vdt, scales, ex->work + r * rb);
     pe_pool_barrier(ex->pool);
     return ex->work;
 }
@@ -245,7 +270,7 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1);
     const int vdt = pe_type_vec_dot_type(w->type);
     size_t qstride;
-    const uint8_t *q = quantize_activations(ex, x, vdt, &qstride);
+    const uint8_t *q = quantize_activations(ex, w, x, vdt, &qstride);
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], m = pe_nrows(x);
     const int32_t *paths = t->src[2] >= 0 ? (const int32_t *)src(ex, t, 2)->data : NULL;
@@ -278,7 +303,7 @@ void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1), *ids = src(ex, t, 2);
     const int vdt = pe_type_vec_dot_type(w->type);
     size_t qstride;
-    const uint8_t *q = quantize_activations(ex, x, vdt, &qstride);
+    const uint8_t *q = quantize_activations(ex, w, x, vdt, &qstride);
     const pe_vec_dot_fn dot = pe_kern->type[w->type].vec_dot;
     const int64_t k = x->ne[0], n = w->ne[1], n_exp = w->ne[2];
     const int64_t n_used = ids->ne[0], n_tok = ids->ne[1];

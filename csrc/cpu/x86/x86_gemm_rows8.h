@@ -52,27 +52,30 @@ static inline void gr_nibbles(const uint8_t qs[4][8][4], __m256i code[8]) {
 #define GR_PREFETCH_BLOCKS 12
 
 /* 8 rows against activation rows y[0..nc) (nc <= 2: 16 accumulators and the
- * 8 code vectors fill the registers) */
+ * 8 code vectors fill the registers); each row's blocks are followed by
+ * their scales d and s as floats (gemm8_scales), broadcast from memory */
 GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_1x8 *x,
                                  const block_q8_1 *const y[2], const int nc) {
+    const int64_t nb = n / QK4_1;
     __m256 acc[2][8], mins[2];
     for (int j = 0; j < nc; j++) {
         mins[j] = _mm256_setzero_ps();
         for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
     }
-    for (int64_t b = 0; b < n / QK4_1; b++) {
+    for (int64_t b = 0; b < nb; b++) {
         pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         __m256i code[8];
         gr_nibbles(x[b].qs, code);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), mw = _mm256_cvtph_ps(gm_load128(x[b].m));
         for (int j = 0; j < nc; j++) {
             const block_q8_1 *a = y[j] + b;
-            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&a->d)));
+            const float *da = (const float *)(y[j] + nb) + b, *sa = da + nb;
+            const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(da));
             for (int t = 0; t < 8; t++) {
                 const __m256i sum = gr_dot4(_mm256_setzero_si256(), code[t], a->qs + 4 * t);
                 acc[j][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum), acc[j][t]);
             }
-            mins[j] = _mm256_add_ps(mins[j], _mm256_mul_ps(mw, _mm256_set1_ps(gm_f16(&a->s))));
+            mins[j] = _mm256_add_ps(mins[j], _mm256_mul_ps(mw, _mm256_broadcast_ss(sa)));
         }
     }
     for (int j = 0; j < nc; j++) {   /* x86_sum_ps8's folds: t with t + 4, then with t + 2, then the last two */
@@ -234,6 +237,7 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
 #define GR_INSTALL_ALL(k)                                   \
     do {                                                    \
         (k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8;    \
+        (k)->type[PE_TYPE_Q4_1_X8].gemm8_scales = 1;        \
         (k)->type[PE_TYPE_Q4_0_X8].gemm8 = gemm8_q4_0x8;    \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8 = gemm8_q4_Kx8;    \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_paths = PE_PATH_TILE4; \
