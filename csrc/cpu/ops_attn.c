@@ -96,11 +96,10 @@ typedef struct {
 /* Whether the 8 mask values at m are all -inf (hidden): a decode step's
  * mask hides every other sequence's cells, mostly in long runs. */
 static inline int hidden8(const float *m) {
-    uint32_t u[8];
+    const uint64_t hidden2 = 0xFF800000FF800000u;   /* two -inf */
+    uint64_t u[4];
     memcpy(u, m, sizeof u);
-    const uint32_t all = u[0] & u[1] & u[2] & u[3] & u[4] & u[5] & u[6] & u[7];
-    const uint32_t any = u[0] | u[1] | u[2] | u[3] | u[4] | u[5] | u[6] | u[7];
-    return all == any && all == 0xFF800000u;   /* the bits of -inf */
+    return (u[0] == hidden2) & (u[1] == hidden2) & (u[2] == hidden2) & (u[3] == hidden2);
 }
 
 /* Lays the visible cells of [0, n_kv) out by position; returns 0 when their

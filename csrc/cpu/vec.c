@@ -13,16 +13,6 @@
 #include <arm_neon.h>
 #endif
 
-/* Loops whose accumulators must stay in registers: unrolled whole, in
- * functions inlined into callers that fix their counts (PE_ALWAYS_INLINE). */
-#if defined(__clang__)
-#define PE_UNROLL_8 _Pragma("unroll 8")
-#elif defined(__GNUC__)
-#define PE_UNROLL_8 _Pragma("GCC unroll 8")
-#else
-#define PE_UNROLL_8
-#endif
-
 #ifndef PE_VEC_SUFFIX
 #define PE_VEC_SUFFIX scalar
 #endif
@@ -471,42 +461,33 @@ static inline void lone_pass8(int64_t n, int a, const int32_t *cell, const float
 #endif
 
 #if defined(__AVX512F__)
-/* Lanes 8q .. 8q + 7 of nh heads (slots 64i + 8q + l), each V row segment
- * converted once for the heads: one pass, 8 * nh accumulators, stored to
- * lanes[h][8q + l].  A zero probability is multiplied as llama.cpp does
- * (the lanes start at +0 and adding a zero product leaves them as they are),
- * not tested for: a test per head cost more than the conversion saved. */
-PE_ALWAYS_INLINE void lone_pass8_heads(int64_t n, int q, const int nh, const int32_t *cell, const float *const *p,
-                                       const uint8_t *v, size_t stride, int64_t d0, __m512 (*lanes)[64]) {
-    __m512 acc[3][8];
-    for (int h = 0; h < nh; h++)
-        for (int l = 0; l < 8; l++) acc[h][l] = _mm512_setzero_ps();
-    for (int64_t s = 8 * q; s < n; s += 64)
-        PE_UNROLL_8 for (int l = 0; l < 8; l++) {
-            const int64_t i = s + l;
-            if (cell[i] < 0) continue;
-            const __m512 vf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + (size_t)cell[i] * stride) + d0 / 16));
-            for (int h = 0; h < nh; h++) acc[h][l] = _mm512_fmadd_ps(vf, _mm512_set1_ps(p[h][i]), acc[h][l]);
-        }
-    for (int h = 0; h < nh; h++)
-        for (int l = 0; l < 8; l++) lanes[h][8 * q + l] = acc[h][l];
-}
-
-/* The lone token's product (above) for up to 3 heads over the same V rows:
- * each V row segment converted once for them, each head's 64 lanes folded
- * in the order given above. */
+/* The lone token's product for up to 3 heads over the same V rows, 16
+ * dimensions at a time: lane L (slots L + 64i) is the fma chain over its
+ * slots, built where the fold needs it (lanes l, l + 16, l + 32 and l + 48
+ * together, into (L l + L l+32) + (L l+16 + L l+48)), then the 16 sums are
+ * folded by halves; each V row segment is converted once for the heads.  A
+ * zero probability is multiplied as llama.cpp does (the lanes start at +0
+ * and adding a zero product leaves them as they are), not tested for. */
 PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *cell, const float *const *p,
                                         const uint8_t *v, size_t stride, int64_t hd, float *const *out) {
-    __m512 lanes[3][64];
     for (int64_t d0 = 0; d0 < hd; d0 += 16) {
-        for (int q = 0; q < 8; q++) lone_pass8_heads(n, q, nh, cell, p, v, stride, d0, lanes);
-        for (int h = 0; h < nh; h++) {
-            __m512 sum[16];   /* lane groups a and a + 2 (16 lanes each), then the two sums */
-            for (int l = 0; l < 16; l++)
-                sum[l] = _mm512_add_ps(_mm512_add_ps(lanes[h][l], lanes[h][32 + l]),
-                                       _mm512_add_ps(lanes[h][16 + l], lanes[h][48 + l]));
-            _mm512_storeu_ps(out[h] + d0, fold16_vectors(sum));
+        __m512 sum[3][16];
+        for (int l = 0; l < 16; l++) {
+            __m512 lane[3][4];   /* [head][k]: lane l + 16k */
+            for (int h = 0; h < nh; h++)
+                for (int k = 0; k < 4; k++) lane[h][k] = _mm512_setzero_ps();
+            for (int64_t s = l; s < n; s += 64)
+                for (int k = 0; k < 4; k++) {
+                    const int64_t i = s + 16 * k;
+                    if (cell[i] < 0) continue;
+                    const __m512 vf =
+                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + (size_t)cell[i] * stride) + d0 / 16));
+                    for (int h = 0; h < nh; h++) lane[h][k] = _mm512_fmadd_ps(vf, _mm512_set1_ps(p[h][i]), lane[h][k]);
+                }
+            for (int h = 0; h < nh; h++)
+                sum[h][l] = _mm512_add_ps(_mm512_add_ps(lane[h][0], lane[h][2]), _mm512_add_ps(lane[h][1], lane[h][3]));
         }
+        for (int h = 0; h < nh; h++) _mm512_storeu_ps(out[h] + d0, fold16_vectors(sum[h]));
     }
 }
 #endif
