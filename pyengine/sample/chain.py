@@ -79,6 +79,7 @@ class SamplerChain:
         self._grammar = grammar
         self._matcher = grammar.matcher() if grammar is not None else None
         self._token_index: TokenIndex | None = None
+        self._scratch_logits: np.ndarray | None = None
         if grammar is not None and self.token_pieces is None:
             raise InvalidOptionError("grammar-constrained sampling needs token_pieces")
 
@@ -250,7 +251,7 @@ class SamplerChain:
         if subset is None and not rewriting:
             return int(np.argmax(raw)) if best is None else best
         if subset is None and best is not None and len(rewriting) == 1 and isinstance(rewriting[0], Penalties):
-            token = _greedy_under_penalties(raw, best, rewriting[0])
+            token = _greedy_under_penalties(raw, best, rewriting[0], self._scratch())
             if token is not None:
                 return token
         elif subset is None and best is not None:
@@ -264,6 +265,12 @@ class SamplerChain:
         if cand.logits[best] == -np.inf:
             raise SamplingError("no candidate token with a finite logit is left to sample")
         return int(cand.ids[best])
+
+    def _scratch(self) -> np.ndarray:
+        """A float32 [n_vocab] buffer kept for the chain's own use."""
+        if self._scratch_logits is None:
+            self._scratch_logits = np.empty(self.n_vocab, np.float32)
+        return self._scratch_logits
 
     def _grammar_allows(self, token: int) -> bool:
         if token in self.eog_ids:
@@ -373,15 +380,24 @@ def _check_pieces(pieces: Sequence[bytes] | None, n_vocab: int) -> Sequence[byte
     return pieces
 
 
-def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties) -> int | None:
+def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties, scratch: np.ndarray) -> int | None:
     """_greedy_among_touched for the default chain, penalties alone, in fewer steps (it
-    runs once per token of every sequence): raw's best if it is not penalised and no
-    penalised token beats it, the lower id on a tie; None when raw's best is penalised."""
-    if best in penalties.counts:
-        return None
+    runs once per token of every sequence): the best of the penalised tokens against the
+    best untouched one (raw's best, or when that is penalised the best of raw with the
+    penalised tokens masked off, in `scratch`: a fresh copy of the vocabulary's logits
+    would be mapped and faulted in on every call), the lower id on a tie; None when
+    nothing is finite."""
     tokens, counts = penalties.tokens_and_counts()
     values = penalties.penalize(raw[tokens], counts)
-    top, untouched = values.max(), raw[best]
+    untouched_logits = raw
+    if best in penalties.counts:
+        untouched_logits = scratch
+        np.copyto(untouched_logits, raw)
+        untouched_logits[tokens] = -np.inf
+        best = int(np.argmax(untouched_logits))
+    top, untouched = values.max(), untouched_logits[best]
+    if top == -np.inf and untouched == -np.inf:
+        return None
     if top < untouched:
         return best
     token = int(tokens[values == top].min())
