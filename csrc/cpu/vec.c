@@ -200,6 +200,28 @@ PE_ALWAYS_INLINE void dot_tile_nacc4_n(int64_t n, const float *const *x, const i
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* The row dot product (nacc 4) of nx <= 3 queries with ny F16 rows when
+ * whole 32-element steps cover n, each row's chunks converted once for the
+ * queries: per pair dot_f32_f16's steps, chunk i to accumulator i % 4, then
+ * (0 + 2) + (1 + 3) and the fold (no tail). */
+PE_ALWAYS_INLINE void dot_tile_nacc4_n(int64_t n, const float *const *x, const int nx, const uint16_t *const *y, int ny,
+                                       float *out) {
+    for (int b = 0; b < ny; b++) {
+        __m256 acc[3][4];
+        for (int a = 0; a < nx; a++)
+            for (int j = 0; j < 4; j++) acc[a][j] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n; i += 32)
+            for (int j = 0; j < 4; j++) {
+                const __m256 yv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y[b] + i + 8 * j)));
+                for (int a = 0; a < nx; a++) acc[a][j] = _mm256_fmadd_ps(yv, _mm256_loadu_ps(x[a] + i + 8 * j), acc[a][j]);
+            }
+        for (int a = 0; a < nx; a++)
+            out[4 * a + b] = fold(_mm256_add_ps(_mm256_add_ps(acc[a][0], acc[a][2]), _mm256_add_ps(acc[a][1], acc[a][3])));
+    }
+}
+#endif
+
 /* Attention's score products: dot_f32_f16 with nacc accumulators (1: a
  * batch's tiles, 4: a lone token's row dot product) for every pair of up to
  * 4 query rows x and up to 4 F16 rows y, out[4 * a + b] = x[a] . y[b].
@@ -237,6 +259,16 @@ static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uin
         return;
     }
 #elif defined(__AVX2__)
+    if (nacc == 4 && n % 32 == 0) {   /* 3 queries at a time: 12 accumulators fit the 16 registers */
+        for (int a0 = 0; a0 < nx; a0 += 3) {
+            switch (nx - a0 < 3 ? nx - a0 : 3) {
+            case 1: dot_tile_nacc4_n(n, x + a0, 1, y, ny, out + 4 * a0); break;
+            case 2: dot_tile_nacc4_n(n, x + a0, 2, y, ny, out + 4 * a0); break;
+            default: dot_tile_nacc4_n(n, x + a0, 3, y, ny, out + 4 * a0); break;
+            }
+        }
+        return;
+    }
     if (nacc == 1 && n % 8 == 0) {   /* two queries at a time: 8 accumulators fit the 16 registers */
         const uint16_t *ys[4];
         for (int b = 0; b < 4; b++) ys[b] = y[b < ny ? b : ny - 1];
@@ -425,77 +457,67 @@ static int values_f16_lanes(int64_t n, const int32_t *cell, const float *p, cons
 }
 
 /* The lone token's product with an F16 V (4 * LANES lanes: slot i to lane
- * i % (4 * LANES), folded by halves, as values_f16_wide), one block of
- * LANES output elements at a time: each lane's slots in order, in passes
- * over a group of lanes held in registers (AVX2: the LANES lanes of group
- * a, lanes LANES*a .. LANES*a + LANES-1; AVX-512: 8 lanes of up to 3 heads);
- * then groups 0 and 2, and 1 and 3, are added, then the two sums, then the
- * lanes of a group by halves: the fold's order.  Returns 0 where the ISA has
- * no such loop. */
-#if defined(__AVX512F__)
-static inline __m512 fold16_vectors(__m512 v[16]) {
-    for (int half = 8; half >= 1; half /= 2)
-        for (int l = 0; l < half; l++) v[l] = _mm512_add_ps(v[l], v[l + half]);
-    return v[0];
-}
-
-#elif defined(__AVX2__)
-static inline __m256 fold8_vectors(__m256 v[8]) {
-    for (int half = 4; half >= 1; half /= 2)
-        for (int l = 0; l < half; l++) v[l] = _mm256_add_ps(v[l], v[l + half]);
-    return v[0];
-}
-
-/* one lane group's pass: acc[l] for slots 32i + 8a + l */
-static inline void lone_pass8(int64_t n, int a, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
-                              int64_t d0, __m256 acc[8]) {
-    for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
-    for (int64_t s = 8 * a; s < n; s += 32)
-        for (int l = 0; l < 8; l++) {
-            const int64_t i = s + l;
-            if (cell[i] < 0 || p[i] == 0.0f) continue;
-            const __m128i h = _mm_loadu_si128((const __m128i *)(v + (size_t)cell[i] * stride) + d0 / 8);
-            acc[l] = _mm256_fmadd_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(p[i]), acc[l]);
-        }
-}
-#endif
-
-#if defined(__AVX512F__)
-/* The lone token's product for up to 3 heads over the same V rows, 16
- * dimensions at a time: lane L (slots L + 64i) is the fma chain over its
- * slots, built where the fold needs it (lanes l, l + 16, l + 32 and l + 48
- * together, into (L l + L l+32) + (L l+16 + L l+48)), then the 16 sums are
+ * i % (4 * LANES), folded by halves, as values_f16_wide) for up to 3 heads
+ * over the same V rows, LANES output elements at a time: lane L is the fma
+ * chain over its slots (L + 4 * LANES * i), built where the fold takes it
+ * (lanes l, l + LANES, l + 2 * LANES and l + 3 * LANES together, into
+ * (L l + L l+2W) + (L l+W + L l+3W), W = LANES), then the LANES sums are
  * folded by halves; each V row segment is converted once for the heads.  A
  * zero probability is multiplied as llama.cpp does (the lanes start at +0
- * and adding a zero product leaves them as they are), not tested for. */
+ * and adding a zero product leaves them as they are), not tested for.
+ * Returns 0 where the ISA has no such loop. */
+#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__)
+typedef __m512 vlane;
+#define VL_ZERO() _mm512_setzero_ps()
+#define VL_ADD(a, b) _mm512_add_ps(a, b)
+#define VL_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VL_SET1(x) _mm512_set1_ps(x)
+#define VL_STORE(p, v) _mm512_storeu_ps(p, v)
+#define VL_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#else
+typedef __m256 vlane;
+#define VL_ZERO() _mm256_setzero_ps()
+#define VL_ADD(a, b) _mm256_add_ps(a, b)
+#define VL_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VL_SET1(x) _mm256_set1_ps(x)
+#define VL_STORE(p, v) _mm256_storeu_ps(p, v)
+#define VL_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#endif
+
+static inline vlane fold_vectors(vlane v[LANES]) {
+    for (int half = LANES / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) v[l] = VL_ADD(v[l], v[l + half]);
+    return v[0];
+}
+
 PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *cell, const float *const *p,
                                         const uint8_t *v, size_t stride, int64_t hd, float *const *out) {
-    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
-        __m512 sum[3][16];
-        for (int l = 0; l < 16; l++) {
-            __m512 lane[3][4];   /* [head][k]: lane l + 16k */
+    for (int64_t d0 = 0; d0 < hd; d0 += LANES) {
+        vlane sum[3][LANES];
+        for (int l = 0; l < LANES; l++) {
+            vlane lane[3][4];   /* [head][k]: lane l + LANES * k */
             for (int h = 0; h < nh; h++)
-                for (int k = 0; k < 4; k++) lane[h][k] = _mm512_setzero_ps();
-            for (int64_t s = l; s < n; s += 64)
+                for (int k = 0; k < 4; k++) lane[h][k] = VL_ZERO();
+            for (int64_t s = l; s < n; s += 4 * LANES)
                 for (int k = 0; k < 4; k++) {
-                    const int64_t i = s + 16 * k;
+                    const int64_t i = s + LANES * k;
                     if (cell[i] < 0) continue;
-                    const __m512 vf =
-                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + (size_t)cell[i] * stride) + d0 / 16));
-                    for (int h = 0; h < nh; h++) lane[h][k] = _mm512_fmadd_ps(vf, _mm512_set1_ps(p[h][i]), lane[h][k]);
+                    const vlane vf = VL_F16((const uint16_t *)(v + (size_t)cell[i] * stride) + d0);
+                    for (int h = 0; h < nh; h++) lane[h][k] = VL_FMA(vf, VL_SET1(p[h][i]), lane[h][k]);
                 }
             for (int h = 0; h < nh; h++)
-                sum[h][l] = _mm512_add_ps(_mm512_add_ps(lane[h][0], lane[h][2]), _mm512_add_ps(lane[h][1], lane[h][3]));
+                sum[h][l] = VL_ADD(VL_ADD(lane[h][0], lane[h][2]), VL_ADD(lane[h][1], lane[h][3]));
         }
-        for (int h = 0; h < nh; h++) _mm512_storeu_ps(out[h] + d0, fold16_vectors(sum[h]));
+        for (int h = 0; h < nh; h++) VL_STORE(out[h] + d0, fold_vectors(sum[h]));
     }
 }
 #endif
 
 static int values_f16_lone(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v,
                            size_t stride, int64_t hd, float *const *out) {
-#if defined(__AVX512F__)
-    if (hd % 16 || n % 64) return 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+    if (hd % LANES || n % (4 * LANES)) return 0;
     for (int h0 = 0, take; h0 < nh; h0 += take) {   /* 3 heads at a time (4 as 2 + 2) */
         take = nh - h0 == 4 ? 2 : nh - h0 < 3 ? nh - h0 : 3;
         switch (take) {
@@ -504,20 +526,6 @@ static int values_f16_lone(int64_t n, int nh, const int32_t *cell, const float *
         default: values_lone_heads(n, 3, cell, p + h0, v, stride, hd, out + h0); break;
         }
     }
-    return 1;
-#elif defined(__AVX2__)
-    if (hd % 8 || n % 32) return 0;
-    for (int h = 0; h < nh; h++)
-        for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-            __m256 sum[2][8], acc[8];
-            for (int a = 0; a < 2; a++) {   /* groups a and a + 2 */
-                lone_pass8(n, a, cell, p[h], v, stride, d0, sum[a]);
-                lone_pass8(n, a + 2, cell, p[h], v, stride, d0, acc);
-                for (int l = 0; l < 8; l++) sum[a][l] = _mm256_add_ps(sum[a][l], acc[l]);
-            }
-            for (int l = 0; l < 8; l++) sum[0][l] = _mm256_add_ps(sum[0][l], sum[1][l]);
-            _mm256_storeu_ps(out[h] + d0, fold8_vectors(sum[0]));
-        }
     return 1;
 #else
     (void)n; (void)nh; (void)cell; (void)p; (void)v; (void)stride; (void)hd; (void)out;
