@@ -153,13 +153,15 @@ static void group_queries(attn_group *ag, const pe_tensor *q, int64_t h0, int64_
     }
 }
 
-/* A raw score soft-capped, then scaled, into its slot. */
+/* A raw score into its slot: soft-capped and scaled here when there is a
+ * soft cap, else scaled by group_scores once all are in (scale_max). */
 static inline void put_score(const pe_tensor *t, attn_group *ag, int64_t gi, int64_t slot, float s) {
     const float scale = t->fp[0], softcap = t->fp[1];
-    if (softcap > 0) s = softcap * tanhf(s * (1.0f / softcap));
-    s *= scale;
+    if (softcap > 0) {
+        s = softcap * tanhf(s * (1.0f / softcap)) * scale;
+        if (s > ag->mx[gi]) ag->mx[gi] = s;
+    }
     ag->scores[gi * ag->n_slots + slot] = s;
-    if (s > ag->mx[gi]) ag->mx[gi] = s;
 }
 
 /* The scores of up to 4 cells (K rows kr, at slots slot[]) for every head
@@ -220,6 +222,8 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
             m = 0;
         }
     }
+    if (!(t->fp[1] > 0))   /* no soft cap: the scale goes over whole vectors (empty slots stay -inf) */
+        for (int64_t gi = 0; gi < ag->group; gi++) ag->mx[gi] = pe_kern->vec.scale_max(n, ag->scores + gi * n, t->fp[0]);
 }
 
 /* Softmax of each head's scores, in place: exponentials over whole vectors,
