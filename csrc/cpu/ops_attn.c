@@ -343,64 +343,87 @@ static int all_lone(const int32_t *lone, int64_t nt) {
     return 1;
 }
 
+/* What every (token, heads) run of one attention op shares. */
+typedef struct {
+    const pe_tensor *t, *q, *k, *v, *mask;
+    const int32_t   *lone, *cell_pos;
+    int64_t          nt, group, n_kv, room;
+    size_t           k_head_bytes, v_head_bytes;   /* a head's slice of a cache row */
+    const uint16_t  *vt;                            /* the transposed V, or NULL */
+} attn_op;
+
+/* Heads h0 .. h0 + nh - 1 (of one KV group) of token tok; a token's cells
+ * are laid out once for the runs that follow on the same token (*placed). */
+static void run_heads(const attn_op *op, attn_group *ag, int64_t tok, int64_t h0, int64_t nh, int64_t *placed) {
+    const pe_tensor *t = op->t, *v = op->v;
+    const int64_t hd = ag->hd, kvh = h0 / op->group;
+    const float *m = (const float *)((const uint8_t *)op->mask->data + tok * op->mask->nb[1]);
+    float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
+    /* llama.cpp multiplies a lone token's rows with its row dot product
+     * (4 accumulators) and a batch's with tiles (1 per output) */
+    ag->nacc = (op->lone ? op->lone[tok] != 0 : op->nt == 1) ? 4 : 1;
+    ag->group = nh;
+    if (tok != *placed && !place_cells(ag, m, op->cell_pos, op->n_kv, op->room)) place_by_cell(ag, m, op->n_kv);
+    *placed = tok;
+    ag->vt = op->vt ? op->vt + kvh * hd * ag->vt_width : NULL;
+    const size_t k_off = (size_t)kvh * op->k_head_bytes, v_off = (size_t)kvh * op->v_head_bytes;
+    group_scores(t, ag, op->q, h0, tok, op->k, k_off, v, v_off);
+    group_softmax(ag, v->type == PE_TYPE_F16);
+    if (v->type == PE_TYPE_F16) group_values_f16(ag, v, v_off, out);
+    else                        group_values_quant(ag, v, v_off, out);
+}
+
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const pe_graph *g = ex->g;
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
-    const pe_tensor *mask = &g->t[t->src[3]], *len = &g->t[t->src[4]];
     const int64_t hd = q->ne[0], nt = q->ne[2], n_kv_head = t->ip[0];
-    const int64_t group = q->ne[1] / n_kv_head;
-    const int64_t n_kv = *(const int32_t *)len->data;
+    const int64_t n_head = q->ne[1], group = n_head / n_kv_head;
+    const int64_t n_kv = *(const int32_t *)g->t[t->src[4]].data;
     if (n_kv < 0 || n_kv > k->ne[1]) { pe_exec_fail(ex, "attn: kv length out of range"); return; }
     if (group > 64) { pe_exec_fail(ex, "attn: more than 64 query heads per KV head"); return; }
     const int32_t *lone = t->src[5] >= 0 ? (const int32_t *)g->t[t->src[5]].data : NULL;
-    const int32_t *cell_pos = t->src[6] >= 0 ? (const int32_t *)g->t[t->src[6]].data : NULL;
-    /* a task is the heads of one KV group for one token; with fewer groups
-     * than threads (decode with one KV head), a task is a single head */
-    const int64_t per = nt * n_kv_head >= ex->nth ? group : 1;
-    const int64_t tasks_per_token = q->ne[1] / per;
-    const int64_t room = padded(k->ne[1]) + ATTN_ALIGN;
+    attn_op op = {.t = t, .q = q, .k = k, .v = v, .mask = &g->t[t->src[3]], .lone = lone,
+                  .cell_pos = t->src[6] >= 0 ? (const int32_t *)g->t[t->src[6]].data : NULL,
+                  .nt = nt, .group = group, .n_kv = n_kv, .room = padded(k->ne[1]) + ATTN_ALIGN,
+                  .k_head_bytes = pe_row_bytes(k->type, hd), .v_head_bytes = pe_row_bytes(v->type, hd)};
     const int q_type = k->type == PE_TYPE_F16 ? PE_TYPE_F16 : pe_type_vec_dot_type(k->type);
-    attn_group ag = {.hd = hd, .group = per, .q_type = q_type, .q_bytes = pe_row_bytes(q_type, hd)};
-    uint8_t *mine = ex->work + (size_t)ex->ith * attn_thread_bytes(t, q, k);
+    attn_group ag = {.hd = hd, .q_type = q_type, .q_bytes = pe_row_bytes(q_type, hd)};
+    uint8_t *mine = ex->work + (size_t)ex->ith * attn_thread_bytes(t, q, k);   /* room for a whole group */
     ag.cell = (int32_t *)mine;
-    ag.visible = ag.cell + room;
-    ag.qh = (float *)(ag.visible + room);
-    ag.scores = ag.qh + per * hd;
-    ag.lanes = ag.scores + per * room;
-    ag.row = ag.lanes + per * hd * 4 * pe_kern->vec.lanes;
-    uint16_t *vt = NULL;
+    ag.visible = ag.cell + op.room;
+    ag.qh = (float *)(ag.visible + op.room);
+    ag.scores = ag.qh + group * hd;
+    ag.lanes = ag.scores + group * op.room;
+    ag.row = ag.lanes + group * hd * 4 * pe_kern->vec.lanes;
     if (vt_wanted(ex, t, lone, nt, n_kv)) {
-        vt = (uint16_t *)(ex->work + (size_t)ex->nth * attn_thread_bytes(t, q, k));
+        uint16_t *vt = (uint16_t *)(ex->work + (size_t)ex->nth * attn_thread_bytes(t, q, k));
         ag.vt_width = padded(n_kv);
         vt_build(ex, v, n_kv_head, hd, n_kv, ag.vt_width, vt);
         pe_pool_barrier(ex->pool);
+        op.vt = vt;
     }
-    /* a head's slice of a cache row: whole blocks, as head_dim is a multiple
-     * of the block size (checked when the op was built) */
-    const size_t k_head_bytes = pe_row_bytes(k->type, hd), v_head_bytes = pe_row_bytes(v->type, hd);
-    /* A prompt's tasks are dealt round-robin: a causal prompt's later tokens
-     * see more cells, and contiguous halves would leave one thread the long
-     * rows.  Generated tokens (each seeing its own sequence) go in contiguous
-     * runs, so that a thread lays out each token's cells once for all of the
-     * token's heads it takes. */
-    int64_t p0 = ex->ith, p1 = nt * tasks_per_token, step = ex->nth, placed = -1;
+    int64_t placed = -1;
     if (all_lone(lone, nt)) {
-        pe_split(nt * tasks_per_token, ex->ith, ex->nth, &p0, &p1);
-        step = 1;
+        /* Generated tokens (each seeing its own sequence): the threads take
+         * even contiguous runs of (token, head), so a thread lays out each
+         * token's cells once for all of the token's heads it takes, and the
+         * heads of a KV group it takes share each K and V row's conversion
+         * (a group may be split between two threads: one token's 3 groups
+         * go 4.5 heads to a thread, not 2 groups to one and 1 to the other) */
+        int64_t u0, u1;
+        pe_split(nt * n_head, ex->ith, ex->nth, &u0, &u1);
+        for (int64_t u = u0, nh; u < u1; u += nh) {
+            const int64_t h0 = u % n_head;
+            nh = group - h0 % group < u1 - u ? group - h0 % group : u1 - u;
+            run_heads(&op, &ag, u / n_head, h0, nh, &placed);
+        }
+        return;
     }
-    for (int64_t p = p0; p < p1; p += step) {
-        const int64_t tok = p / tasks_per_token, h0 = (p % tasks_per_token) * per, kvh = h0 / group;
-        const float *m = (const float *)((const uint8_t *)mask->data + tok * mask->nb[1]);
-        float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
-        /* llama.cpp multiplies a lone token's rows with its row dot product
-         * (4 accumulators) and a batch's with tiles (1 per output) */
-        ag.nacc = (lone ? lone[tok] != 0 : nt == 1) ? 4 : 1;
-        if (tok != placed && !place_cells(&ag, m, cell_pos, n_kv, room)) place_by_cell(&ag, m, n_kv);
-        placed = tok;
-        ag.vt = vt ? vt + kvh * hd * ag.vt_width : NULL;
-        group_scores(t, &ag, q, h0, tok, k, (size_t)kvh * k_head_bytes, v, (size_t)kvh * v_head_bytes);
-        group_softmax(&ag, v->type == PE_TYPE_F16);
-        if (v->type == PE_TYPE_F16) group_values_f16(&ag, v, (size_t)kvh * v_head_bytes, out);
-        else                        group_values_quant(&ag, v, (size_t)kvh * v_head_bytes, out);
-    }
+    /* A prompt's tasks (the heads of one KV group for one token; a single
+     * head when there are fewer groups than threads) are dealt round-robin:
+     * a causal prompt's later tokens see more cells, and contiguous halves
+     * would leave one thread the long rows. */
+    const int64_t per = nt * n_kv_head >= ex->nth ? group : 1, tasks_per_token = n_head / per;
+    for (int64_t p = ex->ith; p < nt * tasks_per_token; p += ex->nth)
+        run_heads(&op, &ag, p / tasks_per_token, (p % tasks_per_token) * per, per, &placed);
 }
