@@ -25,6 +25,9 @@ cdef extern from "pe.h" nogil:
     int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out)
     int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *out, int reference)
     int pe_attn_scores_f16(const float *x, int nx, const uint16_t *y, int ny, int64_t n, int nacc, float *out)
+    int pe_attn_values_f16(const float *p, int nh, int64_t n, const uint16_t *v, const int32_t *cell, int64_t hd,
+                           int nacc, float *out)
+    int pe_attn_lanes()
 
     ctypedef struct pe_pool:
         pass

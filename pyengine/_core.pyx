@@ -178,6 +178,26 @@ def attn_scores_f16(const float[:, ::1] x, const uint16_t[:, ::1] y, int nacc):
     return out
 
 
+def attn_values_f16(const float[:, ::1] p, const uint16_t[:, ::1] v, const int32_t[::1] cell, int nacc):
+    """Attention's product of up to 4 heads' probabilities p[nh][n] with the F16 rows v[n][hd]
+    (raw bits) of cells cell[n] (-1: none), as the current ISA computes it (nacc 4: a
+    generated token's, 1: a prompt batch's)."""
+    if p.shape[1] != v.shape[0] or cell.shape[0] != p.shape[1]:
+        raise ValueError("p, v and cell need one entry per slot")
+    out = np.empty((p.shape[0], v.shape[1]), np.float32)
+    cdef float[:, ::1] o = out
+    cdef int rc
+    with nogil:
+        rc = pe_attn_values_f16(&p[0, 0], <int>p.shape[0], p.shape[1], &v[0, 0], &cell[0], v.shape[1], nacc, &o[0, 0])
+    _check(rc)
+    return out
+
+
+def attn_lanes():
+    """The current ISA's attention vector width in floats."""
+    return pe_attn_lanes()
+
+
 # ---- thread pool -------------------------------------------------------------
 
 cdef class ThreadPool:

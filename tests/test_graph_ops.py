@@ -290,6 +290,43 @@ def test_score_products_of_a_head_group_equal_each_head_alone(isa, nacc):
                 np.testing.assert_allclose(alone, exact[:, :ny], rtol=1e-5, atol=1e-4)
 
 
+def lone_values_model(p: np.ndarray, v16: np.ndarray, cell: np.ndarray, lanes: int) -> np.ndarray:
+    """llama.cpp's product of a generated token's probabilities with an F16 V: slot i to
+    lane i % (4 * lanes), an fma per element (exact: the F16 x float product fits the
+    long double, and so does its sum with the lane unless the lane dwarfs it), then the
+    lanes folded by halves in float32."""
+    w = 4 * lanes
+    vf = v16.view(np.float16).astype(np.longdouble)
+    acc = np.zeros((p.shape[0], w, v16.shape[1]), np.float32)
+    for i in np.flatnonzero(cell >= 0):
+        lane = acc[:, i % w, :]
+        acc[:, i % w, :] = (vf[cell[i]] * p[:, i, None].astype(np.longdouble) + lane.astype(np.longdouble)).astype(np.float32)
+    half = w // 2
+    while half >= 1:
+        acc[:, :half] = acc[:, :half] + acc[:, half:2 * half]
+        half //= 2
+    return acc[:, 0]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_lone_token_values_follow_the_lane_arithmetic(isa):
+    """A generated token's product with V, short rows (lanes in registers) and long ones
+    (lane by lane, through scratch; 512 slots on), 1 to 4 heads, empty slots and zero
+    probabilities: the bits of the lane model above, on every ISA."""
+    rng = np.random.default_rng(11)
+    with forced_isa(isa):
+        lanes = _core.attn_lanes()
+        for n, hd, nh in ((64, 64, 3), (192, 128, 4), (512, 64, 3), (1024, 64, 1), (640, 128, 2)):
+            p = rng.random((nh, n)).astype(np.float16).astype(np.float32) / n
+            p[:, rng.random(n) < 0.1] = 0.0
+            v16 = rng.standard_normal((n, hd)).astype(np.float16).view(np.uint16)
+            cell = rng.permutation(n).astype(np.int32)
+            cell[rng.random(n) < 0.1] = -1
+            got = _core.attn_values_f16(p, v16, cell, 4)
+            want = lone_values_model(p, v16, cell, lanes)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (isa, n, hd, nh)
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("hd, h", [(64, 6), (128, 6), (64, 8), (64, 14)])
 def test_generated_tokens_heads_sharing_kv_equal_heads_alone(isa, hd, h):

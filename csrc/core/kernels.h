@@ -98,7 +98,7 @@ typedef struct pe_vec_kernels {
     int    lanes;
     /* attention's product of nh heads' probabilities p[h] with the same F16 V,
      * into out[h], in nacc accumulators of `lanes` (see vec.c); scratch holds
-     * 4 * lanes * hd floats */
+     * nh * 4 * lanes * hd floats */
     void  (*values_f16)(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v,
                         size_t stride, int64_t hd, int nacc, float *const *out, float *scratch);
     /* sum_i x[a][i] * f16(y[b][i]) for up to 4 queries (a GQA group's heads) and up to 4

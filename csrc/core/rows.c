@@ -87,6 +87,31 @@ int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *
     return 0;
 }
 
+int pe_attn_lanes(void) {
+    pe_init();
+    return pe_kern->vec.lanes;
+}
+
+int pe_attn_values_f16(const float *p, int nh, int64_t n, const uint16_t *v, const int32_t *cell, int64_t hd, int nacc,
+                       float *out) {
+    pe_init();
+    if (nh < 1 || nh > 4 || n < 1 || hd < 1 || (nacc != 1 && nacc != 4))
+        return pe_fail("attention values: 1-4 heads, nacc 1 or 4");
+    for (int64_t i = 0; i < n; i++)
+        if (cell[i] >= n) return pe_fail("attention values: cell %d of %lld out of range", cell[i], (long long)n);
+    float *scratch = malloc((size_t)(nh * 4 * pe_kern->vec.lanes * hd) * sizeof(float));
+    if (!scratch) return pe_fail("out of memory");
+    const float *ps[4];
+    float *outs[4];
+    for (int h = 0; h < nh; h++) {
+        ps[h] = p + h * n;
+        outs[h] = out + h * hd;
+    }
+    pe_kern->vec.values_f16(n, nh, cell, ps, (const uint8_t *)v, (size_t)hd * sizeof(uint16_t), hd, nacc, outs, scratch);
+    free(scratch);
+    return 0;
+}
+
 int pe_attn_scores_f16(const float *x, int nx, const uint16_t *y, int ny, int64_t n, int nacc, float *out) {
     pe_init();
     if (nx < 1 || nx > 4 || ny < 1 || ny > 4 || n < 1 || (nacc != 1 && nacc != 4))

@@ -514,12 +514,68 @@ PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *
 }
 #endif
 
+#if defined(__AVX512F__) || defined(__AVX2__)
+/* The same product for long rows, lane by lane: lane L's chain (slots L +
+ * 4 * LANES * i) for 4 * LANES dimensions of up to 3 heads at once, so each
+ * V row segment is read once, whole (lane by lane over 16 dimensions at a
+ * time, long rows were read 4 times a row, from L2 at a stride of 64 rows);
+ * the lanes go to `lanes` ([nh][4 * LANES][hd]) and are folded from there,
+ * as values_lone_heads folds them. */
+PE_ALWAYS_INLINE void values_lone_long(int64_t n, const int nh, const int32_t *cell, const float *const *p,
+                                       const uint8_t *v, size_t stride, int64_t hd, float *const *out, float *lanes) {
+    const int64_t w = 4 * LANES;   /* lanes, and dimensions per pass */
+    for (int64_t d0 = 0; d0 < hd; d0 += w)
+        for (int64_t lane = 0; lane < w; lane++) {
+            vlane acc[3][4];
+            for (int h = 0; h < nh; h++)
+                for (int c = 0; c < 4; c++) acc[h][c] = VL_ZERO();
+            for (int64_t i = lane; i < n; i += w) {
+                if (cell[i] < 0) continue;
+                const uint16_t *row = (const uint16_t *)(v + (size_t)cell[i] * stride) + d0;
+                for (int c = 0; c < 4; c++) {
+                    const vlane vf = VL_F16(row + c * LANES);
+                    for (int h = 0; h < nh; h++) acc[h][c] = VL_FMA(vf, VL_SET1(p[h][i]), acc[h][c]);
+                }
+            }
+            for (int h = 0; h < nh; h++)
+                for (int c = 0; c < 4; c++) VL_STORE(lanes + (h * w + lane) * hd + d0 + c * LANES, acc[h][c]);
+        }
+    for (int h = 0; h < nh; h++)
+        for (int64_t d0 = 0; d0 < hd; d0 += LANES) {
+            vlane sum[LANES];
+            const float *lh = lanes + h * w * hd + d0;
+#if defined(__AVX512F__)
+#define VL_LOAD(q) _mm512_loadu_ps(q)
+#else
+#define VL_LOAD(q) _mm256_loadu_ps(q)
+#endif
+            for (int l = 0; l < LANES; l++)
+                sum[l] = VL_ADD(VL_ADD(VL_LOAD(lh + l * hd), VL_LOAD(lh + (l + 2 * LANES) * hd)),
+                                VL_ADD(VL_LOAD(lh + (l + LANES) * hd), VL_LOAD(lh + (l + 3 * LANES) * hd)));
+#undef VL_LOAD
+            VL_STORE(out[h] + d0, fold_vectors(sum));
+        }
+}
+#endif
+
+/* Rows at least this many slots long take values_lone_long. */
+#define LONE_LONG_SLOTS 512
+
 static int values_f16_lone(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v,
-                           size_t stride, int64_t hd, float *const *out) {
+                           size_t stride, int64_t hd, float *const *out, float *scratch) {
 #if defined(__AVX512F__) || defined(__AVX2__)
     if (hd % LANES || n % (4 * LANES)) return 0;
+    const int long_rows = n >= LONE_LONG_SLOTS && hd % (4 * LANES) == 0;
     for (int h0 = 0, take; h0 < nh; h0 += take) {   /* 3 heads at a time (4 as 2 + 2) */
         take = nh - h0 == 4 ? 2 : nh - h0 < 3 ? nh - h0 : 3;
+        if (long_rows) {
+            switch (take) {
+            case 1: values_lone_long(n, 1, cell, p + h0, v, stride, hd, out + h0, scratch); break;
+            case 2: values_lone_long(n, 2, cell, p + h0, v, stride, hd, out + h0, scratch); break;
+            default: values_lone_long(n, 3, cell, p + h0, v, stride, hd, out + h0, scratch); break;
+            }
+            continue;
+        }
         switch (take) {
         case 1: values_lone_heads(n, 1, cell, p + h0, v, stride, hd, out + h0); break;
         case 2: values_lone_heads(n, 2, cell, p + h0, v, stride, hd, out + h0); break;
@@ -528,7 +584,7 @@ static int values_f16_lone(int64_t n, int nh, const int32_t *cell, const float *
     }
     return 1;
 #else
-    (void)n; (void)nh; (void)cell; (void)p; (void)v; (void)stride; (void)hd; (void)out;
+    (void)n; (void)nh; (void)cell; (void)p; (void)v; (void)stride; (void)hd; (void)out; (void)scratch;
     return 0;
 #endif
 }
@@ -563,7 +619,7 @@ static void values_f16_wide(int64_t n, const int32_t *cell, const float *p, cons
  * (see values_f16_lanes), nacc accumulators of LANES lanes, into out[h] */
 static void values_f16(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v, size_t stride,
                        int64_t hd, int nacc, float *const *out, float *scratch) {
-    if (nacc == 4 && values_f16_lone(n, nh, cell, p, v, stride, hd, out)) return;
+    if (nacc == 4 && values_f16_lone(n, nh, cell, p, v, stride, hd, out, scratch)) return;
     for (int h = 0; h < nh; h++) {
         if (nacc == 1 && values_f16_lanes(n, cell, p[h], v, stride, hd, out[h])) continue;
         values_f16_wide(n, cell, p[h], v, stride, hd, (int64_t)LANES * nacc, out[h], scratch);

@@ -105,6 +105,13 @@ int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *
  * out[a * ny + b], nacc 1 (a batch's tiles) or 4 (a lone token's row dot
  * product); nx, ny <= 4. */
 int pe_attn_scores_f16(const float *x, int nx, const uint16_t *y, int ny, int64_t n, int nacc, float *out);
+/* Attention's product of probabilities with an F16 V as the current ISA
+ * computes it: p[nh][n] against the rows v[n][hd] of cells cell[n] (-1:
+ * none), out[nh][hd]; nacc 4 a lone token's, 1 a batch's; nh <= 4.
+ * pe_attn_lanes: the ISA's vector width in floats (LANES in vec.c). */
+int pe_attn_values_f16(const float *p, int nh, int64_t n, const uint16_t *v, const int32_t *cell, int64_t hd, int nacc,
+                       float *out);
+int pe_attn_lanes(void);
 /* Quantize a row with the current ISA's activation quantizer. */
 int pe_quantize_row(int type, const float *x, void *y, int64_t n);
 
