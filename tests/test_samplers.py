@@ -538,6 +538,24 @@ def full_rewrite_argmax(chain, logits):
     return int(np.argmax(cand.logits))
 
 
+@pytest.mark.parametrize("writeable", [True, False])
+def test_greedy_under_penalties_leaves_the_callers_logits_as_they_were(writeable):
+    """A penalised best token makes the greedy pick mask the penalised logits off for one
+    argmax: in place and put back, or in a copy when the array is read-only; either way
+    the pick is the full rewrite's and the caller's logits end as they were."""
+    rng = np.random.default_rng(3)
+    chain = SamplerChain(SamplingOptions(temperature=0, repeat_penalty=1.5, repeat_last_n=8), 50)
+    for token in (4, 7, 7, 9):
+        chain.accept(token)
+    for _ in range(20):
+        logits = rng.standard_normal(50).astype(np.float32)
+        logits[rng.choice([4, 7, 9])] = 5.0   # a penalised token is the raw best
+        before = logits.copy()
+        logits.flags.writeable = writeable
+        assert chain.sample(logits) == full_rewrite_argmax(chain, before)
+        assert np.array_equal(logits, before)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_greedy_rewrites_only_touched_tokens_yet_picks_as_a_full_rewrite(seed):
     """Greedy with logit bias, penalties (also ones that raise logits) and DRY rewrites only

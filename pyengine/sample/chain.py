@@ -384,24 +384,39 @@ def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties, sc
     """_greedy_among_touched for the default chain, penalties alone, in fewer steps (it
     runs once per token of every sequence): the best of the penalised tokens against the
     best untouched one (raw's best, or when that is penalised the best of raw with the
-    penalised tokens masked off, in `scratch`: a fresh copy of the vocabulary's logits
-    would be mapped and faulted in on every call), the lower id on a tie; None when
+    penalised tokens masked off: _best_untouched), the lower id on a tie; None when
     nothing is finite."""
     tokens, counts = penalties.tokens_and_counts()
-    values = penalties.penalize(raw[tokens], counts)
-    untouched_logits = raw
+    originals = raw[tokens]
+    values = penalties.penalize(originals, counts)
+    untouched = raw[best]
     if best in penalties.counts:
-        untouched_logits = scratch
-        np.copyto(untouched_logits, raw)
-        untouched_logits[tokens] = -np.inf
-        best = int(np.argmax(untouched_logits))
-    top, untouched = values.max(), untouched_logits[best]
+        best, untouched = _best_untouched(raw, tokens, originals, scratch)
+    top = values.max()
     if top == -np.inf and untouched == -np.inf:
         return None
     if top < untouched:
         return best
     token = int(tokens[values == top].min())
     return token if top > untouched or token < best else best
+
+
+def _best_untouched(raw: np.ndarray, tokens: np.ndarray, originals: np.ndarray,
+                    scratch: np.ndarray) -> tuple[int, float]:
+    """The id and logit of raw's best among the ids not in `tokens` (whose logits are
+    `originals`): their logits are set to -inf for one argmax and put back (the caller's
+    array ends as it was), or in a copy when raw is read-only."""
+    if raw.flags.writeable:
+        raw[tokens] = -np.inf
+        best = int(np.argmax(raw))
+        value = raw[best]
+        raw[tokens] = originals
+    else:
+        np.copyto(scratch, raw)
+        scratch[tokens] = -np.inf
+        best = int(np.argmax(scratch))
+        value = scratch[best]
+    return best, value
 
 
 def _greedy_among_touched(raw: np.ndarray, best: int, rewriting: list) -> int | None:
