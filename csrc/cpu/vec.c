@@ -475,6 +475,7 @@ typedef __m512 vlane;
 #define VL_SET1(x) _mm512_set1_ps(x)
 #define VL_STORE(p, v) _mm512_storeu_ps(p, v)
 #define VL_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define VL_LOAD(p) _mm512_loadu_ps(p)
 #else
 typedef __m256 vlane;
 #define VL_ZERO() _mm256_setzero_ps()
@@ -483,6 +484,7 @@ typedef __m256 vlane;
 #define VL_SET1(x) _mm256_set1_ps(x)
 #define VL_STORE(p, v) _mm256_storeu_ps(p, v)
 #define VL_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define VL_LOAD(p) _mm256_loadu_ps(p)
 #endif
 
 static inline vlane fold_vectors(vlane v[LANES]) {
@@ -517,10 +519,10 @@ PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *
 #if defined(__AVX512F__) || defined(__AVX2__)
 /* The same product for long rows, lane by lane: lane L's chain (slots L +
  * 4 * LANES * i) for 4 * LANES dimensions of up to 3 heads at once, so each
- * V row segment is read once, whole (lane by lane over 16 dimensions at a
- * time, long rows were read 4 times a row, from L2 at a stride of 64 rows);
- * the lanes go to `lanes` ([nh][4 * LANES][hd]) and are folded from there,
- * as values_lone_heads folds them. */
+ * V row segment is read once, whole (values_lone_heads reads a row once per
+ * LANES dimensions, in passes 4 * LANES slots apart: from L2 or memory, not
+ * L1, once rows are long); the lanes go to `lanes` ([nh][4 * LANES][hd])
+ * and are folded from there as values_lone_heads folds them. */
 PE_ALWAYS_INLINE void values_lone_long(int64_t n, const int nh, const int32_t *cell, const float *const *p,
                                        const uint8_t *v, size_t stride, int64_t hd, float *const *out, float *lanes) {
     const int64_t w = 4 * LANES;   /* lanes, and dimensions per pass */
@@ -544,15 +546,9 @@ PE_ALWAYS_INLINE void values_lone_long(int64_t n, const int nh, const int32_t *c
         for (int64_t d0 = 0; d0 < hd; d0 += LANES) {
             vlane sum[LANES];
             const float *lh = lanes + h * w * hd + d0;
-#if defined(__AVX512F__)
-#define VL_LOAD(q) _mm512_loadu_ps(q)
-#else
-#define VL_LOAD(q) _mm256_loadu_ps(q)
-#endif
             for (int l = 0; l < LANES; l++)
                 sum[l] = VL_ADD(VL_ADD(VL_LOAD(lh + l * hd), VL_LOAD(lh + (l + 2 * LANES) * hd)),
                                 VL_ADD(VL_LOAD(lh + (l + LANES) * hd), VL_LOAD(lh + (l + 3 * LANES) * hd)));
-#undef VL_LOAD
             VL_STORE(out[h] + d0, fold_vectors(sum));
         }
 }
