@@ -541,8 +541,8 @@ def full_rewrite_argmax(chain, logits):
 @pytest.mark.parametrize("writeable", [True, False])
 def test_greedy_under_penalties_leaves_the_callers_logits_as_they_were(writeable):
     """A penalised best token makes the greedy pick mask the penalised logits off for one
-    argmax: in place and put back, or in a copy when the array is read-only; either way
-    the pick is the full rewrite's and the caller's logits end as they were."""
+    argmax, in the chain's own buffer: the pick is the full rewrite's, and the caller's
+    logits, writeable or read-only, are left as they were."""
     rng = np.random.default_rng(3)
     chain = SamplerChain(SamplingOptions(temperature=0, repeat_penalty=1.5, repeat_last_n=8), 50)
     for token in (4, 7, 7, 9):

@@ -387,11 +387,10 @@ def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties, sc
     penalised tokens masked off: _best_untouched), the lower id on a tie; None when
     nothing is finite."""
     tokens, counts = penalties.tokens_and_counts()
-    originals = raw[tokens]
-    values = penalties.penalize(originals, counts)
+    values = penalties.penalize(raw[tokens], counts)
     untouched = raw[best]
     if best in penalties.counts:
-        best, untouched = _best_untouched(raw, tokens, originals, scratch)
+        best, untouched = _best_untouched(raw, tokens, scratch)
     top = values.max()
     if top == -np.inf and untouched == -np.inf:
         return None
@@ -401,22 +400,14 @@ def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties, sc
     return token if top > untouched or token < best else best
 
 
-def _best_untouched(raw: np.ndarray, tokens: np.ndarray, originals: np.ndarray,
-                    scratch: np.ndarray) -> tuple[int, float]:
-    """The id and logit of raw's best among the ids not in `tokens` (whose logits are
-    `originals`): their logits are set to -inf for one argmax and put back (the caller's
-    array ends as it was), or in a copy when raw is read-only."""
-    if raw.flags.writeable:
-        raw[tokens] = -np.inf
-        best = int(np.argmax(raw))
-        value = raw[best]
-        raw[tokens] = originals
-    else:
-        np.copyto(scratch, raw)
-        scratch[tokens] = -np.inf
-        best = int(np.argmax(scratch))
-        value = scratch[best]
-    return best, value
+def _best_untouched(raw: np.ndarray, tokens: np.ndarray, scratch: np.ndarray) -> tuple[int, float]:
+    """The id and logit of raw's best among the ids not in `tokens`: one argmax over a copy
+    of raw (the chain's own buffer) with their logits set to -inf.  Raw itself is never
+    written, not even for a moment: another thread may be reading it."""
+    np.copyto(scratch, raw)
+    scratch[tokens] = -np.inf
+    best = int(np.argmax(scratch))
+    return best, scratch[best]
 
 
 def _greedy_among_touched(raw: np.ndarray, best: int, rewriting: list) -> int | None:
