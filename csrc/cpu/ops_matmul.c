@@ -94,10 +94,8 @@ static uint8_t *unpacked_scratch(const pe_exec *ex, const pe_tensor *t, const pe
     return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
 
-/* Phase 1 of every product: activations -> the dot partner type, rows split
- * over threads, then a barrier so every thread sees all of them.  A lone
- * row (decoding) is quantized by every thread into its own copy instead: a
- * few hundred nanoseconds, less than the others' wait at a barrier. */
+/* Activation row r in the dot partner type at dst, and after it (with
+ * `scales`, Q8_1 only) its blocks' d, then s, as floats. */
 static void quantize_row(const pe_tensor *x, int64_t r, int vdt, int scales, uint8_t *dst) {
     const int64_t k = x->ne[0];
     pe_kern->type[vdt].from_float(x_row(x, r), dst, k);
@@ -110,6 +108,10 @@ static void quantize_row(const pe_tensor *x, int64_t r, int vdt, int scales, uin
     }
 }
 
+/* Phase 1 of every product: activations -> the dot partner type, rows split
+ * over threads, then a barrier so every thread sees all of them.  A lone
+ * row (decoding) is quantized by every thread into its own copy instead: a
+ * few hundred nanoseconds, less than the others' wait at a barrier. */
 static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *w, const pe_tensor *x, int vdt,
                                            size_t *row_stride) {
     if (vdt == PE_TYPE_F32) { *row_stride = 0; return NULL; }
