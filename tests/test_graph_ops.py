@@ -290,6 +290,39 @@ def test_score_products_of_a_head_group_equal_each_head_alone(isa, nacc):
                 np.testing.assert_allclose(alone, exact[:, :ny], rtol=1e-5, atol=1e-4)
 
 
+def lone_scores_model(x: np.ndarray, y16: np.ndarray, lanes: int) -> np.ndarray:
+    """llama.cpp's row dot product of F16-rounded queries with F16 rows (4 accumulators of
+    `lanes`): chunk c of `lanes` products to accumulator c % 4 (each product exact in
+    float32, so an fma is an add), then (0 + 2) + (1 + 3), then the lanes by halves."""
+    prod = x[:, None, :] * y16.view(np.float16).astype(np.float32)[None, :, :]   # [a][b][n]
+    chunks = prod.reshape(x.shape[0], y16.shape[0], -1, lanes)
+    acc = np.zeros((4,) + chunks.shape[:2] + (lanes,), np.float32)
+    for c in range(chunks.shape[2]):
+        acc[c % 4] = acc[c % 4] + chunks[:, :, c]
+    v = (acc[0] + acc[2]) + (acc[1] + acc[3])
+    half = lanes // 2
+    while half >= 1:
+        v = v[..., :half] + v[..., half:2 * half]
+        half //= 2
+    return v[..., 0]
+
+
+@pytest.mark.parametrize("isa", [isa for isa in ISAS if isa in ("avx2", "avx512")])
+def test_lone_token_scores_follow_the_row_product(isa):
+    """A generated token's score products (a K row converted once for up to 4 heads) give
+    the bits of llama.cpp's row dot product, modelled above, for 1-4 heads and rows."""
+    rng = np.random.default_rng(5)
+    with forced_isa(isa):
+        lanes = _core.attn_lanes()
+        for hd in (64, 128, 256):
+            x = rng.standard_normal((4, hd)).astype(np.float16).astype(np.float32)
+            y16 = rng.standard_normal((4, hd)).astype(np.float16).view(np.uint16)
+            want = lone_scores_model(x, y16, lanes)
+            for nx, ny in ((1, 1), (3, 4), (4, 2), (2, 3)):
+                got = _core.attn_scores_f16(x[:nx], np.ascontiguousarray(y16[:ny]), 4)
+                assert np.array_equal(got.view(np.uint32), want[:nx, :ny].view(np.uint32)), (isa, hd, nx, ny)
+
+
 def lone_values_model(p: np.ndarray, v16: np.ndarray, cell: np.ndarray, lanes: int) -> np.ndarray:
     """llama.cpp's product of a generated token's probabilities with an F16 V: slot i to
     lane i % (4 * lanes), an fma per element (exact: the F16 x float product fits the
