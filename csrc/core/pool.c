@@ -51,8 +51,12 @@ static void cpu_relax(void) {}
 static void thread_yield(void) { sched_yield(); }
 #endif
 
-/* spins before a waiting worker goes to sleep (~0.2-1 ms) */
-#define PE_SPIN_BEFORE_SLEEP 20000
+/* spins before a waiting worker goes to sleep (~2.5 ms at Zen 4's 25 ns a
+ * pause, longer where a pause is slower): between two decoding steps the
+ * Python side (sampling, text, the cache's bookkeeping) takes up to ~0.5 ms,
+ * and a worker asleep by then costs the next step ~0.2 ms to wake (Gemma-3,
+ * 20000 spins: 223 us a token in the graph's first node, 2 us now) */
+#define PE_SPIN_BEFORE_SLEEP 100000
 /* spins at a barrier before yielding the core (~50 us): on a busy or
  * oversubscribed machine a waiting thread must let the others run */
 #define PE_SPIN_BEFORE_YIELD 2000
