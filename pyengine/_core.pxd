@@ -66,6 +66,7 @@ cdef extern from "pe.h" nogil:
     int pe_op_weighted_sum(pe_graph *g, int a, int w)
     int pe_op_cont(pe_graph *g, int a)
     int pe_graph_set_output(pe_graph *g, int t)
+    int pe_graph_bind_output(pe_graph *g, int t, void *data, size_t nbytes)
     int pe_graph_set_name(pe_graph *g, int t, const char *name)
     int pe_graph_compute(pe_graph *g, pe_pool *pool)
     int pe_graph_n_tensors(const pe_graph *g)

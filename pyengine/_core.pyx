@@ -235,12 +235,14 @@ cdef class Graph:
     whole, as many times as needed.  Shapes are GGML-ordered (ne0 first)."""
     cdef pe_graph *g
     cdef list _keep      # buffers whose memory the graph points into
+    cdef dict _bound     # output id -> the array it is computed into
 
     def __cinit__(self):
         self.g = pe_graph_new()
         if self.g == NULL:
             raise NativeError(_last_error())
         self._keep = []
+        self._bound = {}
 
     def __dealloc__(self):
         if self.g != NULL:
@@ -342,6 +344,17 @@ cdef class Graph:
 
     def set_output(self, int t) -> None:
         self._id(pe_graph_set_output(self.g, t))
+
+    def bind_output(self, int t, out) -> None:
+        """Compute output t straight into `out` (a writable C-contiguous array of exactly
+        its bytes, kept alive until another takes its place) instead of the graph's memory."""
+        if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("an output is bound to a writable C-contiguous numpy array")
+        cdef uint8_t[::1] mv = out.reshape(-1).view(np.uint8)
+        if mv.shape[0] == 0:
+            raise ValueError("an output is bound to a non-empty array")
+        self._id(pe_graph_bind_output(self.g, t, <void *>&mv[0], mv.shape[0]))
+        self._bound[t] = out
 
     def set_name(self, int t, str name) -> None:
         self._id(pe_graph_set_name(self.g, t, name.encode()))

@@ -58,6 +58,27 @@ def test_generate_stream_and_text_agree(llm):
     assert "".join(pieces) == text
 
 
+def test_forward_into_a_buffer_equals_a_fresh_result(llm):
+    """forward(..., out) computes the logits straight into `out` (the engine's buffer): the
+    same values as a fresh array, into other buffers in turn, the old one no longer
+    written; without `out`, a fresh array as before."""
+    fw = llm.forward
+
+    def step(out=None):
+        llm.cache.clear()
+        return fw(np.array([5, 9, 11]), np.arange(3), np.zeros(3), np.array([1, 2]), out)
+
+    want = step()
+    first, second = np.full((2, llm.n_vocab), 7.0, np.float32), np.empty((2, llm.n_vocab), np.float32)
+    assert step(first) is first and np.array_equal(first, want)
+    assert step(second) is second and np.array_equal(second, want)
+    first[:] = 7.0
+    step(second)
+    assert np.all(first == 7.0)   # the old buffer is no longer written
+    assert np.array_equal(step(), want)
+    llm.cache.clear()   # leave the engine an empty cache
+
+
 def test_decode_steps_reuse_one_graph(llm):
     """Graph reuse: generating more tokens builds no new graphs, so Python
     work per token does not grow with the model's depth."""

@@ -387,6 +387,38 @@ def test_generated_tokens_heads_sharing_kv_equal_heads_alone(isa, hd, h):
     assert np.array_equal(results[0], results[1])
 
 
+def test_bound_output_is_computed_into_the_callers_array():
+    """bind_output: the product lands in the caller's array, before or after the graph
+    was first computed, and moves to another array when rebound; only a computed,
+    contiguous output of exactly the array's size can be bound."""
+    x, w = f32(3, 8), f32(5, 8)
+    ctx = ctx1()
+    xi = ctx.input(x, "x")
+    out = ctx.mul_mat(ctx.input(w, "w"), xi)
+    view = ctx.reshape(out, (15,))
+    ctx.set_output(out)
+    ctx.set_output(view)
+    want = x @ w.T
+    a, b = np.zeros((3, 5), np.float32), np.zeros((3, 5), np.float32)
+    ctx.bind_output(out, a)
+    ctx.compute()
+    np.testing.assert_allclose(a, want, rtol=1e-2, atol=1e-2)
+    ctx.bind_output(out, b)
+    a[:] = 0
+    ctx.compute()
+    assert np.array_equal(b, ctx.read(out)) and np.all(a == 0)
+    np.testing.assert_allclose(b, want, rtol=1e-2, atol=1e-2)
+    with pytest.raises(NativeError):
+        ctx.bind_output(out, np.zeros((2, 5), np.float32))    # the wrong size
+    with pytest.raises(NativeError):
+        ctx.bind_output(xi, np.zeros((3, 8), np.float32))     # a leaf
+    with pytest.raises(NativeError):
+        ctx.bind_output(view, np.zeros(15, np.float32))       # a view
+    assert np.array_equal(ctx.read(view), b.reshape(-1))     # views follow their base
+    with pytest.raises(ValueError):
+        ctx.bind_output(out, np.zeros((5, 3), np.float32).T)  # not C-contiguous
+
+
 def test_moe_routing_ops():
     logits = f32(3, 8)
     ctx = ctx1()

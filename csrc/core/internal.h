@@ -66,6 +66,7 @@ typedef struct pe_tensor {
     int32_t ip[8];             /* integer op parameters */
     float   fp[12];            /* float op parameters */
     void   *data;              /* set for externals; for others after planning */
+    void   *bound;             /* an output computed straight into caller memory (pe_graph_bind_output) */
     int     view_of;           /* base tensor id of a view, else -1 */
     size_t  view_offset;
     size_t  nbytes;            /* bytes owned (computed tensors) */

@@ -137,6 +137,10 @@ void      pe_graph_free(pe_graph *g);
  * buffer must outlive the graph; nbytes is checked against the shape. */
 int pe_graph_external(pe_graph *g, int type, int n_dims, const int64_t *ne,
                       void *data, size_t nbytes, const char *name);
+/* An output (pe_graph_set_output; computed, contiguous, not a view) written
+ * straight into caller memory of exactly its size, from the next compute on,
+ * instead of the graph's own; the buffer must outlive the binding. */
+int pe_graph_bind_output(pe_graph *g, int t, void *data, size_t nbytes);
 /* A view of t with its own shape and strides, starting `offset` bytes in. */
 int pe_graph_view(pe_graph *g, int t, int n_dims, const int64_t *ne,
                   const size_t *nb, size_t offset);

@@ -217,6 +217,10 @@ class Context:
     def set_output(self, t: Tensor) -> None:
         self.graph.set_output(t.id)
 
+    def bind_output(self, t: Tensor, out: np.ndarray) -> None:
+        """Compute output t straight into `out` (float32, C-contiguous, exactly its size)."""
+        self.graph.bind_output(t.id, out)
+
     def compute(self) -> None:
         self.graph.compute(self.backend.pool)
 

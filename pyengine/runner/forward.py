@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine.errors import InvalidOptionError, UnsupportedError
+from pyengine.errors import InvalidOptionError, NativeError, UnsupportedError
 from pyengine.kvcache import KVCache
 from pyengine.ml.context import Backend, Context, Tensor
 from pyengine.runner.arith import Arith, batch_arith
@@ -126,6 +126,8 @@ class BatchGraph:
         else:
             self.logits = model.forward(ctx, self)
         ctx.set_output(self.logits)
+        self.row_width = ctx.graph.shape(self.logits.id)[0]   # floats per output row
+        self.bindable = True   # until binding the output to a caller's buffer fails
 
     def attn_inputs(self, layer: int) -> AttnInputs:
         return self._attn[layer]
@@ -208,10 +210,17 @@ class Forward:
             buf.slots[gi][:n] = slots[gi]
             buf.kv_len[gi][0] = n_kv
             group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window)
+        into = out is not None and g.bindable and out.dtype == np.float32 and out.flags.c_contiguous \
+            and out.flags.writeable and out.size == len(out_rows) * g.row_width
+        if into:   # the logits computed straight into the caller's buffer, not copied out after
+            try:
+                g.ctx.bind_output(g.logits, out)
+            except (NativeError, ValueError):   # a model whose output is a view: copied out
+                g.bindable = into = False
         t0 = time.perf_counter()
         g.ctx.compute()
         self.compute_seconds += time.perf_counter() - t0
-        return g.ctx.read(g.logits, out)
+        return out if into else g.ctx.read(g.logits, out)
 
 
 def _span(values: np.ndarray) -> tuple[int, int]:
