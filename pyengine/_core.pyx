@@ -347,7 +347,12 @@ cdef class Graph:
 
     def bind_output(self, int t, out) -> None:
         """Compute output t straight into `out` (a writable C-contiguous array of exactly
-        its bytes, kept alive until another takes its place) instead of the graph's memory."""
+        its bytes, kept alive until another takes its place) instead of the graph's memory;
+        None takes it back into the graph's memory."""
+        if out is None:
+            self._id(pe_graph_bind_output(self.g, t, NULL, 0))
+            self._bound.pop(t, None)
+            return
         if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("an output is bound to a writable C-contiguous numpy array")
         cdef uint8_t[::1] mv = out.reshape(-1).view(np.uint8)

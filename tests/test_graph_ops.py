@@ -389,8 +389,9 @@ def test_generated_tokens_heads_sharing_kv_equal_heads_alone(isa, hd, h):
 
 def test_bound_output_is_computed_into_the_callers_array():
     """bind_output: the product lands in the caller's array, before or after the graph
-    was first computed, and moves to another array when rebound; only a computed,
-    contiguous output of exactly the array's size can be bound."""
+    was first computed, moves to another array when rebound and back into the graph's
+    memory when unbound; only a computed, contiguous output of exactly the array's size
+    can be bound."""
     x, w = f32(3, 8), f32(5, 8)
     ctx = ctx1()
     xi = ctx.input(x, "x")
@@ -415,6 +416,12 @@ def test_bound_output_is_computed_into_the_callers_array():
     with pytest.raises(NativeError):
         ctx.bind_output(view, np.zeros(15, np.float32))       # a view
     assert np.array_equal(ctx.read(view), b.reshape(-1))     # views follow their base
+    ctx.bind_output(out, None)                                # back into the graph's memory
+    b[:] = 0
+    ctx.compute()
+    assert np.all(b == 0)
+    np.testing.assert_allclose(ctx.read(out), want, rtol=1e-2, atol=1e-2)
+    assert np.array_equal(ctx.read(view), ctx.read(out).reshape(-1))
     with pytest.raises(ValueError):
         ctx.bind_output(out, np.zeros((5, 3), np.float32).T)  # not C-contiguous
 

@@ -161,13 +161,13 @@ int pe_graph_bind_output(pe_graph *g, int id, void *data, size_t nbytes) {
     if (!t) return pe_fail("unknown tensor %d", id);
     if (t->op == PE_OP_NONE || t->view_of >= 0 || !t->is_output || !pe_is_contiguous(t))
         return pe_fail("only a contiguous computed output can be bound to caller memory");
-    if (!data || nbytes != t->nbytes) return pe_fail("an output of %zu bytes needs a buffer of that size, got %zu",
-                                                     t->nbytes, nbytes);
+    if (data && nbytes != t->nbytes)
+        return pe_fail("an output of %zu bytes needs a buffer of that size, got %zu", t->nbytes, nbytes);
     t->bound = data;
-    if (!g->planned) return 0;   /* planning leaves it out of the arena */
-    t->data = data;
+    if (!g->planned) return 0;
+    t->data = data ? data : g->arena + t->arena_offset;   /* the arena keeps its place either way */
     for (int i = 0; i < g->n; i++)
-        if (g->t[i].view_of == id) g->t[i].data = (uint8_t *)data + g->t[i].view_offset;
+        if (g->t[i].view_of == id) g->t[i].data = (uint8_t *)t->data + g->t[i].view_offset;
     return 0;
 }
 
@@ -252,7 +252,7 @@ static int plan(pe_graph *g, int n_threads) {
     for (int i = 0; i < g->n && rc == 0; i++) {
         pe_tensor *t = &g->t[i];
         if (t->op != PE_OP_NONE && t->view_of < 0) {
-            if (!t->bound) alloc_take(&a, t->nbytes, &t->arena_offset);
+            alloc_take(&a, t->nbytes, &t->arena_offset);
             const size_t w = pe_op_work_bytes(g, t, n_threads);
             if (w > work) work = w;
         }

@@ -139,7 +139,8 @@ int pe_graph_external(pe_graph *g, int type, int n_dims, const int64_t *ne,
                       void *data, size_t nbytes, const char *name);
 /* An output (pe_graph_set_output; computed, contiguous, not a view) written
  * straight into caller memory of exactly its size, from the next compute on,
- * instead of the graph's own; the buffer must outlive the binding. */
+ * instead of the graph's own; the buffer must outlive the binding.  NULL
+ * takes the output back into the graph's memory. */
 int pe_graph_bind_output(pe_graph *g, int t, void *data, size_t nbytes);
 /* A view of t with its own shape and strides, starting `offset` bytes in. */
 int pe_graph_view(pe_graph *g, int t, int n_dims, const int64_t *ne,

@@ -217,8 +217,9 @@ class Context:
     def set_output(self, t: Tensor) -> None:
         self.graph.set_output(t.id)
 
-    def bind_output(self, t: Tensor, out: np.ndarray) -> None:
-        """Compute output t straight into `out` (float32, C-contiguous, exactly its size)."""
+    def bind_output(self, t: Tensor, out: np.ndarray | None) -> None:
+        """Compute output t straight into `out` (float32, C-contiguous, exactly its size);
+        None takes it back into the graph's own memory."""
         self.graph.bind_output(t.id, out)
 
     def compute(self) -> None:

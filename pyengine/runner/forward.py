@@ -128,6 +128,7 @@ class BatchGraph:
         ctx.set_output(self.logits)
         self.row_width = ctx.graph.shape(self.logits.id)[0]   # floats per output row
         self.bindable = True   # until binding the output to a caller's buffer fails
+        self.bound = False     # whether the output goes into a caller's buffer now
 
     def attn_inputs(self, layer: int) -> AttnInputs:
         return self._attn[layer]
@@ -215,8 +216,12 @@ class Forward:
         if into:   # the logits computed straight into the caller's buffer, not copied out after
             try:
                 g.ctx.bind_output(g.logits, out)
+                g.bound = True
             except (NativeError, ValueError):   # a model whose output is a view: copied out
                 g.bindable = into = False
+        elif g.bound:   # never into a buffer an earlier call gave
+            g.ctx.bind_output(g.logits, None)
+            g.bound = False
         t0 = time.perf_counter()
         g.ctx.compute()
         self.compute_seconds += time.perf_counter() - t0
