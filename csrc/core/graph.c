@@ -156,6 +156,14 @@ int pe_graph_set_output(pe_graph *g, int id) {
     return 0;
 }
 
+/* Every view's data from its base's (after planning, or a base moving). */
+static void place_views(pe_graph *g) {
+    for (int i = 0; i < g->n; i++) {
+        pe_tensor *t = &g->t[i];
+        if (t->view_of >= 0) t->data = (uint8_t *)g->t[t->view_of].data + t->view_offset;
+    }
+}
+
 int pe_graph_bind_output(pe_graph *g, int id, void *data, size_t nbytes) {
     pe_tensor *t = pe_graph_get(g, id);
     if (!t) return pe_fail("unknown tensor %d", id);
@@ -166,8 +174,7 @@ int pe_graph_bind_output(pe_graph *g, int id, void *data, size_t nbytes) {
     t->bound = data;
     if (!g->planned) return 0;
     t->data = data ? data : g->arena + t->arena_offset;   /* the arena keeps its place either way */
-    for (int i = 0; i < g->n; i++)
-        if (g->t[i].view_of == id) g->t[i].data = (uint8_t *)t->data + g->t[i].view_offset;
+    place_views(g);
     return 0;
 }
 
@@ -284,10 +291,7 @@ static int plan(pe_graph *g, int n_threads) {
         pe_tensor *t = &g->t[i];
         if (t->op != PE_OP_NONE && t->view_of < 0) t->data = t->bound ? t->bound : g->arena + t->arena_offset;
     }
-    for (int i = 0; i < g->n; i++) {
-        pe_tensor *t = &g->t[i];
-        if (t->view_of >= 0) t->data = (uint8_t *)g->t[t->view_of].data + t->view_offset;
-    }
+    place_views(g);
     for (int i = 0; i < n_threads; i++) atomic_init(&g->ranges[i].word, 0);
     g->gen_base = 1;   /* generation 0: the slots' start, no node's */
     g->planned = true;
