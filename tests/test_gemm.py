@@ -260,3 +260,43 @@ def test_f16_weights_in_every_tile_equal_the_row_product(isa: str) -> None:
                 got = mul_mat(weight, x[:m])
                 mismatch = np.argwhere(bits(got) != bits(dots))
                 assert mismatch.size == 0, (isa, n, m, mismatch[:5].tolist())
+
+
+def test_products_of_one_activation_equal_each_alone() -> None:
+    """Products of one activation in a row (attention's Q, K and V) run without a
+    barrier between them, the later ones on the rows the first quantized: weights
+    wanting another activation layout (Q8_0's q8_0 rows among Q4_1's q8_1, plain
+    Q4_1's rows without the float scales interleaved Q4_1 takes) start a new run.
+    Every result equals the product computed alone, bit for bit, however many
+    threads share the work and however the stealing falls."""
+    rng = np.random.default_rng(77)
+    k = 256
+    q4_1x8 = 64   # PE_TYPE_Q4_1_X8 (pe.h)
+    weights = []
+    for qtype, n, interleave in ((T.Q4_1, 48, True), (T.Q4_1, 40, True), (T.Q4_1, 24, False),
+                                 (T.Q4_1, 16, True), (T.Q8_0, 32, False), (T.Q8_0, 21, False),
+                                 (T.Q5_1, 24, False), (T.Q4_K, 16, False)):
+        data = random_weights(qtype, n, k, rng)
+        w = Weight(qtype, k, n, data)
+        if interleave:
+            packed = np.empty_like(data)
+            _core.repack_rows8(q4_1x8, data, packed, k, n)
+            w = Weight(qtype, k, n, packed)
+            w.type = q4_1x8
+        weights.append(w)
+    x = (rng.standard_normal((17, k)) * rng.uniform(0.1, 4.0, (17, 1))).astype(np.float32)
+    for m in (1, 3, 4, 17):
+        alone = [mul_mat_threads(w, x[:m], 1, 1)[0] for w in weights]
+        for n_threads in (1, 2, 3, 7):
+            ctx = Context(Backend(n_threads))
+            xt = ctx.input(np.ascontiguousarray(x[:m]), "x")
+            outs = []
+            for w in weights:
+                out = ctx.mul_mat(ctx.weight(w), xt)
+                ctx.set_output(out)
+                outs.append(out)
+                ctx.reshape(out, (out.shape[0] * out.shape[1],))   # a view between two products
+            for _ in range(6):
+                ctx.compute()
+                for w, out, want in zip(weights, outs, alone):
+                    assert np.array_equal(bits(ctx.read(out)), bits(want)), (w.type, m, n_threads)

@@ -235,6 +235,22 @@ static int alloc_give(allocator *a, size_t off, size_t size) {
     return 0;
 }
 
+static bool computed(const pe_tensor *t) { return t->op != PE_OP_NONE && t->op != PE_OP_VIEW; }
+
+/* Which computed nodes run on without a barrier before them (pe_op_joins),
+ * hence which are followed by one. */
+static void mark_joins(pe_graph *g) {
+    pe_tensor *prev = NULL;
+    for (int i = 0; i < g->n; i++) {
+        pe_tensor *t = &g->t[i];
+        if (!computed(t)) continue;
+        t->joins_prev = prev && pe_op_joins(g, prev, t);
+        t->barrier_after = true;
+        if (prev) prev->barrier_after = !t->joins_prev;
+        prev = t;
+    }
+}
+
 static int plan(pe_graph *g, int n_threads) {
     int *last_use = malloc((size_t)g->n * sizeof *last_use);
     if (!last_use) return pe_fail("out of memory");
@@ -256,6 +272,7 @@ static int plan(pe_graph *g, int n_threads) {
     allocator a = {0};
     size_t work = 0;
     int rc = 0;
+    for (int i = 0; i < g->n; i++) g->t[i].freed = false;   /* a plan again (more threads) starts over */
     for (int i = 0; i < g->n && rc == 0; i++) {
         pe_tensor *t = &g->t[i];
         if (t->op != PE_OP_NONE && t->view_of < 0) {
@@ -277,6 +294,7 @@ static int plan(pe_graph *g, int n_threads) {
     free(last_use);
     free(a.free);
     if (rc) return rc;
+    mark_joins(g);
     g->arena_bytes = a.peak;
     g->work_bytes = work;
     g->arena = a.peak ? malloc(a.peak) : NULL;
@@ -314,14 +332,14 @@ static void run_nodes(void *arg, int ith, int nth) {
     const int timed = ith == 0 && pe_profile_on();
     for (int i = 0; i < g->n; i++) {
         pe_tensor *t = &g->t[i];
-        if (t->op == PE_OP_NONE || t->op == PE_OP_VIEW) continue;
+        if (!computed(t)) continue;
         const double t0 = timed ? pe_profile_now() : 0;
         ex.chunk = &g->chunks[i];
         ex.gen = g->gen_base + (uint32_t)i;
         pe_op_compute(&ex, t);
         /* no early exit on a data error: every thread must reach every
          * barrier; ops skip the work an error makes meaningless */
-        pe_pool_barrier(rc->pool);
+        if (t->barrier_after) pe_pool_barrier(rc->pool);
         if (timed) pe_profile_add(g, t, pe_profile_now() - t0);
     }
 }
@@ -335,7 +353,11 @@ static uint64_t range_word(uint32_t gen, int64_t front, int64_t back) {
 /* The slot's value for this node: one an earlier node left stands for the
  * owner's whole range (whichever thread gets there first writes it). */
 static uint64_t range_now(const pe_exec *ex, int owner, int64_t n_tasks, uint64_t word) {
-    if ((uint32_t)(word >> 32) == ex->gen) return word;
+    const uint32_t gen = (uint32_t)(word >> 32);
+    if (gen == ex->gen) return word;
+    /* the owner is on a later node (no barrier between, pe_op_joins): it left
+     * this one only when every task of it was taken */
+    if (gen > ex->gen) return range_word(ex->gen, 0, 0);
     return range_word(ex->gen, owner * n_tasks / ex->nth, (owner + 1) * n_tasks / ex->nth);
 }
 

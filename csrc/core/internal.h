@@ -74,6 +74,8 @@ typedef struct pe_tensor {
     size_t  arena_offset;
     bool    is_output;
     bool    freed;             /* planning: slice returned to the allocator */
+    bool    joins_prev;        /* planning: runs on the previous computed node's scratch (pe_op_joins) */
+    bool    barrier_after;     /* planning: threads wait for each other after this node */
     char    name[PE_MAX_NAME];
 } pe_tensor;
 
@@ -172,6 +174,11 @@ void pe_pool_run(struct pe_pool *pool, pe_pool_fn fn, void *arg);
 typedef void (*pe_op_fn)(pe_exec *ex, pe_tensor *t);
 /* Scratch bytes an op needs (0 for most). */
 size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads);
+/* Whether node t can start on each thread as soon as that thread is done
+ * with prev, the computed node before it, with no barrier between them: t
+ * reads nothing prev writes or frees, and takes what prev left in the
+ * scratch (sibling products of one activation share its quantized rows). */
+int    pe_op_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t);
 void   pe_op_compute(pe_exec *ex, pe_tensor *t);
 
 /* Split n items into nth near-equal ranges: [*i0, *i1) for thread ith. */

@@ -13,6 +13,7 @@ void pe_op_rope_run(pe_exec *ex, pe_tensor *t);
 void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t);
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t);
 size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads);
+int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t);
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 
 static inline pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
@@ -200,4 +201,8 @@ size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads) {
     case PE_OP_ATTN:       return pe_op_attn_work(g, t, n_threads);
     default:               return 0;
     }
+}
+
+int pe_op_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t) {
+    return t->op == PE_OP_MUL_MAT && pe_op_mul_mat_joins(g, prev, t);
 }

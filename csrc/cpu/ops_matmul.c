@@ -108,26 +108,46 @@ static void quantize_row(const pe_tensor *x, int64_t r, int vdt, int scales, uin
     }
 }
 
+/* Where this thread reads the quantized activations: a lone row (decoding)
+ * has one copy per thread, other batches one copy for all. */
+static uint8_t *activations(const pe_exec *ex, const pe_tensor *w, const pe_tensor *x, int vdt, size_t *row_stride) {
+    if (vdt == PE_TYPE_F32) { *row_stride = 0; return NULL; }
+    *row_stride = activation_row_bytes(w, x, vdt);
+    return pe_nrows(x) == 1 ? ex->work + (size_t)ex->ith * round64(*row_stride) : ex->work;
+}
+
 /* Phase 1 of every product: activations -> the dot partner type, rows split
  * over threads, then a barrier so every thread sees all of them.  A lone
- * row (decoding) is quantized by every thread into its own copy instead: a
- * few hundred nanoseconds, less than the others' wait at a barrier. */
+ * row is quantized by every thread into its own copy instead: a few hundred
+ * nanoseconds, less than the others' wait at a barrier. */
 static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *w, const pe_tensor *x, int vdt,
                                            size_t *row_stride) {
-    if (vdt == PE_TYPE_F32) { *row_stride = 0; return NULL; }
+    uint8_t *q = activations(ex, w, x, vdt, row_stride);
+    if (!q) return NULL;
     const int scales = with_scales(w, x);
-    const size_t rb = activation_row_bytes(w, x, vdt);
-    *row_stride = rb;
     if (pe_nrows(x) == 1) {
-        uint8_t *mine = ex->work + (size_t)ex->ith * round64(rb);
-        quantize_row(x, 0, vdt, scales, mine);
-        return mine;
+        quantize_row(x, 0, vdt, scales, q);
+        return q;
     }
     int64_t r0, r1;
     pe_split(pe_nrows(x), ex->ith, ex->nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) quantize_row(x, r, vdt, scales, ex->work + r * rb);
+    for (int64_t r = r0; r < r1; r++) quantize_row(x, r, vdt, scales, q + r * *row_stride);
     pe_pool_barrier(ex->pool);
-    return ex->work;
+    return q;
+}
+
+/* Products of one activation by several weights in a row (attention's Q, K
+ * and V, the MLP's gate and up) quantize it once and run one after the other
+ * with no barrier between (pe_op_joins): the later ones read only weights
+ * and the activation rows the first left in the scratch.  Their weights must
+ * be leaves (a computed one could be freed, its memory reused, while another
+ * thread still reads it) and want the same activation layout. */
+int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t) {
+    if (prev->op != PE_OP_MUL_MAT || prev->src[1] != t->src[1] || prev->src[2] != t->src[2]) return 0;
+    const pe_tensor *wp = &g->t[prev->src[0]], *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
+    const int vdt = pe_type_vec_dot_type(w->type);
+    return wp->op == PE_OP_NONE && w->op == PE_OP_NONE && vdt == pe_type_vec_dot_type(wp->type) &&
+           with_scales(w, x) == with_scales(wp, x);
 }
 
 /* Activation row j's path (PE_PATH_*): as the graph says per row, else as
@@ -272,7 +292,8 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1);
     const int vdt = pe_type_vec_dot_type(w->type);
     size_t qstride;
-    const uint8_t *q = quantize_activations(ex, w, x, vdt, &qstride);
+    const uint8_t *q = t->joins_prev ? activations(ex, w, x, vdt, &qstride)
+                                     : quantize_activations(ex, w, x, vdt, &qstride);
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], m = pe_nrows(x);
     const int32_t *paths = t->src[2] >= 0 ? (const int32_t *)src(ex, t, 2)->data : NULL;
