@@ -180,6 +180,42 @@ def test_rope(mode, n_dims, with_factors):
                                rtol=1e-4, atol=1e-3)
 
 
+
+def test_rope_nodes_of_one_setting_share_their_angles():
+    """A graph computes rope's angles once per (positions, setting) and every rope node
+    of that setting reads them: each rotation equals the one of a graph holding it
+    alone, bit for bit, on 1 to 3 threads, and nodes of another base, scaling, factor
+    table or positions are not given the first's angles."""
+    pos = np.array([0, 3, 9, 250], np.int32)
+    other_pos = np.array([5, 6, 7, 4000], np.int32)
+    ff = (1 + rng.random(8)).astype(np.float32)
+    xs = [f32(4, h, 16) for h in (3, 1, 3, 2, 3, 3)]
+    settings = [dict(base=1e4), dict(base=1e4), dict(base=5e5), dict(base=1e4, scale=0.25),
+                dict(base=1e4, ff=True), dict(base=1e4, other=True)]
+
+    def rope(ctx, x, setting):
+        p = other_pos if setting.get("other") else pos
+        factors = ctx.input(ff, "ff") if setting.get("ff") else None
+        return ctx.rope(ctx.input(x, "x"), ctx.input(p, "p"), n_dims=16, mode=ROPE_NEOX,
+                        base=setting["base"], scale=setting.get("scale", 1.0), freq_factors=factors)
+
+    alone = []
+    for x, setting in zip(xs, settings):
+        ctx = ctx1()
+        alone.append(run(ctx, rope(ctx, x, setting)).view(np.uint32))
+    for n_threads in (1, 2, 3):
+        ctx = Context(Backend(n_threads))
+        p, other, factors = ctx.input(pos, "p"), ctx.input(other_pos, "op"), ctx.input(ff, "ff")
+        outs = [ctx.rope(ctx.input(x, f"x{i}"), other if s.get("other") else p, n_dims=16, mode=ROPE_NEOX,
+                         base=s["base"], scale=s.get("scale", 1.0), freq_factors=factors if s.get("ff") else None)
+                for i, (x, s) in enumerate(zip(xs, settings))]
+        for out in outs:
+            ctx.set_output(out)
+        ctx.compute()
+        for i, (out, want) in enumerate(zip(outs, alone)):
+            assert np.array_equal(ctx.read(out).view(np.uint32), want), (n_threads, settings[i])
+
+
 def attention_reference(q, k, v, mask, n_head_kv, scale, softcap=0.0):
     """q [T, H, hd]; k, v [C, Hkv, hd]; mask [T, C]."""
     t, h, hd = q.shape

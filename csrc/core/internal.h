@@ -53,6 +53,7 @@ typedef enum pe_op {
     PE_OP_MOE_WEIGHTS,
     PE_OP_WEIGHTED_SUM,
     PE_OP_CONT,
+    PE_OP_ROPE_ANGLES,  /* rope's cos/sin per position, shared by the rope nodes of one setting */
     PE_OP_COUNT
 } pe_op;
 

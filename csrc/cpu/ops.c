@@ -10,6 +10,7 @@ void pe_op_get_rows_run(pe_exec *ex, pe_tensor *t);
 void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t);
 void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t);
 void pe_op_rope_run(pe_exec *ex, pe_tensor *t);
+void pe_op_rope_angles_run(pe_exec *ex, pe_tensor *t);
 void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t);
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t);
 size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads);
@@ -185,6 +186,7 @@ void pe_op_compute(pe_exec *ex, pe_tensor *t) {
     case PE_OP_RMS_NORM:     rms_norm_run(ex, t); break;
     case PE_OP_SOFTMAX:      softmax_run(ex, t); break;
     case PE_OP_ROPE:         pe_op_rope_run(ex, t); break;
+    case PE_OP_ROPE_ANGLES:  pe_op_rope_angles_run(ex, t); break;
     case PE_OP_SET_ROWS:     pe_op_set_rows_run(ex, t); break;
     case PE_OP_ATTN:         pe_op_attn_run(ex, t); break;
     case PE_OP_TOPK:         topk_run(ex, t); break;

@@ -17,7 +17,8 @@ static float yarn_ramp(float low, float high, int i0) {
     return 1 - fminf(1, fmaxf(0, y));
 }
 
-/* cos/sin of every rotated pair for one position, into cache[2 * pair]. */
+/* cos/sin of every rotated pair for one position, into cache[2 * pair]
+ * (t: a node holding the rope setting in ip and fp). */
 static void angles(const pe_tensor *t, const float *ff, float pos, float *cache) {
     const int n_dims = t->ip[0], n_ctx_orig = t->ip[2];
     const float base = t->fp[0], freq_scale = t->fp[1], ext_factor = t->fp[2];
@@ -44,30 +45,37 @@ static void angles(const pe_tensor *t, const float *ff, float pos, float *cache)
     }
 }
 
+/* The table: per token, cos/sin of every rotated pair (angles()). */
+void pe_op_rope_angles_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *p = &ex->g->t[t->src[0]];
+    const float *ff = t->src[1] >= 0 ? (const float *)ex->g->t[t->src[1]].data : NULL;
+    const int32_t *pos = p->data;
+    int64_t r0, r1;
+    pe_split(t->ne[1], ex->ith, ex->nth, &r0, &r1);
+    for (int64_t tok = r0; tok < r1; tok++) angles(t, ff, (float)pos[tok], (float *)pe_row(t, tok, 0, 0));
+}
+
+/* Rows (head, token) split over the threads, each rotated by its token's
+ * angles from the table. */
 void pe_op_rope_run(pe_exec *ex, pe_tensor *t) {
-    const pe_tensor *a = &ex->g->t[t->src[0]], *p = &ex->g->t[t->src[1]];
-    const float *ff = t->src[2] >= 0 ? (const float *)ex->g->t[t->src[2]].data : NULL;
+    const pe_tensor *a = &ex->g->t[t->src[0]], *table = &ex->g->t[t->src[3]];
     const int n_dims = t->ip[0], neox = t->ip[1] == PE_ROPE_NEOX;
     const int64_t hd = a->ne[0], nh = a->ne[1];
-    const int32_t *pos = p->data;
-    float cache[1024];  /* n_dims <= head size; 512 pairs is plenty */
-    if (n_dims > 1024) { pe_exec_fail(ex, "rope: more than 1024 rotated dimensions"); return; }
     int64_t r0, r1;
-    pe_split(a->ne[2], ex->ith, ex->nth, &r0, &r1);
-    for (int64_t tok = r0; tok < r1; tok++) {
-        angles(t, ff, (float)pos[tok], cache);
-        for (int64_t h = 0; h < nh; h++) {
-            const float *x = pe_row(a, h, tok, 0);
-            float *d = pe_row(t, h, tok, 0);
-            for (int i0 = 0; i0 < n_dims; i0 += 2) {
-                const float c = cache[i0], s = cache[i0 + 1];
-                const int ia = neox ? i0 / 2 : i0, ib = neox ? i0 / 2 + n_dims / 2 : i0 + 1;
-                const float x0 = x[ia], x1 = x[ib];
-                /* GGML's x0*c - x1*s as GCC contracts it: the first product fused */
-                d[ia] = fmaf(x0, c, -(x1 * s));
-                d[ib] = fmaf(x0, s, x1 * c);
-            }
-            for (int64_t i = n_dims; i < hd; i++) d[i] = x[i];
+    pe_split(nh * a->ne[2], ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t h = r % nh, tok = r / nh;
+        const float *cache = pe_row(table, tok, 0, 0);
+        const float *x = pe_row(a, h, tok, 0);
+        float *d = pe_row(t, h, tok, 0);
+        for (int i0 = 0; i0 < n_dims; i0 += 2) {
+            const float c = cache[i0], s = cache[i0 + 1];
+            const int ia = neox ? i0 / 2 : i0, ib = neox ? i0 / 2 + n_dims / 2 : i0 + 1;
+            const float x0 = x[ia], x1 = x[ib];
+            /* GGML's x0*c - x1*s as GCC contracts it: the first product fused */
+            d[ia] = fmaf(x0, c, -(x1 * s));
+            d[ib] = fmaf(x0, s, x1 * c);
         }
+        for (int64_t i = n_dims; i < hd; i++) d[i] = x[i];
     }
 }
