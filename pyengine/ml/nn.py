@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -40,10 +41,15 @@ class Linear:
     INTERLEAVE = True   # only multiplied: the weight may be stored in the ISA's faster layout
 
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
-        y = ctx.mul_mat(ctx.weight(self.weight), x)
-        if self.bias is not None:
-            y = ctx.add(y, ctx.weight(self.bias))
-        return y
+        return linears(ctx, (self,), x)[0]
+
+
+def linears(ctx: Context, layers: Sequence[Linear], x: Tensor) -> list[Tensor]:
+    """Several projections of one input (q, k and v; gate and up): every product first,
+    then the biases, so that the products run back to back on one quantized copy of x
+    (the core runs such a run without barriers between them)."""
+    ys = [ctx.mul_mat(ctx.weight(layer.weight), x) for layer in layers]
+    return [y if layer.bias is None else ctx.add(y, ctx.weight(layer.bias)) for layer, y in zip(layers, ys)]
 
 
 @dataclass(eq=False)

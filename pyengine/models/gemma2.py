@@ -94,7 +94,7 @@ class MLP(llama.MLP):
     """down(gelu_tanh(gate x) * up x)."""
 
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
-        return self.ffn_down(ctx, ctx.geglu(self.ffn_gate(ctx, x), self.ffn_up(ctx, x)))
+        return self.ffn_down(ctx, ctx.geglu(*nn.linears(ctx, (self.ffn_gate, self.ffn_up), x)))
 
 
 @dataclass(eq=False)

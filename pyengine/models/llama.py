@@ -32,9 +32,9 @@ class Attention(Module):
 
     def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None) -> Tensor:
         c, n_tokens = self.cfg, x.shape[1]
-        q = ctx.reshape(self.attn_q(ctx, x), (c.head_dim, c.n_head, n_tokens))      # [hd, H, T]
-        k = ctx.reshape(self.attn_k(ctx, x), (c.head_dim, c.n_head_kv, n_tokens))   # [hd, Hkv, T]
-        v = self.attn_v(ctx, x)                                                     # [hd*Hkv, T]
+        q, k, v = nn.linears(ctx, (self.attn_q, self.attn_k, self.attn_v), x)      # v [hd*Hkv, T]
+        q = ctx.reshape(q, (c.head_dim, c.n_head, n_tokens))                         # [hd, H, T]
+        k = ctx.reshape(k, (c.head_dim, c.n_head_kv, n_tokens))                      # [hd, Hkv, T]
         q = c.rope(ctx, q, batch.positions, freq_factors=freq_factors)
         k = c.rope(ctx, k, batch.positions, freq_factors=freq_factors)
         o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, n_tokens)), v,
@@ -49,7 +49,7 @@ class MLP(Module):
     ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
 
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
-        return self.ffn_down(ctx, ctx.swiglu(self.ffn_gate(ctx, x), self.ffn_up(ctx, x)))
+        return self.ffn_down(ctx, ctx.swiglu(*nn.linears(ctx, (self.ffn_gate, self.ffn_up), x)))
 
 
 @dataclass(eq=False)

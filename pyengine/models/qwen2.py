@@ -115,9 +115,8 @@ class Attention(SelfAttention):
 
     def project(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         hd = self.cfg.head_dim
-        q = split_heads(ctx, self.attn_q(ctx, x), hd)                               # [hd, H, T]
-        k = split_heads(ctx, self.attn_k(ctx, x), hd)                               # [hd, Hkv, T]
-        return q, k, self.attn_v(ctx, x)                                            # v [hd*Hkv, T]
+        q, k, v = nn.linears(ctx, (self.attn_q, self.attn_k, self.attn_v), x)
+        return split_heads(ctx, q, hd), split_heads(ctx, k, hd), v                  # [hd, H|Hkv, T], [hd*Hkv, T]
 
 
 @dataclass(eq=False)
