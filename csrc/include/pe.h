@@ -51,7 +51,8 @@ typedef enum pe_type {
     PE_TYPE_Q4_0_X8 = 65,
     PE_TYPE_Q4_K_X8 = 66,
     PE_TYPE_IQ4_NL_X8 = 67,
-    PE_TYPE_COUNT   = 68
+    PE_TYPE_Q8_0_X8 = 68,
+    PE_TYPE_COUNT   = 69
 } pe_type;
 
 /* Block size (elements per block) and bytes per block; 0 for unknown types. */

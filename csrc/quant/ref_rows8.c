@@ -1,6 +1,6 @@
-/* ref_rows8.c - Q4_1, Q4_0, IQ4_NL and Q4_K weights interleaved by 8 rows
- * (block_q4_1x8, block_q4_0x8, block_iq4_nlx8, block_q4_Kx8): the
- * repacking done at load and its inverse.
+/* ref_rows8.c - Q4_1, Q4_0, IQ4_NL, Q4_K and Q8_0 weights interleaved by 8
+ * rows (block_q4_1x8, block_q4_0x8, block_iq4_nlx8, block_q4_Kx8,
+ * block_q8_0x8): the repacking done at load and its inverse.
  *
  * Why a second layout: decoding reads every weight row once per token, and
  * the products as the file lays rows out take a row at a time: a scale per
@@ -9,7 +9,7 @@
  * bytes: their scales convert in one instruction, and group t of their codes
  * is one 256-bit load whose integer product with the activation's group t
  * gives the 8 rows' sums in their own lanes; the float steps (llama.cpp's:
- * per lane for Q4_1, per block for Q4_0 and IQ4_NL and per super-block for
+ * per lane for Q4_1 and Q8_0, per block for Q4_0 and IQ4_NL and per super-block for
  * Q4_K, the arithmetic of llama.cpp's own repacked copies) then run for 8 rows at once
  * (x86_gemm_rows8.h).
  * Products of more activation rows than decoding's unpack the rows back and
@@ -30,6 +30,7 @@ static const rows8_layout LAYOUT_Q4_0 = {1, 0, QK4_0 / 2};
 static const rows8_layout LAYOUT_Q4_1 = {2, 0, QK4_1 / 2};
 static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, QK_K / 2};
 static const rows8_layout LAYOUT_IQ4_NL = {1, 0, QK4_NL / 2};
+static const rows8_layout LAYOUT_Q8_0 = {1, 0, QK8_0};
 
 /* len bytes from a row's block into the group (to_group), or back */
 static void copy_piece(uint8_t *row, uint8_t *lanes, size_t len, int to_group) {
@@ -60,6 +61,7 @@ static const rows8_layout *layout_of(int base) {
     case PE_TYPE_Q4_1: return &LAYOUT_Q4_1;
     case PE_TYPE_Q4_K: return &LAYOUT_Q4_K;
     case PE_TYPE_IQ4_NL: return &LAYOUT_IQ4_NL;
+    case PE_TYPE_Q8_0: return &LAYOUT_Q8_0;
     default: return NULL;
     }
 }
@@ -72,6 +74,7 @@ DEFINE_UNPACK8(q4_0, PE_TYPE_Q4_0)
 DEFINE_UNPACK8(q4_1, PE_TYPE_Q4_1)
 DEFINE_UNPACK8(q4_k, PE_TYPE_Q4_K)
 DEFINE_UNPACK8(iq4_nl, PE_TYPE_IQ4_NL)
+DEFINE_UNPACK8(q8_0, PE_TYPE_Q8_0)
 
 int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows) {
     const int base = pe_type_rows8_base(type);
@@ -93,4 +96,5 @@ void pe_fill_ref_rows8(pe_kernels *k) {
     k->type[PE_TYPE_Q4_0_X8].unpack8 = unpack8_q4_0;
     k->type[PE_TYPE_Q4_K_X8].unpack8 = unpack8_q4_k;
     k->type[PE_TYPE_IQ4_NL_X8].unpack8 = unpack8_iq4_nl;
+    k->type[PE_TYPE_Q8_0_X8].unpack8 = unpack8_q8_0;
 }

@@ -1,6 +1,6 @@
-/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0, IQ4_NL and Q4_K
- * weights interleaved by 8 rows (block_q4_1x8, block_q4_0x8,
- * block_iq4_nlx8, block_q4_Kx8, ref_rows8.c), written once for avx2_gemm.c and avx512_gemm.c after
+/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0, IQ4_NL, Q4_K and
+ * Q8_0 weights interleaved by 8 rows (block_q4_1x8, block_q4_0x8,
+ * block_iq4_nlx8, block_q4_Kx8, block_q8_0x8, ref_rows8.c), written once for avx2_gemm.c and avx512_gemm.c after
  * x86_gemm.h.
  *
  * llama.cpp's Q4_1 product has per block eight integer lane sums (lane t:
@@ -47,6 +47,15 @@ static inline void gr_nibbles(const uint8_t qs[4][8][4], __m256i code[8]) {
         code[t + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
     }
 }
+
+/* Makes the compiler read what was stored before it from memory again: a
+ * broadcast from memory is a load, one from a register a shuffle on the
+ * vector pipes (~12% of the Q8_0 kernel below). */
+#if defined(_MSC_VER) && !defined(__clang__)
+#define GR_REREAD_MEMORY() _ReadWriteBarrier()
+#else
+#define GR_REREAD_MEMORY() __asm__ volatile("" ::: "memory")
+#endif
 
 /* Blocks this far ahead are asked for (a group of rows streams as one run). */
 #define GR_PREFETCH_BLOCKS 12
@@ -95,6 +104,69 @@ static void gemm8_q4_1x8(int64_t n, float *s, size_t bs, const void *w, size_t b
             gemm8_q4_1x8_cols(n, s + (size_t)j * bs, bs, w, y, 2);
         else
             gemm8_q4_1x8_cols(n, s + (size_t)j * bs, bs, w, y, 1);
+    }
+}
+
+/* Q8_0 (the tied output projection of many small models), llama.cpp's lane
+ * arithmetic as for Q4_1 without the min term: group t of 8 rows' signed
+ * codes against the activation's group t.  With VNNI the activation goes in
+ * shifted to unsigned (a + 128) and the shift comes off through the start,
+ * -128 x the codes' 4-element sums (one vpdpbusd per group, shared by the
+ * pass's activation rows); AVX2 multiplies the codes' magnitudes by the
+ * activation carrying their signs.  Two activation rows per pass: their 16
+ * accumulators stay in registers. */
+GM_INLINE void gemm8_q8_0x8_cols(int64_t n, float *s, size_t bs, const block_q8_0x8 *x,
+                                 const block_q8_0 *const y[2], const int nc) {
+    __m256 acc[2][8];
+    for (int j = 0; j < nc; j++)
+        for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
+        __m256 d[2];
+        for (int j = 0; j < nc; j++) d[j] = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&y[j][b].d)));
+#if defined(PE_GEMM_VNNI)
+        /* the activations shifted, through memory: broadcasts from memory cost no vector op */
+        _Alignas(32) uint8_t shifted[2][QK8_0];
+        for (int j = 0; j < nc; j++)
+            _mm256_store_si256((__m256i *)shifted[j], _mm256_xor_si256(gm_load256(y[j][b].qs), _mm256_set1_epi8((char)0x80)));
+        GR_REREAD_MEMORY();
+#endif
+        for (int t = 0; t < 8; t++) {
+            const __m256i code = gm_load256(x[b].qs[t]);
+#if defined(PE_GEMM_VNNI)
+            const __m256i start = _mm256_sub_epi32(
+                _mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), code));
+            for (int j = 0; j < nc; j++) {
+                const __m256i act = _mm256_set1_epi32((int)gm_u32(shifted[j] + 4 * t));
+                acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, act, code)), acc[j][t]);
+            }
+#else
+            const __m256i mag = _mm256_abs_epi8(code);
+            for (int j = 0; j < nc; j++) {
+                const __m256i sum = gr_dot4_signed(_mm256_setzero_si256(), mag, code, y[j][b].qs + 4 * t);
+                acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(sum), acc[j][t]);
+            }
+#endif
+        }
+    }
+    for (int j = 0; j < nc; j++) {   /* x86_sum_ps8's folds, then vec_dot's + 0 (its absent min term) */
+        __m256 h[4];
+        for (int t = 0; t < 4; t++) h[t] = _mm256_add_ps(acc[j][t + 4], acc[j][t]);
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
+        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(sum, _mm256_setzero_ps()));
+    }
+}
+
+static void gemm8_q8_0x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
+    (void)bw;
+    for (int j = 0; j < nc; j += 2) {
+        const block_q8_0 *y[2] = {(const block_q8_0 *)((const uint8_t *)a + (size_t)j * ba),
+                                  (const block_q8_0 *)((const uint8_t *)a + (size_t)(j + 1) * ba)};
+        if (nc - j >= 2)
+            gemm8_q8_0x8_cols(n, s + (size_t)j * bs, bs, w, y, 2);
+        else
+            gemm8_q8_0x8_cols(n, s + (size_t)j * bs, bs, w, y, 1);
     }
 }
 
@@ -242,6 +314,7 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
         (k)->type[PE_TYPE_Q4_K_X8].gemm8 = gemm8_q4_Kx8;    \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_paths = PE_PATH_TILE4; \
         (k)->type[PE_TYPE_IQ4_NL_X8].gemm8 = gemm8_iq4_nlx8; \
+        (k)->type[PE_TYPE_Q8_0_X8].gemm8 = gemm8_q8_0x8;    \
     } while (0)
 
 #endif /* PE_X86_GEMM_ROWS8_H */
