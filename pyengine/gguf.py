@@ -508,6 +508,10 @@ def _huge_page_arena(size: int) -> tuple[mmap.mmap, int] | None:
     return buf, start
 
 
+# bytes of a tensor read and transformed at a time (GGUFFile.tensor_data's `unit`)
+_TRANSFORM_PIECE = 4 << 20
+
+
 def _read_into(path: str, offset: int, view: memoryview) -> None:
     """Fills `view` with the file's bytes from `offset`."""
     try:
@@ -606,20 +610,23 @@ class GGUFFile:
     # -- tensors -------------------------------------------------------------
 
     def tensor_data(self, name: str, lookup: bool = False,
-                    transform: Callable[[np.ndarray, np.ndarray], None] | None = None) -> np.ndarray:
+                    transform: Callable[[np.ndarray, np.ndarray], None] | None = None,
+                    unit: int = 0) -> np.ndarray:
         """The tensor's raw bytes, read-only uint8: a view over the mmap, or of its copy
         in huge pages.  A `lookup` table (rows read a few at a time) is not copied for
         itself; it reads the copy if the tensor was asked for otherwise before.
         With `transform(src, dst)`, the bytes are rewritten once into memory of their
         own (the huge-page copy's place, else a private buffer; the same result on
-        every such request); asked for without it, the tensor then reads the mmap."""
+        every such request); asked for without it, the tensor then reads the mmap.
+        A `unit` (bytes) says the transform may take any whole number of them at a time:
+        the file is then read and rewritten a few MiB at a time instead of whole."""
         info = self.tensors.get(name)
         if info is None:
             raise GGUFError(f"{self.path}: missing tensor {name!r}")
         if self._mmap is None:
             raise GGUFError(f"{self.path}: file is closed; cannot read tensor {name!r}")
         if transform is not None:
-            return self._transformed_data(name, info, transform)
+            return self._transformed_data(name, info, transform, unit)
         arena = None if (lookup and name not in self._in_arena) or name in self._transformed else self._huge_pages()
         if arena is None:
             data = np.frombuffer(self._mmap, dtype=np.uint8, count=info.nbytes, offset=info.offset)
@@ -634,25 +641,32 @@ class GGUFFile:
         return data
 
     def _transformed_data(self, name: str, info: TensorInfo,
-                          transform: Callable[[np.ndarray, np.ndarray], None]) -> np.ndarray:
+                          transform: Callable[[np.ndarray, np.ndarray], None], unit: int) -> np.ndarray:
         data = self._transformed.get(name)
         if data is not None:
             return data
-        # the file's bytes are read past the mapping, as copies are: none of its pages
-        # become this process's
-        source = np.empty(info.nbytes, np.uint8)
-        with memoryview(source) as view:
-            _read_into(self.path, info.offset, view)
         arena = None if name in self._in_arena else self._huge_pages()   # a plain copy there stays valid
         if arena is None:
             data = np.empty(info.nbytes, np.uint8)
         else:
             buf, shift = arena
             data = np.frombuffer(buf, dtype=np.uint8, count=info.nbytes, offset=info.offset + shift)
-        transform(source, data)
+        # the file's bytes are read past the mapping, as copies are: none of its pages
+        # become this process's; by pieces, so no copy of a big table lives beside it
+        piece = max(unit, _TRANSFORM_PIECE // unit * unit) if unit > 0 else info.nbytes
+        source = np.empty(min(piece, info.nbytes), np.uint8)
+        for start in range(0, info.nbytes, piece):
+            n = min(piece, info.nbytes - start)
+            with memoryview(source) as view, view[:n] as part:
+                _read_into(self.path, info.offset + start, part)
+            transform(source[:n], data[start:start + n])
         data.flags.writeable = False
         self._transformed[name] = data
         return data
+
+    def transformed(self, name: str) -> np.ndarray | None:
+        """The bytes a transform rewrote for the tensor (tensor_data(transform=)), if any."""
+        return self._transformed.get(name)
 
     @property
     def huge_pages(self) -> bool:

@@ -336,6 +336,26 @@ def test_transformed_tensor_is_rewritten_once_and_lookups_keep_the_file(big_file
     assert np.array_equal(done, plain[::-1])   # still valid after close
 
 
+@pytest.mark.parametrize("mmap_only", ["0", "1"])
+def test_transform_by_units_reads_the_file_a_piece_at_a_time(big_file, monkeypatch, mmap_only):
+    """With a `unit`, the tensor is read and transformed a few whole units at a time (a
+    repacked table gets no second copy beside it while loading); the result is the
+    whole transform's."""
+    monkeypatch.setenv("PYENGINE_MMAP", mmap_only)
+    monkeypatch.setattr(gguf_module, "_TRANSFORM_PIECE", 50001)   # pieces of 3125 units of 16
+    pieces = []
+
+    def reverse_units(src: np.ndarray, dst: np.ndarray) -> None:
+        pieces.append(len(src))
+        dst.reshape(-1, 16)[:] = src.reshape(-1, 16)[:, ::-1]
+
+    with GGUFFile(big_file) as f:
+        plain = np.arange(1 << 20, dtype=np.float32).view(np.uint8)
+        done = f.tensor_data("big", transform=reverse_units, unit=16)
+        assert np.array_equal(done, plain.reshape(-1, 16)[:, ::-1].reshape(-1))
+        assert sum(pieces) == plain.size and pieces[0] == 50000 and pieces[-1] == plain.size % 50000
+
+
 def test_huge_pages_by_default_only_up_to_a_size(monkeypatch):
     """Huge pages cost load time: tensor data past 1 GiB stays mapped unless
     PYENGINE_MMAP=0 asks for the copy; PYENGINE_MMAP=1 maps everything."""

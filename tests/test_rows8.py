@@ -88,12 +88,33 @@ def test_bad_shapes_and_uses_are_errors() -> None:
         _core.repack_rows8(q4_1x8, data, np.empty_like(data), 128, 4)
     with pytest.raises(NativeError, match="no interleaved type"):
         _core.repack_rows8(Q4_1, data, np.empty_like(data), 64, 8)
-    packed = Weight(Q4_1, 64, 8, data)
-    packed.type = q4_1x8
     ctx = Context(Backend(1))
-    with pytest.raises(NativeError, match="no kernel to read"):   # rows are not where a lookup reads them
-        ctx.get_rows(ctx.weight(packed), ctx.input(np.zeros(1, np.int32), "ids"))
     odd = Weight(Q4_1, 64, 6, data[: 6 * 40])
     odd.type = q4_1x8
     with pytest.raises(NativeError, match="rows in 8s"):
         ctx.mul_mat(ctx.weight(odd), ctx.input(np.zeros((1, 64), np.float32), "x"))
+    with pytest.raises(NativeError, match="rows in 8s"):
+        ctx.get_rows(ctx.weight(odd), ctx.input(np.zeros(1, np.int32), "ids"))
+
+
+@TYPES
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_lookups_read_interleaved_tables(qtype: int, n_threads: int) -> None:
+    """A table interleaved by 8 rows (a tied embedding the output projection multiplies)
+    serves lookups too: any rows, repeated, in any order, equal the plain table's (row ids
+    out of range are an error either way)."""
+    plain, rows8, _ = interleaved(qtype, 40, BLOCK[qtype] * 2, seed=11)
+    ids = np.array([0, 39, 7, 8, 8, 15, 16, 23, 31, 32, 1, 38, 0], np.int32)
+    got = {}
+    for name, table in (("plain", plain), ("rows8", rows8)):
+        ctx = Context(Backend(n_threads))
+        out = ctx.get_rows(ctx.weight(table), ctx.input(ids, "ids"))
+        ctx.set_output(out)
+        ctx.compute()
+        got[name] = ctx.read(out).copy()
+        bad = Context(Backend(n_threads))
+        out = bad.get_rows(bad.weight(table), bad.input(np.array([3, 40], np.int32), "ids"))
+        bad.set_output(out)
+        with pytest.raises(NativeError, match="out of range"):
+            bad.compute()
+    assert np.array_equal(bits(got["rows8"]), bits(got["plain"]))

@@ -52,7 +52,8 @@ int pe_op_get_rows(pe_graph *g, int table, int ids) {
     pe_tensor *a = get(g, table, "get_rows", "table"), *b = get(g, ids, "get_rows", "ids");
     if (!a || !b || require_i32("get_rows", b)) return -1;
     if (a->ne[2] != 1 || a->ne[3] != 1) return fail_shapes("get_rows", a, b, "table must be 2-D");
-    if (!pe_kern->type[a->type].to_float) return fail_shapes("get_rows", a, NULL, "no kernel to read this type");
+    if (!pe_get_rows_readable(a)) return fail_shapes("get_rows", a, NULL, "no kernel to read this type");
+    if (pe_type_rows8_base(a->type) >= 0 && a->ne[1] % 8) return fail_shapes("get_rows", a, NULL, "an interleaved table needs rows in 8s");
     const int64_t ne[2] = {a->ne[0], pe_nelements(b)};
     return node(g, PE_OP_GET_ROWS, PE_TYPE_F32, 2, ne, table, ids, -1, -1, -1);
 }

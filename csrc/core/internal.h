@@ -96,6 +96,10 @@ struct pe_graph {
     char       error_msg[256];
 };
 
+/* Whether get_rows can read this table's rows (interleaved ones through their
+ * 8-row group, unpacked). */
+int pe_get_rows_readable(const pe_tensor *table);
+
 /* PYENGINE_PROFILE=1: time per op kind, printed at exit (profile.c) */
 int    pe_profile_on(void);
 double pe_profile_now(void);

@@ -16,6 +16,7 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t);
 size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t);
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads);
+size_t pe_op_get_rows_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 
 static inline pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
     return t->src[i] >= 0 ? &ex->g->t[t->src[i]] : NULL;
@@ -201,6 +202,7 @@ size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads) {
     case PE_OP_MUL_MAT:
     case PE_OP_MUL_MAT_ID: return pe_op_mul_mat_work(g, t, n_threads);
     case PE_OP_ATTN:       return pe_op_attn_work(g, t, n_threads);
+    case PE_OP_GET_ROWS:   return pe_op_get_rows_work(g, t, n_threads);
     default:               return 0;
     }
 }

@@ -347,15 +347,42 @@ void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* Lookups: a table interleaved by 8 rows (the tied output projection of a
+ * model whose embedding is its output weight) is read through its row's
+ * group, unpacked into this thread's scratch: one copy of the table serves
+ * the products and the lookups. */
+int pe_get_rows_readable(const pe_tensor *table) {
+    const int base = pe_type_rows8_base(table->type);
+    if (base < 0) return pe_kern->type[table->type].to_float != NULL;
+    return pe_kern->type[table->type].unpack8 && pe_kern->type[base].to_float;
+}
+
+static size_t get_rows_group_bytes(const pe_tensor *table) {
+    return pe_type_rows8_base(table->type) >= 0 ? round64(PE_GEMM8_ROWS * table->nb[1]) : 0;
+}
+
+size_t pe_op_get_rows_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
+    return (size_t)n_threads * get_rows_group_bytes(&g->t[t->src[0]]);
+}
+
 void pe_op_get_rows_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *table = src(ex, t, 0), *ids = src(ex, t, 1);
     const int32_t *id = ids->data;
-    const pe_to_float_fn to_float = pe_kern->type[table->type].to_float;
+    const int base = pe_type_rows8_base(table->type);
+    const pe_to_float_fn to_float = pe_kern->type[base >= 0 ? base : table->type].to_float;
+    const size_t bw = table->nb[1], group = get_rows_group_bytes(table);
+    uint8_t *rows = group ? ex->work + (size_t)ex->ith * group : NULL;
+    if (group && (size_t)(ex->ith + 1) * group > ex->work_bytes) { pe_exec_fail(ex, "get_rows: no scratch planned"); return; }
     int64_t r0, r1;
     pe_split(t->ne[1], ex->ith, ex->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         if (id[r] < 0 || id[r] >= table->ne[1]) { pe_exec_fail(ex, "get_rows: row id out of range"); return; }
-        to_float((const uint8_t *)table->data + (int64_t)id[r] * table->nb[1],
-                 (float *)((uint8_t *)t->data + r * t->nb[1]), table->ne[0]);
+        const uint8_t *row = (const uint8_t *)table->data + (int64_t)id[r] * bw;
+        if (rows) {   /* the row's group of 8, unpacked; the row from it */
+            const int64_t first = id[r] - id[r] % PE_GEMM8_ROWS;
+            pe_kern->type[table->type].unpack8(table->ne[0], (const uint8_t *)table->data + first * bw, rows, bw);
+            row = rows + (id[r] - first) * bw;
+        }
+        to_float(row, (float *)((uint8_t *)t->data + r * t->nb[1]), table->ne[0]);
     }
 }

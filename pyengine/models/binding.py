@@ -90,8 +90,9 @@ def bind(cls: type, gguf: GGUFFile, cfg: Any, prefix: str = "") -> Any:
             n = getattr(cfg, spec.count)
             values[f.name] = [bind(elem, gguf, cfg, f"{prefix}{spec.prefix}.{i}.") for i in range(n)]
     # A lookup table that is also multiplied (an output tied to the token embedding)
-    # reads the copy the multiplication made, not the file's mapping as well
-    # (GGUFFile.tensor_data): its data is asked for again once the level is bound.
+    # reads the copy the multiplication made, interleaved or not, not the file's
+    # mapping as well (GGUFFile.tensor_data): its data is asked for again once the
+    # level is bound.
     for value in values.values():
         if getattr(value, "LOOKUP", False):
             value.weight = _weight(gguf, value.weight.name, lookup=True)
@@ -144,14 +145,18 @@ def _weight(gguf: GGUFFile, name: str, lookup: bool = False, interleave: bool = 
     rows8 = -1
     if interleave and _interleaving() and len(info.shape) == 2 and info.shape[1] % 8 == 0:
         rows8 = _core.rows8_type(info.type)
+    interleaved = gguf.transformed(name)
+    if lookup and interleaved is not None:   # a tied table: lookups read the products' copy
+        return Weight(name, _core.rows8_type(info.type), tuple(info.shape), interleaved)
     if rows8 < 0:
         return Weight(name, info.type, tuple(info.shape), gguf.tensor_data(name, lookup=lookup))
     k, n = info.shape
+    group = 8 * info.nbytes // n   # bytes of 8 rows: the repacking's unit
 
     def repack(src: np.ndarray, dst: np.ndarray) -> None:
-        _core.repack_rows8(rows8, src, dst, k, n)
+        _core.repack_rows8(rows8, src, dst, k, src.size // group * 8)
 
-    return Weight(name, rows8, tuple(info.shape), gguf.tensor_data(name, transform=repack))
+    return Weight(name, rows8, tuple(info.shape), gguf.tensor_data(name, transform=repack, unit=group))
 
 
 def _check_shape(w: Weight, spec: ShapeSpec, cfg: Any) -> None:
