@@ -1,5 +1,5 @@
 # Declarations of the native core's public header (csrc/include/pe.h).
-from libc.stdint cimport int32_t, int64_t, uint16_t
+from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t
 
 cdef extern from "pe.h" nogil:
     int64_t pe_type_block_size(int type)
@@ -10,6 +10,8 @@ cdef extern from "pe.h" nogil:
     size_t pe_row_bytes(int type, int64_t n)
     int pe_type_rows8(int type)
     int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows)
+    void pe_kv_mask(float *out, int64_t stride, const int32_t *positions, const uint64_t *seq_bits, int64_t n_tokens,
+                    const int32_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv, int32_t window)
     const char *pe_last_error()
 
     const char *pe_isa_current()

@@ -64,6 +64,24 @@ def repack_rows8(int rows8_type, const uint8_t[::1] src, uint8_t[::1] dst, int64
     _check(rc)
 
 
+# ---- KV cache --------------------------------------------------------------
+
+def kv_mask(float[:, ::1] out, const int32_t[::1] positions, const uint64_t[::1] seq_bits,
+            const int32_t[::1] cell_pos, const uint64_t[::1] cell_seq, int64_t n_kv, int window) -> None:
+    """out[t, c] for the batch's tokens and the first n_kv cells: 0 where token t may
+    attend cell c, -inf elsewhere (pe_kv_mask in pe.h)."""
+    cdef int64_t n_tokens = positions.shape[0]
+    if seq_bits.shape[0] != n_tokens or n_tokens > out.shape[0]:
+        raise ValueError("one sequence bit per token, and a mask row per token, are needed")
+    if n_kv < 0 or n_kv > out.shape[1] or n_kv > cell_pos.shape[0] or n_kv > cell_seq.shape[0]:
+        raise ValueError(f"n_kv={n_kv} is more cells than the mask or the cell table has")
+    if n_tokens == 0 or n_kv == 0:
+        return
+    with nogil:
+        pe_kv_mask(&out[0, 0], out.shape[1], &positions[0], &seq_bits[0], n_tokens, &cell_pos[0], &cell_seq[0],
+                   n_kv, window)
+
+
 # ---- instruction sets ----------------------------------------------------
 
 def isa() -> str:

@@ -123,6 +123,31 @@ def test_masks_follow_sequences_positions_and_windows():
     assert (mask[0, :5] == 0).tolist() == [False, False, False, True, True]
 
 
+@pytest.mark.parametrize("window", [0, 1, 5])
+def test_masks_equal_the_rule_cell_by_cell(window):
+    """Random cell tables (shared, free and reused cells), tokens of several sequences at
+    several positions: every mask entry follows the rule, and cells past n_kv and rows
+    past the batch are left alone."""
+    rng = np.random.default_rng(window)
+    for _ in range(20):
+        table = CellTable(40)
+        table.seq[:] = rng.integers(0, 16, 40).astype(np.uint64)   # sequences 0-3, some cells shared or free
+        table.pos[:] = rng.integers(0, 30, 40).astype(np.int32)
+        n_kv, n_tok = int(rng.integers(0, 41)), int(rng.integers(1, 6))
+        positions, seq_ids = rng.integers(0, 35, n_tok), rng.integers(0, 4, n_tok)
+        mask = np.full((8, 40), 7.0, np.float32)
+        table.fill_mask(mask, positions, seq_ids, n_kv, window)
+        for t in range(n_tok):
+            for c in range(n_kv):
+                sees = bool(int(table.seq[c]) >> int(seq_ids[t]) & 1) and table.pos[c] <= positions[t] \
+                    and (window == 0 or positions[t] - table.pos[c] < window)
+                assert mask[t, c] == (0.0 if sees else -np.inf), (t, c)
+        assert (mask[:n_tok, n_kv:] == 7.0).all() and (mask[n_tok:] == 7.0).all()
+    with pytest.raises(ValueError, match="n_kv"):
+        table.fill_mask(np.zeros((2, 40), np.float32), np.array([1]), np.array([0]), 41)
+    with pytest.raises(ValueError, match="mask row per token"):
+        table.fill_mask(np.zeros((1, 40), np.float32), np.array([1, 2]), np.array([0, 0]), 4)
+
 def test_shared_prefix_cells_stay_until_the_last_sequence_leaves():
     cache = KVCache(full_layout(), 16)
     alloc(cache, 0, range(6))

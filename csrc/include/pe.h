@@ -116,6 +116,16 @@ int pe_attn_lanes(void);
 /* Quantize a row with the current ISA's activation quantizer. */
 int pe_quantize_row(int type, const float *x, void *y, int64_t n);
 
+/* ---- KV cache ------------------------------------------------------------- */
+
+/* Attention mask rows of a batch over a cache's first n_kv cells: out[t * stride
+ * + c] = 0 where token t (at positions[t], of the sequence whose bit is
+ * seq_bits[t]) may attend cell c (the cell's sequence set cell_seq[c] holds
+ * that bit, its position cell_pos[c] is <= the token's and, with window > 0,
+ * within window positions of it), -inf elsewhere. */
+void pe_kv_mask(float *out, int64_t stride, const int32_t *positions, const uint64_t *seq_bits, int64_t n_tokens,
+                const int32_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv, int32_t window);
+
 /* ---- thread pool ----------------------------------------------------------- */
 
 typedef struct pe_pool pe_pool;

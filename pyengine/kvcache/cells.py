@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from pyengine import _core
 from pyengine.errors import InvalidOptionError
 
 MAX_SEQUENCES = 64
-_NEG_INF = np.float32(-np.inf)
 _ONE = np.uint64(1)
 
 
@@ -222,32 +222,12 @@ class CellTable:
 
     def fill_mask(self, out: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
                   n_kv: int, window: int = 0) -> None:
-        """out[t, c] = 0 where token t may attend cell c, else -inf (first n_kv cells).
-
-        Built per sequence over that sequence's cells only, so the work is the batch's
-        tokens times their own cells, not times the whole cache."""
-        t = len(positions)
-        view = out[:t, :n_kv]
-        view.fill(_NEG_INF)
-        for sid, rows in rows_by_sequence(seq_ids).items():
-            cells = np.flatnonzero(self.seq[:n_kv] & seq_bit(sid))
-            if not cells.size:
-                continue
-            cell_pos = self.pos[cells]
-            if len(rows) == 1:   # a decode step: one row, no 2-d index
-                visible = _visible(cell_pos, int(positions[rows[0]]), window)
-                view[rows[0], cells[visible]] = 0
-                continue
-            visible = _visible(cell_pos[None, :], positions[rows][:, None], window)
-            view[np.ix_(rows, cells)] = np.where(visible, np.float32(0), _NEG_INF)
-
-
-def _visible(cell_pos, tok_pos, window: int):
-    """Which cells a token at tok_pos sees: causal, and within the window if any."""
-    visible = cell_pos <= tok_pos
-    if window:
-        visible &= (tok_pos - cell_pos) < window
-    return visible
+        """out[t, c] = 0 where token t may attend cell c, else -inf (first n_kv cells):
+        the cell holds the token's sequence at a position not after the token's (and,
+        with a window, less than `window` positions before it).  One native loop over
+        the (token, cell) pairs (pe_kv_mask)."""
+        _core.kv_mask(out, np.ascontiguousarray(positions, np.int32), seq_bits(seq_ids), self.pos, self.seq,
+                      n_kv, window)
 
 
 def rows_by_sequence(seq_ids: np.ndarray) -> dict[int, list[int]]:
