@@ -21,6 +21,7 @@ from model_parity import EXACT_ISA, EXACT_TOP10, compare, run_case
 
 from pyengine import LLM, _core
 from pyengine import gguf as gguf_module
+from pyengine.models import load_model
 
 Q4_1, Q8_0, Q4_1_X8, Q8_0_X8 = 3, 8, 64, 68   # GGML type ids; PE_TYPE_Q4_1_X8 and Q8_0_X8 in pe.h
 CASES = json.loads((GOLDEN / "real" / "SmolLM2-135M-Instruct.Q4_1.json").read_text())["cases"]
@@ -85,6 +86,20 @@ def test_tied_embedding_is_resident_once(llm):
     assert lookup.data.ctypes.data == multiplied.data.ctypes.data and lookup.type == multiplied.type
     assert multiplied.type == (Q8_0 if _core.rows8_type(Q8_0) < 0 else Q8_0_X8)
     assert llm.gguf.huge_pages == gguf_module._huge_pages_wanted(llm.gguf.file_size - llm.gguf.data_offset)
+
+
+def test_a_second_binding_without_interleaving_keeps_the_files_layout(llm, monkeypatch):
+    """A model bound again from the same file with PYENGINE_INTERLEAVE=0 (after the first
+    binding interleaved the tied table) takes every weight as the file has it, the lookups
+    too, and computes the same logits."""
+    monkeypatch.setenv("PYENGINE_INTERLEAVE", "0")
+    plain = load_model(llm.gguf)
+    assert plain.token_embd.weight.type == plain.output.weight.type == Q8_0
+    assert plain.layers[0].attn.attn_q.weight.type == Q4_1
+    ids = llm.tokenize("The capital of France is")
+    runs = [run_case(model, llm.backend, ids, 4) for model in (llm.model, plain)]
+    assert np.array_equal(runs[0].logits, runs[1].logits)
+    assert np.array_equal(runs[0].greedy_logits, runs[1].greedy_logits) and runs[0].greedy == runs[1].greedy
 
 
 def test_multiplied_q4_1_weights_are_interleaved_where_that_pays(llm):

@@ -146,7 +146,8 @@ def _weight(gguf: GGUFFile, name: str, lookup: bool = False, interleave: bool = 
     if interleave and _interleaving() and len(info.shape) == 2 and info.shape[1] % 8 == 0:
         rows8 = _core.rows8_type(info.type)
     interleaved = gguf.transformed(name)
-    if lookup and interleaved is not None:   # a tied table: lookups read the products' copy
+    if lookup and interleaved is not None and _interleaving() and _core.rows8_type(info.type) >= 0:
+        # a tied table: lookups read the products' copy (made by this ISA's interleaving)
         return Weight(name, _core.rows8_type(info.type), tuple(info.shape), interleaved)
     if rows8 < 0:
         return Weight(name, info.type, tuple(info.shape), gguf.tensor_data(name, lookup=lookup))
