@@ -1,7 +1,7 @@
 /* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0, IQ4_NL, Q4_K and
  * Q8_0 weights interleaved by 8 rows (block_q4_1x8, block_q4_0x8,
- * block_iq4_nlx8, block_q4_Kx8, block_q8_0x8, ref_rows8.c), written once for avx2_gemm.c and avx512_gemm.c after
- * x86_gemm.h.
+ * block_iq4_nlx8, block_q4_Kx8, block_q8_0x8, ref_rows8.c), written once for
+ * avx2_gemm.c and avx512_gemm.c after x86_gemm.h.
  *
  * llama.cpp's Q4_1 product has per block eight integer lane sums (lane t:
  * elements 4t..4t+3), acc_t = fma(dw * da, sum_t, acc_t), and at the end
@@ -10,8 +10,9 @@
  * gives row r's sum_t in lane r, then one fma per t serves 8 rows with their
  * own dw * da; the final fold adds the t vectors in x86_sum_ps8's order.
  * Every result is bit-identical to vec_dot, with no per-row scale gathers,
- * code unpacking or horizontal sums, and one memory stream per 8 rows.  Q4_0,
- * IQ4_NL and Q4_K (below) take llama.cpp's repacked arithmetic the same way. */
+ * code unpacking or horizontal sums, and one memory stream per 8 rows.  Q8_0
+ * is Q4_1's scheme on signed codes; Q4_0, IQ4_NL and Q4_K (below) take
+ * llama.cpp's repacked arithmetic the same way. */
 #ifndef PE_X86_GEMM_ROWS8_H
 #define PE_X86_GEMM_ROWS8_H
 
@@ -46,6 +47,14 @@ static inline void gr_nibbles(const uint8_t qs[4][8][4], __m256i code[8]) {
         code[t] = _mm256_and_si256(q, low4);
         code[t + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
     }
+}
+
+/* Lane vectors t = 0..7 of 8 rows added in x86_sum_ps8's order: t with t + 4,
+ * then with t + 2, then the last two. */
+static inline __m256 gr_fold8(const __m256 acc[8]) {
+    __m256 h[4];
+    for (int t = 0; t < 4; t++) h[t] = _mm256_add_ps(acc[t + 4], acc[t]);
+    return _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
 }
 
 /* Makes the compiler read what was stored before it from memory again: a
@@ -87,25 +96,24 @@ GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_
             mins[j] = _mm256_add_ps(mins[j], _mm256_mul_ps(mw, _mm256_broadcast_ss(sa)));
         }
     }
-    for (int j = 0; j < nc; j++) {   /* x86_sum_ps8's folds: t with t + 4, then with t + 2, then the last two */
-        __m256 h[4];
-        for (int t = 0; t < 4; t++) h[t] = _mm256_add_ps(acc[j][t + 4], acc[j][t]);
-        const __m256 sum = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
-        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(sum, mins[j]));
-    }
+    for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(gr_fold8(acc[j]), mins[j]));
 }
 
-static void gemm8_q4_1x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
-    (void)bw;
-    for (int j = 0; j < nc; j += 2) {
-        const block_q8_1 *y[2] = {(const block_q8_1 *)((const uint8_t *)a + (size_t)j * ba),
-                                  (const block_q8_1 *)((const uint8_t *)a + (size_t)(j + 1) * ba)};
-        if (nc - j >= 2)
-            gemm8_q4_1x8_cols(n, s + (size_t)j * bs, bs, w, y, 2);
-        else
-            gemm8_q4_1x8_cols(n, s + (size_t)j * bs, bs, w, y, 1);
+/* gemm8 over a kernel taking the activation rows two at a time (NAME##_cols) */
+#define GR_DEFINE_GEMM8_BY_PAIRS(NAME, AB)                                                                \
+    static void gemm8_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,    \
+                             size_t ba, int nc) {                                                         \
+        (void)bw;                                                                                         \
+        for (int j = 0; j < nc; j += 2) {                                                                 \
+            const AB *y[2] = {(const AB *)((const uint8_t *)a + (size_t)j * ba),                          \
+                              (const AB *)((const uint8_t *)a + (size_t)(j + 1) * ba)};                   \
+            if (nc - j >= 2)                                                                              \
+                gemm8_##NAME##_cols(n, s + (size_t)j * bs, bs, w, y, 2);                                  \
+            else                                                                                          \
+                gemm8_##NAME##_cols(n, s + (size_t)j * bs, bs, w, y, 1);                                  \
+        }                                                                                                 \
     }
-}
+GR_DEFINE_GEMM8_BY_PAIRS(q4_1x8, block_q8_1)
 
 /* Q8_0 (the tied output projection of many small models), llama.cpp's lane
  * arithmetic as for Q4_1 without the min term: group t of 8 rows' signed
@@ -150,25 +158,10 @@ GM_INLINE void gemm8_q8_0x8_cols(int64_t n, float *s, size_t bs, const block_q8_
 #endif
         }
     }
-    for (int j = 0; j < nc; j++) {   /* x86_sum_ps8's folds, then vec_dot's + 0 (its absent min term) */
-        __m256 h[4];
-        for (int t = 0; t < 4; t++) h[t] = _mm256_add_ps(acc[j][t + 4], acc[j][t]);
-        const __m256 sum = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
-        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(sum, _mm256_setzero_ps()));
-    }
+    for (int j = 0; j < nc; j++)   /* vec_dot's + 0: its absent min term */
+        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(gr_fold8(acc[j]), _mm256_setzero_ps()));
 }
-
-static void gemm8_q8_0x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
-    (void)bw;
-    for (int j = 0; j < nc; j += 2) {
-        const block_q8_0 *y[2] = {(const block_q8_0 *)((const uint8_t *)a + (size_t)j * ba),
-                                  (const block_q8_0 *)((const uint8_t *)a + (size_t)(j + 1) * ba)};
-        if (nc - j >= 2)
-            gemm8_q8_0x8_cols(n, s + (size_t)j * bs, bs, w, y, 2);
-        else
-            gemm8_q8_0x8_cols(n, s + (size_t)j * bs, bs, w, y, 1);
-    }
-}
+GR_DEFINE_GEMM8_BY_PAIRS(q8_0x8, block_q8_0)
 
 /* Q4_0, interleaved only on weights of 8-row multiples, where llama.cpp
  * multiplies its own repacked copy (x86_repack.h): per block the whole
