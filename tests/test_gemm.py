@@ -266,23 +266,26 @@ def test_products_of_one_activation_equal_each_alone() -> None:
     """Products of one activation in a row (attention's Q, K and V) run without a
     barrier between them, the later ones on the rows the first quantized: weights
     wanting another activation layout (Q8_0's q8_0 rows among Q4_1's q8_1, plain
-    Q4_1's rows without the float scales interleaved Q4_1 takes) start a new run.
+    Q4_1's rows without the float scales interleaved Q4_1 takes) or another split of the
+    scratch between the threads (Q4_K interleaved and Q6_K: their own packed and unpacked
+    rows) start a new run.
     Every result equals the product computed alone, bit for bit, however many
     threads share the work and however the stealing falls."""
     rng = np.random.default_rng(77)
     k = 256
-    q4_1x8 = 64   # PE_TYPE_Q4_1_X8 (pe.h)
+    rows8 = {T.Q4_1: 64, T.Q4_K: 66}   # PE_TYPE_*_X8 (pe.h)
     weights = []
     for qtype, n, interleave in ((T.Q4_1, 48, True), (T.Q4_1, 40, True), (T.Q4_1, 24, False),
                                  (T.Q4_1, 16, True), (T.Q8_0, 32, False), (T.Q8_0, 21, False),
-                                 (T.Q5_1, 24, False), (T.Q4_K, 16, False)):
+                                 (T.Q5_1, 24, False), (T.Q4_K, 16, False), (T.Q4_K, 32, True),
+                                 (T.Q6_K, 48, False), (T.Q4_K, 64, True)):
         data = random_weights(qtype, n, k, rng)
         w = Weight(qtype, k, n, data)
         if interleave:
             packed = np.empty_like(data)
-            _core.repack_rows8(q4_1x8, data, packed, k, n)
+            _core.repack_rows8(rows8[qtype], data, packed, k, n)
             w = Weight(qtype, k, n, packed)
-            w.type = q4_1x8
+            w.type = rows8[qtype]
         weights.append(w)
     x = (rng.standard_normal((17, k)) * rng.uniform(0.1, 4.0, (17, 1))).astype(np.float32)
     for m in (1, 3, 4, 17):

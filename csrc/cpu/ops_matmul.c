@@ -141,13 +141,17 @@ static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *w, cons
  * with no barrier between (pe_op_joins): the later ones read only weights
  * and the activation rows the first left in the scratch.  Their weights must
  * be leaves (a computed one could be freed, its memory reused, while another
- * thread still reads it) and want the same activation layout. */
+ * thread still reads it), want the same activation layout, and split the
+ * rest of the scratch between the threads alike (a thread's packed or
+ * unpacked rows must not land where another, still on the previous
+ * product, keeps its own). */
 int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t) {
     if (prev->op != PE_OP_MUL_MAT || prev->src[1] != t->src[1] || prev->src[2] != t->src[2]) return 0;
     const pe_tensor *wp = &g->t[prev->src[0]], *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
     const int vdt = pe_type_vec_dot_type(w->type);
     return wp->op == PE_OP_NONE && w->op == PE_OP_NONE && vdt == pe_type_vec_dot_type(wp->type) &&
-           with_scales(w, x) == with_scales(wp, x);
+           with_scales(w, x) == with_scales(wp, x) && pack_bytes(t, w, x) == pack_bytes(prev, wp, x) &&
+           unpacked_bytes(w) == unpacked_bytes(wp);
 }
 
 /* Activation row j's path (PE_PATH_*): as the graph says per row, else as
