@@ -18,11 +18,11 @@ from pyengine import _core
 from pyengine.errors import NativeError
 from pyengine.ml.context import Backend, Context
 
-Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL = 2, 3, 8, 12, 20
-INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66, IQ4_NL: 67, Q8_0: 68}   # PE_TYPE_*_X8 in pe.h
+Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, IQ4_NL = 2, 3, 6, 8, 12, 20
+INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66, IQ4_NL: 67, Q8_0: 68, Q5_0: 69}   # PE_TYPE_*_X8 in pe.h
 ROWS8 = 8   # PE_PATH_ROWS8: llama.cpp's arithmetic for Q4_0 / IQ4_NL weights of 8-row multiples
-TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL", "Q8_0"])
-BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256, Q8_0: 32}
+TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL", "Q8_0", "Q5_0"])
+BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256, Q8_0: 32, Q5_0: 32}
 X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", "avx2", "avx512")]
 
 
@@ -69,14 +69,14 @@ def test_decoding_kernel_equals_vec_dot(qtype: int) -> None:
 
 
 def test_interleaving_is_offered_where_a_decoding_kernel_is() -> None:
-    """The x86 SIMD tables interleave Q4_1, Q4_0, Q4_K, IQ4_NL and Q8_0 (and nothing else); the
-    scalar one does not."""
+    """The x86 SIMD tables interleave Q4_1, Q4_0, Q4_K, IQ4_NL, Q8_0 and Q5_0 (and nothing
+    else); the scalar one does not."""
     for isa in X86_ISAS:
         with forced_isa(isa):
             for qtype, rows8 in INTERLEAVED.items():
                 assert _core.rows8_type(qtype) == (rows8 if isa != "scalar" else -1)
                 assert _core.rows8_type(rows8) == -1
-            assert _core.rows8_type(6) == -1 and _core.rows8_type(7) == -1   # Q5_0, Q5_1
+            assert _core.rows8_type(7) == -1 and _core.rows8_type(13) == -1   # Q5_1, Q5_K
 
 
 def test_bad_shapes_and_uses_are_errors() -> None:

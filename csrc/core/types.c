@@ -39,6 +39,7 @@ static const pe_type_traits traits[PE_TYPE_COUNT] = {
     [PE_TYPE_Q4_K_X8] = {"Q4_Kx8", QK_K,  sizeof(block_q4_K),   PE_TYPE_Q8_K, 0, PE_TYPE_Q4_K},
     [PE_TYPE_IQ4_NL_X8] = {"IQ4_NLx8", QK4_NL, sizeof(block_iq4_nl), PE_TYPE_Q8_0, 0, PE_TYPE_IQ4_NL},
     [PE_TYPE_Q8_0_X8] = {"Q8_0x8", QK8_0, sizeof(block_q8_0),   PE_TYPE_Q8_0, 0, PE_TYPE_Q8_0},
+    [PE_TYPE_Q5_0_X8] = {"Q5_0x8", QK5_0, sizeof(block_q5_0),   PE_TYPE_Q8_0, 0, PE_TYPE_Q5_0},
 };
 
 static const pe_type_traits *traits_of(int type) {

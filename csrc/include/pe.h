@@ -52,7 +52,8 @@ typedef enum pe_type {
     PE_TYPE_Q4_K_X8 = 66,
     PE_TYPE_IQ4_NL_X8 = 67,
     PE_TYPE_Q8_0_X8 = 68,
-    PE_TYPE_COUNT   = 69
+    PE_TYPE_Q5_0_X8 = 69,
+    PE_TYPE_COUNT   = 70
 } pe_type;
 
 /* Block size (elements per block) and bytes per block; 0 for unknown types. */

@@ -49,6 +49,10 @@ typedef struct { pe_f16 d[8]; uint8_t qs[4][8][4]; } block_q4_0x8;
 /* Q8_0 likewise (PE_TYPE_Q8_0_X8): 4-byte group t of the codes (elements
  * 4t..4t+3) of the 8 rows side by side */
 typedef struct { pe_f16 d[8]; int8_t qs[8][8][4]; } block_q8_0x8;
+/* Q5_0 likewise (PE_TYPE_Q5_0_X8), its fifth bits by lane: bit 4r + e of
+ * qh[t] is element 4t + e's of row r (the file's qh[r] bit 4t + e), one bit
+ * per byte of lane t's 8 x 4 codes */
+typedef struct { pe_f16 d[8]; uint32_t qh[8]; uint8_t qs[4][8][4]; } block_q5_0x8;
 /* IQ4_NL likewise (PE_TYPE_IQ4_NL_X8): its blocks are Q4_0's shape */
 typedef block_q4_0x8 block_iq4_nlx8;
 /* Q4_K likewise (PE_TYPE_Q4_K_X8): the rows' scale bytes as they are, and
@@ -74,6 +78,7 @@ static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "q4_0x8 size");
 static_assert(sizeof(block_q4_Kx8) == 8 * sizeof(block_q4_K), "q4_Kx8 size");
 static_assert(sizeof(block_iq4_nlx8) == 8 * sizeof(block_iq4_nl), "iq4_nlx8 size");
 static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "q8_0x8 size");
+static_assert(sizeof(block_q5_0x8) == 8 * sizeof(block_q5_0), "q5_0x8 size");
 
 /* The non-linear 4-bit grid of IQ4_NL / IQ4_XS. */
 extern const int8_t pe_iq4nl_values[16];

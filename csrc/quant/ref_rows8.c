@@ -1,6 +1,6 @@
-/* ref_rows8.c - Q4_1, Q4_0, IQ4_NL, Q4_K and Q8_0 weights interleaved by 8
- * rows (block_q4_1x8, block_q4_0x8, block_iq4_nlx8, block_q4_Kx8,
- * block_q8_0x8): the repacking done at load and its inverse.
+/* ref_rows8.c - Q4_1, Q4_0, IQ4_NL, Q4_K, Q8_0 and Q5_0 weights interleaved
+ * by 8 rows (block_q4_1x8, block_q4_0x8, block_iq4_nlx8, block_q4_Kx8,
+ * block_q8_0x8, block_q5_0x8): the repacking done at load and its inverse.
  *
  * Why a second layout: decoding reads every weight row once per token, and
  * the products as the file lays rows out take a row at a time: a scale per
@@ -9,11 +9,13 @@
  * bytes: their scales convert in one instruction, and group t of their codes
  * is one 256-bit load whose integer product with the activation's group t
  * gives the 8 rows' sums in their own lanes; the float steps (llama.cpp's:
- * per lane for Q4_1 and Q8_0, per block for Q4_0 and IQ4_NL and per super-block for
+ * per lane for Q4_1, Q8_0 and Q5_0, per block for Q4_0 and IQ4_NL and per super-block for
  * Q4_K, the arithmetic of llama.cpp's own repacked copies) then run for 8 rows at once
  * (x86_gemm_rows8.h).
  * Products of more activation rows than decoding's unpack the rows back and
  * use the base type's kernels, so every result keeps its bits. */
+#include <string.h>
+
 #include "blocks.h"
 #include "internal.h"
 
@@ -31,6 +33,7 @@ static const rows8_layout LAYOUT_Q4_1 = {2, 0, QK4_1 / 2};
 static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, QK_K / 2};
 static const rows8_layout LAYOUT_IQ4_NL = {1, 0, QK4_NL / 2};
 static const rows8_layout LAYOUT_Q8_0 = {1, 0, QK8_0};
+static const rows8_layout LAYOUT_Q5_0 = {1, 4, QK5_0 / 2};
 
 /* len bytes from a row's block into the group (to_group), or back */
 static void copy_piece(uint8_t *row, uint8_t *lanes, size_t len, int to_group) {
@@ -62,6 +65,7 @@ static const rows8_layout *layout_of(int base) {
     case PE_TYPE_Q4_K: return &LAYOUT_Q4_K;
     case PE_TYPE_IQ4_NL: return &LAYOUT_IQ4_NL;
     case PE_TYPE_Q8_0: return &LAYOUT_Q8_0;
+    case PE_TYPE_Q5_0: return &LAYOUT_Q5_0;
     default: return NULL;
     }
 }
@@ -76,6 +80,26 @@ DEFINE_UNPACK8(q4_k, PE_TYPE_Q4_K)
 DEFINE_UNPACK8(iq4_nl, PE_TYPE_IQ4_NL)
 DEFINE_UNPACK8(q8_0, PE_TYPE_Q8_0)
 
+/* Q5_0's fifth bits between the rows' words and the lanes' (block_q5_0x8): an
+ * 8 x 8 transpose of 4-bit pieces, its own inverse. */
+static void transpose_nibbles8(const uint32_t in[8], uint32_t out[8]) {
+    for (int t = 0; t < 8; t++) {
+        uint32_t word = 0;
+        for (int r = 0; r < 8; r++) word |= (in[r] >> (4 * t) & 0xFu) << (4 * r);
+        out[t] = word;
+    }
+}
+
+static void unpack8_q5_0(int64_t n, const void *group, void *rows, size_t bw) {
+    move8(&LAYOUT_Q5_0, n / QK5_0, rows, bw, (uint8_t *)group, 0);
+    const block_q5_0x8 *g = group;
+    for (int64_t b = 0; b < n / QK5_0; b++) {
+        uint32_t words[8];
+        transpose_nibbles8(g[b].qh, words);
+        for (int r = 0; r < 8; r++) memcpy(((block_q5_0 *)((uint8_t *)rows + r * bw))[b].qh, &words[r], 4);
+    }
+}
+
 int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows) {
     const int base = pe_type_rows8_base(type);
     const rows8_layout *layout = layout_of(base);
@@ -86,6 +110,14 @@ int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nro
     for (int64_t g = 0; g < nrows / 8; g++)
         move8(layout, n / pe_type_block_size(base), (uint8_t *)src + (size_t)g * group, group / 8,
               (uint8_t *)dst + (size_t)g * group, 1);
+    if (base == PE_TYPE_Q5_0) {   /* the fifth bits by lane */
+        block_q5_0x8 *blocks = dst;
+        for (int64_t b = 0; b < nrows / 8 * (n / QK5_0); b++) {
+            uint32_t rows[8];
+            memcpy(rows, blocks[b].qh, sizeof rows);
+            transpose_nibbles8(rows, blocks[b].qh);
+        }
+    }
     return 0;
 }
 
@@ -97,4 +129,5 @@ void pe_fill_ref_rows8(pe_kernels *k) {
     k->type[PE_TYPE_Q4_K_X8].unpack8 = unpack8_q4_k;
     k->type[PE_TYPE_IQ4_NL_X8].unpack8 = unpack8_iq4_nl;
     k->type[PE_TYPE_Q8_0_X8].unpack8 = unpack8_q8_0;
+    k->type[PE_TYPE_Q5_0_X8].unpack8 = unpack8_q5_0;
 }

@@ -1,7 +1,7 @@
-/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0, IQ4_NL, Q4_K and
- * Q8_0 weights interleaved by 8 rows (block_q4_1x8, block_q4_0x8,
- * block_iq4_nlx8, block_q4_Kx8, block_q8_0x8, ref_rows8.c), written once for
- * avx2_gemm.c and avx512_gemm.c after x86_gemm.h.
+/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0, IQ4_NL, Q4_K, Q8_0
+ * and Q5_0 weights interleaved by 8 rows (block_q4_1x8, block_q4_0x8,
+ * block_iq4_nlx8, block_q4_Kx8, block_q8_0x8, block_q5_0x8, ref_rows8.c),
+ * written once for avx2_gemm.c and avx512_gemm.c after x86_gemm.h.
  *
  * llama.cpp's Q4_1 product has per block eight integer lane sums (lane t:
  * elements 4t..4t+3), acc_t = fma(dw * da, sum_t, acc_t), and at the end
@@ -11,7 +11,7 @@
  * own dw * da; the final fold adds the t vectors in x86_sum_ps8's order.
  * Every result is bit-identical to vec_dot, with no per-row scale gathers,
  * code unpacking or horizontal sums, and one memory stream per 8 rows.  Q8_0
- * is Q4_1's scheme on signed codes; Q4_0, IQ4_NL and Q4_K (below) take
+ * and Q5_0 are Q4_1's scheme on signed codes; Q4_0, IQ4_NL and Q4_K (below) take
  * llama.cpp's repacked arithmetic the same way. */
 #ifndef PE_X86_GEMM_ROWS8_H
 #define PE_X86_GEMM_ROWS8_H
@@ -163,6 +163,61 @@ GM_INLINE void gemm8_q8_0x8_cols(int64_t n, float *s, size_t bs, const block_q8_
 }
 GR_DEFINE_GEMM8_BY_PAIRS(q8_0x8, block_q8_0)
 
+/* Q5_0, llama.cpp's lane arithmetic as Q8_0's.  A code is n + 16 f - 16
+ * (n its nibble, f its fifth bit): the integer product takes the unsigned
+ * n + 16 f (< 32) against the activation, and the -16 comes off through the
+ * start, -16 x the activation's 4-element sums (one vector per block and
+ * activation row, broadcast lane by lane from memory).  The fifth bits are
+ * stored by lane (block_q5_0x8): with AVX-512 each lane's word is the byte
+ * mask of a masked add; AVX2 spreads it to bytes. */
+static inline __m256i gr_fifth_bits(__m256i nib, uint32_t bits) {
+#if defined(PE_GEMM_VNNI)
+    return _mm256_mask_add_epi8(nib, _cvtu32_mask32(bits), nib, _mm256_set1_epi8(16));
+#else
+    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+    return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+#endif
+}
+
+GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_0x8 *x,
+                                 const block_q8_0 *const y[2], const int nc) {
+    __m256 acc[2][8];
+    for (int j = 0; j < nc; j++)
+        for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK5_0; b++) {
+        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        __m256i code[8];
+        gr_nibbles(x[b].qs, code);
+        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
+        __m256 d[2];
+        _Alignas(32) int32_t start[2][8];   /* -16 x the activation's 4-element sums, lane by lane */
+        for (int j = 0; j < nc; j++) {
+            d[j] = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&y[j][b].d)));
+            const __m256i a = gm_load256(y[j][b].qs);
+#if defined(PE_GEMM_VNNI)
+            const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), a);
+#else
+            const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), _mm256_set1_epi16(1));
+#endif
+            _mm256_store_si256((__m256i *)start[j], _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 4)));
+        }
+        GR_REREAD_MEMORY();
+        for (int t = 0; t < 8; t++) {
+            const __m256i u = gr_fifth_bits(code[t], x[b].qh[t]);
+            for (int j = 0; j < nc; j++) {
+                const __m256i sum = gr_dot4(_mm256_set1_epi32(start[j][t]), u, y[j][b].qs + 4 * t);
+                acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(sum), acc[j][t]);
+            }
+        }
+    }
+    for (int j = 0; j < nc; j++)   /* vec_dot's + 0: its absent min term */
+        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(gr_fold8(acc[j]), _mm256_setzero_ps()));
+}
+GR_DEFINE_GEMM8_BY_PAIRS(q5_0x8, block_q8_0)
+
 /* Q4_0, interleaved only on weights of 8-row multiples, where llama.cpp
  * multiplies its own repacked copy (x86_repack.h): per block the whole
  * integer sum S, the codes' offset of 8 off as -8 x the activations' sum,
@@ -308,6 +363,7 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_paths = PE_PATH_TILE4; \
         (k)->type[PE_TYPE_IQ4_NL_X8].gemm8 = gemm8_iq4_nlx8; \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8 = gemm8_q8_0x8;    \
+        (k)->type[PE_TYPE_Q5_0_X8].gemm8 = gemm8_q5_0x8;    \
     } while (0)
 
 #endif /* PE_X86_GEMM_ROWS8_H */
