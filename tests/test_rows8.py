@@ -34,7 +34,7 @@ def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, 
     _core.repack_rows8(INTERLEAVED[qtype], data, packed, k, n)
     plain, rows8 = Weight(qtype, k, n, data), Weight(qtype, k, n, packed)
     rows8.type = INTERLEAVED[qtype]
-    x = (rng.standard_normal((70, k)) * rng.uniform(0.1, 4.0, (70, 1))).astype(np.float32)
+    x = (rng.standard_normal((300, k)) * rng.uniform(0.1, 4.0, (300, 1))).astype(np.float32)
     return plain, rows8, x
 
 
@@ -43,13 +43,14 @@ def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, 
 @pytest.mark.parametrize("n, blocks", [(24, 5), (48, 65)])
 def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, blocks: int) -> None:
     """Batches of 1 to 4 rows (the decoding kernel, 2 + 2 columns and a single one;
-    4 rows without paths are a llama.cpp 4-row tile: unpacked) and of 5 to 70
-    (unpacked: tiles, packed prompt tiles), a last group of 8 rows in a tile of 16,
+    4 rows without paths are a llama.cpp 4-row tile: unpacked) and of 5 to 300
+    (unpacked: tiles, packed prompt tiles, in blocks of 256 columns; 259 leaves a
+    block of 3, which is no decoding batch), a last group of 8 rows in a tile of 16,
     rows of 65 blocks: the same bits as the plain weight."""
     k = BLOCK[qtype] * (blocks if qtype != Q4_K else blocks // 4)
     plain, rows8, x = interleaved(qtype, n, k, seed=n + k)
     with forced_isa(isa):
-        for m in (1, 2, 3, 4, 5, 8, 17, 70):
+        for m in (1, 2, 3, 4, 5, 8, 17, 70, 259, 300):
             want, got = mul_mat(plain, x[:m]), mul_mat(rows8, x[:m])
             bad = np.argwhere(bits(got) != bits(want))
             assert bad.size == 0, (qtype, isa, n, k, m, bad[:4].tolist())
