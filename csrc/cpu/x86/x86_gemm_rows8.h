@@ -168,20 +168,8 @@ GR_DEFINE_GEMM8_BY_PAIRS(q8_0x8, block_q8_0)
  * n + 16 f (< 32) against the activation, and the -16 comes off through the
  * start, -16 x the activation's 4-element sums (one vector per block and
  * activation row, broadcast lane by lane from memory).  The fifth bits are
- * stored by lane (block_q5_0x8): with AVX-512 each lane's word is the byte
- * mask of a masked add; AVX2 spreads it to bytes. */
-static inline __m256i gr_fifth_bits(__m256i nib, uint32_t bits) {
-#if defined(PE_GEMM_VNNI)
-    return _mm256_mask_add_epi8(nib, _cvtu32_mask32(bits), nib, _mm256_set1_epi8(16));
-#else
-    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-    return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
-#endif
-}
-
+ * stored by lane (block_q5_0x8): each lane's word is the byte mask of its
+ * codes, as a file row's qh is of its (gm_fifth_row). */
 GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_0x8 *x,
                                  const block_q8_0 *const y[2], const int nc) {
     __m256 acc[2][8];
@@ -206,7 +194,7 @@ GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_
         }
         GR_REREAD_MEMORY();
         for (int t = 0; t < 8; t++) {
-            const __m256i u = gr_fifth_bits(code[t], x[b].qh[t]);
+            const __m256i u = gm_fifth_row(code[t], x[b].qh[t], 0);   /* n + 16 f */
             for (int j = 0; j < nc; j++) {
                 const __m256i sum = gr_dot4(_mm256_set1_epi32(start[j][t]), u, y[j][b].qs + 4 * t);
                 acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(sum), acc[j][t]);
