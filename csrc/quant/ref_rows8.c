@@ -21,24 +21,39 @@
 
 /* Every interleaved layout is a row block's pieces, lane by lane: its f16
  * fields (d, then m or dmin), bytes kept whole per row (Q4_K's packed
- * scales), then the codes by 4-byte group, the 8 rows side by side. */
+ * scales, Q5_0's fifth bits), then the codes by 4-byte group, the 8 rows
+ * side by side. */
 typedef struct {
-    int halves;   /* leading f16 fields */
-    int whole;    /* bytes after them, kept together per row */
-    int codes;    /* code bytes, moved in 4-byte groups */
+    int halves;         /* leading f16 fields */
+    int whole;          /* bytes after them, kept together per row */
+    int codes;          /* code bytes, moved in 4-byte groups */
+    int bits_by_lane;   /* the whole bytes are a 32-bit word of element bits, stored by lane (block_q5_0x8) */
 } rows8_layout;
 
-static const rows8_layout LAYOUT_Q4_0 = {1, 0, QK4_0 / 2};
-static const rows8_layout LAYOUT_Q4_1 = {2, 0, QK4_1 / 2};
-static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, QK_K / 2};
-static const rows8_layout LAYOUT_IQ4_NL = {1, 0, QK4_NL / 2};
-static const rows8_layout LAYOUT_Q8_0 = {1, 0, QK8_0};
-static const rows8_layout LAYOUT_Q5_0 = {1, 4, QK5_0 / 2};
+static const rows8_layout LAYOUT_Q4_0 = {1, 0, QK4_0 / 2, 0};
+static const rows8_layout LAYOUT_Q4_1 = {2, 0, QK4_1 / 2, 0};
+static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, QK_K / 2, 0};
+static const rows8_layout LAYOUT_IQ4_NL = {1, 0, QK4_NL / 2, 0};
+static const rows8_layout LAYOUT_Q8_0 = {1, 0, QK8_0, 0};
+static const rows8_layout LAYOUT_Q5_0 = {1, 4, QK5_0 / 2, 1};
 
 /* len bytes from a row's block into the group (to_group), or back */
 static void copy_piece(uint8_t *row, uint8_t *lanes, size_t len, int to_group) {
     if (to_group) memcpy(lanes, row, len);
     else memcpy(row, lanes, len);
+}
+
+/* The 8 rows' bit words and the 8 lanes' (bit 4r + e of lane t's word is
+ * bit 4t + e of row r's): an 8 x 8 transpose of 4-bit pieces, its own
+ * inverse; words as unaligned bytes. */
+static void transpose_bit_words(uint8_t *dst, const uint8_t *src) {
+    uint32_t in[8];
+    memcpy(in, src, sizeof in);
+    for (int t = 0; t < 8; t++) {
+        uint32_t word = 0;
+        for (int r = 0; r < 8; r++) word |= (in[r] >> (4 * t) & 0xFu) << (4 * r);
+        memcpy(dst + 4 * t, &word, 4);
+    }
 }
 
 /* nb blocks of 8 rows (stride bw) into a group, or back (the rows are only
@@ -47,13 +62,22 @@ static void move8(const rows8_layout *l, int64_t nb, uint8_t *rows, size_t bw, u
     const size_t halves = (size_t)l->halves, whole = (size_t)l->whole, bb = 2 * halves + whole + (size_t)l->codes;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *g = group + (size_t)b * 8 * bb;
+        uint8_t *wholes = g + 16 * halves, by_row[32];
+        if (l->bits_by_lane && !to_group) {   /* the rows' words back from the lanes' */
+            transpose_bit_words(by_row, wholes);
+            wholes = by_row;
+        }
         for (size_t r = 0; r < 8; r++) {
             uint8_t *x = rows + r * bw + (size_t)b * bb;
             for (size_t f = 0; f < halves; f++) copy_piece(x + 2 * f, g + 16 * f + 2 * r, 2, to_group);
-            copy_piece(x + 2 * halves, g + 16 * halves + whole * r, whole, to_group);
+            copy_piece(x + 2 * halves, wholes + whole * r, whole, to_group);
             uint8_t *codes = g + 16 * halves + 8 * whole;
             for (size_t t = 0; t < (size_t)l->codes / 4; t++)
                 copy_piece(x + 2 * halves + whole + 4 * t, codes + (8 * t + r) * 4, 4, to_group);
+        }
+        if (l->bits_by_lane && to_group) {   /* the lanes' words from the rows' */
+            memcpy(by_row, wholes, sizeof by_row);
+            transpose_bit_words(wholes, by_row);
         }
     }
 }
@@ -79,26 +103,7 @@ DEFINE_UNPACK8(q4_1, PE_TYPE_Q4_1)
 DEFINE_UNPACK8(q4_k, PE_TYPE_Q4_K)
 DEFINE_UNPACK8(iq4_nl, PE_TYPE_IQ4_NL)
 DEFINE_UNPACK8(q8_0, PE_TYPE_Q8_0)
-
-/* Q5_0's fifth bits between the rows' words and the lanes' (block_q5_0x8): an
- * 8 x 8 transpose of 4-bit pieces, its own inverse. */
-static void transpose_nibbles8(const uint32_t in[8], uint32_t out[8]) {
-    for (int t = 0; t < 8; t++) {
-        uint32_t word = 0;
-        for (int r = 0; r < 8; r++) word |= (in[r] >> (4 * t) & 0xFu) << (4 * r);
-        out[t] = word;
-    }
-}
-
-static void unpack8_q5_0(int64_t n, const void *group, void *rows, size_t bw) {
-    move8(&LAYOUT_Q5_0, n / QK5_0, rows, bw, (uint8_t *)group, 0);
-    const block_q5_0x8 *g = group;
-    for (int64_t b = 0; b < n / QK5_0; b++) {
-        uint32_t words[8];
-        transpose_nibbles8(g[b].qh, words);
-        for (int r = 0; r < 8; r++) memcpy(((block_q5_0 *)((uint8_t *)rows + r * bw))[b].qh, &words[r], 4);
-    }
-}
+DEFINE_UNPACK8(q5_0, PE_TYPE_Q5_0)
 
 int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows) {
     const int base = pe_type_rows8_base(type);
@@ -110,14 +115,6 @@ int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nro
     for (int64_t g = 0; g < nrows / 8; g++)
         move8(layout, n / pe_type_block_size(base), (uint8_t *)src + (size_t)g * group, group / 8,
               (uint8_t *)dst + (size_t)g * group, 1);
-    if (base == PE_TYPE_Q5_0) {   /* the fifth bits by lane */
-        block_q5_0x8 *blocks = dst;
-        for (int64_t b = 0; b < nrows / 8 * (n / QK5_0); b++) {
-            uint32_t rows[8];
-            memcpy(rows, blocks[b].qh, sizeof rows);
-            transpose_nibbles8(rows, blocks[b].qh);
-        }
-    }
     return 0;
 }
 
