@@ -190,7 +190,7 @@ int pe_op_rope(pe_graph *g, int ia, int pos, int ff, int n_dims, int mode, float
                                .fp = {freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow}};
     const int angles = rope_angles(g, pos, ff, &setting);
     if (angles < 0) return -1;
-    const int id = node(g, PE_OP_ROPE, PE_TYPE_F32, 3, g->t[ia].ne, ia, pos, ff, angles, -1);
+    const int id = node(g, PE_OP_ROPE, PE_TYPE_F32, 3, g->t[ia].ne, ia, angles, -1, -1, -1);   /* positions: through the angles */
     if (id < 0) return -1;
     memcpy(g->t[id].ip, setting.ip, sizeof setting.ip);
     memcpy(g->t[id].fp, setting.fp, sizeof setting.fp);

@@ -58,7 +58,7 @@ void pe_op_rope_angles_run(pe_exec *ex, pe_tensor *t) {
 /* Rows (head, token) split over the threads, each rotated by its token's
  * angles from the table. */
 void pe_op_rope_run(pe_exec *ex, pe_tensor *t) {
-    const pe_tensor *a = &ex->g->t[t->src[0]], *table = &ex->g->t[t->src[3]];
+    const pe_tensor *a = &ex->g->t[t->src[0]], *table = &ex->g->t[t->src[1]];
     const int n_dims = t->ip[0], neox = t->ip[1] == PE_ROPE_NEOX;
     const int64_t hd = a->ne[0], nh = a->ne[1];
     int64_t r0, r1;
