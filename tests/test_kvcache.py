@@ -148,6 +148,7 @@ def test_masks_equal_the_rule_cell_by_cell(window):
     with pytest.raises(ValueError, match="mask row per token"):
         table.fill_mask(np.zeros((1, 40), np.float32), np.array([1, 2]), np.array([0, 0]), 4)
 
+
 def test_shared_prefix_cells_stay_until_the_last_sequence_leaves():
     cache = KVCache(full_layout(), 16)
     alloc(cache, 0, range(6))
