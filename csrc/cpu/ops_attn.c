@@ -48,11 +48,11 @@ static int64_t padded(int64_t n) { return (n + ATTN_ALIGN - 1) / ATTN_ALIGN * AT
 /* Per thread: the queries of a KV group (rounded floats, or the Q8_0 blocks
  * a quantized K takes, which need less room), one score per position slot
  * and head, the output lanes of each head, a row of scratch, the cell of
- * each slot and the list of visible cells. */
+ * each slot, the list of visible cells and the slot of each. */
 static size_t attn_thread_bytes(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k) {
     const int64_t group = q->ne[1] / t->ip[0], slots = padded(k->ne[1]) + ATTN_ALIGN, hd = q->ne[0];
     const size_t floats = (size_t)(group * (hd * (1 + 4 * pe_kern->vec.lanes) + slots) + hd);
-    return floats * sizeof(float) + 2 * (size_t)slots * sizeof(int32_t) + 64;
+    return floats * sizeof(float) + 3 * (size_t)slots * sizeof(int32_t) + 64;
 }
 
 /* A batch's prompt tokens read V from a transposed copy (vt_build): for
@@ -87,7 +87,9 @@ typedef struct {
     float   *scores;   /* [group][n_slots]  scores, then probabilities, by position slot */
     float   *lanes;    /* [group][W][hd]    the product with V, lane by lane */
     int32_t *cell;     /* [n_slots]         the cell at each slot, -1 if none */
-    int32_t *visible;  /* [n_kv]            the visible cells, in cell order (place_cells) */
+    int32_t *visible;  /* [n_visible]       the visible cells, in cell order (place_cells) */
+    int32_t *vslot;    /* [n_visible]       the slot of each */
+    int64_t  n_visible;
     const uint16_t *vt;  /* this KV head's transposed V ([hd][vt_width]), or NULL */
     int64_t  vt_width;
     float    mx[64];   /* largest score per head */
@@ -103,21 +105,27 @@ static inline int hidden8(const float *m) {
 }
 
 /* Lays the visible cells of [0, n_kv) out by position; returns 0 when their
- * positions span more slots than there is room for (then by cell index).
- * One pass over the mask lists the visible cells (ag->visible), the second
- * goes over that list only. */
+ * positions span more slots than there is room for (then by cell index:
+ * place_by_cell).  One pass over the mask lists the visible cells
+ * (ag->visible) without a branch per cell (a decode step's sequences take
+ * turns in the cells: a branch on each would be mispredicted often), the
+ * others go over that list only. */
 static int place_cells(attn_group *ag, const float *m, const int32_t *pos, int64_t n_kv, int64_t room) {
-    int64_t lo = INT64_MAX, hi = -1, nv = 0;
+    int64_t nv = 0;
     for (int64_t c = 0; c < n_kv; c++) {
         if ((c & 7) == 0 && c + 8 <= n_kv && hidden8(m + c)) {
             c += 7;
             continue;
         }
-        if (m[c] == -INFINITY) continue;
-        const int64_t p = pos ? pos[c] : c;
-        if (p < lo) lo = p;
-        if (p > hi) hi = p;
-        ag->visible[nv++] = (int32_t)c;
+        ag->visible[nv] = (int32_t)c;   /* kept when visible */
+        nv += m[c] != -INFINITY;
+    }
+    ag->n_visible = nv;
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int64_t i = 0; i < nv; i++) {
+        const int64_t p = pos ? pos[ag->visible[i]] : ag->visible[i];
+        lo = p < lo ? p : lo;
+        hi = p > hi ? p : hi;
     }
     if (hi < 0) { ag->n_slots = 0; return 1; }
     const int64_t base = lo / ATTN_ALIGN * ATTN_ALIGN;
@@ -126,14 +134,16 @@ static int place_cells(attn_group *ag, const float *m, const int32_t *pos, int64
     for (int64_t i = 0; i < ag->n_slots; i++) ag->cell[i] = -1;
     for (int64_t i = 0; i < nv; i++) {
         const int32_t c = ag->visible[i];
-        ag->cell[(pos ? pos[c] : c) - base] = c;
+        ag->vslot[i] = (int32_t)((pos ? pos[c] : c) - base);
+        ag->cell[ag->vslot[i]] = c;
     }
     return 1;
 }
 
-static void place_by_cell(attn_group *ag, const float *m, int64_t n_kv) {
+static void place_by_cell(attn_group *ag, int64_t n_kv) {
     ag->n_slots = padded(n_kv);
-    for (int64_t i = 0; i < ag->n_slots; i++) ag->cell[i] = i < n_kv && m[i] != -INFINITY ? (int32_t)i : -1;
+    for (int64_t i = 0; i < ag->n_slots; i++) ag->cell[i] = -1;
+    for (int64_t i = 0; i < ag->n_visible; i++) ag->cell[ag->vslot[i] = ag->visible[i]] = ag->visible[i];
 }
 
 /* The group's queries in the form K's dot product takes them, as the
@@ -205,22 +215,23 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
     group_queries(ag, q, h0, tok);
     for (int64_t gi = 0; gi < ag->group; gi++)
         for (int64_t i = 0; i < n; i++) ag->scores[gi * n + i] = -INFINITY;
-    /* four visible cells at a time: independent dot products overlap */
-    int64_t slot[4];
-    const uint8_t *kr[4];
-    int m = 0;
-    for (int64_t i = 0; i <= n; i++) {
-        if (ahead && i + ATTN_PREFETCH < n && ag->cell[i + ATTN_PREFETCH] >= 0)
-            pe_prefetch((const uint8_t *)k->data + ag->cell[i + ATTN_PREFETCH] * k->nb[1] + k_off, k_bytes);
-        if (i < n && ag->cell[i] >= 0) {
-            slot[m] = i;
-            kr[m++] = (const uint8_t *)k->data + ag->cell[i] * k->nb[1] + k_off;
-            if (ahead) pe_prefetch((const uint8_t *)v->data + ag->cell[i] * v->nb[1] + v_off, v_bytes);
+    /* four visible cells at a time (each score on its own: their order does
+     * not matter): independent dot products overlap */
+    const int32_t *cell = ag->visible;
+    const int64_t nv = ag->n_visible;
+    for (int64_t i0 = 0; i0 < nv; i0 += 4) {
+        const int m = nv - i0 < 4 ? (int)(nv - i0) : 4;
+        int64_t slot[4];
+        const uint8_t *kr[4];
+        for (int j = 0; j < m; j++) {
+            const int64_t i = i0 + j;
+            if (ahead && i + ATTN_PREFETCH < nv)
+                pe_prefetch((const uint8_t *)k->data + cell[i + ATTN_PREFETCH] * k->nb[1] + k_off, k_bytes);
+            slot[j] = ag->vslot[i];
+            kr[j] = (const uint8_t *)k->data + cell[i] * k->nb[1] + k_off;
+            if (ahead) pe_prefetch((const uint8_t *)v->data + cell[i] * v->nb[1] + v_off, v_bytes);
         }
-        if (m == 4 || (i == n && m > 0)) {
-            cells_scores(t, ag, k, kr, slot, m);
-            m = 0;
-        }
+        cells_scores(t, ag, k, kr, slot, m);
     }
     if (!(t->fp[1] > 0))   /* no soft cap: the scale goes over whole vectors (empty slots stay -inf) */
         for (int64_t gi = 0; gi < ag->group; gi++) ag->mx[gi] = pe_kern->vec.scale_max(n, ag->scores + gi * n, t->fp[0]);
@@ -363,7 +374,7 @@ static void run_heads(const attn_op *op, attn_group *ag, int64_t tok, int64_t h0
      * (4 accumulators) and a batch's with tiles (1 per output) */
     ag->nacc = (op->lone ? op->lone[tok] != 0 : op->nt == 1) ? 4 : 1;
     ag->group = nh;
-    if (tok != *placed && !place_cells(ag, m, op->cell_pos, op->n_kv, op->room)) place_by_cell(ag, m, op->n_kv);
+    if (tok != *placed && !place_cells(ag, m, op->cell_pos, op->n_kv, op->room)) place_by_cell(ag, op->n_kv);
     *placed = tok;
     ag->vt = op->vt ? op->vt + kvh * hd * ag->vt_width : NULL;
     const size_t k_off = (size_t)kvh * op->k_head_bytes, v_off = (size_t)kvh * op->v_head_bytes;
@@ -391,7 +402,8 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     uint8_t *mine = ex->work + (size_t)ex->ith * attn_thread_bytes(t, q, k);   /* room for a whole group */
     ag.cell = (int32_t *)mine;
     ag.visible = ag.cell + op.room;
-    ag.qh = (float *)(ag.visible + op.room);
+    ag.vslot = ag.visible + op.room;
+    ag.qh = (float *)(ag.vslot + op.room);
     ag.scores = ag.qh + group * hd;
     ag.lanes = ag.scores + group * op.room;
     ag.row = ag.lanes + group * hd * 4 * pe_kern->vec.lanes;
