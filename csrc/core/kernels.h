@@ -65,6 +65,16 @@ typedef int (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, 
 #define PE_GEMM8_MAX_COLS 4
 /* the floats after a Q8_1 row of n elements for a gemm8 with gemm8_scales */
 #define PE_Q8_1_SCALES_BYTES(n) ((size_t)(n) / 32 * 2 * sizeof(float))
+/* what follows a Q8_0 row for a gemm8 with gemm8_scales, from the first
+ * 4-byte boundary after its blocks: per block its d as a float and -128 x
+ * the sums of its codes 4 by 4 (the start that takes the +128 of codes
+ * stored unsigned back off an integer product) */
+typedef struct {
+    float   d;
+    int32_t start[8];
+} pe_q8_0_scales;
+#define PE_Q8_0_SCALES_AT(n) (((size_t)(n) / 32 * 34 + 3) / 4 * 4)
+#define PE_Q8_0_SCALES_BYTES(n) (PE_Q8_0_SCALES_AT(n) - (size_t)(n) / 32 * 34 + (size_t)(n) / 32 * sizeof(pe_q8_0_scales))
 typedef void (*pe_gemm8_fn)(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba,
                             int nc);
 
@@ -87,8 +97,9 @@ typedef struct pe_type_kernels {
     pe_gemm8_fn      gemm8_rows8;  /* optional: gemm8 for weights on the PE_PATH_ROWS8 arithmetic */
     pe_unpack8_fn    unpack8;      /* interleaved types only */
     unsigned         gemm8_paths;  /* interleaved types: the PE_PATH_* bits whose rows gemm8 cannot take */
-    int              gemm8_scales; /* gemm8 takes each Q8_1 activation row followed by its blocks' d, then s,
-                                      as floats (PE_Q8_1_SCALES_BYTES more per row) */
+    int              gemm8_scales; /* gemm8 takes each activation row followed by its blocks' scales as floats:
+                                      Q8_1 rows their d, then s (PE_Q8_1_SCALES_BYTES more per row), Q8_0 rows
+                                      pe_q8_0_scales (PE_Q8_0_SCALES_BYTES) */
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */

@@ -55,13 +55,18 @@ static size_t unpacked_bytes(const pe_tensor *w) {
  * floats too: for a decoding kernel that takes them (gemm8_scales), which
  * then needs no conversions per block and activation row. */
 static int with_scales(const pe_tensor *w, const pe_tensor *x) {
-    return pe_kern->type[w->type].gemm8_scales && pe_type_vec_dot_type(w->type) == PE_TYPE_Q8_1 &&
+    const int vdt = pe_type_vec_dot_type(w->type);
+    return pe_kern->type[w->type].gemm8_scales && (vdt == PE_TYPE_Q8_1 || vdt == PE_TYPE_Q8_0) &&
            pe_nrows(x) <= PE_GEMM8_MAX_COLS;
+}
+
+static size_t scales_bytes(int vdt, int64_t n) {
+    return vdt == PE_TYPE_Q8_1 ? PE_Q8_1_SCALES_BYTES(n) : PE_Q8_0_SCALES_BYTES(n);
 }
 
 /* Bytes of one quantized activation row (with its scales, if it takes them). */
 static size_t activation_row_bytes(const pe_tensor *w, const pe_tensor *x, int vdt) {
-    return pe_row_bytes(vdt, x->ne[0]) + (with_scales(w, x) ? PE_Q8_1_SCALES_BYTES(x->ne[0]) : 0);
+    return pe_row_bytes(vdt, x->ne[0]) + (with_scales(w, x) ? scales_bytes(vdt, x->ne[0]) : 0);
 }
 
 static size_t activations_bytes(const pe_tensor *w, const pe_tensor *x, int vdt, int nth) {
@@ -99,12 +104,30 @@ static uint8_t *unpacked_scratch(const pe_exec *ex, const pe_tensor *t, const pe
     return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
 
+/* Q8_0's pe_q8_0_scales after its row (kernels.h) */
+static void q8_0_scales(int64_t k, uint8_t *row) {
+    const block_q8_0 *blocks = (const block_q8_0 *)row;
+    pe_q8_0_scales *out = (pe_q8_0_scales *)(row + PE_Q8_0_SCALES_AT(k));
+    for (int64_t b = 0; b < k / QK8_0; b++) {
+        out[b].d = pe_f16_to_f32(blocks[b].d);
+        for (int t = 0; t < 8; t++) {
+            const int8_t *q = blocks[b].qs + 4 * t;
+            out[b].start[t] = -128 * (q[0] + q[1] + q[2] + q[3]);
+        }
+    }
+}
+
 /* Activation row r in the dot partner type at dst, and after it (with
- * `scales`, Q8_1 only) its blocks' d, then s, as floats. */
+ * `scales`) its blocks' scales as the decoding kernel takes them: Q8_1's d,
+ * then s, as floats; Q8_0's pe_q8_0_scales. */
 static void quantize_row(const pe_tensor *x, int64_t r, int vdt, int scales, uint8_t *dst) {
     const int64_t k = x->ne[0];
     pe_kern->type[vdt].from_float(x_row(x, r), dst, k);
     if (!scales) return;
+    if (vdt == PE_TYPE_Q8_0) {
+        q8_0_scales(k, dst);
+        return;
+    }
     const block_q8_1 *blocks = (const block_q8_1 *)dst;
     float *d = (float *)(blocks + k / QK8_1), *s = d + k / QK8_1;
     for (int64_t b = 0; b < k / QK8_1; b++) {

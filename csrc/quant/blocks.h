@@ -47,8 +47,9 @@ typedef struct { pe_f16 d[8]; pe_f16 m[8]; uint8_t qs[4][8][4]; } block_q4_1x8;
 /* Q4_0 likewise (PE_TYPE_Q4_0_X8) */
 typedef struct { pe_f16 d[8]; uint8_t qs[4][8][4]; } block_q4_0x8;
 /* Q8_0 likewise (PE_TYPE_Q8_0_X8): 4-byte group t of the codes (elements
- * 4t..4t+3) of the 8 rows side by side */
-typedef struct { pe_f16 d[8]; int8_t qs[8][8][4]; } block_q8_0x8;
+ * 4t..4t+3) of the 8 rows side by side, each code stored + 128, unsigned
+ * (the unsigned operand of vpdpbusd) */
+typedef struct { pe_f16 d[8]; uint8_t qs[8][8][4]; } block_q8_0x8;
 /* Q5_0 likewise (PE_TYPE_Q5_0_X8), its fifth bits by lane: bit 4r + e of
  * qh[t] is element 4t + e's of row r (the file's qh[r] bit 4t + e), one bit
  * per byte of lane t's 8 x 4 codes */

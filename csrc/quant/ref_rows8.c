@@ -28,14 +28,20 @@ typedef struct {
     int whole;          /* bytes after them, kept together per row */
     int codes;          /* code bytes, moved in 4-byte groups */
     int bits_by_lane;   /* the whole bytes are a 32-bit word of element bits, stored by lane (block_q5_0x8) */
+    int unsigned_codes; /* signed byte codes stored + 128 (block_q8_0x8) */
 } rows8_layout;
 
-static const rows8_layout LAYOUT_Q4_0 = {1, 0, QK4_0 / 2, 0};
-static const rows8_layout LAYOUT_Q4_1 = {2, 0, QK4_1 / 2, 0};
-static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, QK_K / 2, 0};
-static const rows8_layout LAYOUT_IQ4_NL = {1, 0, QK4_NL / 2, 0};
-static const rows8_layout LAYOUT_Q8_0 = {1, 0, QK8_0, 0};
-static const rows8_layout LAYOUT_Q5_0 = {1, 4, QK5_0 / 2, 1};
+static const rows8_layout LAYOUT_Q4_0 = {1, 0, QK4_0 / 2, 0, 0};
+static const rows8_layout LAYOUT_Q4_1 = {2, 0, QK4_1 / 2, 0, 0};
+static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, QK_K / 2, 0, 0};
+static const rows8_layout LAYOUT_IQ4_NL = {1, 0, QK4_NL / 2, 0, 0};
+static const rows8_layout LAYOUT_Q8_0 = {1, 0, QK8_0, 0, 1};
+static const rows8_layout LAYOUT_Q5_0 = {1, 4, QK5_0 / 2, 1, 0};
+
+/* len code bytes +/- 128 (the same flip both ways) */
+static void flip_codes(uint8_t *codes, size_t len) {
+    for (size_t i = 0; i < len; i++) codes[i] ^= 0x80;
+}
 
 /* len bytes from a row's block into the group (to_group), or back */
 static void copy_piece(uint8_t *row, uint8_t *lanes, size_t len, int to_group) {
@@ -74,7 +80,9 @@ static void move8(const rows8_layout *l, int64_t nb, uint8_t *rows, size_t bw, u
             uint8_t *codes = g + 16 * halves + 8 * whole;
             for (size_t t = 0; t < (size_t)l->codes / 4; t++)
                 copy_piece(x + 2 * halves + whole + 4 * t, codes + (8 * t + r) * 4, 4, to_group);
+            if (l->unsigned_codes && !to_group) flip_codes(x + 2 * halves + whole, (size_t)l->codes);
         }
+        if (l->unsigned_codes && to_group) flip_codes(g + 16 * halves + 8 * whole, 8 * (size_t)l->codes);
         if (l->bits_by_lane && to_group) {   /* the lanes' words from the rows' */
             memcpy(by_row, wholes, sizeof by_row);
             transpose_bit_words(wholes, by_row);

@@ -119,43 +119,41 @@ GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_
 GR_DEFINE_GEMM8_BY_PAIRS(q4_1x8, block_q8_1)
 
 /* Q8_0 (the tied output projection of many small models), llama.cpp's lane
- * arithmetic as for Q4_1 without the min term: group t of 8 rows' signed
- * codes against the activation's group t.  With VNNI the activation goes in
- * shifted to unsigned (a + 128) and the shift comes off through the start,
- * -128 x the codes' 4-element sums (one vpdpbusd per group, shared by the
- * pass's activation rows); AVX2 multiplies the codes' magnitudes by the
+ * arithmetic as for Q4_1 without the min term: group t of 8 rows' codes
+ * against the activation's group t.  The codes are stored + 128, unsigned
+ * (block_q8_0x8): with VNNI they go into vpdpbusd against the signed
+ * activation as they are, and the +128 comes off through the start, -128 x
+ * the activation's 4-element sums (pe_q8_0_scales, made once per activation
+ * row; made here per group of rows, or taken off the weight side, they cost
+ * 15-30% of the kernel); AVX2 multiplies the signed codes' magnitudes by the
  * activation carrying their signs.  Two activation rows per pass: their 16
  * accumulators stay in registers. */
 GM_INLINE void gemm8_q8_0x8_cols(int64_t n, float *s, size_t bs, const block_q8_0x8 *x,
                                  const block_q8_0 *const y[2], const int nc) {
+    const pe_q8_0_scales *sc[2];
     __m256 acc[2][8];
-    for (int j = 0; j < nc; j++)
+    for (int j = 0; j < nc; j++) {
+        sc[j] = (const pe_q8_0_scales *)((const uint8_t *)y[j] + PE_Q8_0_SCALES_AT(n));
         for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < n / QK8_0; b++) {
         pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
         __m256 d[2];
-        for (int j = 0; j < nc; j++) d[j] = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&y[j][b].d)));
-#if defined(PE_GEMM_VNNI)
-        /* the activations shifted, through memory: broadcasts from memory cost no vector op */
-        _Alignas(32) uint8_t shifted[2][QK8_0];
-        for (int j = 0; j < nc; j++)
-            _mm256_store_si256((__m256i *)shifted[j], _mm256_xor_si256(gm_load256(y[j][b].qs), _mm256_set1_epi8((char)0x80)));
-        GR_REREAD_MEMORY();
-#endif
+        for (int j = 0; j < nc; j++) d[j] = _mm256_mul_ps(dw, _mm256_broadcast_ss(&sc[j][b].d));
         for (int t = 0; t < 8; t++) {
             const __m256i code = gm_load256(x[b].qs[t]);
 #if defined(PE_GEMM_VNNI)
-            const __m256i start = _mm256_sub_epi32(
-                _mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), code));
             for (int j = 0; j < nc; j++) {
-                const __m256i act = _mm256_set1_epi32((int)gm_u32(shifted[j] + 4 * t));
-                acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, act, code)), acc[j][t]);
+                const __m256i start = _mm256_set1_epi32(sc[j][b].start[t]);
+                const __m256i act = _mm256_set1_epi32((int)gm_u32(y[j][b].qs + 4 * t));
+                acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, code, act)), acc[j][t]);
             }
 #else
-            const __m256i mag = _mm256_abs_epi8(code);
+            const __m256i signed_code = _mm256_xor_si256(code, _mm256_set1_epi8((char)0x80));
+            const __m256i mag = _mm256_abs_epi8(signed_code);
             for (int j = 0; j < nc; j++) {
-                const __m256i sum = gr_dot4_signed(_mm256_setzero_si256(), mag, code, y[j][b].qs + 4 * t);
+                const __m256i sum = gr_dot4_signed(_mm256_setzero_si256(), mag, signed_code, y[j][b].qs + 4 * t);
                 acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(sum), acc[j][t]);
             }
 #endif
@@ -354,6 +352,7 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_paths = PE_PATH_TILE4; \
         (k)->type[PE_TYPE_IQ4_NL_X8].gemm8 = gemm8_iq4_nlx8; \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8 = gemm8_q8_0x8;    \
+        (k)->type[PE_TYPE_Q8_0_X8].gemm8_scales = 1;        \
         (k)->type[PE_TYPE_Q5_0_X8].gemm8 = gemm8_q5_0x8;    \
     } while (0)
 
