@@ -66,12 +66,14 @@ typedef int (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, 
 /* the floats after a Q8_1 row of n elements for a gemm8 with gemm8_scales */
 #define PE_Q8_1_SCALES_BYTES(n) ((size_t)(n) / 32 * 2 * sizeof(float))
 /* what follows a Q8_0 row for a gemm8 with gemm8_scales, from the first
- * 4-byte boundary after its blocks: per block its d as a float and -128 x
- * the sums of its codes 4 by 4 (the start that takes the +128 of codes
- * stored unsigned back off an integer product) */
+ * 4-byte boundary after its blocks: per block its d as a float and the sums
+ * of its codes 4 by 4 times the offset that the weight's codes carry in the
+ * decoding kernel's integer product, negated (the start that takes the
+ * offset back off) */
 typedef struct {
     float   d;
-    int32_t start[8];
+    int32_t start8[8];   /* -128 x the sums: Q8_0 x8, codes stored + 128 */
+    int32_t start5[8];   /* -16 x the sums: Q5_0 x8, codes taken as n + 16 f */
 } pe_q8_0_scales;
 #define PE_Q8_0_SCALES_AT(n) (((size_t)(n) / 32 * 34 + 3) / 4 * 4)
 #define PE_Q8_0_SCALES_BYTES(n) (PE_Q8_0_SCALES_AT(n) - (size_t)(n) / 32 * 34 + (size_t)(n) / 32 * sizeof(pe_q8_0_scales))

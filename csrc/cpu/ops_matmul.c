@@ -112,7 +112,9 @@ static void q8_0_scales(int64_t k, uint8_t *row) {
         out[b].d = pe_f16_to_f32(blocks[b].d);
         for (int t = 0; t < 8; t++) {
             const int8_t *q = blocks[b].qs + 4 * t;
-            out[b].start[t] = -128 * (q[0] + q[1] + q[2] + q[3]);
+            const int32_t sum = q[0] + q[1] + q[2] + q[3];
+            out[b].start8[t] = -128 * sum;
+            out[b].start5[t] = -16 * sum;
         }
     }
 }

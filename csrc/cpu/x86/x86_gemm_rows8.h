@@ -57,15 +57,6 @@ static inline __m256 gr_fold8(const __m256 acc[8]) {
     return _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
 }
 
-/* Makes the compiler read what was stored before it from memory again: a
- * broadcast from memory is a load, one from a register a shuffle on the
- * vector pipes (~12% of the Q8_0 kernel below). */
-#if defined(_MSC_VER) && !defined(__clang__)
-#define GR_REREAD_MEMORY() _ReadWriteBarrier()
-#else
-#define GR_REREAD_MEMORY() __asm__ volatile("" ::: "memory")
-#endif
-
 /* Blocks this far ahead are asked for (a group of rows streams as one run):
  * 3.5-6.5 KB for these types.  Against 12, paired runs of SmolLM2 and
  * Gemma-3 decode steps took 0-12% less at 4 activation rows and about the
@@ -145,7 +136,7 @@ GM_INLINE void gemm8_q8_0x8_cols(int64_t n, float *s, size_t bs, const block_q8_
             const __m256i code = gm_load256(x[b].qs[t]);
 #if defined(PE_GEMM_VNNI)
             for (int j = 0; j < nc; j++) {
-                const __m256i start = _mm256_set1_epi32(sc[j][b].start[t]);
+                const __m256i start = _mm256_set1_epi32(sc[j][b].start8[t]);
                 const __m256i act = _mm256_set1_epi32((int)gm_u32(y[j][b].qs + 4 * t));
                 acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, code, act)), acc[j][t]);
             }
@@ -167,37 +158,28 @@ GR_DEFINE_GEMM8_BY_PAIRS(q8_0x8, block_q8_0)
 /* Q5_0, llama.cpp's lane arithmetic as Q8_0's.  A code is n + 16 f - 16
  * (n its nibble, f its fifth bit): the integer product takes the unsigned
  * n + 16 f (< 32) against the activation, and the -16 comes off through the
- * start, -16 x the activation's 4-element sums (one vector per block and
- * activation row, broadcast lane by lane from memory).  The fifth bits are
- * stored by lane (block_q5_0x8): each lane's word is the byte mask of its
- * codes, as a file row's qh is of its (gm_fifth_row). */
+ * start, -16 x the activation's 4-element sums (pe_q8_0_scales).  The fifth
+ * bits are stored by lane (block_q5_0x8): each lane's word is the byte mask
+ * of its codes, as a file row's qh is of its (gm_fifth_row). */
 GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_0x8 *x,
                                  const block_q8_0 *const y[2], const int nc) {
+    const pe_q8_0_scales *sc[2];
     __m256 acc[2][8];
-    for (int j = 0; j < nc; j++)
+    for (int j = 0; j < nc; j++) {
+        sc[j] = (const pe_q8_0_scales *)((const uint8_t *)y[j] + PE_Q8_0_SCALES_AT(n));
         for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < n / QK5_0; b++) {
         pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         __m256i code[8];
         gr_nibbles(x[b].qs, code);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
         __m256 d[2];
-        _Alignas(32) int32_t start[2][8];   /* -16 x the activation's 4-element sums, lane by lane */
-        for (int j = 0; j < nc; j++) {
-            d[j] = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&y[j][b].d)));
-            const __m256i a = gm_load256(y[j][b].qs);
-#if defined(PE_GEMM_VNNI)
-            const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), a);
-#else
-            const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), _mm256_set1_epi16(1));
-#endif
-            _mm256_store_si256((__m256i *)start[j], _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 4)));
-        }
-        GR_REREAD_MEMORY();
+        for (int j = 0; j < nc; j++) d[j] = _mm256_mul_ps(dw, _mm256_broadcast_ss(&sc[j][b].d));
         for (int t = 0; t < 8; t++) {
             const __m256i u = gm_fifth_row(code[t], x[b].qh[t], 0);   /* n + 16 f */
             for (int j = 0; j < nc; j++) {
-                const __m256i sum = gr_dot4(_mm256_set1_epi32(start[j][t]), u, y[j][b].qs + 4 * t);
+                const __m256i sum = gr_dot4(_mm256_set1_epi32(sc[j][b].start5[t]), u, y[j][b].qs + 4 * t);
                 acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(sum), acc[j][t]);
             }
         }
@@ -354,6 +336,7 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
         (k)->type[PE_TYPE_Q8_0_X8].gemm8 = gemm8_q8_0x8;    \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8_scales = 1;        \
         (k)->type[PE_TYPE_Q5_0_X8].gemm8 = gemm8_q5_0x8;    \
+        (k)->type[PE_TYPE_Q5_0_X8].gemm8_scales = 1;        \
     } while (0)
 
 #endif /* PE_X86_GEMM_ROWS8_H */
