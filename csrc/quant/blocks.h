@@ -56,9 +56,11 @@ typedef struct { pe_f16 d[8]; uint8_t qs[8][8][4]; } block_q8_0x8;
 typedef struct { pe_f16 d[8]; uint32_t qh[8]; uint8_t qs[4][8][4]; } block_q5_0x8;
 /* IQ4_NL likewise (PE_TYPE_IQ4_NL_X8): its blocks are Q4_0's shape */
 typedef block_q4_0x8 block_iq4_nlx8;
-/* Q4_K likewise (PE_TYPE_Q4_K_X8): the rows' scale bytes as they are, and
- * 4-byte group g of 32-byte chunk c of the codes side by side */
-typedef struct { pe_f16 d[8], dmin[8]; uint8_t scales[8][K_SCALE_SIZE]; uint8_t qs[4][8][8][4]; } block_q4_Kx8;
+/* Q4_K likewise (PE_TYPE_Q4_K_X8): 4-byte word w of the rows' packed
+ * scales (bytes 4w..4w+3) side by side, so that one load holds a word of
+ * every row, and 4-byte group g of 32-byte chunk c of the codes side by
+ * side */
+typedef struct { pe_f16 d[8], dmin[8]; uint8_t scales[K_SCALE_SIZE / 4][8][4]; uint8_t qs[4][8][8][4]; } block_q4_Kx8;
 
 static_assert(sizeof(block_q4_0) == 2 + QK4_0 / 2, "q4_0 size");
 static_assert(sizeof(block_q4_1) == 4 + QK4_1 / 2, "q4_1 size");

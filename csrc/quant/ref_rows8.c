@@ -20,23 +20,24 @@
 #include "internal.h"
 
 /* Every interleaved layout is a row block's pieces, lane by lane: its f16
- * fields (d, then m or dmin), bytes kept whole per row (Q4_K's packed
- * scales, Q5_0's fifth bits), then the codes by 4-byte group, the 8 rows
- * side by side. */
+ * fields (d, then m or dmin), bytes kept whole per row (Q5_0's fifth bits)
+ * or like the codes (Q4_K's packed scales), then the codes by 4-byte group,
+ * the 8 rows side by side. */
 typedef struct {
     int halves;         /* leading f16 fields */
-    int whole;          /* bytes after them, kept together per row */
+    int whole;          /* bytes after them, kept together per row (or by 4-byte group, with words_by_row) */
+    int words_by_row;   /* the whole bytes go as the codes do, by 4-byte group (block_q4_Kx8's scales) */
     int codes;          /* code bytes, moved in 4-byte groups */
     int bits_by_lane;   /* the whole bytes are a 32-bit word of element bits, stored by lane (block_q5_0x8) */
     int unsigned_codes; /* signed byte codes stored + 128 (block_q8_0x8) */
 } rows8_layout;
 
-static const rows8_layout LAYOUT_Q4_0 = {1, 0, QK4_0 / 2, 0, 0};
-static const rows8_layout LAYOUT_Q4_1 = {2, 0, QK4_1 / 2, 0, 0};
-static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, QK_K / 2, 0, 0};
-static const rows8_layout LAYOUT_IQ4_NL = {1, 0, QK4_NL / 2, 0, 0};
-static const rows8_layout LAYOUT_Q8_0 = {1, 0, QK8_0, 0, 1};
-static const rows8_layout LAYOUT_Q5_0 = {1, 4, QK5_0 / 2, 1, 0};
+static const rows8_layout LAYOUT_Q4_0 = {1, 0, 0, QK4_0 / 2, 0, 0};
+static const rows8_layout LAYOUT_Q4_1 = {2, 0, 0, QK4_1 / 2, 0, 0};
+static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, 1, QK_K / 2, 0, 0};
+static const rows8_layout LAYOUT_IQ4_NL = {1, 0, 0, QK4_NL / 2, 0, 0};
+static const rows8_layout LAYOUT_Q8_0 = {1, 0, 0, QK8_0, 0, 1};
+static const rows8_layout LAYOUT_Q5_0 = {1, 4, 0, QK5_0 / 2, 1, 0};
 
 /* len code bytes +/- 128 (the same flip both ways) */
 static void flip_codes(uint8_t *codes, size_t len) {
@@ -47,6 +48,12 @@ static void flip_codes(uint8_t *codes, size_t len) {
 static void copy_piece(uint8_t *row, uint8_t *lanes, size_t len, int to_group) {
     if (to_group) memcpy(lanes, row, len);
     else memcpy(row, lanes, len);
+}
+
+/* Row r's len bytes (a multiple of 4) from x into 4-byte groups of the 8
+ * rows side by side at lanes, or back */
+static void copy_words(uint8_t *x, uint8_t *lanes, size_t r, size_t len, int to_group) {
+    for (size_t t = 0; t < len / 4; t++) copy_piece(x + 4 * t, lanes + (8 * t + r) * 4, 4, to_group);
 }
 
 /* The 8 rows' bit words and the 8 lanes' (bit 4r + e of lane t's word is
@@ -76,10 +83,9 @@ static void move8(const rows8_layout *l, int64_t nb, uint8_t *rows, size_t bw, u
         for (size_t r = 0; r < 8; r++) {
             uint8_t *x = rows + r * bw + (size_t)b * bb;
             for (size_t f = 0; f < halves; f++) copy_piece(x + 2 * f, g + 16 * f + 2 * r, 2, to_group);
-            copy_piece(x + 2 * halves, wholes + whole * r, whole, to_group);
-            uint8_t *codes = g + 16 * halves + 8 * whole;
-            for (size_t t = 0; t < (size_t)l->codes / 4; t++)
-                copy_piece(x + 2 * halves + whole + 4 * t, codes + (8 * t + r) * 4, 4, to_group);
+            if (l->words_by_row) copy_words(x + 2 * halves, wholes, r, whole, to_group);
+            else copy_piece(x + 2 * halves, wholes + whole * r, whole, to_group);
+            copy_words(x + 2 * halves + whole, g + 16 * halves + 8 * whole, r, (size_t)l->codes, to_group);
             if (l->unsigned_codes && !to_group) flip_codes(x + 2 * halves + whole, (size_t)l->codes);
         }
         if (l->unsigned_codes && to_group) flip_codes(g + 16 * halves + 8 * whole, 8 * (size_t)l->codes);

@@ -263,6 +263,16 @@ GM_INLINE void gemm8_iq4_nlx8_n(int64_t n, float *s, size_t bs, const block_iq4_
 
 GR_DEFINE_GEMM8_BY_COLS(iq4_nlx8, block_iq4_nlx8)
 
+/* The 6-bit scale (or, from word 1 instead of 0, min) of sub-block k of 8
+ * rows, lane by lane from the words of their packed scales (block_q4_Kx8),
+ * as pe_k4_scale_min unpacks one row's */
+static inline __m256i gr_q4k_six_bits(int k, __m256i word01, __m256i word2, int high) {
+    if (k < 4) return _mm256_and_si256(_mm256_srli_epi32(word01, 8 * k), _mm256_set1_epi32(63));
+    const __m256i low = _mm256_and_si256(_mm256_srli_epi32(word2, 8 * (k - 4) + 4 * high), _mm256_set1_epi32(15));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(word01, 8 * (k - 4) + 6), _mm256_set1_epi32(3));
+    return _mm256_or_si256(low, _mm256_slli_epi32(top, 4));
+}
+
 /* Q4_K on rows alone (no PE_PATH_TILE4; see x86_gemm_kquants.h, gmk_q4k_step):
  * per super-block the whole integer sum, sum_k scale_k * (codes . a over
  * sub-block k), and the min term's, sum_k min_k * (a's sum over sub-block k),
@@ -275,14 +285,8 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
     for (int j = 0; j < nc; j++) whole[j] = mins[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
         pe_prefetch(x + b + 1, sizeof *x);
-        _Alignas(32) int32_t scale[8][8], min[8][8];   /* [sub-block][row] */
-        for (int r = 0; r < 8; r++)
-            for (int k = 0; k < 8; k++) {
-                uint8_t sc, mn;
-                pe_k4_scale_min(k, x[b].scales[r], &sc, &mn);
-                scale[k][r] = sc;
-                min[k][r] = mn;
-            }
+        const __m256i word0 = gm_load256(x[b].scales[0]), word1 = gm_load256(x[b].scales[1]);
+        const __m256i word2 = gm_load256(x[b].scales[2]);
         __m256i total[4], mins_total[4];
         for (int j = 0; j < nc; j++) total[j] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {   /* chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
@@ -292,8 +296,8 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
                 lo[g] = _mm256_and_si256(q, low4);
                 hi[g] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
             }
-            const __m256i scale_lo = _mm256_load_si256((const __m256i *)scale[2 * c]);
-            const __m256i scale_hi = _mm256_load_si256((const __m256i *)scale[2 * c + 1]);
+            const __m256i scale_lo = gr_q4k_six_bits(2 * c, word0, word2, 0);
+            const __m256i scale_hi = gr_q4k_six_bits(2 * c + 1, word0, word2, 0);
             for (int j = 0; j < nc; j++) {
                 const int8_t *q = ((const block_q8_K *)(a + (size_t)j * ba) + b)->qs + 64 * c;
                 __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
@@ -306,14 +310,17 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
             }
         }
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), dminw = _mm256_cvtph_ps(gm_load128(x[b].dmin));
+        for (int j = 0; j < nc; j++) mins_total[j] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; k++) {
+            const __m256i min = gr_q4k_six_bits(k, word1, word2, 1);
+            for (int j = 0; j < nc; j++) {
+                const block_q8_K *y = (const block_q8_K *)(a + (size_t)j * ba) + b;
+                const __m256i sums = _mm256_set1_epi32(y->bsums[2 * k] + y->bsums[2 * k + 1]);
+                mins_total[j] = _mm256_add_epi32(mins_total[j], _mm256_mullo_epi32(min, sums));
+            }
+        }
         for (int j = 0; j < nc; j++) {
             const block_q8_K *y = (const block_q8_K *)(a + (size_t)j * ba) + b;
-            mins_total[j] = _mm256_setzero_si256();
-            for (int k = 0; k < 8; k++) {
-                const __m256i sums = _mm256_set1_epi32(y->bsums[2 * k] + y->bsums[2 * k + 1]);
-                mins_total[j] = _mm256_add_epi32(mins_total[j],
-                                                 _mm256_mullo_epi32(_mm256_load_si256((const __m256i *)min[k]), sums));
-            }
             const __m256 da = _mm256_set1_ps(y->d);
             whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total[j]), _mm256_mul_ps(dw, da), whole[j]);
             mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins_total[j]), _mm256_mul_ps(dminw, da), mins[j]);
