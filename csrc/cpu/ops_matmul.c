@@ -18,6 +18,17 @@
  * AVX-512, +2-20% on AVX2 for Q4_1, Q8_0 and Q5_0 weights; 128 and 192 less) */
 #define TILE_COLS_ROWS8 256
 #define PACK_MIN_COLS 8 /* activation rows a tile needs to pay for packing its weight rows */
+/* A weight interleaved by 8 rows takes its decoding kernel (PE_GEMM8_MAX_COLS
+ * columns a pass, each group read once and kept cached for the passes) up to
+ * this many activation rows, where its rows would otherwise be unpacked and
+ * packed again for every tile: SmolLM2, 5 to 16 prompt tokens, 14-24 ms a
+ * batch before, about the per-token cost of 4 after; the tiles win from ~32 */
+#define ROWS8_DECODE_COLS 16
+
+/* Activation rows a product of w takes through the decoding kernel (gemm8). */
+static int64_t decode_cols(const pe_tensor *w) {
+    return pe_type_rows8_base(w->type) >= 0 ? ROWS8_DECODE_COLS : PE_GEMM8_MAX_COLS;
+}
 
 static inline const pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
     return &ex->g->t[t->src[i]];
@@ -57,7 +68,7 @@ static size_t unpacked_bytes(const pe_tensor *w) {
 static int with_scales(const pe_tensor *w, const pe_tensor *x) {
     const int vdt = pe_type_vec_dot_type(w->type);
     return pe_kern->type[w->type].gemm8_scales && (vdt == PE_TYPE_Q8_1 || vdt == PE_TYPE_Q8_0) &&
-           pe_nrows(x) <= PE_GEMM8_MAX_COLS;
+           pe_nrows(x) <= decode_cols(w);
 }
 
 static size_t scales_bytes(int vdt, int64_t n) {
@@ -287,9 +298,12 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
     const size_t bw = w->nb[1];
     /* (a prompt's last few columns are no decoding batch: their activation rows lack
      * the float scales a gemm8_scales kernel reads) */
-    if (k->gemm8 && m <= PE_GEMM8_MAX_COLS && !any_path(paths, j0, j1, m, path_keep(w) & k->gemm8_paths)) {
+    if (k->gemm8 && m <= ROWS8_DECODE_COLS && !any_path(paths, j0, j1, m, path_keep(w) & k->gemm8_paths)) {
         for (int64_t i = i0; i < i1; i += PE_GEMM8_ROWS)
-            k->gemm8(kdim, dst + j0 * n + i, (size_t)n, wd + i * bw, bw, q + j0 * qstride, qstride, (int)(j1 - j0));
+            for (int64_t j = j0; j < j1; j += PE_GEMM8_MAX_COLS) {
+                const int nc = (int)(j1 - j < PE_GEMM8_MAX_COLS ? j1 - j : PE_GEMM8_MAX_COLS);
+                k->gemm8(kdim, dst + j * n + i, (size_t)n, wd + i * bw, bw, q + j * qstride, qstride, nc);
+            }
         return;
     }
     pe_tensor plain = *w;
@@ -336,7 +350,8 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     float *dst = t->data;
     uint8_t *rows = unpacked_scratch(ex, t, w, x);
     if (kern->unpack8 && !rows) { pe_exec_fail(ex, "mul_mat: no scratch planned for an interleaved weight"); return; }
-    if (m <= PE_GEMM8_MAX_COLS) {
+    if (m <= PE_GEMM8_MAX_COLS ||
+        (kern->gemm8 && m <= decode_cols(w) && !any_path(paths, 0, m, m, path_keep(w) & kern->gemm8_paths))) {
         decode_rows(ex, kern, k, dst, n, w, x, q, qstride, paths, m, rows);
         return;
     }
