@@ -82,6 +82,31 @@ def kv_mask(float[:, ::1] out, const int32_t[::1] positions, const uint64_t[::1]
                    n_kv, window)
 
 
+# ---- sampling --------------------------------------------------------------
+
+def top_k(const float[::1] x, int64_t k, const int64_t[::1] skip=None):
+    """Positions of the k largest of x (leaving out the ascending positions in
+    `skip`), largest first, ties to the lower position; NaN passed over
+    (pe_top_k in pe.h).  Fewer than k when fewer are left."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    k = min(k, x.shape[0])
+    cdef int64_t n_skip = 0 if skip is None else skip.shape[0]
+    cdef int64_t i
+    for i in range(1, n_skip):
+        if skip[i] <= skip[i - 1]:
+            raise ValueError("skip must be strictly ascending")
+    pos = np.empty(k, np.int64)
+    val = np.empty(k, np.float32)
+    cdef int64_t[::1] p = pos
+    cdef float[::1] v = val
+    cdef int64_t found = 0
+    if k > 0:
+        with nogil:
+            found = pe_top_k(&x[0], x.shape[0], k, &skip[0] if n_skip else NULL, n_skip, &v[0], &p[0])
+    return pos[:found]
+
+
 # ---- instruction sets ----------------------------------------------------
 
 def isa() -> str:

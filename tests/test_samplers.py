@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 
+from pyengine import _core
 from pyengine.errors import InvalidOptionError, SamplingError
 from pyengine.sample import SAMPLER_NAMES, SamplerChain, SamplingOptions
 from pyengine.sample.candidates import Candidates, top_k_positions
@@ -89,6 +90,22 @@ def test_top_k_positions_matches_a_full_sort_with_ties_to_lower_ids(n, k):
     logits[rng.integers(0, n, size=n // 10)] = -np.inf
     expected = np.lexsort((np.arange(n), -logits))[:k]
     assert np.array_equal(top_k_positions(logits, k), expected)
+
+
+@pytest.mark.parametrize("n, k", [(7, 3), (5_000, 1), (50_000, 40), (50_000, 256)])
+def test_native_top_k_leaves_out_the_skipped_positions_and_nan(n, k):
+    """_core.top_k (what top_k_positions and greedy sampling under penalties use):
+    the k best of what is not skipped, ties to the lower position, NaN passed over."""
+    rng = np.random.default_rng(n * k)
+    logits = rng.integers(-20, 20, size=n).astype(np.float32)
+    logits[rng.integers(0, n, size=n // 7)] = -np.inf
+    logits[rng.integers(0, n, size=3)] = np.nan
+    skip = np.unique(rng.integers(0, n, size=min(n // 2, 64)))
+    kept = np.setdiff1d(np.flatnonzero(~np.isnan(logits)), skip)
+    expected = kept[np.lexsort((kept, -logits[kept]))][:k]
+    assert np.array_equal(_core.top_k(logits, k, skip), expected)
+    with pytest.raises(ValueError, match="ascending"):
+        _core.top_k(logits, k, np.array([2, 1], np.int64))
 
 
 def test_positions_of_finds_ids_in_a_shuffled_subset():

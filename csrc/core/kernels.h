@@ -127,6 +127,8 @@ typedef struct pe_vec_kernels {
     void  (*scale_round_f16)(int64_t n, float *y, const float *x, float scale);
     /* x[i] *= scale, returning the largest (NaN ignored, -inf if none) */
     float (*scale_max)(int64_t n, float *x, float scale);
+    /* the largest x[i] (NaN ignored, -inf if none) */
+    float (*max)(int64_t n, const float *x);
     /* y[i] = exp(x[i] - max), returning the sum in double */
     double (*exp_sum)(int64_t n, float *y, const float *x, float max);
     void  (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);

@@ -622,16 +622,16 @@ static void values_f16(int64_t n, int nh, const int32_t *cell, const float *cons
     }
 }
 
-/* x[i] *= scale, and the largest of them (a NaN is passed over, as a
- * comparison passes it over) */
-static float scale_max(int64_t n, float *x, float scale) {
+/* The largest of x[i] * scale (a NaN is passed over, as a comparison
+ * passes it over), each stored into y unless y is NULL. */
+PE_ALWAYS_INLINE float scaled_max(int64_t n, const float *x, float scale, float *y) {
     int64_t i = 0;
     float best = -INFINITY;
 #if defined(__AVX512F__)
     __m512 m = _mm512_set1_ps(-INFINITY);
     for (; i + 16 <= n; i += 16) {
         const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(scale));
-        _mm512_storeu_ps(x + i, v);
+        if (y) _mm512_storeu_ps(y + i, v);
         m = _mm512_max_ps(v, m);   /* a NaN in v gives m's lane */
     }
     best = _mm512_reduce_max_ps(m);
@@ -639,7 +639,7 @@ static float scale_max(int64_t n, float *x, float scale) {
     __m256 m = _mm256_set1_ps(-INFINITY);
     for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(scale));
-        _mm256_storeu_ps(x + i, v);
+        if (y) _mm256_storeu_ps(y + i, v);
         m = _mm256_max_ps(v, m);
     }
     float lanes[8];
@@ -648,11 +648,17 @@ static float scale_max(int64_t n, float *x, float scale) {
         if (lanes[l] > best) best = lanes[l];
 #endif
     for (; i < n; i++) {
-        x[i] *= scale;
-        if (x[i] > best) best = x[i];
+        const float v = x[i] * scale;
+        if (y) y[i] = v;
+        if (v > best) best = v;
     }
     return best;
 }
+
+/* x[i] *= scale, and the largest of them */
+static float scale_max(int64_t n, float *x, float scale) { return scaled_max(n, x, scale, x); }
+
+static float max_f32(int64_t n, const float *x) { return scaled_max(n, x, 1.0f, NULL); }
 
 /* y[i] = exp(x[i] - max) for i < n (n a multiple of LANES on the SIMD
  * builds); returns their sum in double, added LANES at a time */
@@ -769,6 +775,7 @@ void PE_VEC_FILL(pe_kernels *k) {
     k->vec.values_t_f16 = values_t_f16;
     k->vec.scale_round_f16 = scale_round_f16;
     k->vec.scale_max = scale_max;
+    k->vec.max = max_f32;
     k->vec.exp_sum = exp_sum;
     k->vec.f32_to_f16 = f32_to_f16;
     k->vec.f16_to_f32 = f16_to_f32;

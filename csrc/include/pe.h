@@ -127,6 +127,15 @@ int pe_quantize_row(int type, const float *x, void *y, int64_t n);
 void pe_kv_mask(float *out, int64_t stride, const int32_t *positions, const uint64_t *seq_bits, int64_t n_tokens,
                 const int32_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv, int32_t window);
 
+/* ---- sampling ----------------------------------------------------------------- */
+
+/* The positions of the k largest of x[0..n), leaving out those listed in skip
+ * (ascending), largest first, ties to the lower position, into pos (their
+ * values into val; both k long); NaN entries are passed over.  Returns how
+ * many were found (fewer than k when fewer are left). */
+int64_t pe_top_k(const float *x, int64_t n, int64_t k, const int64_t *skip, int64_t n_skip, float *val,
+                 int64_t *pos);
+
 /* ---- thread pool ----------------------------------------------------------- */
 
 typedef struct pe_pool pe_pool;

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from pyengine import _core
+
 # Below this many candidates a plain stable sort is cheaper than anything clever.
 _SMALL = 4096
+# Up to this many of a big vocabulary's float32 logits, the k best come from one native
+# pass (_core.top_k: it inserts each newcomer into its ordered list, so k stays small).
+_NATIVE_K = 256
 # Sample roughly this many logits to guess a top-k threshold on big vocabularies.
 _SAMPLE_TARGET = 2048
 
@@ -87,16 +92,20 @@ def log_partition(logits: np.ndarray) -> float:
 
 
 def top_k_positions(logits: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k largest logits, in descending order, ties to the lower position.
+    """Positions of the k largest logits, in descending order, ties to the lower position
+    (the logits hold no NaN: the chain refuses those).
 
-    Avoids a full sort (and argpartition's cost on 262k entries) by guessing a threshold
-    from a strided sample, keeping everything above it and sorting only those.
+    Avoids a full sort: one native pass for a few of a big vocabulary's float32 logits,
+    else (and argpartition's cost on 262k entries) a threshold guessed from a strided
+    sample, keeping everything above it and sorting only those.
     """
     n = logits.shape[0]
     if k >= n:
         return np.argsort(-logits, kind="stable")
     if k <= 0:
         return np.empty(0, np.int64)
+    if n > _SMALL and k <= _NATIVE_K and logits.dtype == np.float32 and logits.flags.c_contiguous:
+        return _core.top_k(logits, k)
     if n > _SMALL and k * 16 < n:
         chosen = _threshold_select(logits, k)
         if chosen is not None:

@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from pyengine import _core
 from pyengine.errors import InvalidOptionError, SamplingError
 from pyengine.sample.candidates import Candidates, top_k_positions
 from pyengine.sample.dry import Dry, build_breakers
@@ -79,7 +80,6 @@ class SamplerChain:
         self._grammar = grammar
         self._matcher = grammar.matcher() if grammar is not None else None
         self._token_index: TokenIndex | None = None
-        self._scratch_logits: np.ndarray | None = None
         if grammar is not None and self.token_pieces is None:
             raise InvalidOptionError("grammar-constrained sampling needs token_pieces")
 
@@ -251,7 +251,7 @@ class SamplerChain:
         if subset is None and not rewriting:
             return int(np.argmax(raw)) if best is None else best
         if subset is None and best is not None and len(rewriting) == 1 and isinstance(rewriting[0], Penalties):
-            token = _greedy_under_penalties(raw, best, rewriting[0], self._scratch())
+            token = _greedy_under_penalties(raw, best, rewriting[0])
             if token is not None:
                 return token
         elif subset is None and best is not None:
@@ -265,12 +265,6 @@ class SamplerChain:
         if cand.logits[best] == -np.inf:
             raise SamplingError("no candidate token with a finite logit is left to sample")
         return int(cand.ids[best])
-
-    def _scratch(self) -> np.ndarray:
-        """A float32 [n_vocab] buffer kept for the chain's own use."""
-        if self._scratch_logits is None:
-            self._scratch_logits = np.empty(self.n_vocab, np.float32)
-        return self._scratch_logits
 
     def _grammar_allows(self, token: int) -> bool:
         if token in self.eog_ids:
@@ -380,7 +374,7 @@ def _check_pieces(pieces: Sequence[bytes] | None, n_vocab: int) -> Sequence[byte
     return pieces
 
 
-def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties, scratch: np.ndarray) -> int | None:
+def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties) -> int | None:
     """_greedy_among_touched for the default chain, penalties alone, in fewer steps (it
     runs once per token of every sequence): the best of the penalised tokens against the
     best untouched one (raw's best, or when that is penalised the best of raw with the
@@ -390,7 +384,7 @@ def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties, sc
     values = penalties.penalize(raw[tokens], counts)
     untouched = raw[best]
     if best in penalties.counts:
-        best, untouched = _best_untouched(raw, tokens, scratch)
+        best, untouched = _best_untouched(raw, tokens)
     top = values.max()
     if top == -np.inf and untouched == -np.inf:
         return None
@@ -400,14 +394,14 @@ def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties, sc
     return token if top > untouched or token < best else best
 
 
-def _best_untouched(raw: np.ndarray, tokens: np.ndarray, scratch: np.ndarray) -> tuple[int, float]:
-    """The id and logit of raw's best among the ids not in `tokens`: one argmax over a copy
-    of raw (the chain's own buffer) with their logits set to -inf.  Raw itself is never
-    written, not even for a moment: another thread may be reading it."""
-    np.copyto(scratch, raw)
-    scratch[tokens] = -np.inf
-    best = int(np.argmax(scratch))
-    return best, scratch[best]
+def _best_untouched(raw: np.ndarray, tokens: np.ndarray) -> tuple[int, float]:
+    """The id and logit of raw's best among the ids not in `tokens` (-inf when there is
+    none): one native pass that leaves those out.  Raw itself is never written: another
+    thread may be reading it."""
+    found = _core.top_k(np.ascontiguousarray(raw), 1, np.unique(tokens))
+    if found.size == 0:
+        return 0, -np.inf
+    return int(found[0]), raw[found[0]]
 
 
 def _greedy_among_touched(raw: np.ndarray, best: int, rewriting: list) -> int | None:
