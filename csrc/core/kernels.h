@@ -72,6 +72,7 @@ typedef int (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, 
  * offset back off) */
 typedef struct {
     float   d;
+    int32_t start4;      /* -8 x the sum of all 32: Q4_0 x8, codes taken as their nibbles */
     int32_t start8[8];   /* -128 x the sums: Q8_0 x8, codes stored + 128 */
     int32_t start5[8];   /* -16 x the sums: Q5_0 x8, codes taken as n + 16 f */
 } pe_q8_0_scales;

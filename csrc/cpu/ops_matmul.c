@@ -121,12 +121,15 @@ static void q8_0_scales(int64_t k, uint8_t *row) {
     pe_q8_0_scales *out = (pe_q8_0_scales *)(row + PE_Q8_0_SCALES_AT(k));
     for (int64_t b = 0; b < k / QK8_0; b++) {
         out[b].d = pe_f16_to_f32(blocks[b].d);
+        int32_t total = 0;
         for (int t = 0; t < 8; t++) {
             const int8_t *q = blocks[b].qs + 4 * t;
             const int32_t sum = q[0] + q[1] + q[2] + q[3];
             out[b].start8[t] = -128 * sum;
             out[b].start5[t] = -16 * sum;
+            total += sum;
         }
+        out[b].start4 = -8 * total;
     }
 }
 

@@ -191,12 +191,17 @@ GR_DEFINE_GEMM8_BY_PAIRS(q5_0x8, block_q8_0)
 
 /* Q4_0, interleaved only on weights of 8-row multiples, where llama.cpp
  * multiplies its own repacked copy (x86_repack.h): per block the whole
- * integer sum S, the codes' offset of 8 off as -8 x the activations' sum,
- * and acc = fma(S, dw * da, acc), one lane per row all along. */
+ * integer sum S, the codes' offset of 8 off as -8 x the activations' sum
+ * (pe_q8_0_scales' start4), and acc = fma(S, dw * da, acc), one lane per
+ * row all along. */
 GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8 *x, const uint8_t *a,
                               size_t ba, const int nc) {
+    const pe_q8_0_scales *sc[4];
     __m256 acc[4];
-    for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_ps();
+    for (int j = 0; j < nc; j++) {
+        sc[j] = (const pe_q8_0_scales *)(a + (size_t)j * ba + PE_Q8_0_SCALES_AT(n));
+        acc[j] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < n / QK4_0; b++) {
         pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         __m256i code[8];
@@ -204,12 +209,12 @@ GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
         for (int j = 0; j < nc; j++) {
             const block_q8_0 *y = (const block_q8_0 *)(a + (size_t)j * ba) + b;
-            __m256i low = _mm256_set1_epi32(-8 * gm_sum_codes32(y->qs)), high = _mm256_setzero_si256();
+            __m256i low = _mm256_set1_epi32(sc[j][b].start4), high = _mm256_setzero_si256();
             for (int u = 0; u < 4; u++) {   /* two chains: the integer sum is exact in any order */
                 low = gr_dot4(low, code[u], y->qs + 4 * u);
                 high = gr_dot4(high, code[u + 4], y->qs + 4 * (u + 4));
             }
-            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&y->d)));
+            const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(&sc[j][b].d));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(low, high)), d, acc[j]);
         }
     }
@@ -236,8 +241,12 @@ GR_DEFINE_GEMM8_BY_COLS(q4_0x8, block_q4_0x8)
 GM_INLINE void gemm8_iq4_nlx8_n(int64_t n, float *s, size_t bs, const block_iq4_nlx8 *x, const uint8_t *a,
                                 size_t ba, const int nc) {
     const __m256i grid = _mm256_broadcastsi128_si256(gm_load128(pe_iq4nl_values));
+    const pe_q8_0_scales *sc[4];
     __m256 acc[4];
-    for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_ps();
+    for (int j = 0; j < nc; j++) {
+        sc[j] = (const pe_q8_0_scales *)(a + (size_t)j * ba + PE_Q8_0_SCALES_AT(n));
+        acc[j] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < n / QK4_NL; b++) {
         pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         __m256i code[8], mag[8];
@@ -254,7 +263,7 @@ GM_INLINE void gemm8_iq4_nlx8_n(int64_t n, float *s, size_t bs, const block_iq4_
                 low = gr_dot4_signed(low, mag[u], code[u], y->qs + 4 * u);
                 high = gr_dot4_signed(high, mag[u + 4], code[u + 4], y->qs + 4 * (u + 4));
             }
-            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(gm_f16(&y->d)));
+            const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(&sc[j][b].d));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(low, high)), d, acc[j]);
         }
     }
@@ -337,9 +346,11 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
         (k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8;    \
         (k)->type[PE_TYPE_Q4_1_X8].gemm8_scales = 1;        \
         (k)->type[PE_TYPE_Q4_0_X8].gemm8 = gemm8_q4_0x8;    \
+        (k)->type[PE_TYPE_Q4_0_X8].gemm8_scales = 1;        \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8 = gemm8_q4_Kx8;    \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_paths = PE_PATH_TILE4; \
         (k)->type[PE_TYPE_IQ4_NL_X8].gemm8 = gemm8_iq4_nlx8; \
+        (k)->type[PE_TYPE_IQ4_NL_X8].gemm8_scales = 1;      \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8 = gemm8_q8_0x8;    \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8_scales = 1;        \
         (k)->type[PE_TYPE_Q5_0_X8].gemm8 = gemm8_q5_0x8;    \
