@@ -143,7 +143,10 @@ static int place_cells(attn_group *ag, const float *m, const int32_t *pos, int64
 static void place_by_cell(attn_group *ag, int64_t n_kv) {
     ag->n_slots = padded(n_kv);
     for (int64_t i = 0; i < ag->n_slots; i++) ag->cell[i] = -1;
-    for (int64_t i = 0; i < ag->n_visible; i++) ag->cell[ag->vslot[i] = ag->visible[i]] = ag->visible[i];
+    for (int64_t i = 0; i < ag->n_visible; i++) {
+        ag->vslot[i] = ag->visible[i];
+        ag->cell[ag->visible[i]] = ag->visible[i];
+    }
 }
 
 /* The group's queries in the form K's dot product takes them, as the

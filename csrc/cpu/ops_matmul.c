@@ -63,8 +63,9 @@ static size_t unpacked_bytes(const pe_tensor *w) {
 }
 
 /* Whether the activation rows of w's product carry their block scales as
- * floats too: for a decoding kernel that takes them (gemm8_scales), which
- * then needs no conversions per block and activation row. */
+ * floats too (Q8_0 rows with the starts of pe_q8_0_scales): for a decoding
+ * kernel that takes them (gemm8_scales), which then needs no conversions or
+ * sums per block, activation row and group of weight rows. */
 static int with_scales(const pe_tensor *w, const pe_tensor *x) {
     const int vdt = pe_type_vec_dot_type(w->type);
     return pe_kern->type[w->type].gemm8_scales && (vdt == PE_TYPE_Q8_1 || vdt == PE_TYPE_Q8_0) &&
@@ -115,6 +116,16 @@ static uint8_t *unpacked_scratch(const pe_exec *ex, const pe_tensor *t, const pe
     return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
 
+/* Q8_1's blocks' d, then s, as floats after its row */
+static void q8_1_scales(int64_t k, uint8_t *row) {
+    const block_q8_1 *blocks = (const block_q8_1 *)row;
+    float *d = (float *)(blocks + k / QK8_1), *s = d + k / QK8_1;
+    for (int64_t b = 0; b < k / QK8_1; b++) {
+        d[b] = pe_f16_to_f32(blocks[b].d);
+        s[b] = pe_f16_to_f32(blocks[b].s);
+    }
+}
+
 /* Q8_0's pe_q8_0_scales after its row (kernels.h) */
 static void q8_0_scales(int64_t k, uint8_t *row) {
     const block_q8_0 *blocks = (const block_q8_0 *)row;
@@ -140,16 +151,8 @@ static void quantize_row(const pe_tensor *x, int64_t r, int vdt, int scales, uin
     const int64_t k = x->ne[0];
     pe_kern->type[vdt].from_float(x_row(x, r), dst, k);
     if (!scales) return;
-    if (vdt == PE_TYPE_Q8_0) {
-        q8_0_scales(k, dst);
-        return;
-    }
-    const block_q8_1 *blocks = (const block_q8_1 *)dst;
-    float *d = (float *)(blocks + k / QK8_1), *s = d + k / QK8_1;
-    for (int64_t b = 0; b < k / QK8_1; b++) {
-        d[b] = pe_f16_to_f32(blocks[b].d);
-        s[b] = pe_f16_to_f32(blocks[b].s);
-    }
+    if (vdt == PE_TYPE_Q8_0) q8_0_scales(k, dst);
+    else q8_1_scales(k, dst);
 }
 
 /* Where this thread reads the quantized activations: a lone row (decoding)
