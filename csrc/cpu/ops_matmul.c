@@ -21,9 +21,11 @@
 /* A weight interleaved by 8 rows takes its decoding kernel (PE_GEMM8_MAX_COLS
  * columns a pass, each group read once and kept cached for the passes) up to
  * this many activation rows, where its rows would otherwise be unpacked and
- * packed again for every tile: SmolLM2, 5 to 16 prompt tokens, 14-24 ms a
- * batch before, about the per-token cost of 4 after; the tiles win from ~32 */
-#define ROWS8_DECODE_COLS 16
+ * packed again for every tile.  SmolLM2 batches of 5, 8, 16, 24 and 32
+ * tokens: 14, 19, 24, 30-34 and 37-44 ms before, 7, 10, 16, 26 and 32-35
+ * after (AVX2 24 and 32: 42-75 and 52-82 -> 28 and 36); at 48 the two are
+ * alike on AVX-512, at 64-96 the tiles catch up. */
+#define ROWS8_DECODE_COLS 48
 
 /* Activation rows a product of w takes through the decoding kernel (gemm8). */
 static int64_t decode_cols(const pe_tensor *w) {
