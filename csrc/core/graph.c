@@ -171,6 +171,7 @@ int pe_graph_bind_output(pe_graph *g, int id, void *data, size_t nbytes) {
         return pe_fail("only a contiguous computed output can be bound to caller memory");
     if (data && nbytes != t->nbytes)
         return pe_fail("an output of %zu bytes needs a buffer of that size, got %zu", t->nbytes, nbytes);
+    if (data == t->bound && g->planned) return 0;   /* a decode loop binds the same buffer every step */
     t->bound = data;
     if (!g->planned) return 0;
     t->data = data ? data : g->arena + t->arena_offset;   /* the arena keeps its place either way */

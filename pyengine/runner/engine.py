@@ -91,8 +91,10 @@ class Engine:
         self.cache = KVCache(layout, n_cells, window_cells=windows, kv_type=kv_type,
                              head_dim=getattr(model.cfg, "head_dim", None))
         self.forward = Forward(model, backend, self.cache, max_tokens=n_batch)
-        # a decode step's logits land here (read before the next step), not in fresh pages
-        self._step_logits = np.empty((n_parallel, self.n_vocab), np.float32)
+        # a decode step's logits land here (read before the next step), not in fresh pages;
+        # one view per row count, the same object every step (a graph keeps it bound)
+        step_logits = np.empty((n_parallel, self.n_vocab), np.float32)
+        self._step_logits = [step_logits[:n] for n in range(n_parallel + 1)]
         self.rotator = KeyRotator(model, backend)
         self.slots = SlotTable(self.cache)
         self.eog_ids = frozenset(t for t in tokenizer.eog_ids if 0 <= t < self.n_vocab)
@@ -277,7 +279,7 @@ class Engine:
         try:
             # a step of prompt chunks only still has to run; it reads one row it ignores
             out_rows = np.asarray(rows or [0], np.int32)
-            out = self._step_logits[:len(out_rows)] if len(out_rows) <= len(self._step_logits) else None
+            out = self._step_logits[len(out_rows)] if len(out_rows) < len(self._step_logits) else None
             logits = self.forward(tokens, positions, seq_ids, out_rows, out,
                                   arith=Arith.concat([self._arith(s, toks) for s, toks in batch]))
         except BaseException as error:

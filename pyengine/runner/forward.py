@@ -128,7 +128,7 @@ class BatchGraph:
         ctx.set_output(self.logits)
         self.row_width = ctx.graph.shape(self.logits.id)[0]   # floats per output row
         self.bindable = True   # until binding the output to a caller's buffer fails
-        self.bound = False     # whether the output goes into a caller's buffer now
+        self.bound_to: np.ndarray | None = None   # the caller's buffer the output goes into now
 
     def attn_inputs(self, layer: int) -> AttnInputs:
         return self._attn[layer]
@@ -211,17 +211,18 @@ class Forward:
             buf.slots[gi][:n] = slots[gi]
             buf.kv_len[gi][0] = n_kv
             group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window)
-        into = out is not None and g.bindable and out.dtype == np.float32 and out.flags.c_contiguous \
-            and out.flags.writeable and out.size == len(out_rows) * g.row_width
-        if into:   # the logits computed straight into the caller's buffer, not copied out after
+        into = out is not None and (out is g.bound_to or g.bindable and out.dtype == np.float32
+                                    and out.flags.c_contiguous and out.flags.writeable
+                                    and out.size == len(out_rows) * g.row_width)
+        if into and out is not g.bound_to:   # the logits computed straight into the caller's buffer
             try:
                 g.ctx.bind_output(g.logits, out)
-                g.bound = True
+                g.bound_to = out
             except (NativeError, ValueError):   # a model whose output is a view: copied out
                 g.bindable = into = False
-        elif g.bound:   # never into a buffer an earlier call gave
+        elif not into and g.bound_to is not None:   # never into a buffer an earlier call gave
             g.ctx.bind_output(g.logits, None)
-            g.bound = False
+            g.bound_to = None
         t0 = time.perf_counter()
         g.ctx.compute()
         self.compute_seconds += time.perf_counter() - t0
