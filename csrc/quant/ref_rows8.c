@@ -25,8 +25,8 @@
  * the 8 rows side by side. */
 typedef struct {
     int halves;         /* leading f16 fields */
-    int whole;          /* bytes after them, kept together per row (or by 4-byte group, with words_by_row) */
-    int words_by_row;   /* the whole bytes go as the codes do, by 4-byte group (block_q4_Kx8's scales) */
+    int whole;          /* bytes after them, kept together per row (or by 4-byte group, with whole_by_word) */
+    int whole_by_word;   /* the whole bytes go as the codes do, by 4-byte group (block_q4_Kx8's scales) */
     int codes;          /* code bytes, moved in 4-byte groups */
     int bits_by_lane;   /* the whole bytes are a 32-bit word of element bits, stored by lane (block_q5_0x8) */
     int unsigned_codes; /* signed byte codes stored + 128 (block_q8_0x8) */
@@ -83,7 +83,7 @@ static void move8(const rows8_layout *l, int64_t nb, uint8_t *rows, size_t bw, u
         for (size_t r = 0; r < 8; r++) {
             uint8_t *x = rows + r * bw + (size_t)b * bb;
             for (size_t f = 0; f < halves; f++) copy_piece(x + 2 * f, g + 16 * f + 2 * r, 2, to_group);
-            if (l->words_by_row) copy_words(x + 2 * halves, wholes, r, whole, to_group);
+            if (l->whole_by_word) copy_words(x + 2 * halves, wholes, r, whole, to_group);
             else copy_piece(x + 2 * halves, wholes + whole * r, whole, to_group);
             copy_words(x + 2 * halves + whole, g + 16 * halves + 8 * whole, r, (size_t)l->codes, to_group);
             if (l->unsigned_codes && !to_group) flip_codes(x + 2 * halves + whole, (size_t)l->codes);
