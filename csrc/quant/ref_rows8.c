@@ -26,7 +26,7 @@
 typedef struct {
     int halves;         /* leading f16 fields */
     int whole;          /* bytes after them, kept together per row (or by 4-byte group, with whole_by_word) */
-    int whole_by_word;   /* the whole bytes go as the codes do, by 4-byte group (block_q4_Kx8's scales) */
+    int whole_by_word;  /* the whole bytes go as the codes do, by 4-byte group (block_q4_Kx8's scales) */
     int codes;          /* code bytes, moved in 4-byte groups */
     int bits_by_lane;   /* the whole bytes are a 32-bit word of element bits, stored by lane (block_q5_0x8) */
     int unsigned_codes; /* signed byte codes stored + 128 (block_q8_0x8) */
