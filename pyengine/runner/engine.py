@@ -266,10 +266,7 @@ class Engine:
         if not batch:
             return
         self._make_room(batch)
-        tokens = np.concatenate([np.asarray(toks, np.int32) for _, toks in batch])
-        positions = np.concatenate([np.arange(len(s.cache_tokens), len(s.cache_tokens) + len(toks))
-                                    for s, toks in batch])
-        seq_ids = np.concatenate([np.full(len(toks), s.slot.id) for s, toks in batch])
+        tokens, positions, seq_ids, arith = self._batch_inputs(batch)
         rows, owners, start = [], [], 0
         for seq, toks in batch:
             wanted = self._rows_wanted(seq, len(toks))
@@ -280,8 +277,7 @@ class Engine:
             # a step of prompt chunks only still has to run; it reads one row it ignores
             out_rows = np.asarray(rows or [0], np.int32)
             out = self._step_logits[len(out_rows)] if len(out_rows) < len(self._step_logits) else None
-            logits = self.forward(tokens, positions, seq_ids, out_rows, out,
-                                  arith=Arith.concat([self._arith(s, toks) for s, toks in batch]))
+            logits = self.forward(tokens, positions, seq_ids, out_rows, out, arith=arith)
         except BaseException as error:
             for seq, _ in batch:
                 self._finish(seq, "error", error)
@@ -289,6 +285,19 @@ class Engine:
         self.steps += 1
         for seq, toks, first, count in owners:
             self._advance(seq, toks, logits[first:first + count] if count else None)
+
+    def _batch_inputs(self, batch: list[tuple[_Seq, list[int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, Arith]:
+        """The batch's tokens, positions, sequence ids and arithmetic paths; a decode step's
+        (a token of each generating sequence) straight from lists, in a few calls."""
+        if all(not seq.prefill and len(toks) == 1 for seq, toks in batch):
+            return (np.array([toks[0] for _, toks in batch], np.int32),
+                    np.array([len(seq.cache_tokens) for seq, _ in batch], np.int32),
+                    np.array([seq.slot.id for seq, _ in batch], np.int64), generated_arith(len(batch)))
+        tokens = np.concatenate([np.asarray(toks, np.int32) for _, toks in batch])
+        positions = np.concatenate([np.arange(len(s.cache_tokens), len(s.cache_tokens) + len(toks))
+                                    for s, toks in batch])
+        seq_ids = np.concatenate([np.full(len(toks), s.slot.id) for s, toks in batch])
+        return tokens, positions, seq_ids, Arith.concat([self._arith(s, toks) for s, toks in batch])
 
     @staticmethod
     def _arith(seq: _Seq, toks: list[int]) -> Arith:
