@@ -37,8 +37,11 @@ def seq_bit(seq_id: int) -> np.uint64:
 def seq_bits(seq_ids: np.ndarray) -> np.ndarray:
     """Bits of an array of sequence ids (validated)."""
     ids = np.asarray(seq_ids)
-    if ids.size and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() >= MAX_SEQUENCES):
-        raise InvalidOptionError(f"sequence ids must be integers in 0..{MAX_SEQUENCES - 1}")
+    if ids.size:
+        # a decode step's few ids as Python ints: cheaper than numpy's reductions
+        extremes = ids.ravel().tolist() if ids.size <= 16 else [ids.min(), ids.max()]
+        if ids.dtype.kind not in "iu" or min(extremes) < 0 or max(extremes) >= MAX_SEQUENCES:
+            raise InvalidOptionError(f"sequence ids must be integers in 0..{MAX_SEQUENCES - 1}")
     return np.left_shift(_ONE, ids.astype(np.uint64))
 
 
