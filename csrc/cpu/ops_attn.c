@@ -113,7 +113,7 @@ static inline int hidden8(const float *m) {
 static int place_cells(attn_group *ag, const float *m, const int32_t *pos, int64_t n_kv, int64_t room) {
     int64_t nv = 0;
     for (int64_t c = 0; c < n_kv; c++) {
-        if ((c & 7) == 0 && c + 8 <= n_kv && hidden8(m + c)) {
+        if ((c & 7) == 0 && m[c] == -INFINITY && c + 8 <= n_kv && hidden8(m + c)) {
             c += 7;
             continue;
         }
