@@ -90,6 +90,7 @@ typedef struct {
     int32_t *visible;  /* [n_visible]       the visible cells, in cell order (place_cells) */
     int32_t *vslot;    /* [n_visible]       the slot of each */
     int64_t  n_visible;
+    int64_t  cell_offset;  /* every visible cell's offset from its slot when they share one (>= 0), else -1 */
     const uint16_t *vt;  /* this KV head's transposed V ([hd][vt_width]), or NULL */
     int64_t  vt_width;
     float    mx[64];   /* largest score per head */
@@ -121,6 +122,7 @@ static int place_cells(attn_group *ag, const float *m, const int32_t *pos, int64
         nv += m[c] != -INFINITY;
     }
     ag->n_visible = nv;
+    ag->cell_offset = -1;
     int64_t lo = INT64_MAX, hi = -1;
     for (int64_t i = 0; i < nv; i++) {
         const int64_t p = pos ? pos[ag->visible[i]] : ag->visible[i];
@@ -136,6 +138,9 @@ static int place_cells(attn_group *ag, const float *m, const int32_t *pos, int64
         const int32_t c = ag->visible[i];
         ag->vslot[i] = (int32_t)((pos ? pos[c] : c) - base);
         ag->cell[ag->vslot[i]] = c;
+        const int64_t offset = c - ag->vslot[i];
+        if (i == 0) ag->cell_offset = offset >= 0 ? offset : -1;
+        else if (offset != ag->cell_offset) ag->cell_offset = -1;
     }
     return 1;
 }
@@ -147,6 +152,7 @@ static void place_by_cell(attn_group *ag, int64_t n_kv) {
         ag->vslot[i] = ag->visible[i];
         ag->cell[ag->visible[i]] = ag->visible[i];
     }
+    ag->cell_offset = ag->n_visible ? 0 : -1;
 }
 
 /* The group's queries in the form K's dot product takes them, as the
@@ -263,14 +269,10 @@ static void group_softmax(attn_group *ag, int to_f16) {
 
 /* The column of the transposed V that slot 0 maps to, when every visible
  * cell sits at that fixed offset from its slot (one sequence's cells in
- * position order, as a prompt fills them) and the slots fit; else -1. */
+ * position order, as a prompt fills them: place_cells notes it) and the
+ * slots fit; else -1. */
 static int64_t vt_column(const attn_group *ag) {
-    int64_t c0 = -1;
-    for (int64_t i = 0; i < ag->n_slots; i++) {
-        if (ag->cell[i] < 0) continue;
-        if (c0 < 0) c0 = ag->cell[i] - i;
-        if (c0 < 0 || ag->cell[i] - i != c0) return -1;
-    }
+    const int64_t c0 = ag->cell_offset;
     return c0 >= 0 && c0 + ag->n_slots <= ag->vt_width ? c0 : -1;
 }
 
