@@ -109,6 +109,33 @@ GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_
     }
 GR_DEFINE_GEMM8_BY_PAIRS(q4_1x8, block_q8_1)
 
+/* The pe_q8_0_scales after a Q8_0 activation row of n elements. */
+static inline const pe_q8_0_scales *gr_q8_0_scales(const void *row, int64_t n) {
+    return (const pe_q8_0_scales *)((const uint8_t *)row + PE_Q8_0_SCALES_AT(n));
+}
+
+/* The start of a pass of the Q8_0 and Q5_0 kernels over activation rows
+ * y[0..nc): each row's pe_q8_0_scales, and its lane accumulators zeroed. */
+GM_INLINE void gr_q8_0_pass(int64_t n, const block_q8_0 *const y[2], const int nc, const pe_q8_0_scales *sc[2],
+                            __m256 acc[2][8]) {
+    for (int j = 0; j < nc; j++) {
+        sc[j] = gr_q8_0_scales(y[j], n);
+        for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
+    }
+}
+
+/* Block b's float scales of 8 rows (dw) times each activation row's d. */
+GM_INLINE void gr_block_d(__m256 dw, const pe_q8_0_scales *const sc[2], int64_t b, const int nc, __m256 d[2]) {
+    for (int j = 0; j < nc; j++) d[j] = _mm256_mul_ps(dw, _mm256_broadcast_ss(&sc[j][b].d));
+}
+
+/* Each activation row's 8 results: its lane vectors folded, + 0 as vec_dot
+ * adds its absent min term. */
+GM_INLINE void gr_store_folds(float *s, size_t bs, const __m256 acc[2][8], const int nc) {
+    for (int j = 0; j < nc; j++)
+        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(gr_fold8(acc[j]), _mm256_setzero_ps()));
+}
+
 /* Q8_0 (the tied output projection of many small models), llama.cpp's lane
  * arithmetic as for Q4_1 without the min term: group t of 8 rows' codes
  * against the activation's group t.  The codes are stored + 128, unsigned
@@ -123,15 +150,12 @@ GM_INLINE void gemm8_q8_0x8_cols(int64_t n, float *s, size_t bs, const block_q8_
                                  const block_q8_0 *const y[2], const int nc) {
     const pe_q8_0_scales *sc[2];
     __m256 acc[2][8];
-    for (int j = 0; j < nc; j++) {
-        sc[j] = (const pe_q8_0_scales *)((const uint8_t *)y[j] + PE_Q8_0_SCALES_AT(n));
-        for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
-    }
+    gr_q8_0_pass(n, y, nc, sc, acc);
     for (int64_t b = 0; b < n / QK8_0; b++) {
         pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
         __m256 d[2];
-        for (int j = 0; j < nc; j++) d[j] = _mm256_mul_ps(dw, _mm256_broadcast_ss(&sc[j][b].d));
+        gr_block_d(dw, sc, b, nc, d);
         for (int t = 0; t < 8; t++) {
             const __m256i code = gm_load256(x[b].qs[t]);
 #if defined(PE_GEMM_VNNI)
@@ -150,8 +174,7 @@ GM_INLINE void gemm8_q8_0x8_cols(int64_t n, float *s, size_t bs, const block_q8_
 #endif
         }
     }
-    for (int j = 0; j < nc; j++)   /* vec_dot's + 0: its absent min term */
-        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(gr_fold8(acc[j]), _mm256_setzero_ps()));
+    gr_store_folds(s, bs, acc, nc);
 }
 GR_DEFINE_GEMM8_BY_PAIRS(q8_0x8, block_q8_0)
 
@@ -165,17 +188,14 @@ GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_
                                  const block_q8_0 *const y[2], const int nc) {
     const pe_q8_0_scales *sc[2];
     __m256 acc[2][8];
-    for (int j = 0; j < nc; j++) {
-        sc[j] = (const pe_q8_0_scales *)((const uint8_t *)y[j] + PE_Q8_0_SCALES_AT(n));
-        for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
-    }
+    gr_q8_0_pass(n, y, nc, sc, acc);
     for (int64_t b = 0; b < n / QK5_0; b++) {
         pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
         __m256i code[8];
         gr_nibbles(x[b].qs, code);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
         __m256 d[2];
-        for (int j = 0; j < nc; j++) d[j] = _mm256_mul_ps(dw, _mm256_broadcast_ss(&sc[j][b].d));
+        gr_block_d(dw, sc, b, nc, d);
         for (int t = 0; t < 8; t++) {
             const __m256i u = gm_fifth_row(code[t], x[b].qh[t], 0);   /* n + 16 f */
             for (int j = 0; j < nc; j++) {
@@ -184,8 +204,7 @@ GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_
             }
         }
     }
-    for (int j = 0; j < nc; j++)   /* vec_dot's + 0: its absent min term */
-        _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(gr_fold8(acc[j]), _mm256_setzero_ps()));
+    gr_store_folds(s, bs, acc, nc);
 }
 GR_DEFINE_GEMM8_BY_PAIRS(q5_0x8, block_q8_0)
 
@@ -199,7 +218,7 @@ GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8
     const pe_q8_0_scales *sc[4];
     __m256 acc[4];
     for (int j = 0; j < nc; j++) {
-        sc[j] = (const pe_q8_0_scales *)(a + (size_t)j * ba + PE_Q8_0_SCALES_AT(n));
+        sc[j] = gr_q8_0_scales(a + (size_t)j * ba, n);
         acc[j] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK4_0; b++) {
@@ -244,7 +263,7 @@ GM_INLINE void gemm8_iq4_nlx8_n(int64_t n, float *s, size_t bs, const block_iq4_
     const pe_q8_0_scales *sc[4];
     __m256 acc[4];
     for (int j = 0; j < nc; j++) {
-        sc[j] = (const pe_q8_0_scales *)(a + (size_t)j * ba + PE_Q8_0_SCALES_AT(n));
+        sc[j] = gr_q8_0_scales(a + (size_t)j * ba, n);
         acc[j] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK4_NL; b++) {
