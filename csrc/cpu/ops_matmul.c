@@ -294,6 +294,14 @@ static int any_path(const int32_t *paths, int64_t j0, int64_t j1, int64_t m, uns
     return 0;
 }
 
+/* Whether rows [j0, j1) of a batch of m activation rows take w's decoding
+ * kernel: a batch it takes (decode_cols), none of the rows on a path it
+ * does not take. */
+static int takes_gemm8(const pe_type_kernels *k, const pe_tensor *w, const int32_t *paths, int64_t j0, int64_t j1,
+                       int64_t m) {
+    return k->gemm8 && m <= decode_cols(w) && !any_path(paths, j0, j1, m, path_keep(w) & k->gemm8_paths);
+}
+
 /* A tile of a weight interleaved by 8 rows: decoding's few activation rows
  * go through the layout's own kernel straight from the groups (unless a
  * row's path is one it does not take); other batches see the rows
@@ -306,7 +314,7 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
     const size_t bw = w->nb[1];
     /* (a prompt's last few columns are no decoding batch: their activation rows lack
      * the float scales a gemm8_scales kernel reads) */
-    if (k->gemm8 && m <= ROWS8_DECODE_COLS && !any_path(paths, j0, j1, m, path_keep(w) & k->gemm8_paths)) {
+    if (takes_gemm8(k, w, paths, j0, j1, m)) {
         for (int64_t i = i0; i < i1; i += PE_GEMM8_ROWS)
             for (int64_t j = j0; j < j1; j += PE_GEMM8_MAX_COLS) {
                 const int nc = (int)(j1 - j < PE_GEMM8_MAX_COLS ? j1 - j : PE_GEMM8_MAX_COLS);
@@ -358,8 +366,7 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     float *dst = t->data;
     uint8_t *rows = unpacked_scratch(ex, t, w, x);
     if (kern->unpack8 && !rows) { pe_exec_fail(ex, "mul_mat: no scratch planned for an interleaved weight"); return; }
-    if (m <= PE_GEMM8_MAX_COLS ||
-        (kern->gemm8 && m <= decode_cols(w) && !any_path(paths, 0, m, m, path_keep(w) & kern->gemm8_paths))) {
+    if (m <= PE_GEMM8_MAX_COLS || takes_gemm8(kern, w, paths, 0, m, m)) {
         decode_rows(ex, kern, k, dst, n, w, x, q, qstride, paths, m, rows);
         return;
     }
