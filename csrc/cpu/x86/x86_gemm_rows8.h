@@ -63,11 +63,31 @@ static inline __m256 gr_fold8(const __m256 acc[8]) {
  * same at 1; 48 gained nothing more. */
 #define GR_PREFETCH_BLOCKS 24
 
+/* The prefetch at block b of pass `pass` of `passes` over a group of nb
+ * blocks of `size` bytes at x.  One pass (1-2 activation rows) asks for
+ * block b + GR_PREFETCH_BLOCKS.  Two passes (3-4 rows: the second rereads
+ * the group from L1) ask for the blocks that follow at half that pace,
+ * through both: asked for in the first pass alone, the next group's blocks
+ * came in a burst the memory could not keep up with, and nothing was asked
+ * for while the second pass computed.  Block nb + k (the next group's k-th)
+ * is asked for nb + GR_PREFETCH_BLOCKS - k block times before the first
+ * pass reads it. */
+static inline void gr_prefetch(const void *x, size_t size, int64_t b, int64_t nb, int pass, int passes) {
+    const uint8_t *base = (const uint8_t *)x;
+    if (passes == 1) {
+        pe_prefetch(base + (size_t)(b + GR_PREFETCH_BLOCKS) * size, size);
+        return;
+    }
+    const int64_t t = pass * nb + b;
+    if (t & 1) return;
+    pe_prefetch(base + (size_t)((nb + GR_PREFETCH_BLOCKS) / 2 + t / 2) * size, size);
+}
+
 /* 8 rows against activation rows y[0..nc) (nc <= 2: 16 accumulators and the
  * 8 code vectors fill the registers); each row's blocks are followed by
  * their scales d and s as floats (gemm8_scales), broadcast from memory */
 GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_1x8 *x,
-                                 const block_q8_1 *const y[2], const int nc) {
+                                 const block_q8_1 *const y[2], const int nc, int pass, int passes) {
     const int64_t nb = n / QK4_1;
     __m256 acc[2][8], mins[2];
     for (int j = 0; j < nc; j++) {
@@ -75,7 +95,7 @@ GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_
         for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; b++) {
-        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        gr_prefetch(x, sizeof *x, b, nb, pass, passes);
         __m256i code[8];
         gr_nibbles(x[b].qs, code);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), mw = _mm256_cvtph_ps(gm_load128(x[b].m));
@@ -102,9 +122,9 @@ GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_
             const AB *y[2] = {(const AB *)((const uint8_t *)a + (size_t)j * ba),                          \
                               (const AB *)((const uint8_t *)a + (size_t)(j + 1) * ba)};                   \
             if (nc - j >= 2)                                                                              \
-                gemm8_##NAME##_cols(n, s + (size_t)j * bs, bs, w, y, 2);                                  \
+                gemm8_##NAME##_cols(n, s + (size_t)j * bs, bs, w, y, 2, j / 2, (nc + 1) / 2);             \
             else                                                                                          \
-                gemm8_##NAME##_cols(n, s + (size_t)j * bs, bs, w, y, 1);                                  \
+                gemm8_##NAME##_cols(n, s + (size_t)j * bs, bs, w, y, 1, j / 2, (nc + 1) / 2);             \
         }                                                                                                 \
     }
 GR_DEFINE_GEMM8_BY_PAIRS(q4_1x8, block_q8_1)
@@ -147,12 +167,12 @@ GM_INLINE void gr_store_folds(float *s, size_t bs, const __m256 acc[2][8], const
  * activation carrying their signs.  Two activation rows per pass: their 16
  * accumulators stay in registers. */
 GM_INLINE void gemm8_q8_0x8_cols(int64_t n, float *s, size_t bs, const block_q8_0x8 *x,
-                                 const block_q8_0 *const y[2], const int nc) {
+                                 const block_q8_0 *const y[2], const int nc, int pass, int passes) {
     const pe_q8_0_scales *sc[2];
     __m256 acc[2][8];
     gr_q8_0_pass(n, y, nc, sc, acc);
     for (int64_t b = 0; b < n / QK8_0; b++) {
-        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        gr_prefetch(x, sizeof *x, b, n / QK8_0, pass, passes);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
         __m256 d[2];
         gr_block_d(dw, sc, b, nc, d);
@@ -185,12 +205,12 @@ GR_DEFINE_GEMM8_BY_PAIRS(q8_0x8, block_q8_0)
  * bits are stored by lane (block_q5_0x8): each lane's word is the byte mask
  * of its codes, as a file row's qh is of its (gm_fifth_row). */
 GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_0x8 *x,
-                                 const block_q8_0 *const y[2], const int nc) {
+                                 const block_q8_0 *const y[2], const int nc, int pass, int passes) {
     const pe_q8_0_scales *sc[2];
     __m256 acc[2][8];
     gr_q8_0_pass(n, y, nc, sc, acc);
     for (int64_t b = 0; b < n / QK5_0; b++) {
-        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
+        gr_prefetch(x, sizeof *x, b, n / QK5_0, pass, passes);
         __m256i code[8];
         gr_nibbles(x[b].qs, code);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
