@@ -12,6 +12,9 @@ cdef extern from "pe.h" nogil:
     int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows)
     int64_t pe_top_k(const float *x, int64_t n, int64_t k, const int64_t *skip, int64_t n_skip, float *val,
                      int64_t *pos)
+    int64_t pe_best_outside(const float *x, int64_t n, const int64_t *skip, int64_t n_skip, int *nan)
+    int64_t pe_greedy_penalised(const float *x, int64_t n, const int64_t *ids, const float *counts, int64_t n_ids,
+                                float repeat, float frequency, float presence, int *status)
     void pe_kv_mask(float *out, int64_t stride, const int32_t *positions, const uint64_t *seq_bits, int64_t n_tokens,
                     const int32_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv, int32_t window)
     const char *pe_last_error()

@@ -91,11 +91,7 @@ def top_k(const float[::1] x, int64_t k, const int64_t[::1] skip=None):
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     k = min(k, x.shape[0])
-    cdef int64_t n_skip = 0 if skip is None else skip.shape[0]
-    cdef int64_t i
-    for i in range(1, n_skip):
-        if skip[i] <= skip[i - 1]:
-            raise ValueError("skip must be strictly ascending")
+    cdef int64_t n_skip = _ascending_length(skip)
     pos = np.empty(k, np.int64)
     val = np.empty(k, np.float32)
     cdef int64_t[::1] p = pos
@@ -105,6 +101,55 @@ def top_k(const float[::1] x, int64_t k, const int64_t[::1] skip=None):
         with nogil:
             found = pe_top_k(&x[0], x.shape[0], k, &skip[0] if n_skip else NULL, n_skip, &v[0], &p[0])
     return pos[:found]
+
+
+def best_outside(const float[::1] x, const int64_t[::1] skip=None):
+    """(position, nan): the position of the largest of x outside the ascending
+    positions in `skip` (NaN passed over; -1 when none is left), ties to the lower
+    position, and whether x holds a NaN (pe_best_outside in pe.h)."""
+    cdef int64_t n_skip = _ascending_length(skip)
+    cdef int64_t found = -1
+    cdef int nan = 0
+    if x.shape[0]:
+        with nogil:
+            found = pe_best_outside(&x[0], x.shape[0], &skip[0] if n_skip else NULL, n_skip, &nan)
+    return found, bool(nan)
+
+
+GREEDY_PROBLEMS = {1: "logits contain NaN (the model produced invalid values)",
+                   2: "logits contain +inf (the model produced invalid values)",
+                   3: "every logit is -inf: no token can be sampled"}
+
+
+def greedy_penalised(const float[::1] x, const int64_t[::1] ids, const float[::1] counts, float repeat,
+                     float frequency, float presence):
+    """(token, problem): greedy's pick once the ascending `ids`, seen `counts` times,
+    are penalised (pe_greedy_penalised in pe.h); token -1 when there is none, with
+    problem the reason (GREEDY_PROBLEMS) or None when only the penalties left nothing
+    finite."""
+    cdef int64_t n_ids = _ascending_length(ids)
+    if counts.shape[0] != n_ids:
+        raise ValueError("one count per id")
+    if n_ids and (ids[0] < 0 or ids[n_ids - 1] >= x.shape[0]):
+        raise ValueError("ids must be positions of x")
+    cdef int status = 0
+    cdef int64_t token = -1
+    if x.shape[0]:
+        with nogil:
+            token = pe_greedy_penalised(&x[0], x.shape[0], &ids[0] if n_ids else NULL,
+                                        &counts[0] if n_ids else NULL, n_ids, repeat, frequency, presence,
+                                        &status)
+    return token, GREEDY_PROBLEMS.get(status)
+
+
+cdef int64_t _ascending_length(const int64_t[::1] skip) except -1:
+    """The length of a skip list, which must be strictly ascending."""
+    cdef int64_t n_skip = 0 if skip is None else skip.shape[0]
+    cdef int64_t i
+    for i in range(1, n_skip):
+        if skip[i] <= skip[i - 1]:
+            raise ValueError("skip must be strictly ascending")
+    return n_skip
 
 
 # ---- instruction sets ----------------------------------------------------

@@ -94,7 +94,7 @@ def test_top_k_positions_matches_a_full_sort_with_ties_to_lower_ids(n, k):
 
 @pytest.mark.parametrize("n, k", [(7, 3), (5_000, 1), (50_000, 40), (50_000, 256)])
 def test_native_top_k_leaves_out_the_skipped_positions_and_nan(n, k):
-    """_core.top_k (what top_k_positions and greedy sampling under penalties use):
+    """_core.top_k (what top_k_positions uses):
     the k best of what is not skipped, ties to the lower position, NaN passed over."""
     rng = np.random.default_rng(n * k)
     logits = rng.integers(-20, 20, size=n).astype(np.float32)
@@ -106,6 +106,47 @@ def test_native_top_k_leaves_out_the_skipped_positions_and_nan(n, k):
     assert np.array_equal(_core.top_k(logits, k, skip), expected)
     with pytest.raises(ValueError, match="ascending"):
         _core.top_k(logits, k, np.array([2, 1], np.int64))
+
+
+@pytest.mark.parametrize("n, with_nan", [(1, False), (7, True), (64, False), (65, True), (5_000, False),
+                                         (50_000, True), (50_000, False)])
+def test_native_best_outside_is_argmax_of_what_is_not_skipped(n, with_nan):
+    """_core.best_outside (greedy sampling's one pass): the first largest logit outside the
+    skipped positions, NaN passed over but reported, wherever the NaN and the best lie
+    (every vector lane and tail), -1 when nothing is left."""
+    rng = np.random.default_rng(n)
+    for trial in range(20):
+        logits = rng.integers(-5, 5, size=n).astype(np.float32)   # many ties
+        logits[rng.integers(0, n, size=n // 5 + 1)] = -np.inf
+        if with_nan:
+            logits[rng.integers(0, n)] = np.nan
+        skip = np.unique(rng.integers(0, n, size=rng.integers(0, min(n, 64) + 1)))
+        kept = np.setdiff1d(np.flatnonzero(~np.isnan(logits)), skip)
+        expected = int(kept[np.argmax(logits[kept])]) if kept.size else -1
+        assert _core.best_outside(logits, skip) == (expected, with_nan), (n, trial)
+    assert _core.best_outside(np.full(3, np.nan, np.float32)) == (-1, True)
+    assert _core.best_outside(np.zeros(3, np.float32), np.arange(3, dtype=np.int64)) == (-1, False)
+    with pytest.raises(ValueError, match="ascending"):
+        _core.best_outside(np.zeros(3, np.float32), np.array([2, 1], np.int64))
+
+
+def test_greedy_under_penalties_reports_bad_logits_wherever_they_lie():
+    """The one-pass greedy pick checks the logits as the general path does: a NaN or +inf
+    among the penalised ids or the others, or nothing above -inf, is a SamplingError."""
+    chain = SamplerChain(SamplingOptions(temperature=0, repeat_penalty=1.5, repeat_last_n=8), 300)
+    for token in (4, 7, 200):
+        chain.accept(token)
+    for at in (5, 7, 250):
+        for bad, message in ((np.nan, "NaN"), (np.inf, r"\+inf")):
+            logits = np.zeros(300, np.float32)
+            logits[at] = bad
+            with pytest.raises(SamplingError, match=message):
+                chain.sample(logits)
+    with pytest.raises(SamplingError, match="every logit is -inf"):
+        chain.sample(np.full(300, -np.inf, np.float32))
+    logits = np.full(300, -np.inf, np.float32)
+    logits[7] = 1.0   # only a penalised id is finite: it is picked
+    assert chain.sample(logits) == 7
 
 
 def test_positions_of_finds_ids_in_a_shuffled_subset():

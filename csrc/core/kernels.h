@@ -130,6 +130,8 @@ typedef struct pe_vec_kernels {
     float (*scale_max)(int64_t n, float *x, float scale);
     /* the largest x[i] (NaN ignored, -inf if none) */
     float (*max)(int64_t n, const float *x);
+    /* the same, and *nan set to 1 when some x[i] is NaN (left as it is otherwise) */
+    float (*max_nan)(int64_t n, const float *x, int *nan);
     /* y[i] = exp(x[i] - max), returning the sum in double */
     double (*exp_sum)(int64_t n, float *y, const float *x, float max);
     void  (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);

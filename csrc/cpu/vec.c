@@ -660,6 +660,43 @@ static float scale_max(int64_t n, float *x, float scale) { return scaled_max(n, 
 
 static float max_f32(int64_t n, const float *x) { return scaled_max(n, x, 1.0f, NULL); }
 
+/* max_f32, noting in *nan whether any x[i] is NaN (an unordered compare of
+ * each vector with itself, in the same pass) */
+static float max_nan(int64_t n, const float *x, int *nan) {
+    int64_t i = 0;
+    float best = -INFINITY;
+    int seen = 0;
+#if defined(__AVX512F__)
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    __mmask16 unordered = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        m = _mm512_max_ps(v, m);
+    }
+    best = _mm512_reduce_max_ps(m);
+    seen = unordered != 0;
+#elif defined(__AVX2__)
+    __m256 m = _mm256_set1_ps(-INFINITY), unordered = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m = _mm256_max_ps(v, m);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m);
+    for (int l = 0; l < 8; l++)
+        if (lanes[l] > best) best = lanes[l];
+    seen = _mm256_movemask_ps(unordered) != 0;
+#endif
+    for (; i < n; i++) {
+        if (x[i] != x[i]) seen = 1;
+        else if (x[i] > best) best = x[i];
+    }
+    if (seen) *nan = 1;
+    return best;
+}
+
 /* y[i] = exp(x[i] - max) for i < n (n a multiple of LANES on the SIMD
  * builds); returns their sum in double, added LANES at a time */
 static double exp_sum(int64_t n, float *y, const float *x, float max) {
@@ -776,6 +813,7 @@ void PE_VEC_FILL(pe_kernels *k) {
     k->vec.scale_round_f16 = scale_round_f16;
     k->vec.scale_max = scale_max;
     k->vec.max = max_f32;
+    k->vec.max_nan = max_nan;
     k->vec.exp_sum = exp_sum;
     k->vec.f32_to_f16 = f32_to_f16;
     k->vec.f16_to_f32 = f16_to_f32;

@@ -136,6 +136,21 @@ void pe_kv_mask(float *out, int64_t stride, const int32_t *positions, const uint
 int64_t pe_top_k(const float *x, int64_t n, int64_t k, const int64_t *skip, int64_t n_skip, float *val,
                  int64_t *pos);
 
+/* The position of the largest of x[0..n) outside the ascending positions
+ * skip[0..n_skip) (NaN passed over), ties to the lower position, or -1 when
+ * none is left; *nan is set to whether any x (skipped or not) is NaN. */
+int64_t pe_best_outside(const float *x, int64_t n, const int64_t *skip, int64_t n_skip, int *nan);
+
+/* Greedy sampling under repetition penalties: the id of the largest logit
+ * once the ids (ascending, each < n) seen counts[i] times are penalised
+ * (divided by repeat when positive, else multiplied; then less
+ * counts[i] * frequency + presence), ties to the lower id.  *status is 0,
+ * or says why there is no pick: a NaN in x, a +inf logit, or none above
+ * -inf.  -1 also when the penalties leave nothing above -inf. */
+enum { PE_GREEDY_NAN = 1, PE_GREEDY_POS_INF = 2, PE_GREEDY_NONE = 3 };
+int64_t pe_greedy_penalised(const float *x, int64_t n, const int64_t *ids, const float *counts, int64_t n_ids,
+                            float repeat, float frequency, float presence, int *status);
+
 /* ---- thread pool ----------------------------------------------------------- */
 
 typedef struct pe_pool pe_pool;

@@ -152,6 +152,10 @@ class SamplerChain:
 
     def sample(self, logits: np.ndarray) -> int:
         """Pick the next token from float logits [n_vocab]; the caller's array is not modified."""
+        if self._greedy and self._matcher is None:
+            token = self._plain_greedy(logits)
+            if token is not None:
+                return token
         raw, best = self._checked_best(logits)
         token = self._pick(raw, None, best)
         if self._matcher is None or self._grammar_allows(token):
@@ -210,8 +214,8 @@ class SamplerChain:
 
     # ---- internals
 
-    def _checked_best(self, logits: np.ndarray) -> tuple[np.ndarray, int]:
-        """The logits as float32 [n_vocab], validated, and the id of the largest."""
+    def _checked_row(self, logits: np.ndarray) -> np.ndarray:
+        """The logits as contiguous float32 [n_vocab], their shape and type checked."""
         raw = np.asarray(logits)
         if raw.ndim != 1 or raw.shape[0] != self.n_vocab:
             raise SamplingError(f"logits must have shape ({self.n_vocab},), got {raw.shape}")
@@ -219,16 +223,38 @@ class SamplerChain:
             if not np.issubdtype(raw.dtype, np.floating):
                 raise SamplingError(f"logits must be floating point, got {raw.dtype}")
             raw = raw.astype(np.float32)
+        return np.ascontiguousarray(raw)
+
+    def _checked_best(self, logits: np.ndarray) -> tuple[np.ndarray, int]:
+        """The logits as float32 [n_vocab], validated, and the id of the largest."""
+        raw = self._checked_row(logits)
         # argmax returns the first NaN if there is one, so one pass checks everything.
         best_id = int(np.argmax(raw))
-        best = raw[best_id]
-        if np.isnan(best):
-            raise SamplingError("logits contain NaN (the model produced invalid values)")
-        if best == np.inf:
-            raise SamplingError("logits contain +inf (the model produced invalid values)")
-        if best == -np.inf:
-            raise SamplingError("every logit is -inf: no token can be sampled")
+        _check_best(raw[best_id], np.isnan(raw[best_id]))
         return raw, best_id
+
+    def _plain_greedy(self, logits: np.ndarray) -> int | None:
+        """Greedy when no sampler rewrites a logit, or penalties alone do (the default
+        chain at temperature 0), natively: one pass over the row for the best id outside
+        the penalised ones and any NaN, the few penalised logits rewritten apart, the
+        better of the two winning (the lower id on a tie); the logits checked as
+        _checked_best checks them.  None for any other chain, or when the penalties leave
+        nothing finite (the general path then says why)."""
+        rewriting = [s for s in self._samplers if getattr(s, "active", True)]
+        if len(rewriting) > 1 or (rewriting and not isinstance(rewriting[0], Penalties)):
+            return None
+        raw = self._checked_row(logits)
+        if not rewriting:
+            best, nan = _core.best_outside(raw)
+            _check_best(raw[best] if best >= 0 else -np.inf, nan)
+            return best
+        penalties = rewriting[0]
+        ids, counts = penalties.sorted_window()
+        token, problem = _core.greedy_penalised(raw, ids, counts, penalties.repeat, penalties.frequency,
+                                                penalties.presence)
+        if problem is not None:
+            raise SamplingError(problem)
+        return token if token >= 0 else None
 
     def _candidates(self, raw: np.ndarray, subset: np.ndarray | None) -> Candidates:
         if subset is None:
@@ -250,11 +276,7 @@ class SamplerChain:
         rewriting = [s for s in self._samplers if getattr(s, "active", True)]
         if subset is None and not rewriting:
             return int(np.argmax(raw)) if best is None else best
-        if subset is None and best is not None and len(rewriting) == 1 and isinstance(rewriting[0], Penalties):
-            token = _greedy_under_penalties(raw, best, rewriting[0])
-            if token is not None:
-                return token
-        elif subset is None and best is not None:
+        if subset is None and best is not None:
             token = _greedy_among_touched(raw, best, rewriting)
             if token is not None:
                 return token
@@ -374,34 +396,14 @@ def _check_pieces(pieces: Sequence[bytes] | None, n_vocab: int) -> Sequence[byte
     return pieces
 
 
-def _greedy_under_penalties(raw: np.ndarray, best: int, penalties: Penalties) -> int | None:
-    """_greedy_among_touched for the default chain, penalties alone, in fewer steps (it
-    runs once per token of every sequence): the best of the penalised tokens against the
-    best untouched one (raw's best, or when that is penalised the best of raw with the
-    penalised tokens masked off: _best_untouched), the lower id on a tie; None when
-    nothing is finite."""
-    tokens, counts = penalties.tokens_and_counts()
-    values = penalties.penalize(raw[tokens], counts)
-    untouched = raw[best]
-    if best in penalties.counts:
-        best, untouched = _best_untouched(raw, tokens)
-    top = values.max()
-    if top == -np.inf and untouched == -np.inf:
-        return None
-    if top < untouched:
-        return best
-    token = int(tokens[values == top].min())
-    return token if top > untouched or token < best else best
-
-
-def _best_untouched(raw: np.ndarray, tokens: np.ndarray) -> tuple[int, float]:
-    """The id and logit of raw's best among the ids not in `tokens` (-inf when there is
-    none): one native pass that leaves those out.  Raw itself is never written: another
-    thread may be reading it."""
-    found = _core.top_k(np.ascontiguousarray(raw), 1, np.unique(tokens))
-    if found.size == 0:
-        return 0, -np.inf
-    return int(found[0]), raw[found[0]]
+def _check_best(best: float, nan: bool) -> None:
+    """Raise when the row held a NaN, or its largest logit is +inf or -inf."""
+    if nan:
+        raise SamplingError("logits contain NaN (the model produced invalid values)")
+    if best == np.inf:
+        raise SamplingError("logits contain +inf (the model produced invalid values)")
+    if best == -np.inf:
+        raise SamplingError("every logit is -inf: no token can be sampled")
 
 
 def _greedy_among_touched(raw: np.ndarray, best: int, rewriting: list) -> int | None:

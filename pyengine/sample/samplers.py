@@ -55,6 +55,7 @@ class Penalties:
         self.presence = presence
         self.history: deque[int] = deque()
         self.counts: Counter[int] = Counter()
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None   # sorted_window(), until the window moves
 
     @property
     def enabled(self) -> bool:
@@ -71,6 +72,7 @@ class Penalties:
     def accept(self, token: int) -> None:
         if self.last_n == 0:
             return
+        self._sorted = None
         self.history.append(token)
         self.counts[token] += 1
         if self.last_n is not None and len(self.history) > self.last_n:
@@ -80,6 +82,7 @@ class Penalties:
                 del self.counts[oldest]
 
     def reset(self) -> None:
+        self._sorted = None
         self.history.clear()
         self.counts.clear()
 
@@ -94,6 +97,15 @@ class Penalties:
     def tokens_and_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """The tokens in the window (touched()'s order) and how often each occurs there."""
         return self.touched(), np.fromiter(self.counts.values(), dtype=np.float32, count=len(self.counts))
+
+    def sorted_window(self) -> tuple[np.ndarray, np.ndarray]:
+        """tokens_and_counts() in ascending token order (what the native greedy pick
+        takes), made once per window."""
+        if self._sorted is None:
+            tokens, counts = self.tokens_and_counts()
+            order = np.argsort(tokens)
+            self._sorted = (tokens[order], counts[order])
+        return self._sorted
 
     def penalize(self, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """The logits `values` of tokens seen `counts` times, penalised."""
