@@ -5,7 +5,7 @@ directly over a read-only mmap, so that every count read from the file is checke
 against the bytes that remain *before* anything proportional to it is allocated or
 looped over. `tensor_data` hands out read-only uint8 views: of the mmap, or on Linux
 with transparent huge pages, of a copy of the tensor in 2 MiB pages (see
-`_HUGE_PAGE`). The `gguf` package supplies constants only (type ids and block sizes).
+`_huge_pages_wanted`). The `gguf` package supplies constants only (type ids and block sizes).
 
 Layout (little-endian, versions 2 and 3):
     magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
+from pyengine import hugepages
 from pyengine.errors import GGUFError, ModelNotFoundError
 
 __all__ = ["GGUFFile", "TensorInfo", "MISSING", "DEFAULT_ALIGNMENT"]
@@ -465,7 +466,6 @@ def _open_mmap(path: str) -> tuple[mmap.mmap | None, int]:
 # _HUGE_DEFAULT_MAX is copied; PYENGINE_MMAP=0 copies any size, PYENGINE_MMAP=1
 # none.  Never more than half the memory available: the mapping's pages the OS may
 # drop under memory pressure (a model larger than memory still loads).
-_HUGE_PAGE = 2 << 20
 _HUGE_DEFAULT_MAX = 1 << 30
 
 
@@ -482,30 +482,11 @@ def _available_memory() -> int:
 
 def _huge_pages_wanted(size: int) -> bool:
     choice = os.environ.get("PYENGINE_MMAP")
-    if choice == "1" or not hasattr(mmap, "MADV_HUGEPAGE") or size < _HUGE_PAGE:
+    if choice == "1" or size < hugepages.HUGE_PAGE:
         return False
     if choice != "0" and size > _HUGE_DEFAULT_MAX:
         return False
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            if "[never]" in f.read():
-                return False
-    except OSError:
-        return False
-    return size <= _available_memory() // 2
-
-
-def _huge_page_arena(size: int) -> tuple[mmap.mmap, int] | None:
-    """`size` bytes of private anonymous memory madvised for huge pages, from a 2 MiB
-    boundary: (buffer, start), or None where it cannot be had (tensors then stay
-    views of the mapping).  Nothing is resident until written."""
-    try:
-        buf = mmap.mmap(-1, size + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        start = -np.frombuffer(buf, np.uint8, count=1).ctypes.data % _HUGE_PAGE
-        buf.madvise(mmap.MADV_HUGEPAGE, start, len(buf) - start)
-    except (OSError, ValueError):
-        return None
-    return buf, start
+    return hugepages.available() and size <= _available_memory() // 2
 
 
 # bytes of a tensor read and transformed at a time (GGUFFile.tensor_data's `unit`)
@@ -530,7 +511,7 @@ def _read_into(path: str, offset: int, view: memoryview) -> None:
 
 class GGUFFile:
     """A GGUF file, validated and memory-mapped; tensors stay in place in the mmap
-    unless they are read into huge pages on first request (see _HUGE_PAGE)."""
+    unless they are read into huge pages on first request (see _huge_pages_wanted)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path: str = os.fspath(path)
@@ -677,7 +658,7 @@ class GGUFFile:
         if not self._arena_checked:
             self._arena_checked = True
             size = self.file_size - self.data_offset
-            arena = _huge_page_arena(size) if _huge_pages_wanted(size) else None
+            arena = hugepages.arena(size) if _huge_pages_wanted(size) else None
             self._arena = None if arena is None else (arena[0], arena[1] - self.data_offset)
         return self._arena
 

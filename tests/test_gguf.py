@@ -13,6 +13,7 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
 from pyengine import gguf as gguf_module
+from pyengine import hugepages
 from pyengine.errors import GGUFError
 from pyengine.gguf import MISSING, GGUFFile, StringArray, TensorInfo
 
@@ -374,7 +375,7 @@ def test_tensor_of_a_file_cut_short_after_parsing_is_an_error(big_file):
     """A copy reads the file again: a file cut short since it was parsed is a GGUFError
     (a view of the mapping past the end would crash the process when read)."""
     with GGUFFile(big_file) as f:
-        buf, start = gguf_module._huge_page_arena(4096)
+        buf, start = hugepages.arena(4096)
         with memoryview(buf) as whole:
             gguf_module._read_into(f.path, f.data_offset, whole[start:start + 64])
             assert bytes(buf[start:start + 64]) == bytes(f.tensor_data("big")[:64])

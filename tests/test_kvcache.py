@@ -29,6 +29,37 @@ def full_layout(n_layer: int = 2, dim: int = 4) -> list[CacheSpec]:
     return [CacheSpec(dim, dim, 0)] * n_layer
 
 
+# ---- memory ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kv_type, n_cells", [("f16", 8), ("f16", 4096), ("q8_0", 4096)])
+def test_rows_of_every_layer_are_zeroed_tables_of_one_block_that_do_not_overlap(kv_type, n_cells):
+    """The K and V tables of all layers (a window group's smaller ones too) are carved
+    from one block (in huge pages where Linux gives them: hugepages.py), each zeroed, on
+    its own cache line, and writing one leaves the others as they were."""
+    layout = [CacheSpec(64, 64, 0), CacheSpec(64, 32, 16)] * 3
+    cache = KVCache(layout, n_cells, window_cells={16: 32}, kv_type=kv_type)
+    tables = cache.k + cache.v
+    assert all(t.base is tables[0].base for t in tables)
+    assert all(not t.any() and t.ctypes.data % 64 == 0 for t in tables)
+    spans = sorted((t.ctypes.data, t.ctypes.data + t.nbytes) for t in tables)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+    for i, t in enumerate(tables):
+        t[...] = i + 1
+    assert all((t == i + 1).all() for i, t in enumerate(tables))
+    assert [t.shape[0] for t in cache.k] == [n_cells, min(n_cells, 32)] * 3
+
+
+def test_huge_page_zeros_are_zero_and_writable():
+    from pyengine import hugepages
+
+    for nbytes in (100, hugepages.HUGE_PAGE + 100):
+        block = hugepages.zeros(nbytes)
+        assert block.dtype == np.uint8 and block.size == nbytes and not block.any() and block.ctypes.data % 64 == 0
+        block[-1] = 7
+        assert block[-1] == 7
+
+
 # ---- cells and sequences ---------------------------------------------------------------
 
 

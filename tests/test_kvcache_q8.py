@@ -88,7 +88,7 @@ def run_attention(k_type, v_type, *, t, h, hkv, hd=64, n_cells=16, n_old=5, mask
     """set_rows of t new tokens after n_old cached ones, then causal attention with the
     `masked` cells hidden too."""
     fk, fv = FORMATS[k_type], FORMATS[v_type]
-    cache_k, cache_v = fk.zeros(n_cells, hd * hkv), fv.zeros(n_cells, hd * hkv)
+    (cache_k,), (cache_v,) = fk.tables([(n_cells, hd * hkv)]), fv.tables([(n_cells, hd * hkv)])
     cache_k[:n_old] = fk.encode(f32(n_old, hd * hkv))
     cache_v[:n_old] = fv.encode(f32(n_old, hd * hkv))
     q, k, v = f32(t, h, hd), f32(t, hkv * hd), f32(t, hkv * hd)

@@ -89,9 +89,11 @@ class KVCache:
                 by_window[spec.window] = group
                 self.groups.append(group)
             group.layers.append(i)
-            group.k[i] = self.format.zeros(group.n_cells, spec.k_dim)
-            group.v[i] = self.format.zeros(group.n_cells, spec.v_dim)
             self.layer_group.append(group)
+        tables = iter(self.format.tables([(self.layer_group[i].n_cells, dim) for i, spec in enumerate(self.layout)
+                                          for dim in (spec.k_dim, spec.v_dim)]))
+        for i, group in enumerate(self.layer_group):
+            group.k[i], group.v[i] = next(tables), next(tables)
         self.k = [self.layer_group[i].k[i] for i in range(len(self.layout))]
         self.v = [self.layer_group[i].v[i] for i in range(len(self.layout))]
         self.epoch = 0   # bumped by clear(), so holders of bookkeeping notice

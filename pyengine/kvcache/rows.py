@@ -22,11 +22,12 @@ OLLAMA_KV_CACHE_TYPE, $PYENGINE_KV_CACHE_TYPE sets the default.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine import _core
+from pyengine import _core, hugepages
 from pyengine.errors import InvalidOptionError
 from pyengine.ml.context import F16, Q8_0
 
@@ -54,9 +55,22 @@ class RowFormat:
                 f"kv_type {self.name!r} stores rows in blocks of {self.block} values, but {what} is {dim}; "
                 f"use kv_type='f16' for this model")
 
-    def zeros(self, n: int, dim: int) -> np.ndarray:
-        self.check_dim(dim, "a cache row")
-        return np.zeros((n, self.storage_width(dim)), self.dtype)
+    def tables(self, shapes: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+        """Zeroed row tables [n, storage_width(dim)] for the (n, dim) shapes, carved from
+        one block of memory: in 2 MiB pages where there are to be had (hugepages.py; the
+        rows a token attends to lie scattered over many 4 KiB pages otherwise), each
+        table on a cache line."""
+        itemsize = np.dtype(self.dtype).itemsize
+        sizes = []
+        for n, dim in shapes:
+            self.check_dim(dim, "a cache row")
+            sizes.append(n * self.storage_width(dim) * itemsize)
+        block = hugepages.zeros(sum(_lines(size) for size in sizes))
+        tables, offset = [], 0
+        for (n, dim), size in zip(shapes, sizes):
+            tables.append(block[offset:offset + size].view(self.dtype).reshape(n, self.storage_width(dim)))
+            offset += _lines(size)
+        return tables
 
     def decode(self, rows: np.ndarray, dim: int) -> np.ndarray:
         """Stored rows [n, width] -> float32 [n, dim]."""
@@ -107,3 +121,8 @@ def row_format(kv_type: str | None) -> RowFormat:
 
 __all__ = ["RowFormat", "FORMATS", "KV_TYPES", "KV_CACHE_TYPE_ENV", "DEFAULT_KV_TYPE",
            "resolve_kv_type", "row_format"]
+
+
+def _lines(nbytes: int) -> int:
+    """nbytes rounded up to whole 64-byte cache lines."""
+    return (nbytes + 63) // 64 * 64
