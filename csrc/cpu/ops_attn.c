@@ -213,14 +213,16 @@ static void cells_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *k,
  * then scaled; empty slots are -inf.  (Models that scale the query instead,
  * as Gemma does, pass a scale of 1.) */
 static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q, int64_t h0, int64_t tok,
-                         const pe_tensor *k, size_t k_off, const pe_tensor *v, size_t v_off) {
+                         const pe_tensor *k, size_t k_off, const pe_tensor *v) {
     const int64_t n = ag->n_slots;
     /* a generated token's cells lie scattered over a cache too big for the
      * caches: K rows are asked for a few cells ahead, V rows as their scores
      * go (the product with V reads them next); a prompt's tokens share
-     * theirs, already cached */
+     * theirs, already cached.  Whole rows, every KV head's part: one group's
+     * part alone (a stride of rows with gaps) streamed at about half the
+     * speed, and the thread's next group, if it has one, finds its part
+     * cached (1 token over 1500 cells: attention ~20% faster) */
     const int ahead = ag->nacc == 4;
-    const size_t k_bytes = pe_row_bytes(k->type, ag->hd), v_bytes = pe_row_bytes(v->type, ag->hd);
     group_queries(ag, q, h0, tok);
     for (int64_t gi = 0; gi < ag->group; gi++)
         for (int64_t i = 0; i < n; i++) ag->scores[gi * n + i] = -INFINITY;
@@ -235,10 +237,10 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
         for (int j = 0; j < m; j++) {
             const int64_t i = i0 + j;
             if (ahead && i + ATTN_PREFETCH < nv)
-                pe_prefetch((const uint8_t *)k->data + cell[i + ATTN_PREFETCH] * k->nb[1] + k_off, k_bytes);
+                pe_prefetch((const uint8_t *)k->data + cell[i + ATTN_PREFETCH] * k->nb[1], k->nb[1]);
             slot[j] = ag->vslot[i];
             kr[j] = (const uint8_t *)k->data + cell[i] * k->nb[1] + k_off;
-            if (ahead) pe_prefetch((const uint8_t *)v->data + cell[i] * v->nb[1] + v_off, v_bytes);
+            if (ahead) pe_prefetch((const uint8_t *)v->data + cell[i] * v->nb[1], v->nb[1]);
         }
         cells_scores(t, ag, k, kr, slot, m);
     }
@@ -383,7 +385,7 @@ static void run_heads(const attn_op *op, attn_group *ag, int64_t tok, int64_t h0
     *placed = tok;
     ag->vt = op->vt ? op->vt + kvh * hd * ag->vt_width : NULL;
     const size_t k_off = (size_t)kvh * op->k_head_bytes, v_off = (size_t)kvh * op->v_head_bytes;
-    group_scores(t, ag, op->q, h0, tok, op->k, k_off, v, v_off);
+    group_scores(t, ag, op->q, h0, tok, op->k, k_off, v);
     group_softmax(ag, v->type == PE_TYPE_F16);
     if (v->type == PE_TYPE_F16) group_values_f16(ag, v, v_off, out);
     else                        group_values_quant(ag, v, v_off, out);
