@@ -20,6 +20,7 @@ from pyengine.ml.context import Backend, Context
 
 Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, IQ4_NL = 2, 3, 6, 8, 12, 20
 INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66, IQ4_NL: 67, Q8_0: 68, Q5_0: 69}   # PE_TYPE_*_X8 in pe.h
+TILE4 = 1   # PE_PATH_TILE4: a row in one of llama.cpp's 4-row tiles (Q4_K's repacked GEMM)
 ROWS8 = 8   # PE_PATH_ROWS8: llama.cpp's arithmetic for Q4_0 / IQ4_NL weights of 8-row multiples
 TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL", "Q8_0", "Q5_0"])
 BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256, Q8_0: 32, Q5_0: 32}
@@ -43,7 +44,7 @@ def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, 
 @pytest.mark.parametrize("n, blocks", [(24, 5), (48, 65)])
 def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, blocks: int) -> None:
     """Batches of 1 to 48 rows (the decoding kernel, 4 columns a pass, in pairs and a
-    single one; Q4_K's 4 rows without paths are a llama.cpp 4-row tile: unpacked) and
+    single one; Q4_K's rows in llama.cpp's 4-row tiles through its tile kernel) and
     of 49 to 300 (unpacked: tiles, packed prompt tiles, in blocks of 256 columns; 259
     leaves a block of 3, which is no decoding batch), a last group of 8 rows in a tile
     of 16, rows of 65 blocks: the same bits as the plain weight."""
@@ -54,6 +55,20 @@ def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, blocks: 
             want, got = mul_mat(plain, x[:m]), mul_mat(rows8, x[:m])
             bad = np.argwhere(bits(got) != bits(want))
             assert bad.size == 0, (qtype, isa, n, k, m, bad[:4].tolist())
+
+
+@pytest.mark.parametrize("isa", X86_ISAS)
+def test_q4_k_rows_on_mixed_paths_equal_the_plain_weights(isa: str) -> None:
+    """A batch whose rows alternate between llama.cpp's 4-row tiles and its row product
+    (as a decode step's sequences beside a prompt's chunk give them) goes through the
+    decoding kernels in runs of rows on the same path: the plain weight's bits."""
+    plain, rows8, x = interleaved(Q4_K, 24, 256 * 3, seed=11)
+    rng = np.random.default_rng(11)
+    with forced_isa(isa):
+        for m in (3, 4, 5, 7, 8, 13):
+            paths = rng.choice([0, TILE4], size=m).astype(np.int32)
+            want, got = mul_mat(plain, x[:m], paths), mul_mat(rows8, x[:m], paths)
+            assert np.array_equal(bits(got), bits(want)), (isa, m, paths.tolist())
 
 
 @TYPES

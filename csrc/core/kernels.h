@@ -100,6 +100,9 @@ typedef struct pe_type_kernels {
     pe_gemm8_fn      gemm8_rows8;  /* optional: gemm8 for weights on the PE_PATH_ROWS8 arithmetic */
     pe_unpack8_fn    unpack8;      /* interleaved types only */
     unsigned         gemm8_paths;  /* interleaved types: the PE_PATH_* bits whose rows gemm8 cannot take */
+    pe_gemm8_fn      gemm8_tile4;  /* optional, interleaved types: gemm8 for rows on PE_PATH_TILE4 */
+    int              gemm8_cols;   /* interleaved types: the most activation rows gemm8 takes before
+                                      unpacked tiles win (0: the default, ROWS8_DECODE_COLS) */
     int              gemm8_scales; /* gemm8 takes each activation row followed by its blocks' scales as floats:
                                       Q8_1 rows their d, then s (PE_Q8_1_SCALES_BYTES more per row), Q8_0 rows
                                       pe_q8_0_scales (PE_Q8_0_SCALES_BYTES) */

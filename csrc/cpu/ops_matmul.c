@@ -29,7 +29,9 @@
 
 /* Activation rows a product of w takes through the decoding kernel (gemm8). */
 static int64_t decode_cols(const pe_tensor *w) {
-    return pe_type_rows8_base(w->type) >= 0 ? ROWS8_DECODE_COLS : PE_GEMM8_MAX_COLS;
+    if (pe_type_rows8_base(w->type) < 0) return PE_GEMM8_MAX_COLS;
+    const int cols = pe_kern->type[w->type].gemm8_cols;
+    return cols ? cols : ROWS8_DECODE_COLS;
 }
 
 static inline const pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
@@ -299,7 +301,24 @@ static int any_path(const int32_t *paths, int64_t j0, int64_t j1, int64_t m, uns
  * does not take. */
 static int takes_gemm8(const pe_type_kernels *k, const pe_tensor *w, const int32_t *paths, int64_t j0, int64_t j1,
                        int64_t m) {
-    return k->gemm8 && m <= decode_cols(w) && !any_path(paths, j0, j1, m, path_keep(w) & k->gemm8_paths);
+    const unsigned untaken = k->gemm8_paths & ~(k->gemm8_tile4 ? (unsigned)PE_PATH_TILE4 : 0u);
+    return k->gemm8 && m <= decode_cols(w) && !any_path(paths, j0, j1, m, path_keep(w) & untaken);
+}
+
+/* The decoding kernel for activation rows j.. of a batch of m and how many
+ * of them (*nc, up to PE_GEMM8_MAX_COLS, below j1) it takes in one call:
+ * rows on PE_PATH_TILE4 go to gemm8_tile4 where the type has one, in runs
+ * of rows on the same path. */
+static pe_gemm8_fn gemm8_run(const pe_type_kernels *k, const int32_t *paths, int64_t j, int64_t j1, int64_t m,
+                             int *nc) {
+    if (!k->gemm8_tile4) {
+        *nc = (int)(j1 - j < PE_GEMM8_MAX_COLS ? j1 - j : PE_GEMM8_MAX_COLS);
+        return k->gemm8;
+    }
+    const unsigned tile4 = row_path(paths, j, m, PE_PATH_TILE4);
+    *nc = 1;
+    while (*nc < PE_GEMM8_MAX_COLS && j + *nc < j1 && row_path(paths, j + *nc, m, PE_PATH_TILE4) == tile4) (*nc)++;
+    return tile4 ? k->gemm8_tile4 : k->gemm8;
 }
 
 /* A tile of a weight interleaved by 8 rows: decoding's few activation rows
@@ -316,9 +335,11 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
      * the float scales a gemm8_scales kernel reads) */
     if (takes_gemm8(k, w, paths, j0, j1, m)) {
         for (int64_t i = i0; i < i1; i += PE_GEMM8_ROWS)
-            for (int64_t j = j0; j < j1; j += PE_GEMM8_MAX_COLS) {
-                const int nc = (int)(j1 - j < PE_GEMM8_MAX_COLS ? j1 - j : PE_GEMM8_MAX_COLS);
-                k->gemm8(kdim, dst + j * n + i, (size_t)n, wd + i * bw, bw, q + j * qstride, qstride, nc);
+            for (int64_t j = j0, nc; j < j1; j += nc) {
+                int run;
+                const pe_gemm8_fn gemm8 = gemm8_run(k, paths, j, j1, m, &run);
+                nc = run;
+                gemm8(kdim, dst + j * n + i, (size_t)n, wd + i * bw, bw, q + j * qstride, qstride, run);
             }
         return;
     }

@@ -260,18 +260,20 @@ GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8
     for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs, acc[j]);
 }
 
-/* gemm8 over a kernel whose column count is a compile-time constant */
-#define GR_DEFINE_GEMM8_BY_COLS(NAME, XB)                                                                 \
-    static void gemm8_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,    \
-                             size_t ba, int nc) {                                                         \
+/* gemm8 (FN) over a kernel whose column count is a compile-time constant;
+ * the arguments after the first extra one (left empty) follow the count */
+#define GR_DEFINE_GEMM8_BY_COLS_WITH(FN, NAME, XB, ...)                                                   \
+    static void FN(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba,   \
+                   int nc) {                                                                              \
         (void)bw;                                                                                         \
         switch (nc) {                                                                                     \
-        case 1: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 1); break;                               \
-        case 2: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 2); break;                               \
-        case 3: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 3); break;                               \
-        default: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 4); break;                              \
+        case 1: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 1 __VA_ARGS__); break;                   \
+        case 2: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 2 __VA_ARGS__); break;                   \
+        case 3: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 3 __VA_ARGS__); break;                   \
+        default: gemm8_##NAME##_n(n, s, bs, (const XB *)w, a, ba, 4 __VA_ARGS__); break;                  \
         }                                                                                                 \
     }
+#define GR_DEFINE_GEMM8_BY_COLS(NAME, XB) GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_##NAME, NAME, XB, )
 GR_DEFINE_GEMM8_BY_COLS(q4_0x8, block_q4_0x8)
 
 /* IQ4_NL, like Q4_0 (llama.cpp repacks it the same way): the codes are its
@@ -321,13 +323,19 @@ static inline __m256i gr_q4k_six_bits(int k, __m256i word01, __m256i word2, int 
     return _mm256_or_si256(low, _mm256_slli_epi32(top, 4));
 }
 
-/* Q4_K on rows alone (no PE_PATH_TILE4; see x86_gemm_kquants.h, gmk_q4k_step):
- * per super-block the whole integer sum, sum_k scale_k * (codes . a over
- * sub-block k), and the min term's, sum_k min_k * (a's sum over sub-block k),
- * each multiply-added into one float (d = dw * da, dmin = dminw * da); the
- * result 0 + (whole - mins). */
+/* Q4_K as llama.cpp's repacked product computes it (x86_gemm_kquants.h,
+ * gmk_q4k_step): per super-block the integer sum, sum_k scale_k * (codes . a
+ * over sub-block k), and the min term's, sum_k min_k * (a's sum over
+ * sub-block k), each multiply-added into one float (d = dw * da, dmin =
+ * dminw * da), the result 0 + (whole - mins).  Its row product (GEMV) adds
+ * them per super-block; rows in its 4-row tiles (PE_PATH_TILE4, tile4 here)
+ * per 64 elements, sub-blocks 2c and 2c + 1.  Past 16 activation rows the
+ * unpacked tiles, decoding a super-block once for many rows, win
+ * (gemm8_cols): one thread, a 1024 x 1536 product, this kernel against
+ * unpacking: 4 rows 76 against 130 us, 8 151 / 175, 16 303 / 327, 24 ~440 /
+ * ~420, 32 ~590 / ~515. */
 GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8 *x, const uint8_t *a,
-                              size_t ba, const int nc) {
+                              size_t ba, const int nc, const int tile4) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 whole[4], mins[4];
     for (int j = 0; j < nc; j++) whole[j] = mins[j] = _mm256_setzero_ps();
@@ -335,8 +343,15 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
         pe_prefetch(x + b + 1, sizeof *x);
         const __m256i word0 = gm_load256(x[b].scales[0]), word1 = gm_load256(x[b].scales[1]);
         const __m256i word2 = gm_load256(x[b].scales[2]);
+        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), dminw = _mm256_cvtph_ps(gm_load128(x[b].dmin));
+        __m256 d[4], dmin[4];
         __m256i total[4], mins_total[4];
-        for (int j = 0; j < nc; j++) total[j] = _mm256_setzero_si256();
+        for (int j = 0; j < nc; j++) {
+            const __m256 da = _mm256_set1_ps(((const block_q8_K *)(a + (size_t)j * ba) + b)->d);
+            d[j] = _mm256_mul_ps(dw, da);
+            dmin[j] = _mm256_mul_ps(dminw, da);
+            total[j] = mins_total[j] = _mm256_setzero_si256();
+        }
         for (int c = 0; c < 4; c++) {   /* chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
             __m256i lo[8], hi[8];
             for (int g = 0; g < 8; g++) {
@@ -346,39 +361,42 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
             }
             const __m256i scale_lo = gr_q4k_six_bits(2 * c, word0, word2, 0);
             const __m256i scale_hi = gr_q4k_six_bits(2 * c + 1, word0, word2, 0);
+            const __m256i min_lo = gr_q4k_six_bits(2 * c, word1, word2, 1);
+            const __m256i min_hi = gr_q4k_six_bits(2 * c + 1, word1, word2, 1);
             for (int j = 0; j < nc; j++) {
-                const int8_t *q = ((const block_q8_K *)(a + (size_t)j * ba) + b)->qs + 64 * c;
+                const block_q8_K *y = (const block_q8_K *)(a + (size_t)j * ba) + b;
+                const int8_t *q = y->qs + 64 * c;
                 __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
                 for (int g = 0; g < 8; g++) {
                     sum_lo = gr_dot4(sum_lo, lo[g], q + 4 * g);
                     sum_hi = gr_dot4(sum_hi, hi[g], q + 32 + 4 * g);
                 }
-                total[j] = _mm256_add_epi32(total[j], _mm256_add_epi32(_mm256_mullo_epi32(sum_lo, scale_lo),
-                                                                       _mm256_mullo_epi32(sum_hi, scale_hi)));
+                const __m256i part = _mm256_add_epi32(_mm256_mullo_epi32(sum_lo, scale_lo),
+                                                      _mm256_mullo_epi32(sum_hi, scale_hi));
+                const int16_t *bs16 = y->bsums + 4 * c;   /* 16-element sums: 4 per 64 elements */
+                const __m256i part_mins =
+                    _mm256_add_epi32(_mm256_mullo_epi32(min_lo, _mm256_set1_epi32(bs16[0] + bs16[1])),
+                                     _mm256_mullo_epi32(min_hi, _mm256_set1_epi32(bs16[2] + bs16[3])));
+                if (tile4) {
+                    whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), d[j], whole[j]);
+                    mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part_mins), dmin[j], mins[j]);
+                } else {
+                    total[j] = _mm256_add_epi32(total[j], part);
+                    mins_total[j] = _mm256_add_epi32(mins_total[j], part_mins);
+                }
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), dminw = _mm256_cvtph_ps(gm_load128(x[b].dmin));
-        for (int j = 0; j < nc; j++) mins_total[j] = _mm256_setzero_si256();
-        for (int k = 0; k < 8; k++) {
-            const __m256i min = gr_q4k_six_bits(k, word1, word2, 1);
-            for (int j = 0; j < nc; j++) {
-                const block_q8_K *y = (const block_q8_K *)(a + (size_t)j * ba) + b;
-                const __m256i sums = _mm256_set1_epi32(y->bsums[2 * k] + y->bsums[2 * k + 1]);
-                mins_total[j] = _mm256_add_epi32(mins_total[j], _mm256_mullo_epi32(min, sums));
-            }
-        }
-        for (int j = 0; j < nc; j++) {
-            const block_q8_K *y = (const block_q8_K *)(a + (size_t)j * ba) + b;
-            const __m256 da = _mm256_set1_ps(y->d);
-            whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total[j]), _mm256_mul_ps(dw, da), whole[j]);
-            mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins_total[j]), _mm256_mul_ps(dminw, da), mins[j]);
+        for (int j = 0; j < nc && !tile4; j++) {
+            whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total[j]), d[j], whole[j]);
+            mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins_total[j]), dmin[j], mins[j]);
         }
     }
     for (int j = 0; j < nc; j++)
         _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(_mm256_setzero_ps(), _mm256_sub_ps(whole[j], mins[j])));
 }
 
-GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
+GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_q4_Kx8, q4_Kx8, block_q4_Kx8, , 0)
+GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_q4_Kx8_tile4, q4_Kx8, block_q4_Kx8, , 1)
 
 #define GR_INSTALL_ALL(k)                                   \
     do {                                                    \
@@ -388,6 +406,8 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
         (k)->type[PE_TYPE_Q4_0_X8].gemm8_scales = 1;        \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8 = gemm8_q4_Kx8;    \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_paths = PE_PATH_TILE4; \
+        (k)->type[PE_TYPE_Q4_K_X8].gemm8_tile4 = gemm8_q4_Kx8_tile4; \
+        (k)->type[PE_TYPE_Q4_K_X8].gemm8_cols = 16;          \
         (k)->type[PE_TYPE_IQ4_NL_X8].gemm8 = gemm8_iq4_nlx8; \
         (k)->type[PE_TYPE_IQ4_NL_X8].gemm8_scales = 1;      \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8 = gemm8_q8_0x8;    \
