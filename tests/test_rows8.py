@@ -45,10 +45,9 @@ def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, 
 def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, blocks: int) -> None:
     """Batches of 1 to 48 rows (the decoding kernel up to its type's limit, 4 columns a
     pass, in pairs and a single one; Q4_K's rows in llama.cpp's 4-row tiles through its
-    tile kernel) and
-    of 49 to 300 (unpacked: tiles, packed prompt tiles, in blocks of 256 columns; 259
-    leaves a block of 3, which is no decoding batch), a last group of 8 rows in a tile
-    of 16, rows of 65 blocks: the same bits as the plain weight."""
+    tile kernel) and of 49 to 300 (unpacked: tiles, packed prompt tiles, in blocks of 256
+    columns; 259 leaves a block of 3, which is no decoding batch), a last group of 8 rows
+    in a tile of 16, rows of 65 blocks: the same bits as the plain weight."""
     k = BLOCK[qtype] * (blocks if qtype != Q4_K else blocks // 4)
     plain, rows8, x = interleaved(qtype, n, k, seed=n + k)
     with forced_isa(isa):
