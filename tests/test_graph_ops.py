@@ -359,6 +359,38 @@ def test_lone_token_scores_follow_the_row_product(isa):
                 assert np.array_equal(got.view(np.uint32), want[:nx, :ny].view(np.uint32)), (isa, hd, nx, ny)
 
 
+def batch_scores_model(x: np.ndarray, y16: np.ndarray, lanes: int) -> np.ndarray:
+    """llama.cpp's tiled product (a prompt's scores): one accumulator of `lanes`, chunk
+    after chunk (each product exact in float32), then the lanes by halves."""
+    prod = x[:, None, :] * y16.view(np.float16).astype(np.float32)[None, :, :]
+    chunks = prod.reshape(x.shape[0], y16.shape[0], -1, lanes)
+    v = np.zeros(chunks.shape[:2] + (lanes,), np.float32)
+    for c in range(chunks.shape[2]):
+        v = v + chunks[:, :, c]
+    half = lanes // 2
+    while half >= 1:
+        v = v[..., :half] + v[..., half:2 * half]
+        half //= 2
+    return v[..., 0]
+
+
+@pytest.mark.parametrize("isa", [isa for isa in ISAS if isa in ("avx2", "avx512")])
+def test_prompt_token_scores_follow_the_tiled_product(isa):
+    """A prompt token's score products (up to 4 heads x 4 rows, their folds made together)
+    give the bits of llama.cpp's tiled product, modelled above, for every shape."""
+    rng = np.random.default_rng(6)
+    with forced_isa(isa):
+        lanes = _core.attn_lanes()
+        for hd in (64, 128, 96, 256):
+            x = (rng.standard_normal((4, hd)) * 3).astype(np.float16).astype(np.float32)
+            y16 = (rng.standard_normal((4, hd)) * 3).astype(np.float16).view(np.uint16)
+            want = batch_scores_model(x, y16, lanes)
+            for nx in (1, 2, 3, 4):
+                for ny in (1, 2, 3, 4):
+                    got = _core.attn_scores_f16(x[:nx], np.ascontiguousarray(y16[:ny]), 1)
+                    assert np.array_equal(got.view(np.uint32), want[:nx, :ny].view(np.uint32)), (isa, hd, nx, ny)
+
+
 def lone_values_model(p: np.ndarray, v16: np.ndarray, cell: np.ndarray, lanes: int) -> np.ndarray:
     """llama.cpp's product of a generated token's probabilities with an F16 V: slot i to
     lane i % (4 * lanes), an fma per element (exact: the F16 x float product fits the

@@ -438,10 +438,17 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
         }
         return;
     }
-    /* A prompt's tasks (the heads of one KV group for one token; a single
-     * head when there are fewer groups than threads) are dealt round-robin:
-     * a causal prompt's later tokens see more cells, and contiguous halves
-     * would leave one thread the long rows. */
+    /* A prompt's tasks are dealt round-robin (a causal prompt's later tokens
+     * see more cells, and contiguous halves would leave one thread the long
+     * rows): whole tokens, every KV group of one after the other on the
+     * layout of its cells made once, when there are tokens enough for the
+     * threads; else the heads of one KV group for one token, or a single
+     * head when there are fewer groups than threads. */
+    if (nt >= 4 * ex->nth) {
+        for (int64_t tok = ex->ith; tok < nt; tok += ex->nth)
+            for (int64_t h0 = 0; h0 < n_head; h0 += group) run_heads(&op, &ag, tok, h0, group, &placed);
+        return;
+    }
     const int64_t per = nt * n_kv_head >= ex->nth ? group : 1, tasks_per_token = n_head / per;
     for (int64_t p = ex->ith; p < nt * tasks_per_token; p += ex->nth)
         run_heads(&op, &ag, p / tasks_per_token, (p % tasks_per_token) * per, per, &placed);
