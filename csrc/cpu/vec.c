@@ -343,6 +343,35 @@ static float values_t_one(int64_t n, const float *p, const uint16_t *vt) {
     return lane[0];
 }
 
+#if defined(__AVX512F__)
+/* values_t_f16 for a compile-time head count: 4 output elements of each
+ * head a pass, their 16 folds made together (fold16) */
+PE_ALWAYS_INLINE void values_t_heads(int64_t n, const int nh, const float *const *p, const uint16_t *vt,
+                                     size_t vt_stride, int64_t hd, float *const *out) {
+    for (int64_t d0 = 0; d0 < hd; d0 += 4) {
+        __m512 acc[16];   /* [head][element] */
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+        for (int64_t s = 0; s < n; s += 16) {
+            __m512 pv[4];
+            __mmask16 live[4];
+            for (int h = 0; h < nh; h++) {
+                pv[h] = _mm512_loadu_ps(p[h] + s);
+                live[h] = _mm512_cmp_ps_mask(pv[h], _mm512_setzero_ps(), _CMP_NEQ_UQ);
+            }
+            for (int e = 0; e < 4; e++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(vt + (size_t)(d0 + e) * vt_stride + s));
+                const __m512 v = _mm512_cvtph_ps(raw);
+                for (int h = 0; h < nh; h++) acc[4 * h + e] = _mm512_mask3_fmadd_ps(v, pv[h], acc[4 * h + e], live[h]);
+            }
+        }
+        float folded[16];
+        fold16(acc, folded);
+        for (int h = 0; h < nh; h++)
+            for (int e = 0; e < 4; e++) out[h][d0 + e] = folded[4 * h + e];
+    }
+}
+#endif
+
 /* The product of nh <= 4 heads' probabilities p[h] (n slots, a multiple of
  * LANES) with a transposed F16 V: row d of vt (vt_stride elements apart)
  * holds element d of the slots' V rows.  Slot i goes to lane i % LANES, a
@@ -353,29 +382,12 @@ static void values_t_f16(int64_t n, int nh, const float *const *p, const uint16_
                          float *const *out) {
 #if defined(__AVX512F__)
     if (hd % 4 == 0) {
-        const float *ps[4];
-        for (int h = 0; h < 4; h++) ps[h] = p[h < nh ? h : nh - 1];
-        for (int64_t d0 = 0; d0 < hd; d0 += 4) {
-            __m512 acc[4][4];
-            for (int h = 0; h < 4; h++)
-                for (int e = 0; e < 4; e++) acc[h][e] = _mm512_setzero_ps();
-            for (int64_t s = 0; s < n; s += 16) {
-                __m512 pv[4];
-                __mmask16 live[4];
-                for (int h = 0; h < 4; h++) {
-                    pv[h] = _mm512_loadu_ps(ps[h] + s);
-                    live[h] = _mm512_cmp_ps_mask(pv[h], _mm512_setzero_ps(), _CMP_NEQ_UQ);
-                }
-                for (int e = 0; e < 4; e++) {
-                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(vt + (size_t)(d0 + e) * vt_stride + s));
-                    const __m512 v = _mm512_cvtph_ps(raw);
-                    for (int h = 0; h < 4; h++) acc[h][e] = _mm512_mask3_fmadd_ps(v, pv[h], acc[h][e], live[h]);
-                }
-            }
-            for (int h = 0; h < nh; h++)
-                for (int e = 0; e < 4; e++) out[h][d0 + e] = fold(acc[h][e]);
+        switch (nh) {
+        case 1: values_t_heads(n, 1, p, vt, vt_stride, hd, out); return;
+        case 2: values_t_heads(n, 2, p, vt, vt_stride, hd, out); return;
+        case 3: values_t_heads(n, 3, p, vt, vt_stride, hd, out); return;
+        default: values_t_heads(n, 4, p, vt, vt_stride, hd, out); return;
         }
-        return;
     }
 #elif defined(__AVX2__)
     if (hd % 4 == 0) {
