@@ -172,23 +172,12 @@ static void group_queries(attn_group *ag, const pe_tensor *q, int64_t h0, int64_
     }
 }
 
-/* A raw score into its slot: soft-capped and scaled here when there is a
- * soft cap, else scaled by group_scores once all are in (scale_max). */
-static inline void put_score(const pe_tensor *t, attn_group *ag, int64_t gi, int64_t slot, float s) {
-    const float scale = t->fp[0], softcap = t->fp[1];
-    if (softcap > 0) {
-        s = softcap * tanhf(s * (1.0f / softcap)) * scale;
-        if (s > ag->mx[gi]) ag->mx[gi] = s;
-    }
-    ag->scores[gi * ag->n_slots + slot] = s;
-}
-
-/* The scores of up to 4 cells (K rows kr, at slots slot[]) for every head
- * of the group: F16 products in tiles of 4 heads x 4 cells (each K row
+/* The raw scores of up to 4 cells (K rows kr, at slots slot[]) for every
+ * head of the group: F16 products in tiles of 4 heads x 4 cells (each K row
  * converted once for the heads), a quantized K's one head at a time. */
-static void cells_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *k, const uint8_t *const kr[4],
-                         const int64_t slot[4], int m) {
-    const int64_t hd = ag->hd;
+static void cells_scores(attn_group *ag, const pe_tensor *k, const uint8_t *const kr[4], const int64_t slot[4],
+                         int m) {
+    const int64_t hd = ag->hd, n = ag->n_slots;
     float s[16];
     if (ag->q_type == PE_TYPE_F16) {
         for (int64_t g0 = 0; g0 < ag->group; g0 += 4) {
@@ -197,14 +186,42 @@ static void cells_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *k,
             for (int a = 0; a < nq; a++) x[a] = ag->qh + (g0 + a) * hd;
             pe_kern->vec.dot_tile_f32_f16(hd, x, nq, (const uint16_t *const *)kr, m, ag->nacc, s);
             for (int a = 0; a < nq; a++)
-                for (int j = 0; j < m; j++) put_score(t, ag, g0 + a, slot[j], s[4 * a + j]);
+                for (int j = 0; j < m; j++) ag->scores[(g0 + a) * n + slot[j]] = s[4 * a + j];
         }
         return;
     }
     for (int64_t gi = 0; gi < ag->group; gi++) {
         for (int j = 0; j < m; j++)
             pe_kern->type[k->type].vec_dot(hd, &s[j], kr[j], (const uint8_t *)ag->qh + gi * ag->q_bytes);
-        for (int j = 0; j < m; j++) put_score(t, ag, gi, slot[j], s[j]);
+        for (int j = 0; j < m; j++) ag->scores[gi * n + slot[j]] = s[j];
+    }
+}
+
+/* Every slot no visible cell takes to -inf: the slots around the visible
+ * cells' when those are one run of cells at one offset (a prompt's), else
+ * all of them first. */
+static void hide_empty_slots(attn_group *ag) {
+    const int64_t n = ag->n_slots, nv = ag->n_visible;
+    const int run = ag->cell_offset >= 0 && nv > 0 && ag->visible[nv - 1] - ag->visible[0] == nv - 1;
+    const int64_t lo = run ? ag->vslot[0] : n, hi = run ? lo + nv : n;   /* [lo, hi): the scores' */
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        float *sc = ag->scores + gi * n;
+        for (int64_t i = 0; i < lo; i++) sc[i] = -INFINITY;
+        for (int64_t i = hi; i < n; i++) sc[i] = -INFINITY;
+    }
+}
+
+/* The soft cap and scale over the visible slots' raw scores, and each
+ * head's largest. */
+static void cap_scores(const pe_tensor *t, attn_group *ag) {
+    const float scale = t->fp[0], softcap = t->fp[1];
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        float *sc = ag->scores + gi * ag->n_slots;
+        for (int64_t i = 0; i < ag->n_visible; i++) {
+            const float s = softcap * tanhf(sc[ag->vslot[i]] * (1.0f / softcap)) * scale;
+            sc[ag->vslot[i]] = s;
+            if (s > ag->mx[gi]) ag->mx[gi] = s;
+        }
     }
 }
 
@@ -224,8 +241,7 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
      * cached (1 token over 1500 cells: attention ~20% faster) */
     const int ahead = ag->nacc == 4;
     group_queries(ag, q, h0, tok);
-    for (int64_t gi = 0; gi < ag->group; gi++)
-        for (int64_t i = 0; i < n; i++) ag->scores[gi * n + i] = -INFINITY;
+    hide_empty_slots(ag);
     /* four visible cells at a time (each score on its own: their order does
      * not matter): independent dot products overlap */
     const int32_t *cell = ag->visible;
@@ -242,10 +258,14 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
             kr[j] = (const uint8_t *)k->data + cell[i] * k->nb[1] + k_off;
             if (ahead) pe_prefetch((const uint8_t *)v->data + cell[i] * v->nb[1], v->nb[1]);
         }
-        cells_scores(t, ag, k, kr, slot, m);
+        cells_scores(ag, k, kr, slot, m);
     }
-    if (!(t->fp[1] > 0))   /* no soft cap: the scale goes over whole vectors (empty slots stay -inf) */
-        for (int64_t gi = 0; gi < ag->group; gi++) ag->mx[gi] = pe_kern->vec.scale_max(n, ag->scores + gi * n, t->fp[0]);
+    if (t->fp[1] > 0) {
+        cap_scores(t, ag);
+        return;
+    }
+    /* no soft cap: the scale goes over whole vectors (empty slots stay -inf) */
+    for (int64_t gi = 0; gi < ag->group; gi++) ag->mx[gi] = pe_kern->vec.scale_max(n, ag->scores + gi * n, t->fp[0]);
 }
 
 /* Softmax of each head's scores, in place: exponentials over whole vectors,
