@@ -13,6 +13,7 @@ cdef extern from "pe.h" nogil:
     int64_t pe_top_k(const float *x, int64_t n, int64_t k, const int64_t *skip, int64_t n_skip, float *val,
                      int64_t *pos)
     int64_t pe_best_outside(const float *x, int64_t n, const int64_t *skip, int64_t n_skip, int *nan)
+    enum: PE_GREEDY_NAN, PE_GREEDY_POS_INF, PE_GREEDY_NONE
     int64_t pe_greedy_penalised(const float *x, int64_t n, const int64_t *ids, const float *counts, int64_t n_ids,
                                 float repeat, float frequency, float presence, int *status)
     void pe_kv_mask(float *out, int64_t stride, const int32_t *positions, const uint64_t *seq_bits, int64_t n_tokens,

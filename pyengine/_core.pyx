@@ -116,17 +116,15 @@ def best_outside(const float[::1] x, const int64_t[::1] skip=None):
     return found, bool(nan)
 
 
-GREEDY_PROBLEMS = {1: "logits contain NaN (the model produced invalid values)",
-                   2: "logits contain +inf (the model produced invalid values)",
-                   3: "every logit is -inf: no token can be sampled"}
+# why a row of logits gives no greedy pick (pe_greedy_penalised's status)
+GREEDY_NAN, GREEDY_POS_INF, GREEDY_NONE = PE_GREEDY_NAN, PE_GREEDY_POS_INF, PE_GREEDY_NONE
 
 
 def greedy_penalised(const float[::1] x, const int64_t[::1] ids, const float[::1] counts, float repeat,
                      float frequency, float presence):
-    """(token, problem): greedy's pick once the ascending `ids`, seen `counts` times,
+    """(token, status): greedy's pick once the ascending `ids`, seen `counts` times,
     are penalised (pe_greedy_penalised in pe.h); token -1 when there is none, with
-    problem the reason (GREEDY_PROBLEMS) or None when only the penalties left nothing
-    finite."""
+    status the reason (GREEDY_*), or 0 when only the penalties left nothing finite."""
     cdef int64_t n_ids = _ascending_length(ids)
     if counts.shape[0] != n_ids:
         raise ValueError("one count per id")
@@ -139,7 +137,7 @@ def greedy_penalised(const float[::1] x, const int64_t[::1] ids, const float[::1
             token = pe_greedy_penalised(&x[0], x.shape[0], &ids[0] if n_ids else NULL,
                                         &counts[0] if n_ids else NULL, n_ids, repeat, frequency, presence,
                                         &status)
-    return token, GREEDY_PROBLEMS.get(status)
+    return token, status
 
 
 cdef int64_t _ascending_length(const int64_t[::1] skip) except -1:

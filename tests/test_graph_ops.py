@@ -326,16 +326,17 @@ def test_score_products_of_a_head_group_equal_each_head_alone(isa, nacc):
                 np.testing.assert_allclose(alone, exact[:, :ny], rtol=1e-5, atol=1e-4)
 
 
-def lone_scores_model(x: np.ndarray, y16: np.ndarray, lanes: int) -> np.ndarray:
-    """llama.cpp's row dot product of F16-rounded queries with F16 rows (4 accumulators of
-    `lanes`): chunk c of `lanes` products to accumulator c % 4 (each product exact in
-    float32, so an fma is an add), then (0 + 2) + (1 + 3), then the lanes by halves."""
+def scores_model(x: np.ndarray, y16: np.ndarray, lanes: int, nacc: int) -> np.ndarray:
+    """llama.cpp's score products of F16-rounded queries with F16 rows: chunk c of `lanes`
+    products to accumulator c % nacc (each product exact in float32, so an fma is an add);
+    its row dot product (nacc 4, a generated token's) then adds (0 + 2) + (1 + 3), its
+    tiled product (nacc 1, a prompt token's) has the one; then the lanes by halves."""
     prod = x[:, None, :] * y16.view(np.float16).astype(np.float32)[None, :, :]   # [a][b][n]
     chunks = prod.reshape(x.shape[0], y16.shape[0], -1, lanes)
-    acc = np.zeros((4,) + chunks.shape[:2] + (lanes,), np.float32)
+    acc = np.zeros((nacc,) + chunks.shape[:2] + (lanes,), np.float32)
     for c in range(chunks.shape[2]):
-        acc[c % 4] = acc[c % 4] + chunks[:, :, c]
-    v = (acc[0] + acc[2]) + (acc[1] + acc[3])
+        acc[c % nacc] = acc[c % nacc] + chunks[:, :, c]
+    v = (acc[0] + acc[2]) + (acc[1] + acc[3]) if nacc == 4 else acc[0]
     half = lanes // 2
     while half >= 1:
         v = v[..., :half] + v[..., half:2 * half]
@@ -344,50 +345,21 @@ def lone_scores_model(x: np.ndarray, y16: np.ndarray, lanes: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("isa", [isa for isa in ISAS if isa in ("avx2", "avx512")])
-def test_lone_token_scores_follow_the_row_product(isa):
-    """A generated token's score products (a K row converted once for up to 4 heads) give
-    the bits of llama.cpp's row dot product, modelled above, for 1-4 heads and rows."""
-    rng = np.random.default_rng(5)
+@pytest.mark.parametrize("nacc", [1, 4])
+def test_score_products_follow_llama_cpp_arithmetic(isa, nacc):
+    """A generated token's score products (nacc 4) and a prompt token's (nacc 1, the
+    folds of a tile made together), each K row converted once for up to 4 heads, give
+    the bits modelled above for 1-4 heads and rows."""
+    rng = np.random.default_rng(5 + nacc)
     with forced_isa(isa):
         lanes = _core.attn_lanes()
-        for hd in (64, 128, 256):
-            x = rng.standard_normal((4, hd)).astype(np.float16).astype(np.float32)
-            y16 = rng.standard_normal((4, hd)).astype(np.float16).view(np.uint16)
-            want = lone_scores_model(x, y16, lanes)
-            for nx, ny in ((1, 1), (3, 4), (4, 2), (2, 3)):
-                got = _core.attn_scores_f16(x[:nx], np.ascontiguousarray(y16[:ny]), 4)
-                assert np.array_equal(got.view(np.uint32), want[:nx, :ny].view(np.uint32)), (isa, hd, nx, ny)
-
-
-def batch_scores_model(x: np.ndarray, y16: np.ndarray, lanes: int) -> np.ndarray:
-    """llama.cpp's tiled product (a prompt's scores): one accumulator of `lanes`, chunk
-    after chunk (each product exact in float32), then the lanes by halves."""
-    prod = x[:, None, :] * y16.view(np.float16).astype(np.float32)[None, :, :]
-    chunks = prod.reshape(x.shape[0], y16.shape[0], -1, lanes)
-    v = np.zeros(chunks.shape[:2] + (lanes,), np.float32)
-    for c in range(chunks.shape[2]):
-        v = v + chunks[:, :, c]
-    half = lanes // 2
-    while half >= 1:
-        v = v[..., :half] + v[..., half:2 * half]
-        half //= 2
-    return v[..., 0]
-
-
-@pytest.mark.parametrize("isa", [isa for isa in ISAS if isa in ("avx2", "avx512")])
-def test_prompt_token_scores_follow_the_tiled_product(isa):
-    """A prompt token's score products (up to 4 heads x 4 rows, their folds made together)
-    give the bits of llama.cpp's tiled product, modelled above, for every shape."""
-    rng = np.random.default_rng(6)
-    with forced_isa(isa):
-        lanes = _core.attn_lanes()
-        for hd in (64, 128, 96, 256):
+        for hd in (64, 128, 256) + ((96,) if nacc == 1 else ()):
             x = (rng.standard_normal((4, hd)) * 3).astype(np.float16).astype(np.float32)
             y16 = (rng.standard_normal((4, hd)) * 3).astype(np.float16).view(np.uint16)
-            want = batch_scores_model(x, y16, lanes)
+            want = scores_model(x, y16, lanes, nacc)
             for nx in (1, 2, 3, 4):
                 for ny in (1, 2, 3, 4):
-                    got = _core.attn_scores_f16(x[:nx], np.ascontiguousarray(y16[:ny]), 1)
+                    got = _core.attn_scores_f16(x[:nx], np.ascontiguousarray(y16[:ny]), nacc)
                     assert np.array_equal(got.view(np.uint32), want[:nx, :ny].view(np.uint32)), (isa, hd, nx, ny)
 
 

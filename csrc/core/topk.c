@@ -98,7 +98,10 @@ int64_t pe_greedy_penalised(const float *x, int64_t n, const int64_t *ids, const
             token = ids[i];
         }
     }
-    *status = nan ? PE_GREEDY_NAN : raw_top == INFINITY ? PE_GREEDY_POS_INF : raw_top == -INFINITY ? PE_GREEDY_NONE : 0;
+    if (nan) *status = PE_GREEDY_NAN;
+    else if (raw_top == INFINITY) *status = PE_GREEDY_POS_INF;
+    else if (raw_top == -INFINITY) *status = PE_GREEDY_NONE;
+    else *status = 0;
     if (*status) return -1;
     if (top == -INFINITY && untouched == -INFINITY) return -1;
     if (token < 0 || top < untouched) return best;

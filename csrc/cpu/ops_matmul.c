@@ -335,11 +335,11 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
      * the float scales a gemm8_scales kernel reads) */
     if (takes_gemm8(k, w, paths, j0, j1, m)) {
         for (int64_t i = i0; i < i1; i += PE_GEMM8_ROWS)
-            for (int64_t j = j0, nc; j < j1; j += nc) {
-                int run;
-                const pe_gemm8_fn gemm8 = gemm8_run(k, paths, j, j1, m, &run);
-                nc = run;
-                gemm8(kdim, dst + j * n + i, (size_t)n, wd + i * bw, bw, q + j * qstride, qstride, run);
+            for (int64_t j = j0; j < j1;) {
+                int nc;
+                const pe_gemm8_fn gemm8 = gemm8_run(k, paths, j, j1, m, &nc);
+                gemm8(kdim, dst + j * n + i, (size_t)n, wd + i * bw, bw, q + j * qstride, qstride, nc);
+                j += nc;
             }
         return;
     }

@@ -250,10 +250,10 @@ class SamplerChain:
             return best
         penalties = rewriting[0]
         ids, counts = penalties.sorted_window()
-        token, problem = _core.greedy_penalised(raw, ids, counts, penalties.repeat, penalties.frequency,
-                                                penalties.presence)
-        if problem is not None:
-            raise SamplingError(problem)
+        token, status = _core.greedy_penalised(raw, ids, counts, penalties.repeat, penalties.frequency,
+                                               penalties.presence)
+        if status:
+            raise SamplingError(_PROBLEMS[status])
         return token if token >= 0 else None
 
     def _candidates(self, raw: np.ndarray, subset: np.ndarray | None) -> Candidates:
@@ -396,14 +396,19 @@ def _check_pieces(pieces: Sequence[bytes] | None, n_vocab: int) -> Sequence[byte
     return pieces
 
 
+_PROBLEMS = {_core.GREEDY_NAN: "logits contain NaN (the model produced invalid values)",
+             _core.GREEDY_POS_INF: "logits contain +inf (the model produced invalid values)",
+             _core.GREEDY_NONE: "every logit is -inf: no token can be sampled"}
+
+
 def _check_best(best: float, nan: bool) -> None:
     """Raise when the row held a NaN, or its largest logit is +inf or -inf."""
     if nan:
-        raise SamplingError("logits contain NaN (the model produced invalid values)")
+        raise SamplingError(_PROBLEMS[_core.GREEDY_NAN])
     if best == np.inf:
-        raise SamplingError("logits contain +inf (the model produced invalid values)")
+        raise SamplingError(_PROBLEMS[_core.GREEDY_POS_INF])
     if best == -np.inf:
-        raise SamplingError("every logit is -inf: no token can be sampled")
+        raise SamplingError(_PROBLEMS[_core.GREEDY_NONE])
 
 
 def _greedy_among_touched(raw: np.ndarray, best: int, rewriting: list) -> int | None:

@@ -201,12 +201,11 @@ GR_DEFINE_GEMM8_BY_PAIRS(q8_0x8, block_q8_0)
 /* Q5_0, llama.cpp's lane arithmetic as Q8_0's.  A code is n + 16 f - 16
  * (n its nibble, f its fifth bit): the integer product takes the unsigned
  * n + 16 f (< 32) against the activation, and the -16 comes off through the
- * start, -16 x the activation's 4-element sums (pe_q8_0_scales); its fifth
- * bits cost enough that unpacked tiles win past 32 activation rows
- * (gemm8_cols; one thread, 1024 x 1536, 48 rows: 1308 us here, ~1140
- * unpacked).  The fifth
+ * start, -16 x the activation's 4-element sums (pe_q8_0_scales).  The fifth
  * bits are stored by lane (block_q5_0x8): each lane's word is the byte mask
- * of its codes, as a file row's qh is of its (gm_fifth_row). */
+ * of its codes, as a file row's qh is of its (gm_fifth_row).  They cost
+ * enough that unpacked tiles win past 32 activation rows (gemm8_cols; one
+ * thread, 1024 x 1536, 48 rows: 1308 us here, ~1140 unpacked). */
 GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_0x8 *x,
                                  const block_q8_0 *const y[2], const int nc, int pass, int passes) {
     const pe_q8_0_scales *sc[2];
