@@ -1,9 +1,11 @@
 """`pyengine bench`: prompt and generation speed of a model, llama-bench style.
 
 Prompt speed runs `n_prompt` tokens through the model in one batch (pp512);
-generation speed decodes `n_gen` tokens one at a time (tg128).  The Python
-time per generated token is the wall time of a step minus the time spent in
-the native core: it must stay flat however many layers the model has."""
+generation speed decodes `n_gen` tokens one at a time (tg128); with `n_depth`
+both start after that many tokens of context already in the cache (llama-bench's
+-d: "pp512 @ d1024").  The Python time per generated token is the wall time of a
+step minus the time spent in the native core: it must stay flat however many
+layers the model has."""
 
 from __future__ import annotations
 
@@ -13,35 +15,45 @@ import time
 import numpy as np
 
 
+# tokens of context filled per forward pass before a deep measurement
+_FILL_BATCH = 512
+
+
 def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: int = 128,
-              repeat: int = 3) -> dict:
+              repeat: int = 3, n_depth: int = 0) -> dict:
     from pyengine.api import LLM
 
     t0 = time.perf_counter()
     # one sequence, as llama-bench runs: the cache holds n_ctx cells, not n_ctx per parallel slot
-    llm = LLM(model, n_ctx=max(n_prompt, n_gen) + 16, n_threads=n_threads, n_batch=max(n_prompt, 1), n_parallel=1)
+    llm = LLM(model, n_ctx=n_depth + max(n_prompt, n_gen) + 16, n_threads=n_threads, n_batch=max(n_prompt, 1),
+              n_parallel=1)
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, llm.n_vocab, n_prompt)
     llm.generate([int(t) for t in prompt[:8]], max_tokens=1)
     first_token_s = time.perf_counter() - t0
     fw = llm.forward
+    llm.cache.clear()
+    context = rng.integers(0, llm.n_vocab, n_depth)
+    for start in range(0, n_depth, _FILL_BATCH):   # the context both measurements start from
+        piece = context[start:start + _FILL_BATCH]
+        fw(piece, start + np.arange(len(piece)), np.zeros(len(piece)), np.array([len(piece) - 1]))
     pp, tg, py = [], [], []
     for rep in range(repeat + 1):   # the first round warms graphs and pages
-        llm.cache.clear()
         t = time.perf_counter()
-        fw(prompt, np.arange(n_prompt), np.zeros(n_prompt), np.array([n_prompt - 1]))
+        fw(prompt, n_depth + np.arange(n_prompt), np.zeros(n_prompt), np.array([n_prompt - 1]))
         pp_s = time.perf_counter() - t
-        llm.cache.clear()
+        llm.cache.remove(0, n_depth)
         token = np.array([int(prompt[0])])
         logits = np.empty((1, llm.n_vocab), np.float32)   # one buffer, as the engine keeps
         core_before = fw.compute_seconds
         t = time.perf_counter()
-        for pos in range(n_gen):
+        for pos in range(n_depth, n_depth + n_gen):
             fw(token, np.array([pos]), np.zeros(1), np.zeros(1), logits)
             token[0] = int(np.argmax(logits[0]))
         tg_s = time.perf_counter() - t
         core_s = fw.compute_seconds - core_before
+        llm.cache.remove(0, n_depth)
         if rep:
             pp.append(n_prompt / pp_s)
             tg.append(n_gen / tg_s)
@@ -60,6 +72,7 @@ def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: i
         "model_mb": llm.path.stat().st_size / 2**20,
         "n_prompt": n_prompt,
         "n_gen": n_gen,
+        "n_depth": n_depth,
     }
 
 

@@ -442,6 +442,8 @@ def _add_bench(commands) -> None:
     sub.add_argument("--gen-tokens", type=_int_at_least(1), default=128, help="default 128")
     sub.add_argument("--repeat", type=_int_at_least(1), default=3,
                      help="runs per measurement, best kept (default 3)")
+    sub.add_argument("--depth", type=_int_at_least(0), default=0,
+                     help="tokens of context in the cache before each measurement (llama-bench's -d; default 0)")
     _add_kv_type(sub)
     sub.set_defaults(handler=_cmd_bench)
 
@@ -455,14 +457,15 @@ def _cmd_bench(args) -> int:
     _use_kv_type(args)
     result = run_bench(
         str(path), n_threads=args.threads, n_prompt=args.prompt_tokens,
-        n_gen=args.gen_tokens, repeat=args.repeat,
+        n_gen=args.gen_tokens, repeat=args.repeat, n_depth=args.depth,
     )
+    at = f" @ d{args.depth}" if args.depth else ""
     _print_table(None, [
         ("model", str(result["model"])),
         ("threads", str(result["n_threads"])),
         ("isa", str(result["isa"])),
-        (f"prompt (pp{args.prompt_tokens})", f"{result['pp_tps']:.1f} tokens/s"),
-        (f"generation (tg{args.gen_tokens})", f"{result['tg_tps']:.1f} tokens/s"),
+        (f"prompt (pp{args.prompt_tokens}{at})", f"{result['pp_tps']:.1f} tokens/s"),
+        (f"generation (tg{args.gen_tokens}{at})", f"{result['tg_tps']:.1f} tokens/s"),
         ("python per token", f"{result['py_us_per_token']:.1f} us"),
         ("load time", f"{result['load_s']:.2f} s"),
         ("first token", f"{result['first_token_s']:.2f} s after load started"),

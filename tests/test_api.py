@@ -197,6 +197,36 @@ def test_out_of_range_token_ids(llm):
         llm.forward_logits([-1])
 
 
+def test_bench_at_depth_measures_after_the_context_and_leaves_it_empty(monkeypatch):
+    """run_bench with n_depth (llama-bench's -d) fills that many tokens first, in pieces
+    (600 > one piece), measures both speeds after them, and ends with an empty cache."""
+    from pyengine import bench
+    from pyengine.api import LLM as RealLLM
+    from pyengine.runner.forward import Forward
+
+    made, batches = [], []
+
+    def recording_llm(*args, **kwargs):
+        made.append(RealLLM(*args, **kwargs))
+        return made[-1]
+
+    def recording_call(self, tokens, positions, *args, **kwargs):
+        batches.append((int(np.min(positions)), int(np.max(positions))))
+        return real_call(self, tokens, positions, *args, **kwargs)
+
+    real_call = Forward.__call__
+    monkeypatch.setattr("pyengine.api.LLM", recording_llm)
+    monkeypatch.setattr(Forward, "__call__", recording_call)
+    result = bench.run_bench(str(LLAMA), n_threads=1, n_prompt=16, n_gen=4, repeat=1, n_depth=600)
+    assert result["n_depth"] == 600 and result["pp_tps"] > 0 and result["tg_tps"] > 0
+    [llm] = made
+    assert llm.n_ctx >= 600 + 16 and llm.cache.n_used == 0
+    fill = batches.index((0, 511))
+    measured = batches[fill + 2:]   # after the context's two pieces
+    assert batches[fill + 1] == (512, 599)
+    assert measured[:5] == [(600, 615), (600, 600), (601, 601), (602, 602), (603, 603)] and len(measured) == 10
+
+
 def test_cli_bench_reports_python_time():
     exe = shutil.which("pyengine")
     cmd = [exe] if exe else [sys.executable, "-m", "pyengine"]

@@ -335,9 +335,9 @@ def test_run_pulls_on_first_use(capsys, fake_api, fake_index, monkeypatch):
 def test_bench_prints_the_results(capsys, monkeypatch):
     seen = {}
 
-    def run_bench(model, n_threads=None, n_prompt=512, n_gen=128, repeat=3):
+    def run_bench(model, n_threads=None, n_prompt=512, n_gen=128, repeat=3, n_depth=0):
         seen.update(model=model, n_threads=n_threads, n_prompt=n_prompt, n_gen=n_gen,
-                    repeat=repeat)
+                    repeat=repeat, n_depth=n_depth)
         return dict(model=model, n_threads=n_threads or 2, isa="avx2", pp_tps=512.25,
                     tg_tps=181.04, py_us_per_token=41.5, load_s=0.123, first_token_s=0.5,
                     peak_rss_mb=150.4, model_mb=94.0)
@@ -348,7 +348,7 @@ def test_bench_prints_the_results(capsys, monkeypatch):
     code, out, err = run_cli(capsys, "bench", MODEL, "--threads", "2", "--prompt-tokens", "64",
                              "--gen-tokens", "16", "--repeat", "1")
     assert (code, err) == (0, "")
-    assert seen == dict(model=MODEL, n_threads=2, n_prompt=64, n_gen=16, repeat=1)
+    assert seen == dict(model=MODEL, n_threads=2, n_prompt=64, n_gen=16, repeat=1, n_depth=0)
     rows = _rows(out)
     assert rows["isa"] == "avx2" and rows["threads"] == "2"
     assert rows["prompt (pp64)"] == "512.2 tokens/s"
@@ -359,7 +359,10 @@ def test_bench_prints_the_results(capsys, monkeypatch):
     assert rows["peak memory"] == "150 MiB (model file 94 MiB)"
     code, out, _ = run_cli(capsys, "bench", MODEL)
     assert code == 0
-    assert seen == dict(model=MODEL, n_threads=None, n_prompt=512, n_gen=128, repeat=3)
+    assert seen == dict(model=MODEL, n_threads=None, n_prompt=512, n_gen=128, repeat=3, n_depth=0)
+    code, out, _ = run_cli(capsys, "bench", MODEL, "--depth", "1024", "--prompt-tokens", "64")
+    assert code == 0 and seen["n_depth"] == 1024
+    assert _rows(out)["prompt (pp64 @ d1024)"] == "512.2 tokens/s"
 
 
 def test_run_real_model_uses_its_chat_template(capsys, real_models):

@@ -63,6 +63,44 @@ def test_huge_page_zeros_are_zero_and_writable():
 # ---- cells and sequences ---------------------------------------------------------------
 
 
+def test_decode_steps_take_the_cells_the_general_plan_gives():
+    """A decode step (one token of each of a few sequences) claims its cells on Python
+    ints (plan_decode, record_decode); step after step, with sequences ending and
+    starting among the others, it takes the cells plan() would and leaves the table as
+    record() would, or declines (None) and leaves the step to plan()."""
+    rng = np.random.default_rng(4)
+    fast, slow = CellTable(48), CellTable(48)
+    next_pos: dict[int, int] = {}
+    taken_fast = 0
+    for step in range(400):
+        ids = rng.choice(6, size=int(rng.integers(1, 5)), replace=False).tolist()
+        positions = [next_pos.get(sid, 0) for sid in ids]
+        want = slow.plan(np.array(positions), np.array(ids))
+        if want is None:   # full: both start over
+            for table in (fast, slow):
+                table.clear()
+            next_pos.clear()
+            continue
+        got = fast.plan_decode(ids, positions)
+        if got is None:
+            fast.record(fast.plan(np.array(positions), np.array(ids)), np.array(positions), np.array(ids))
+        else:
+            assert got == want.tolist(), step
+            fast.record_decode(got, ids, positions)
+            taken_fast += 1
+        slow.record(want, np.array(positions), np.array(ids))
+        for sid, position in zip(ids, positions):
+            next_pos[sid] = position + 1
+        if rng.random() < 0.1:   # a sequence ends
+            sid = int(rng.integers(6))
+            for table in (fast, slow):
+                table.remove(sid)
+            next_pos.pop(sid, None)
+        assert np.array_equal(fast.pos, slow.pos) and np.array_equal(fast.seq, slow.seq), step
+        assert fast.n_kv == slow.n_kv and fast.n_used == slow.n_used
+    assert taken_fast > 200
+
+
 def test_sequences_share_a_cache_and_removal_frees_cells():
     cache = KVCache(full_layout(), 16)
     a = alloc(cache, 0, range(4))[0]

@@ -162,13 +162,16 @@ class KVCache:
         """Claim a cell per token in every group; the slots per group."""
         positions = np.asarray(positions, np.int32)
         seq_ids = np.asarray(seq_ids, np.int64)
+        decode = _decode_step(positions, seq_ids)
         plans = []
         for g in self.groups:
             if len(positions) > g.cells.n_free:
                 raise ContextLengthError(
                     f"the KV cache is full: {len(positions)} new tokens need cells but only "
                     f"{g.cells.n_free} of {g.n_cells} are free (raise num_ctx)")
-            slots = g.cells.plan(positions, seq_ids)
+            slots = g.cells.plan_decode(*decode) if decode else None
+            if slots is None:
+                slots = g.cells.plan(positions, seq_ids)
             if slots is None:
                 self._compact(g)
                 slots = g.cells.plan(positions, seq_ids)
@@ -176,8 +179,11 @@ class KVCache:
                     raise ContextLengthError("the KV cache has no room left for this batch")
             plans.append(slots)
         for g, slots in zip(self.groups, plans):
-            g.cells.record(slots, positions, seq_ids)
-        return plans
+            if isinstance(slots, list):
+                g.cells.record_decode(slots, *decode)
+            else:
+                g.cells.record(slots, positions, seq_ids)
+        return [np.asarray(slots, np.int32) for slots in plans]
 
     def remove(self, seq_id: int, p0: int = 0, p1: int | None = None) -> None:
         """Drop positions [p0, p1) of a sequence; cells no sequence uses become free."""
@@ -238,6 +244,17 @@ class KVCache:
         rotated = rotate(g.layers, rows, delta)
         for layer, new in zip(g.layers, rotated):
             g.k[layer][cells] = fmt.encode(np.asarray(new, np.float32))
+
+
+def _decode_step(positions: np.ndarray, seq_ids: np.ndarray) -> tuple[list[int], list[int]] | None:
+    """(sequence ids, positions) as Python ints when the batch is a decode step's: a
+    few tokens, each of its own valid sequence; else None."""
+    if not 0 < len(seq_ids) <= 16:
+        return None
+    ids = seq_ids.tolist()
+    if len(set(ids)) != len(ids) or min(ids) < 0 or max(ids) >= MAX_SEQUENCES:
+        return None
+    return ids, positions.tolist()
 
 
 def _window_size(window: int, n_cells: int, window_cells: Mapping[int, int] | None) -> int:

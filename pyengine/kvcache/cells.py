@@ -70,7 +70,10 @@ class CellTable:
 
     @property
     def n_kv(self) -> int:
-        """Cells an attention pass must look at: up to the last used one."""
+        """Cells an attention pass must look at: up to the last used one (most often the
+        one just below `top`: no scan)."""
+        if self.top and self.seq[self.top - 1]:
+            return self.top
         used = np.flatnonzero(self.seq[: self.top])
         return int(used[-1]) + 1 if used.size else 0
 
@@ -126,6 +129,31 @@ class CellTable:
             slots[rows] = avail
             free[avail] = False
         return slots
+
+    def plan_decode(self, ids: list[int], positions: list[int]) -> list[int] | None:
+        """plan() for a decode step (one token of each of distinct valid sequences, as
+        Python ints), when every token finds a free cell just above its sequence's last:
+        the cells plan() gives then, with its checks made on Python ints (after a forward
+        pass numpy's calls on a cold interpreter cost ~50-100 us a step); None (nothing
+        done) for anything else, which plan() then decides."""
+        cells: list[int] = []
+        for sid, position in zip(ids, positions):
+            last = self.last_cell(sid)
+            if last >= 0 and position <= self.pos[last]:
+                return None   # plan() says why
+            cell = self._free_cell_near(last + 1, cells)
+            if cell < 0:
+                return None
+            cells.append(cell)
+        return cells
+
+    def record_decode(self, cells: list[int], ids: list[int], positions: list[int]) -> None:
+        """record() of plan_decode()'s cells."""
+        for cell, sid, position in zip(cells, ids, positions):
+            self.pos[cell] = position
+            self.seq[cell] = _ONE << np.uint64(sid)
+            self._last[sid] = cell   # above the sequence's last: plan_decode took it so
+        self.top = max(self.top, max(cells) + 1)
 
     def _free_cell_near(self, start: int, taken: list[int]) -> int:
         """The lowest free cell in [start, start + 8) not yet given, or -1.  Sequences
