@@ -179,7 +179,7 @@ class KVCache:
                     raise ContextLengthError("the KV cache has no room left for this batch")
             plans.append(slots)
         for g, slots in zip(self.groups, plans):
-            if isinstance(slots, list):
+            if isinstance(slots, list):   # plan_decode's cells, recorded on Python ints too
                 g.cells.record_decode(slots, *decode)
             else:
                 g.cells.record(slots, positions, seq_ids)
