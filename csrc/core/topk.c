@@ -30,16 +30,22 @@ static void insert(float *val, int64_t *pos, int64_t *count, int64_t k, float v,
     if (*count < k) (*count)++;
 }
 
-int64_t pe_top_k(const float *x, int64_t n, int64_t k, const int64_t *skip, int64_t n_skip, float *val,
-                 int64_t *pos) {
+/* The k best of x outside the ascending positions skip[]: pe_top_k, and
+ * with `nan` (not NULL) every run's maximum taken, which notes there
+ * whether any value, skipped or not, is NaN. */
+static int64_t best_k(const float *x, int64_t n, int64_t k, const int64_t *skip, int64_t n_skip, float *val,
+                      int64_t *pos, int *nan) {
     int64_t count = 0, s = 0;
-    if (k <= 0) return 0;
     pe_init();
     for (int64_t i0 = 0; i0 < n; i0 += TOPK_RUN) {
         const int64_t len = n - i0 < TOPK_RUN ? n - i0 : TOPK_RUN;
         /* a full set admits only values above its last; until then every value
          * is looked at (so -inf ones fill a set the finite ones cannot) */
-        if (count == k && !(pe_kern->vec.max(len, x + i0) > val[k - 1])) continue;
+        const int full = count == k;
+        float run_max = INFINITY;
+        if (nan) run_max = pe_kern->vec.max_nan(len, x + i0, nan);
+        else if (full) run_max = pe_kern->vec.max(len, x + i0);
+        if (full && !(run_max > val[k - 1])) continue;
         for (int64_t i = i0; i < i0 + len; i++) {
             while (s < n_skip && skip[s] < i) s++;
             if (s < n_skip && skip[s] == i) continue;
@@ -51,27 +57,16 @@ int64_t pe_top_k(const float *x, int64_t n, int64_t k, const int64_t *skip, int6
     return count;
 }
 
+int64_t pe_top_k(const float *x, int64_t n, int64_t k, const int64_t *skip, int64_t n_skip, float *val,
+                 int64_t *pos) {
+    return k > 0 ? best_k(x, n, k, skip, n_skip, val, pos, NULL) : 0;
+}
+
 int64_t pe_best_outside(const float *x, int64_t n, const int64_t *skip, int64_t n_skip, int *nan) {
-    int64_t best = -1, s = 0;
-    float top = -INFINITY;
+    float value = -INFINITY;
+    int64_t position = -1;
     *nan = 0;
-    pe_init();
-    for (int64_t i0 = 0; i0 < n; i0 += TOPK_RUN) {
-        const int64_t len = n - i0 < TOPK_RUN ? n - i0 : TOPK_RUN;
-        /* a run whose maximum does not beat the best cannot replace it (an
-         * equal value sits at a later position) */
-        if (!(pe_kern->vec.max_nan(len, x + i0, nan) > top) && best >= 0) continue;
-        for (int64_t i = i0; i < i0 + len; i++) {
-            while (s < n_skip && skip[s] < i) s++;
-            if (s < n_skip && skip[s] == i) continue;
-            const float v = x[i];
-            if (v > top || (best < 0 && v == v)) {
-                top = v;
-                best = i;
-            }
-        }
-    }
-    return best;
+    return best_k(x, n, 1, skip, n_skip, &value, &position, nan) ? position : -1;
 }
 
 /* llama.cpp's repetition, frequency and presence penalties on one logit

@@ -151,7 +151,7 @@ class CellTable:
         """record() of plan_decode()'s cells."""
         for cell, sid, position in zip(cells, ids, positions):
             self.pos[cell] = position
-            self.seq[cell] = _ONE << np.uint64(sid)
+            self.seq[cell] = seq_bit(sid)
             self._last[sid] = cell   # above the sequence's last: plan_decode took it so
         self.top = max(self.top, max(cells) + 1)
 
