@@ -137,6 +137,18 @@ def test_bpe_merges_by_rank():
     assert tok.decode(tok.encode("multi\nline\t\ttext 😀")) == "multi\nline\t\ttext 😀"
 
 
+def test_bpe_pieces_of_tokens_outside_the_byte_alphabet():
+    """A byte-level token's bytes: its GPT-2 characters mapped back, and characters
+    outside that alphabet (some vocabularies' added normal tokens) kept as their UTF-8,
+    alone or beside mapped ones."""
+    extra = [("€", NORMAL), ("Ġ€x", NORMAL), ("\u00e9Ġ", NORMAL), (" a", NORMAL), ("ĠĊ", NORMAL)]
+    tok = Tokenizer.from_metadata(bpe_metadata(extra=extra))
+    pieces = tok.piece_table(special=True)
+    want = {"€": "€".encode(), "Ġ€x": " €x".encode(), "\u00e9Ġ": b"\xe9 ", " a": b" a", "ĠĊ": b" \n"}
+    for text, piece in want.items():
+        assert pieces[tok.vocab.token_to_id[text]] == piece, text
+
+
 def test_bpe_user_defined_tokens_always_split():
     tok = Tokenizer.from_metadata(bpe_metadata(extra=[("<tool>", USER_DEFINED), ("<|im_end|>", NORMAL)]))
     tool = tok.vocab.token_to_id["<tool>"]

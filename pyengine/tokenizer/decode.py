@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyengine.tokenizer.bpe import CHAR_TO_BYTE
+from pyengine.tokenizer.bpe import CHAR_TO_BYTE, byte_decode_strict
 from pyengine.tokenizer.vocab import ESCAPED_SPACE, Attr, Vocab
 
 _SPECIAL = Attr.UNKNOWN | Attr.CONTROL
@@ -67,6 +67,9 @@ def _piece_function(vocab: Vocab):
 def _byte_decode(text: str) -> bytes:
     """GPT-2 byte characters back to bytes; characters outside that alphabet (found in
     some added tokens) are kept as their UTF-8."""
+    whole = byte_decode_strict(text)   # all in the alphabet: one translation (vocabularies' ~99.9%)
+    if whole is not None:
+        return whole
     out = bytearray()
     for ch in text:
         b = CHAR_TO_BYTE.get(ch)
