@@ -242,13 +242,15 @@ static inline void gmk_bsums_quad(const block_q8_K *const a[4], __m512i out[2]) 
 }
 
 /* One quad of columns (a[0..3], results for nc columns) against the 4 rows
- * w[0..3]; tiled: per 64 elements (llama.cpp's 4-row GEMM), else per
+ * w[0..3] (bw apart, the next tiles' rows prefetched as gm_prefetch_ahead
+ * says); tiled: per 64 elements (llama.cpp's 4-row GEMM), else per
  * super-block (its GEMV). */
-static void gmk_q4k_quad(int64_t n, float *s, size_t bs, const uint8_t *const w[4], const uint8_t *const a[4],
-                         int nr, int nc, int tiled) {
+static void gmk_q4k_quad(int64_t n, float *s, size_t bs, const uint8_t *const w[4], size_t bw,
+                         const uint8_t *const a[4], int nr, int nc, int tiled) {
     const __m512i rbase = gmk_row_base(), cbase = gmk_col_base();
     __m512 whole = _mm512_setzero_ps(), whole_mins = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        gm_prefetch_ahead(w, bw, (size_t)ib * sizeof(block_q4_K), sizeof(block_q4_K));
         const block_q4_K *x[4];
         const block_q8_K *y[4];
         for (int r = 0; r < 4; r++) x[r] = (const block_q4_K *)w[r] + ib;
@@ -329,7 +331,7 @@ static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t b
         const int ncq = nc - j0 < 4 ? nc - j0 : 4;
         const uint8_t *cols[4];
         for (int j = 0; j < 4; j++) cols[j] = (const uint8_t *)a + (size_t)(j0 + (j < ncq ? j : ncq - 1)) * ba;
-        gmk_q4k_quad(n, s + (size_t)j0 * bs, bs, rows, cols, nr, ncq, first != 0);
+        gmk_q4k_quad(n, s + (size_t)j0 * bs, bs, rows, bw, cols, nr, ncq, first != 0);
     }
     return 1;
 }
@@ -364,9 +366,12 @@ static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t b
     static void gemm_pairs_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, \
                                   size_t ba, int nr, int nc, unsigned paths) {                        \
         gmk_acc r[PE_GEMM_ROWS][PE_GEMM_COLS];                                                                              \
+        const uint8_t *rows[4];                                                                       \
+        gm_rows(w, bw, nr, rows);                                                                     \
         for (int i = 0; i < nr; i++)                                                                  \
             for (int j = 0; j < nc; j++) r[i][j] = gmk_zero();                                        \
-        for (int64_t ib = 0; ib < n / QK_K; ib++)                                                     \
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                                   \
+            gm_prefetch_ahead(rows, bw, (size_t)ib * sizeof(WB), sizeof(WB));                         \
             for (int i = 0; i < nr; i++) {                                                            \
                 const WB *x = (const WB *)((const uint8_t *)w + (size_t)i * bw) + ib;                 \
                 gmk_block b;                                                                          \
@@ -375,6 +380,7 @@ static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t b
                     STEP(&b, x, (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba) + ib,       \
                          (paths >> (PE_PATH_BITS * j)) & PE_PATH_MASK, &r[i][j]);                      \
             }                                                                                         \
+        }                                                                                             \
         for (int j = 0; j < nc; j++)                                                                  \
             for (int i = 0; i < nr; i++) s[(size_t)j * bs + i] = gmk_result(&r[i][j]);               \
     }                                                                                                 \
