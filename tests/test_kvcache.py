@@ -265,9 +265,9 @@ def test_usable_prefix_needs_every_group():
 
 @pytest.mark.parametrize("seed", (7, 11, 12))
 def test_random_edits_keep_order_and_data(seed):
-    """Allocate, remove, share, shift and compact at random; every (sequence, position)
-    must keep its row, every sequence its cells in position order, and the table's
-    cached last cell of each sequence must be its highest."""
+    """Allocate, remove (tails and low ends), share, shift and compact at random; every
+    (sequence, position) must keep its row, every sequence its cells in position order,
+    and the table's cached last cell of each sequence must be its highest."""
     rng = np.random.default_rng(seed)
     cache = KVCache(full_layout(1, 1), 48)
     shadow: dict[int, dict[int, float]] = {}   # seq -> pos -> tag in its K row
@@ -289,9 +289,10 @@ def test_random_edits_keep_order_and_data(seed):
                 cache.k[0][cell] = np.float16(tag).view(np.uint16)
                 mine[p] = tag
         elif op == 2 and mine:
-            p0 = int(rng.integers(max(mine) + 1))
-            cache.remove(seq, p0)
-            for p in [p for p in mine if p >= p0]:
+            cut = int(rng.integers(max(mine) + 1))
+            p0, p1 = (cut, None) if rng.integers(2) else (0, cut)   # a tail, or a window's low end
+            cache.remove(seq, p0, p1)
+            for p in [p for p in mine if p >= p0 and (p1 is None or p < p1)]:
                 del mine[p]
         elif op == 3 and mine:
             dst = int(rng.integers(6))

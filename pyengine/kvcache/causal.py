@@ -199,8 +199,9 @@ class KVCache:
         """Free the sliding-window cells of a sequence that a token at `next_pos` or
         later can no longer see, except the last `margin` of them."""
         for g in self.groups:
-            if g.window:
-                g.cells.remove(seq_id, 0, next_pos - g.window + 1 - margin)
+            end = next_pos - g.window + 1 - margin
+            if g.window and end > 0:   # (no position below 0: nothing to free before that)
+                g.cells.remove(seq_id, 0, end)
 
     def shift(self, seq_id: int, n_keep: int, n_discard: int, rotate: Rotator) -> None:
         """Context shift: drop positions [n_keep, n_keep + n_discard) of the sequence,

@@ -207,7 +207,9 @@ class CellTable:
         before = self.n_used
         self.seq[sel] &= ~bit
         self.pos[self.seq == 0] = -1
-        self._last.pop(int(seq_id), None)
+        last = self._last.get(int(seq_id))
+        if last is not None and last >= 0 and not self.seq[last] & bit:   # (a window's low end keeps it)
+            del self._last[int(seq_id)]
         return before - self.n_used
 
     def copy(self, src: int, dst: int, p0: int, p1: int) -> None:
