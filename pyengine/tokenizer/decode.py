@@ -67,7 +67,7 @@ def _piece_function(vocab: Vocab):
 def _byte_decode(text: str) -> bytes:
     """GPT-2 byte characters back to bytes; characters outside that alphabet (found in
     some added tokens) are kept as their UTF-8."""
-    whole = byte_decode_strict(text)   # all in the alphabet: one translation (vocabularies' ~99.9%)
+    whole = byte_decode_strict(text)   # all in the alphabet (all of SmolLM2's): one translation
     if whole is not None:
         return whole
     out = bytearray()
