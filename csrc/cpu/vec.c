@@ -672,46 +672,10 @@ static void values_f16(int64_t n, int nh, const int32_t *cell, const float *cons
 }
 
 /* The largest of x[i] * scale (a NaN is passed over, as a comparison
- * passes it over), each stored into y unless y is NULL. */
-PE_ALWAYS_INLINE float scaled_max(int64_t n, const float *x, float scale, float *y) {
-    int64_t i = 0;
-    float best = -INFINITY;
-#if defined(__AVX512F__)
-    __m512 m = _mm512_set1_ps(-INFINITY);
-    for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(scale));
-        if (y) _mm512_storeu_ps(y + i, v);
-        m = _mm512_max_ps(v, m);   /* a NaN in v gives m's lane */
-    }
-    best = _mm512_reduce_max_ps(m);
-#elif defined(__AVX2__)
-    __m256 m = _mm256_set1_ps(-INFINITY);
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(scale));
-        if (y) _mm256_storeu_ps(y + i, v);
-        m = _mm256_max_ps(v, m);
-    }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, m);
-    for (int l = 0; l < 8; l++)
-        if (lanes[l] > best) best = lanes[l];
-#endif
-    for (; i < n; i++) {
-        const float v = x[i] * scale;
-        if (y) y[i] = v;
-        if (v > best) best = v;
-    }
-    return best;
-}
-
-/* x[i] *= scale, and the largest of them */
-static float scale_max(int64_t n, float *x, float scale) { return scaled_max(n, x, scale, x); }
-
-static float max_f32(int64_t n, const float *x) { return scaled_max(n, x, 1.0f, NULL); }
-
-/* max_f32, noting in *nan whether any x[i] is NaN (an unordered compare of
- * each vector with itself, in the same pass) */
-static float max_nan(int64_t n, const float *x, int *nan) {
+ * passes it over), each stored into y unless y is NULL; with `nan` (not
+ * NULL), *nan set to 1 when some x[i] * scale is NaN (an unordered compare
+ * of each vector with itself, in the same pass), left as it is otherwise. */
+PE_ALWAYS_INLINE float scaled_max(int64_t n, const float *x, float scale, float *y, int *nan) {
     int64_t i = 0;
     float best = -INFINITY;
     int seen = 0;
@@ -719,17 +683,19 @@ static float max_nan(int64_t n, const float *x, int *nan) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     __mmask16 unordered = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_loadu_ps(x + i);
-        unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-        m = _mm512_max_ps(v, m);
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(scale));
+        if (y) _mm512_storeu_ps(y + i, v);
+        if (nan) unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        m = _mm512_max_ps(v, m);   /* a NaN in v gives m's lane */
     }
     best = _mm512_reduce_max_ps(m);
     seen = unordered != 0;
 #elif defined(__AVX2__)
     __m256 m = _mm256_set1_ps(-INFINITY), unordered = _mm256_setzero_ps();
     for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(scale));
+        if (y) _mm256_storeu_ps(y + i, v);
+        if (nan) unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
         m = _mm256_max_ps(v, m);
     }
     float lanes[8];
@@ -739,12 +705,22 @@ static float max_nan(int64_t n, const float *x, int *nan) {
     seen = _mm256_movemask_ps(unordered) != 0;
 #endif
     for (; i < n; i++) {
-        if (x[i] != x[i]) seen = 1;
-        else if (x[i] > best) best = x[i];
+        const float v = x[i] * scale;
+        if (y) y[i] = v;
+        if (v != v) seen = 1;
+        else if (v > best) best = v;
     }
-    if (seen) *nan = 1;
+    if (nan && seen) *nan = 1;
     return best;
 }
+
+/* x[i] *= scale, and the largest of them */
+static float scale_max(int64_t n, float *x, float scale) { return scaled_max(n, x, scale, x, NULL); }
+
+static float max_f32(int64_t n, const float *x) { return scaled_max(n, x, 1.0f, NULL, NULL); }
+
+/* max_f32, noting in *nan whether any x[i] is NaN */
+static float max_nan(int64_t n, const float *x, int *nan) { return scaled_max(n, x, 1.0f, NULL, nan); }
 
 /* y[i] = exp(x[i] - max) for i < n (n a multiple of LANES on the SIMD
  * builds); returns their sum in double, added LANES at a time */
