@@ -233,6 +233,10 @@ class SamplerChain:
         _check_best(raw[best_id], np.isnan(raw[best_id]))
         return raw, best_id
 
+    def _rewriting(self) -> list:
+        """The samplers of the chain that change logits with their current settings."""
+        return [s for s in self._samplers if getattr(s, "active", True)]
+
     def _plain_greedy(self, logits: np.ndarray) -> int | None:
         """Greedy when no sampler rewrites a logit, or penalties alone do (the default
         chain at temperature 0), natively: one pass over the row for the best id outside
@@ -240,7 +244,7 @@ class SamplerChain:
         better of the two winning (the lower id on a tie); the logits checked as
         _checked_best checks them.  None for any other chain, or when the penalties leave
         nothing finite (the general path then says why)."""
-        rewriting = [s for s in self._samplers if getattr(s, "active", True)]
+        rewriting = self._rewriting()
         if len(rewriting) > 1 or (rewriting and not isinstance(rewriting[0], Penalties)):
             return None
         raw = self._checked_row(logits)
@@ -273,7 +277,7 @@ class SamplerChain:
         return self._draw.select(cand)
 
     def _pick_greedy(self, raw: np.ndarray, subset: np.ndarray | None, best: int | None) -> int:
-        rewriting = [s for s in self._samplers if getattr(s, "active", True)]
+        rewriting = self._rewriting()
         if subset is None and not rewriting:
             return int(np.argmax(raw)) if best is None else best
         if subset is None and best is not None:
