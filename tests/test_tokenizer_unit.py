@@ -11,6 +11,7 @@ from tokenizer_vocabs import NORMAL, USER_DEFINED, bpe_metadata, spm_metadata
 from pyengine.errors import TokenizerError
 from pyengine.tokenizer import StreamDecoder, Tokenizer
 from pyengine.tokenizer.pretokenizers import PRE_TOKENIZERS
+from pyengine.tokenizer import special
 from pyengine.tokenizer.special import SpecialSplitter
 from pyengine.tokenizer.vocab import Attr, Vocab
 
@@ -209,8 +210,11 @@ def reference_partition(text: str, specials: list[tuple[int, str, int]]) -> list
     return [text[f[1]:f[2]] if f[0] == "raw" else f[1] for f in fragments]
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["trie", "alternation"])
 @pytest.mark.parametrize("seed", range(40))
-def test_special_partition_matches_llama_cpp_order(seed):
+def test_special_partition_matches_llama_cpp_order(seed, flat, monkeypatch):
+    if flat:   # the pattern a vocabulary gets whose special tokens nest too deeply for the trie
+        monkeypatch.setattr(special, "_MAX_TRIE_NESTING", 0)
     rng = random.Random(seed)
     alphabet = "ab \n"
     texts = sorted({"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4)))
@@ -230,6 +234,28 @@ def test_special_partition_matches_llama_cpp_order(seed):
     for _ in range(60):
         text = "".join(rng.choice(alphabet + "c") for _ in range(rng.randint(0, 30)))
         assert splitter.split(text) == reference_partition(text, specials), (text, texts)
+
+
+def special_splitter(texts: list[str]) -> tuple[SpecialSplitter, list]:
+    """A splitter of user-defined tokens `texts` and llama.cpp's order of them."""
+    vocab = Vocab.from_metadata(spm_metadata(extra={t: (0.0, USER_DEFINED) for t in texts}))
+    ids = [vocab.token_to_id[t] for t in texts]
+    ordered = sorted(ids, key=lambda i: (-len(vocab.tokens[i]), i))
+    return SpecialSplitter(vocab, ids), [(i, vocab.tokens[i], vocab.attrs[i]) for i in ordered]
+
+
+def test_long_and_deeply_nested_special_tokens():
+    """A special token thousands of characters long, and a hundred and fifty tokens each
+    a prefix of the next, are cut out as llama.cpp cuts them: the trie pattern's build
+    recursed once per character and past Python's limit on both."""
+    long = "<" + "x" * 3000 + ">"
+    splitter, specials = special_splitter([long, "<x"])
+    for text in ("a" + long + "b" + long, long[:-1] + "<x" + long):
+        assert splitter.split(text) == reference_partition(text, specials)
+    chain = [("ab" * 80)[:n] for n in range(2, 152)]
+    splitter, specials = special_splitter(chain)
+    for text in ("ab" * 100 + "c", "b" + "ab" * 40 + "cab" * 3, "ab" * 30):
+        assert splitter.split(text) == reference_partition(text, specials)
 
 
 def test_overlapping_special_tokens_take_the_longer():

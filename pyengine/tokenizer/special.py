@@ -35,18 +35,18 @@ class SpecialSplitter:
         self._rank = {i: r for r, i in enumerate(ordered)}
         self._strip = {i: vocab.attrs[i] & (Attr.LSTRIP | Attr.RSTRIP) for i in ordered
                        if vocab.attrs[i] & (Attr.LSTRIP | Attr.RSTRIP)}
-        trie = _trie_pattern(self._texts)
-        self._pattern = regex.compile(trie) if ordered else None
-        self._splitter = regex.compile(f"({trie})") if ordered else None
+        # one compiled pattern (compiling Gemma's is ~0.15 s): its group is what split()
+        # keeps; matches read group 0, the same with or without it
+        self._pattern = regex.compile(f"({_trie_pattern(self._texts)})") if ordered else None
         self._prefixes = _special_prefixes(self._texts)
         self._risky = _risky_tokens(self._texts, self._rank)
         self._risky_texts = frozenset(tokens[i] for i in self._risky)
 
     def split(self, text: str) -> list[Fragment]:
-        if self._splitter is None or not text:
+        if self._pattern is None or not text:
             return [text] if text else []
         # Leftmost-longest matches, alternating with the raw text around them (maybe "").
-        parts = self._splitter.split(text)
+        parts = self._pattern.split(text)
         if len(parts) == 1:
             return [text]
         if self._strip or not self._leftmost_longest_is_exact(text, parts):
@@ -141,24 +141,56 @@ def _mark_spaces(text: str, taken: bytearray, pos: int, step: int) -> None:
         pos += step
 
 
+# Groups a trie pattern may nest (one per token ending, or branching, along a token);
+# past this the pattern is a plain alternation (see _trie_pattern).
+_MAX_TRIE_NESTING = 100
+
+
 def _trie_pattern(texts: Iterable[str]) -> str:
     """A regex matching the longest of `texts` at a position, shaped as a trie so that
-    thousands of alternatives cost one character test per position."""
+    thousands of alternatives cost one character test per position.  A run of
+    characters no other token ends or branches in is one literal, so a long token nests
+    nothing; a vocabulary whose tokens nest deeper than _MAX_TRIE_NESTING (hundreds of
+    tokens each a prefix of the next) gets the alternatives longest first instead,
+    which the regex engine also takes as the longest match at a position."""
+    texts = list(texts)
     trie: dict = {}
     for text in texts:
         node = trie
         for ch in text:
             node = node.setdefault(ch, {})
         node[""] = True
+    if _trie_nesting(trie) > _MAX_TRIE_NESTING:
+        return "(?:" + "|".join(regex.escape(t) for t in sorted(texts, key=len, reverse=True)) + ")"
 
     def build(node: dict) -> str:
-        branches = [regex.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        branches = []
+        for ch, child in sorted(node.items()):
+            if not ch:
+                continue
+            run = [ch]
+            while len(child) == 1 and "" not in child:   # one way on, no token ending here
+                (next_ch, child), = child.items()
+                run.append(next_ch)
+            branches.append(regex.escape("".join(run)) + build(child))
         if not branches:
             return ""
         body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
         return f"(?:{body})?" if "" in node else body
 
     return build(trie)
+
+
+def _trie_nesting(trie: dict) -> int:
+    """The most nodes that end a token or branch on any path of the trie: how deeply
+    _trie_pattern's build recurses and its groups nest (counted without recursing)."""
+    deepest, stack = 0, [(trie, 0)]
+    while stack:
+        node, depth = stack.pop()
+        depth += "" in node or len(node) > 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for ch, child in node.items() if ch)
+    return deepest
 
 
 def _special_prefixes(texts: dict[str, int]) -> dict[str, tuple[str, ...]]:
