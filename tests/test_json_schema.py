@@ -322,6 +322,18 @@ def test_cyclic_refs_in_all_of_fail_instead_of_looping():
         Grammar.from_json_schema(schema)
 
 
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#", "type": "object"},                                   # the root and a constraint
+    {"$defs": {"a": {"$ref": "#/$defs/a", "minimum": 1}}, "$ref": "#/$defs/a"},
+    {"allOf": [{"$ref": "#"}], "required": ["x"]},
+], ids=["root", "def", "all-of"])
+def test_a_ref_to_itself_beside_constraints_fails_instead_of_recursing(schema):
+    """Each turn of the $ref brings its sibling constraints along as a new allOf to merge
+    (it recursed until Python's limit: found by fuzzing schemas)."""
+    with pytest.raises(GrammarError, match="allOf nested deeper|cyclic"):
+        Grammar.from_json_schema(schema)
+
+
 def test_two_hundred_malformed_schemas_are_rejected_quickly():
     schemas = malformed_schemas(200)
     start = time.perf_counter()

@@ -113,7 +113,7 @@ class _Converter:
             if keyword in schema:
                 return self.union(schema, keyword, name, depth, path)
         if "allOf" in schema:
-            return self.visit(self.merge_all_of(schema, path), name, depth + 1, path)
+            return self.visit(self.merge_all_of(schema, path, depth), name, depth + 1, path)
         return self.typed(schema, name, depth, path)
 
     def typed(self, schema: Mapping, name: str, depth: int, path: str) -> str:
@@ -180,7 +180,9 @@ class _Converter:
             alternatives.append(self.visit(option, f"{name}-{i}", depth + 1, f"{path}/{keyword}/{i}"))
         return self.add(name, " | ".join(dict.fromkeys(alternatives)))
 
-    def merge_all_of(self, schema: Mapping, path: str) -> dict:
+    def merge_all_of(self, schema: Mapping, path: str, depth: int) -> dict:
+        if depth > MAX_DEPTH:   # an allOf whose $ref leads back to it nests without end
+            raise GrammarError(f"{path}: allOf nested deeper than {MAX_DEPTH} levels (or through a $ref to itself)")
         parts = schema["allOf"]
         if not isinstance(parts, list) or not parts:
             raise GrammarError(f"{path}/allOf must be a non-empty list of schemas")
@@ -192,7 +194,7 @@ class _Converter:
             if not isinstance(part, Mapping):
                 raise GrammarError(f"{path}/allOf/{i} must be a schema object")
             if "allOf" in part:
-                part = self.merge_all_of(part, f"{path}/allOf/{i}")
+                part = self.merge_all_of(part, f"{path}/allOf/{i}", depth + 1)
             for key, value in part.items():
                 if key in _ANNOTATIONS:
                     continue
