@@ -109,6 +109,13 @@ def test_syntax_error_is_a_template_error_with_line():
         ChatTemplate("ok\n{% if %}")
 
 
+def test_template_jinja_compiles_to_bad_python_is_a_template_error():
+    """jinja2 parses a slice followed by a comma but writes Python that does not compile
+    (a SyntaxError escaped; found by fuzzing templates)."""
+    with pytest.raises(TemplateError, match="does not compile"):
+        ChatTemplate("{{ x[:,2] }}")
+
+
 def test_compiled_template_renders_many_times():
     template = ChatTemplate("{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}", "<s>")
     assert template.render(USER) == "<s>user:hi;"

@@ -204,8 +204,8 @@ def _compile(environment: GuardedEnvironment, template: str) -> jinja2.Template:
         raise  # a security refusal found while parsing
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"chat template syntax error (line {exc.lineno}): {exc.message}") from exc
-    except (jinja2.TemplateError, RecursionError, MemoryError, ValueError) as exc:
-        raise TemplateError(f"chat template does not compile: {exc}") from exc
+    except Exception as exc:   # foreign code: jinja2 may even emit Python that does not compile
+        raise TemplateError(f"chat template does not compile: {type(exc).__name__}: {exc}") from exc
 
 
 def _render(compiled: jinja2.Template, variables: dict[str, Any]) -> str:
