@@ -251,6 +251,19 @@ def test_temperature_divides_and_zero_keeps_the_argmax():
     assert cand.ids.tolist() == [1]
 
 
+@pytest.mark.parametrize("temperature", [1e-300, 1e-45, 1e-38])
+def test_a_temperature_too_small_for_float32_keeps_the_argmax(temperature):
+    """Dividing by it overflowed the best logit (or divided by a float32 zero) and the
+    draw then found no finite candidate: its limit is greedy."""
+    cand = cand_of([2.0, -1.0, 4.0, 3.5])
+    with np.errstate(all="raise"):
+        Temperature(temperature).apply(cand)
+    assert cand.ids.tolist() == [2]
+    for t in (temperature, 1e-30):   # 1e-30: huge but finite logits, a certain draw
+        chain = SamplerChain(SamplingOptions(temperature=t, seed=3), 4)
+        assert chain.sample(np.array([2.0, -1.0, 4.0, 3.5], np.float32)) == 2
+
+
 def test_dynamic_temperature_follows_normalised_entropy():
     logits = np.array([3.0, 2.0, 1.0, 0.0], dtype=np.float32)
     cand = cand_of(logits)

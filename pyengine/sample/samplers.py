@@ -291,11 +291,17 @@ class Temperature:
 
 
 def scale_logits(cand: Candidates, temperature: float) -> None:
-    if temperature <= 0.0:
-        best = int(np.argmax(cand.logits))
-        cand.keep(np.array([best]), sorted=True)
-    else:
-        cand.logits = cand.logits / np.float32(temperature)
+    """Logits / temperature; at 0, or a temperature so small that the best logit
+    overflows (or that is 0 as a float32), its limit: the best token alone."""
+    divisor = np.float32(temperature)
+    if divisor > 0 and len(cand):
+        with np.errstate(over="ignore"):
+            scaled = cand.logits / divisor
+        if np.isfinite(scaled.max()):
+            cand.logits = scaled
+            return
+    if len(cand):
+        cand.keep(np.array([int(np.argmax(cand.logits))]), sorted=True)
 
 
 class Dist:
