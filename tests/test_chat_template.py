@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from datetime import datetime
@@ -281,3 +282,36 @@ def test_budgets_of_concurrent_renders_are_independent():
         slow.render(USER)
     worker.join()
     assert results == ["hi"] * 200
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")   # jinja2's lexer on mangled escapes
+def test_mutated_templates_render_or_fail_with_template_errors():
+    """The golden templates with a few tokens of Jinja inserted, deleted or replaced
+    (seeded): each compiles and renders, or fails with a TemplateError, within its time
+    budget."""
+    pieces = ["{%", "%}", "{{", "}}", "-", "|", "(", ")", "[", "]", ".", ",", "'", ":", " ", "for", "if", "endif",
+              "endfor", "set", "loop.", "range(", "9999", "*", "~", "messages", "tojson", "items()", "else"]
+    sources = [record["source"] for record in GOLDEN["templates"].values()]
+    scenarios = list(GOLDEN["scenarios"].values())
+    rendered = 0
+    for seed in range(120):
+        rng = random.Random(seed)
+        text = list(rng.choice(sources))
+        for _ in range(rng.randint(1, 6)):
+            at = rng.randrange(len(text))
+            kind = rng.random()
+            if kind < 0.5:
+                text.insert(at, rng.choice(pieces))
+            elif kind < 0.8:
+                del text[at]
+            else:
+                text[at] = rng.choice(pieces)
+        scenario = rng.choice(scenarios)
+        try:
+            template = ChatTemplate("".join(text), "<s>", "</s>", time_limit_s=2.0)
+            template.render(scenario["messages"], tools=scenario.get("tools"),
+                            add_generation_prompt=scenario.get("add_generation_prompt", True))
+            rendered += 1
+        except TemplateError:
+            pass
+    assert rendered > 5

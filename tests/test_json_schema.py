@@ -432,3 +432,49 @@ def test_clone_forks_the_grammar_state():
     chain.accept(1)
     assert fork.grammar_state.accepts(b"c") and not chain.grammar_state.accepts(b"c")
     assert fork.sample(np.array([0, 0, 1.0, 0], dtype=np.float32)) == 2
+
+
+def random_schema(rng: random.Random, depth: int = 0) -> object:
+    """A schema of random keywords with random values, valid or not."""
+    if depth > 3 or rng.random() < 0.1:
+        return rng.choice([True, False, {}, [], "string", 3, None])
+    values = [0, -1, 2, 1.5, 10 ** 30, "x", "", True, None, [], {}, "#", "#/$defs/a", "#/nope", "^a+$"]
+    schema: dict = {}
+    for _ in range(rng.randint(0, 4)):
+        key = rng.choice(["type", "properties", "required", "items", "minItems", "maxItems", "enum", "const",
+                          "anyOf", "oneOf", "allOf", "$ref", "$defs", "additionalProperties", "minimum",
+                          "maximum", "minLength", "maxLength", "pattern", "prefixItems", "not"])
+        if key == "type":
+            schema[key] = rng.choice(["object", "array", "string", "number", "integer", "boolean", "null",
+                                      "nope", ["string", "null"], 5])
+        elif key in ("properties", "$defs"):
+            schema[key] = {n: random_schema(rng, depth + 1) for n in rng.sample("abc", rng.randint(0, 3))}
+        elif key in ("items", "not", "additionalProperties"):
+            schema[key] = random_schema(rng, depth + 1)
+        elif key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+            schema[key] = [random_schema(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+        elif key == "$ref":
+            schema[key] = rng.choice(["#", "#/$defs/a", "#/$defs/b", "#/properties/a", "http://x"])
+        else:
+            schema[key] = rng.choice(values)
+    return schema
+
+
+def test_random_schemas_compile_or_fail_with_grammar_errors():
+    """Seeded random schemas (valid, invalid, self-referring): each compiles to a grammar
+    whose matcher can be walked, or is rejected with a GrammarError, quickly."""
+    start, compiled = time.perf_counter(), 0
+    for seed in range(400):
+        rng = random.Random(seed)
+        try:
+            grammar = Grammar.from_json_schema(random_schema(rng))
+        except GrammarError:
+            continue
+        compiled += 1
+        matcher = grammar.matcher()
+        for _ in range(30):
+            allowed = matcher.next_bytes()
+            if not allowed:
+                break
+            assert matcher.accept_bytes(bytes([rng.choice(allowed)]))
+    assert 50 < compiled < 350 and time.perf_counter() - start < 20

@@ -303,3 +303,53 @@ def test_token_accessors():
     assert tok.is_eog(2) and not tok.is_eog(1)
     assert (tok.bos_id, tok.eos_id, tok.unk_id, tok.pad_id, tok.add_bos, tok.add_eos) == \
         (1, 2, 0, None, True, False)
+
+
+def mutated_vocabulary(rng: random.Random) -> dict:
+    """An SPM or byte-level BPE vocabulary with a few random faults: odd, empty, long or
+    duplicate tokens, special ids anywhere, bad token types, NaN scores, broken merges."""
+    meta = spm_metadata() if rng.random() < 0.5 else bpe_metadata(pre=rng.choice(list(PRE_TOKENIZERS)))
+    tokens = list(meta["tokenizer.ggml.tokens"])
+    odd = ["", " ", "\x00", "x" * rng.choice([3, 700]), "<0xZZ>", "▁", "Ġ", "\u0301", "🙂", "<s>", "\n", "ab c"]
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.random()
+        if kind < 0.3:
+            tokens[rng.randrange(len(tokens))] = rng.choice(odd)
+        elif kind < 0.5:
+            tokens.append(rng.choice(odd) + chr(rng.randint(0x100, 0x3000)))
+        elif kind < 0.6:
+            meta["tokenizer.ggml.token_type"] = np.array(meta["tokenizer.ggml.token_type"]).copy()
+            meta["tokenizer.ggml.token_type"][rng.randrange(len(tokens) - 1)] = rng.choice([-1, 0, 4, 7, 100])
+        elif kind < 0.7 and "tokenizer.ggml.scores" in meta:
+            meta["tokenizer.ggml.scores"] = np.array(meta["tokenizer.ggml.scores"]).copy()
+            meta["tokenizer.ggml.scores"][rng.randrange(len(tokens) - 1)] = rng.choice([np.nan, np.inf, -1e30])
+        elif kind < 0.8 and "tokenizer.ggml.merges" in meta:
+            meta["tokenizer.ggml.merges"] = [*meta["tokenizer.ggml.merges"], rng.choice(["a", "a b c", " a", "x y"])]
+        else:
+            key = rng.choice(["bos", "eos", "unknown", "padding", "eot"])
+            meta[f"tokenizer.ggml.{key}_token_id"] = rng.randrange(len(tokens) + 2)
+    extra = len(tokens) - len(meta["tokenizer.ggml.tokens"])
+    for key, fill in (("tokenizer.ggml.token_type", USER_DEFINED), ("tokenizer.ggml.scores", -9.0)):
+        if key in meta and extra:
+            meta[key] = np.concatenate([meta[key], np.full(extra, fill, np.asarray(meta[key]).dtype)])
+    meta["tokenizer.ggml.tokens"] = tokens
+    return meta
+
+
+def test_mutated_vocabularies_work_or_fail_with_tokenizer_errors():
+    """Seeded faulty vocabularies: each is refused with a TokenizerError, or encodes and
+    decodes any text (with and without special tokens) raising nothing else."""
+    built = 0
+    texts = ["", "Hello world", "a" * 800, "x" * 700 + "<s>", "naïve 🙂\u0301 東京\n\n  \t", "<s>ab c</s>\x00"]
+    for seed in range(150):
+        rng = random.Random(seed)
+        try:
+            tok = Tokenizer.from_metadata(mutated_vocabulary(rng))
+        except TokenizerError:
+            continue
+        built += 1
+        for text in texts:
+            ids = tok.encode(text, add_special=True, parse_special=rng.random() < 0.7)
+            tok.decode(ids)
+            tok.decode([rng.randrange(tok.n_vocab) for _ in range(20)], skip_special=True)
+    assert built > 50
