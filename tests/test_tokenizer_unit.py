@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from tokenizer_vocabs import NORMAL, USER_DEFINED, bpe_metadata, spm_metadata
+from tokenizer_vocabs import CONTROL, NORMAL, USER_DEFINED, bpe_metadata, spm_metadata
 
 from pyengine.errors import TokenizerError
 from pyengine.tokenizer import StreamDecoder, Tokenizer
@@ -353,3 +353,18 @@ def test_mutated_vocabularies_work_or_fail_with_tokenizer_errors():
             tok.decode(ids)
             tok.decode([rng.randrange(tok.n_vocab) for _ in range(20)], skip_special=True)
     assert built > 50
+
+
+@pytest.mark.parametrize("make", [spm_metadata, bpe_metadata], ids=["spm", "bpe"])
+def test_piece_tables_do_not_depend_on_which_is_built_first(make):
+    """The table with control-token text and the one without are built once and derived
+    from each other; either way round they equal tables built alone."""
+    meta = make(extra={"<ctl>": (0.0, CONTROL), "<usr>": (0.0, USER_DEFINED)} if make is spm_metadata
+                else [("<ctl>", CONTROL), ("<usr>", USER_DEFINED)])
+    alone = {special: Tokenizer.from_metadata(meta).piece_table(special) for special in (False, True)}
+    for first in (False, True):
+        tok = Tokenizer.from_metadata(meta)
+        tables = {first: tok.piece_table(first), not first: tok.piece_table(not first)}
+        assert tables == alone
+    ctl, usr = (tok.vocab.token_to_id[t] for t in ("<ctl>", "<usr>"))
+    assert alone[True][ctl] == b"<ctl>" and alone[False][ctl] == b"" and alone[False][usr] == b"<usr>"

@@ -22,13 +22,21 @@ class PieceTable:
         return table
 
     def _build(self, special: bool) -> list[bytes]:
-        if not special and True in self._tables:  # reuse the full table, blank the specials
-            full = self._tables[True]
-            attrs = self._vocab.attrs
-            return [b"" if attrs[i] & _SPECIAL else piece for i, piece in enumerate(full)]
         vocab = self._vocab
+        other = self._tables.get(not special)
+        if other is not None:   # the two differ only at the control and unknown tokens
+            table = list(other)
+            for i, attr in enumerate(vocab.attrs):
+                if attr & _SPECIAL:
+                    table[i] = _raw(vocab.tokens[i]) if special else b""
+            return table
         to_piece = _piece_function(vocab)
-        return [to_piece(text, attr, special) for text, attr in zip(vocab.tokens, vocab.attrs)]
+        if _byte_level(vocab):   # to_piece's own one-translation path serves these
+            return [to_piece(text, attr, special) for text, attr in zip(vocab.tokens, vocab.attrs)]
+        # a plain NORMAL token's piece inline (Gemma-3's 262k tokens: 70 -> 38 ms)
+        normal = Attr.NORMAL
+        return [text.replace(ESCAPED_SPACE, " ").encode("utf-8", "surrogateescape") if attr == normal
+                else to_piece(text, attr, special) for text, attr in zip(vocab.tokens, vocab.attrs)]
 
 
 def _raw(text: str) -> bytes:
@@ -44,9 +52,14 @@ def _byte_value(text: str) -> bytes:
         return b""
 
 
+def _byte_level(vocab: Vocab) -> bool:
+    """Whether NORMAL tokens are GPT-2 byte characters (else text with escaped spaces)."""
+    return vocab.family == "bpe" and not vocab.flags.escape_whitespaces
+
+
 def _piece_function(vocab: Vocab):
     family = vocab.family
-    byte_level = family == "bpe" and not vocab.flags.escape_whitespaces
+    byte_level = _byte_level(vocab)
 
     def to_piece(text: str, attr: int, special: bool) -> bytes:
         if attr & _SPECIAL and not special:

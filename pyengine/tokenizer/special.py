@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import regex
+import re
 
 from pyengine.tokenizer.vocab import Attr, Vocab
 
@@ -35,9 +35,10 @@ class SpecialSplitter:
         self._rank = {i: r for r, i in enumerate(ordered)}
         self._strip = {i: vocab.attrs[i] & (Attr.LSTRIP | Attr.RSTRIP) for i in ordered
                        if vocab.attrs[i] & (Attr.LSTRIP | Attr.RSTRIP)}
-        # one compiled pattern (compiling Gemma's is ~0.15 s): its group is what split()
-        # keeps; matches read group 0, the same with or without it
-        self._pattern = regex.compile(f"({_trie_pattern(self._texts)})") if ordered else None
+        # one compiled pattern: its group is what split() keeps; matches read group 0, the
+        # same with or without it.  The standard library's re compiles it (nothing here
+        # needs the regex module) in a quarter of the time: Gemma-3's 6414 tokens ~30 ms.
+        self._pattern = re.compile(f"({_trie_pattern(self._texts)})") if ordered else None
         self._prefixes = _special_prefixes(self._texts)
         self._risky = _risky_tokens(self._texts, self._rank)
         self._risky_texts = frozenset(tokens[i] for i in self._risky)
@@ -89,7 +90,7 @@ class SpecialSplitter:
         """
         texts, rank, prefixes = self._texts, self._rank, self._prefixes
         occurrences = []  # (rank, start, end, id)
-        for m in self._pattern.finditer(text, overlapped=True):
+        for m in _overlapped(self._pattern, text):
             start, longest = m.start(), m.group()
             for tok in (longest, *prefixes.get(longest, ())):
                 token_id = texts[tok]
@@ -161,7 +162,7 @@ def _trie_pattern(texts: Iterable[str]) -> str:
             node = node.setdefault(ch, {})
         node[""] = True
     if _trie_nesting(trie) > _MAX_TRIE_NESTING:
-        return "(?:" + "|".join(regex.escape(t) for t in sorted(texts, key=len, reverse=True)) + ")"
+        return "(?:" + "|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)) + ")"
 
     def build(node: dict) -> str:
         branches = []
@@ -172,13 +173,21 @@ def _trie_pattern(texts: Iterable[str]) -> str:
             while len(child) == 1 and "" not in child:   # one way on, no token ending here
                 (next_ch, child), = child.items()
                 run.append(next_ch)
-            branches.append(regex.escape("".join(run)) + build(child))
+            branches.append(re.escape("".join(run)) + build(child))
         if not branches:
             return ""
         body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
         return f"(?:{body})?" if "" in node else body
 
     return build(trie)
+
+
+def _overlapped(pattern: re.Pattern, text: str):
+    """The pattern's match at every position where one starts (overlapping ones too)."""
+    found = pattern.search(text)
+    while found is not None:
+        yield found
+        found = pattern.search(text, found.start() + 1)
 
 
 def _trie_nesting(trie: dict) -> int:
