@@ -106,6 +106,8 @@ typedef struct pe_type_kernels {
     int              gemm8_scales; /* gemm8 takes each activation row followed by its blocks' scales as floats:
                                       Q8_1 rows their d, then s (PE_Q8_1_SCALES_BYTES more per row), Q8_0 rows
                                       pe_q8_0_scales (PE_Q8_0_SCALES_BYTES) */
+    int              gemm16_scales; /* gemm16 takes its Q8_0 activation rows followed by pe_q8_0_scales (its
+                                       groups' starts made once per row, not once per tile) */
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...). */

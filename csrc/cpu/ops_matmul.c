@@ -69,11 +69,15 @@ static size_t unpacked_bytes(const pe_tensor *w) {
 /* Whether the activation rows of w's product carry their block scales as
  * floats too (Q8_0 rows with the starts of pe_q8_0_scales): for a decoding
  * kernel that takes them (gemm8_scales), which then needs no conversions or
- * sums per block, activation row and group of weight rows. */
+ * sums per block, activation row and group of weight rows; and for a prompt
+ * tile kernel that takes them (gemm16_scales, on any batch that may reach
+ * it), which would otherwise sum each activation block's groups again for
+ * every 16 weight rows. */
 static int with_scales(const pe_tensor *w, const pe_tensor *x) {
     const int vdt = pe_type_vec_dot_type(w->type);
-    return pe_kern->type[w->type].gemm8_scales && (vdt == PE_TYPE_Q8_1 || vdt == PE_TYPE_Q8_0) &&
-           pe_nrows(x) <= decode_cols(w);
+    if (vdt != PE_TYPE_Q8_1 && vdt != PE_TYPE_Q8_0) return 0;
+    if (pe_kern->type[w->type].gemm8_scales && pe_nrows(x) <= decode_cols(w)) return 1;
+    return vdt == PE_TYPE_Q8_0 && plain_kernels(w)->gemm16_scales;
 }
 
 static size_t scales_bytes(int vdt, int64_t n) {

@@ -366,14 +366,17 @@ typedef struct {
 /* the shift of codes that stay signed (AVX2's Q8_0) */
 #define GML_SIGNED (-1)
 
-/* blocks whose dot product starts are worked out ahead, per pass: made in
- * the loop, they became shuffles out of registers, as many as the products */
-#define GML_CHUNK 32
-
-/* the starts of one activation block's groups: -shift * the group's sum */
-static inline void gml_starts(const uint8_t *y, size_t ab, int shift, int32_t out[8]) {
-    const __m256i sums = gm_dot_row(_mm256_set1_epi8(1), (const int8_t *)(y + ab - 32), GM_UNSIGNED);
-    _mm256_storeu_si256((__m256i *)out, _mm256_mullo_epi32(sums, _mm256_set1_epi32(-shift)));
+/* The starts of block ib's groups (-shift x each 4-code group's sum) in an
+ * activation row of nb Q8_0 blocks, from the pe_q8_0_scales after it (the
+ * product quantized it with them: gemm16_scales) for the shifts that have
+ * them, 16 (Q5_0) and 128 (Q8_0); zeros for unshifted codes.  Summed here
+ * per block, they cost a fifth of Gemma-3's prompt products, made again
+ * for every 16 weight rows. */
+static const int32_t gml_no_start[8];
+static inline const int32_t *gml_starts(const uint8_t *row, int64_t nb, int64_t ib, int shift) {
+    if (shift <= 0) return gml_no_start;
+    const pe_q8_0_scales *sc = (const pe_q8_0_scales *)(row + PE_Q8_0_SCALES_AT(nb * 32)) + ib;
+    return shift == 16 ? sc->start5 : sc->start8;
 }
 
 /* an activation block's d and (q8_1) s: the block is d, [s], then 32 codes */
@@ -387,29 +390,25 @@ GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
     __m512 acc[2][8], mins[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int j = 0; j < 2; j++)
         for (int t = 0; t < 8; t++) acc[j][t] = _mm512_setzero_ps();
-    int32_t start[2][GML_CHUNK][8] = {{{0}}};
-    for (int64_t ib0 = 0; ib0 < nb; ib0 += GML_CHUNK) {
-        const int64_t n_chunk = nb - ib0 < GML_CHUNK ? nb - ib0 : GML_CHUNK;
-        for (int j = 0; shift > 0 && j < nc; j++)
-            for (int64_t c = 0; c < n_chunk; c++) gml_starts(a[j] + (size_t)(ib0 + c) * ab, ab, shift, start[j][c]);
-        for (int64_t c = 0; c < n_chunk; c++) {
-            const gml_x16 *p = w + ib0 + c;
-            const __m512 dw = _mm512_loadu_ps(p->d);
-            const uint8_t *y[2];
-            __m512 scale[2];
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const gml_x16 *p = w + ib;
+        const __m512 dw = _mm512_loadu_ps(p->d);
+        const uint8_t *y[2];
+        const int32_t *start[2];
+        __m512 scale[2];
+        for (int j = 0; j < nc; j++) {
+            y[j] = a[j] + (size_t)ib * ab;
+            start[j] = gml_starts(a[j], nb, ib, shift);
+            scale[j] = _mm512_mul_ps(dw, _mm512_set1_ps(gml_da(y[j])));
+            if (with_min)
+                mins[j] = _mm512_add_ps(mins[j], _mm512_mul_ps(_mm512_loadu_ps(p->m), _mm512_set1_ps(gml_sa(y[j]))));
+        }
+        for (int t = 0; t < 8; t++) {   /* each group's codes loaded once for the columns */
+            const __m512i codes = _mm512_loadu_si512(p->q[t]);
             for (int j = 0; j < nc; j++) {
-                y[j] = a[j] + (size_t)(ib0 + c) * ab;
-                scale[j] = _mm512_mul_ps(dw, _mm512_set1_ps(gml_da(y[j])));
-                if (with_min)
-                    mins[j] = _mm512_add_ps(mins[j], _mm512_mul_ps(_mm512_loadu_ps(p->m), _mm512_set1_ps(gml_sa(y[j]))));
-            }
-            for (int t = 0; t < 8; t++) {   /* each group's codes loaded once for the columns */
-                const __m512i codes = _mm512_loadu_si512(p->q[t]);
-                for (int j = 0; j < nc; j++) {
-                    const __m512i lanes = _mm512_dpbusd_epi32(_mm512_set1_epi32(start[j][c][t]), codes,
-                                                              _mm512_set1_epi32((int)gm_u32(y[j] + ab - 32 + 4 * t)));
-                    acc[j][t] = _mm512_fmadd_ps(scale[j], _mm512_cvtepi32_ps(lanes), acc[j][t]);
-                }
+                const __m512i lanes = _mm512_dpbusd_epi32(_mm512_set1_epi32(start[j][t]), codes,
+                                                          _mm512_set1_epi32((int)gm_u32(y[j] + ab - 32 + 4 * t)));
+                acc[j][t] = _mm512_fmadd_ps(scale[j], _mm512_cvtepi32_ps(lanes), acc[j][t]);
             }
         }
     }
@@ -430,25 +429,21 @@ GM_INLINE void gml_x8_col(const gml_x16 *w, int64_t nb, int h, float *s, const u
                           int shift, int with_min) {
     __m256 acc[8], mins = _mm256_setzero_ps();
     for (int t = 0; t < 8; t++) acc[t] = _mm256_setzero_ps();
-    int32_t start[GML_CHUNK][8] = {{0}};
-    for (int64_t ib0 = 0; ib0 < nb; ib0 += GML_CHUNK) {
-        const int64_t n_chunk = nb - ib0 < GML_CHUNK ? nb - ib0 : GML_CHUNK;
-        for (int64_t c = 0; shift > 0 && c < n_chunk; c++) gml_starts(a + (size_t)(ib0 + c) * ab, ab, shift, start[c]);
-        for (int64_t c = 0; c < n_chunk; c++) {
-            const gml_x16 *p = w + ib0 + c;
-            const uint8_t *y = a + (size_t)(ib0 + c) * ab;
-            const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(p->d + 8 * h), _mm256_set1_ps(gml_da(y)));
-            if (with_min)
-                mins = _mm256_add_ps(mins, _mm256_mul_ps(_mm256_loadu_ps(p->m + 8 * h), _mm256_set1_ps(gml_sa(y))));
-            for (int t = 0; t < 8; t++) {
-                const __m256i codes = gm_load256(p->q[t] + 8 * h), act = _mm256_set1_epi32((int)gm_u32(y + ab - 32 + 4 * t));
-                const __m256i pairs = shift == GML_SIGNED
-                                          ? _mm256_maddubs_epi16(_mm256_abs_epi8(codes), _mm256_sign_epi8(act, codes))
-                                          : _mm256_maddubs_epi16(codes, act);
-                __m256i lanes = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-                if (shift > 0) lanes = _mm256_add_epi32(lanes, _mm256_set1_epi32(start[c][t]));
-                acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lanes), acc[t]);
-            }
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const gml_x16 *p = w + ib;
+        const uint8_t *y = a + (size_t)ib * ab;
+        const int32_t *start = gml_starts(a, nb, ib, shift);
+        const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(p->d + 8 * h), _mm256_set1_ps(gml_da(y)));
+        if (with_min)
+            mins = _mm256_add_ps(mins, _mm256_mul_ps(_mm256_loadu_ps(p->m + 8 * h), _mm256_set1_ps(gml_sa(y))));
+        for (int t = 0; t < 8; t++) {
+            const __m256i codes = gm_load256(p->q[t] + 8 * h), act = _mm256_set1_epi32((int)gm_u32(y + ab - 32 + 4 * t));
+            const __m256i pairs = shift == GML_SIGNED
+                                      ? _mm256_maddubs_epi16(_mm256_abs_epi8(codes), _mm256_sign_epi8(act, codes))
+                                      : _mm256_maddubs_epi16(codes, act);
+            __m256i lanes = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+            if (shift > 0) lanes = _mm256_add_epi32(lanes, _mm256_set1_epi32(start[t]));
+            acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lanes), acc[t]);
         }
     }
     const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
@@ -564,16 +559,18 @@ GML_DEFINE(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, 0, 1)
 GML_DEFINE(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, 16, 0)
 GML_DEFINE(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, 0, 1)
 #if defined(PE_GEMM_VNNI)
-GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, 128, 0)
+#define GML_Q8_0_SHIFT 128
 #else
-GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_SIGNED, 0)
+#define GML_Q8_0_SHIFT GML_SIGNED
 #endif
+GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_Q8_0_SHIFT, 0)
 
 #define GML_INSTALL_ONE(k, TYPE, NAME)                      \
     do {                                                    \
         (k)->type[TYPE].pack16 = gml_##NAME##_pack16;       \
         (k)->type[TYPE].gemm16 = gml_##NAME##_gemm16;       \
     } while (0)
+/* the types whose gemm16 adds starts (a shift above 0) read them after each activation row */
 #define GML_PACK16_INSTALL(k)                               \
     do {                                                    \
         GML_INSTALL_ONE(k, PE_TYPE_Q4_0, q4_0);             \
@@ -581,6 +578,8 @@ GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_SIGNED, 0)
         GML_INSTALL_ONE(k, PE_TYPE_Q5_0, q5_0);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q5_1, q5_1);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q8_0, q8_0);             \
+        (k)->type[PE_TYPE_Q5_0].gemm16_scales = 1;          \
+        (k)->type[PE_TYPE_Q8_0].gemm16_scales = GML_Q8_0_SHIFT > 0; \
     } while (0)
 
 #define GMK_PACK16_INSTALL(k)                                \
