@@ -161,6 +161,12 @@ static inline void gm_rows(const void *w, size_t bw, int nr, const uint8_t *rows
     for (int i = 0; i < 4; i++) rows[i] = (const uint8_t *)w + (size_t)(i < nr ? i : nr - 1) * bw;
 }
 
+/* The pe_q8_0_scales after a Q8_0 activation row of n elements (a product's
+ * rows carry them for the kernels that take them: gemm8_scales, gemm16_scales). */
+static inline const pe_q8_0_scales *gm_q8_0_scales(const void *row, int64_t n) {
+    return (const pe_q8_0_scales *)((const uint8_t *)row + PE_Q8_0_SCALES_AT(n));
+}
+
 /* ---- legacy kernels ------------------------------------------------------------------ */
 
 /* The legacy types follow llama.cpp's x86 dot products to the bit, so that

@@ -369,13 +369,13 @@ typedef struct {
 /* The starts of block ib's groups (-shift x each 4-code group's sum) in an
  * activation row of nb Q8_0 blocks, from the pe_q8_0_scales after it (the
  * product quantized it with them: gemm16_scales) for the shifts that have
- * them, 16 (Q5_0) and 128 (Q8_0); zeros for unshifted codes.  Summed here
- * per block, they cost a fifth of Gemma-3's prompt products, made again
- * for every 16 weight rows. */
+ * them, 16 (Q5_0) and 128 (Q8_0); zeros for unshifted codes.  Summed in
+ * the kernel instead, per block and 16 weight rows, they cost a fifth of
+ * Gemma-3's prompt products. */
 static const int32_t gml_no_start[8];
 static inline const int32_t *gml_starts(const uint8_t *row, int64_t nb, int64_t ib, int shift) {
     if (shift <= 0) return gml_no_start;
-    const pe_q8_0_scales *sc = (const pe_q8_0_scales *)(row + PE_Q8_0_SCALES_AT(nb * 32)) + ib;
+    const pe_q8_0_scales *sc = gm_q8_0_scales(row, nb * 32) + ib;
     return shift == 16 ? sc->start5 : sc->start8;
 }
 

@@ -129,17 +129,12 @@ GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_
     }
 GR_DEFINE_GEMM8_BY_PAIRS(q4_1x8, block_q8_1)
 
-/* The pe_q8_0_scales after a Q8_0 activation row of n elements. */
-static inline const pe_q8_0_scales *gr_q8_0_scales(const void *row, int64_t n) {
-    return (const pe_q8_0_scales *)((const uint8_t *)row + PE_Q8_0_SCALES_AT(n));
-}
-
 /* The start of a pass of the Q8_0 and Q5_0 kernels over activation rows
  * y[0..nc): each row's pe_q8_0_scales, and its lane accumulators zeroed. */
 GM_INLINE void gr_q8_0_pass(int64_t n, const block_q8_0 *const y[2], const int nc, const pe_q8_0_scales *sc[2],
                             __m256 acc[2][8]) {
     for (int j = 0; j < nc; j++) {
-        sc[j] = gr_q8_0_scales(y[j], n);
+        sc[j] = gm_q8_0_scales(y[j], n);
         for (int t = 0; t < 8; t++) acc[j][t] = _mm256_setzero_ps();
     }
 }
@@ -240,7 +235,7 @@ GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8
     const pe_q8_0_scales *sc[4];
     __m256 acc[4];
     for (int j = 0; j < nc; j++) {
-        sc[j] = gr_q8_0_scales(a + (size_t)j * ba, n);
+        sc[j] = gm_q8_0_scales(a + (size_t)j * ba, n);
         acc[j] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK4_0; b++) {
@@ -287,7 +282,7 @@ GM_INLINE void gemm8_iq4_nlx8_n(int64_t n, float *s, size_t bs, const block_iq4_
     const pe_q8_0_scales *sc[4];
     __m256 acc[4];
     for (int j = 0; j < nc; j++) {
-        sc[j] = gr_q8_0_scales(a + (size_t)j * ba, n);
+        sc[j] = gm_q8_0_scales(a + (size_t)j * ba, n);
         acc[j] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n / QK4_NL; b++) {
