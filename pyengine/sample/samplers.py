@@ -293,15 +293,16 @@ class Temperature:
 def scale_logits(cand: Candidates, temperature: float) -> None:
     """Logits / temperature; at 0, or a temperature so small that the best logit
     overflows (or that is 0 as a float32), its limit: the best token alone."""
+    if not len(cand):
+        return
     divisor = np.float32(temperature)
-    if divisor > 0 and len(cand):
+    if divisor > 0:
         with np.errstate(over="ignore"):
             scaled = cand.logits / divisor
         if np.isfinite(scaled.max()):
             cand.logits = scaled
             return
-    if len(cand):
-        cand.keep(np.array([int(np.argmax(cand.logits))]), sorted=True)
+    cand.keep(np.array([int(np.argmax(cand.logits))]), sorted=True)
 
 
 class Dist:
