@@ -325,6 +325,12 @@ static pe_gemm8_fn gemm8_run(const pe_type_kernels *k, const int32_t *paths, int
     return tile4 ? k->gemm8_tile4 : k->gemm8;
 }
 
+/* The kernel doing gemm8's work over two adjacent groups, if the table has one. */
+static pe_gemm8_fn pair_kernel(const pe_type_kernels *k, pe_gemm8_fn gemm8) {
+    if (gemm8 == k->gemm8) return k->gemm8_pair;
+    return gemm8 == k->gemm8_tile4 ? k->gemm8_pair_tile4 : NULL;
+}
+
 /* A tile of a weight interleaved by 8 rows: decoding's few activation rows
  * go through the layout's own kernel straight from the groups (unless a
  * row's path is one it does not take); other batches see the rows
@@ -338,13 +344,24 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
     /* (a prompt's last few columns are no decoding batch: their activation rows lack
      * the float scales a gemm8_scales kernel reads) */
     if (takes_gemm8(k, w, paths, j0, j1, m)) {
-        for (int64_t i = i0; i < i1; i += PE_GEMM8_ROWS)
+        for (int64_t i = i0; i < i1;) {
+            const int two = i + 2 * PE_GEMM8_ROWS <= i1;   /* two groups left: their pair kernel if there is one */
             for (int64_t j = j0; j < j1;) {
                 int nc;
-                const pe_gemm8_fn gemm8 = gemm8_run(k, paths, j, j1, m, &nc);
-                gemm8(kdim, dst + j * n + i, (size_t)n, wd + i * bw, bw, q + j * qstride, qstride, nc);
+                const pe_gemm8_fn gemm8 = gemm8_run(k, paths, j, j1, m, &nc), pair = two ? pair_kernel(k, gemm8) : NULL;
+                float *out = dst + j * n + i;
+                const uint8_t *a = q + j * qstride;
+                if (pair) {
+                    pair(kdim, out, (size_t)n, wd + i * bw, bw, a, qstride, nc);
+                } else {
+                    for (int g = 0; g < 1 + two; g++)
+                        gemm8(kdim, out + g * PE_GEMM8_ROWS, (size_t)n, wd + (i + g * PE_GEMM8_ROWS) * bw, bw, a,
+                              qstride, nc);
+                }
                 j += nc;
             }
+            i += two ? 2 * PE_GEMM8_ROWS : PE_GEMM8_ROWS;
+        }
         return;
     }
     pe_tensor plain = *w;

@@ -2,7 +2,10 @@
  * Q4_K Q5_K Q6_K: vec_dot and the matmul's GEMM micro-kernel (see
  * x86_gemm.h).  256-bit vectors: on Zen 4 a 512-bit operation costs two
  * 256-bit ones, and the tile layout fills a 256-bit vector exactly; AVX-512
- * brings vpdpbusd, byte masks and 32 registers. */
+ * brings vpdpbusd, byte masks and 32 registers.  The decoding kernels also
+ * come in 512-bit vectors over two groups of 8 rows (x86_gemm_rows16.h):
+ * where the weights are in cache, or several activation rows share them,
+ * a product is bound by its instructions, and there they take half. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -13,6 +16,7 @@
 #include "x86_gemm.h"
 #include "x86_gemm_kquants.h"
 #include "x86_gemm_rows8.h"
+#include "x86_gemm_rows16.h"
 
 GM_DEFINE_ALL_LEGACY()
 GMK_DEFINE_ALL_KQUANTS()
@@ -20,4 +24,5 @@ GMK_DEFINE_ALL_KQUANTS()
 void pe_fill_avx512_gemm(pe_kernels *k) {
     GM_INSTALL_ALL(k);
     GR_INSTALL_ALL(k);
+    GP_INSTALL_ALL(k);
 }
