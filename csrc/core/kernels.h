@@ -100,10 +100,10 @@ typedef struct pe_type_kernels {
     pe_gemm8_fn      gemm8_rows8;  /* optional: gemm8 for weights on the PE_PATH_ROWS8 arithmetic */
     pe_unpack8_fn    unpack8;      /* interleaved types only */
     unsigned         gemm8_paths;  /* interleaved types: the PE_PATH_* bits whose rows gemm8 cannot take */
-    pe_gemm8_fn      gemm8_pair;   /* optional, interleaved types: gemm8 over two adjacent groups, 16 rows (the
-                                      second group at w + 8 bw), for the rows gemm8 itself would take */
-    pe_gemm8_fn      gemm8_pair_tile4; /* optional: the same for gemm8_tile4 */
     pe_gemm8_fn      gemm8_tile4;  /* optional, interleaved types: gemm8 for rows on PE_PATH_TILE4 */
+    pe_gemm8_fn      gemm8_pair;   /* optional, interleaved types: gemm8 over two adjacent groups, 16 rows (the
+                                      second group at w + 8 bw), same bits */
+    pe_gemm8_fn      gemm8_pair_tile4; /* optional: the same for gemm8_tile4 */
     int              gemm8_cols;   /* interleaved types: the most activation rows gemm8 takes before
                                       unpacked tiles win (0: the default, ROWS8_DECODE_COLS) */
     int              gemm8_scales; /* gemm8 takes each activation row followed by its blocks' scales as floats:

@@ -335,7 +335,9 @@ static pe_gemm8_fn pair_kernel(const pe_type_kernels *k, pe_gemm8_fn gemm8) {
  * go through the layout's own kernel straight from the groups (unless a
  * row's path is one it does not take); other batches see the rows
  * unpacked, 16 at a time, and the kernels of the type held.  Both give the
- * bits the weight as the file has it gives. */
+ * bits the weight as the file has it gives.  Two groups at a time go to the
+ * table's pair kernel where it has one (AVX-512: one 512-bit vector for 16
+ * rows). */
 static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
                        const pe_tensor *x, const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m,
                        int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *packed, uint8_t *rows) {
