@@ -35,7 +35,7 @@ def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, 
     _core.repack_rows8(INTERLEAVED[qtype], data, packed, k, n)
     plain, rows8 = Weight(qtype, k, n, data), Weight(qtype, k, n, packed)
     rows8.type = INTERLEAVED[qtype]
-    x = (rng.standard_normal((300, k)) * rng.uniform(0.1, 4.0, (300, 1))).astype(np.float32)
+    x = (rng.standard_normal((530, k)) * rng.uniform(0.1, 4.0, (530, 1))).astype(np.float32)
     return plain, rows8, x
 
 
@@ -45,13 +45,15 @@ def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, 
 def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, blocks: int) -> None:
     """Batches of 1 to 48 rows (the decoding kernel up to its type's limit, 4 columns a
     pass, in pairs and a single one; Q4_K's rows in llama.cpp's 4-row tiles through its
-    tile kernel) and of 49 to 300 (unpacked: tiles, packed prompt tiles, in blocks of 256
-    columns; 259 leaves a block of 3, which is no decoding batch), a last group of 8 rows
-    in a tile of 16, rows of 65 blocks: the same bits as the plain weight."""
+    tile kernel), of 49 to 300 (past the type's limit unpacked: tiles, packed prompt
+    tiles, in blocks of 256 columns; 259 leaves a block of 3, which is no decoding batch;
+    AVX-512's pair kernels take up to 512 rows of some types) and of 530 (unpacked on every
+    ISA), a last group of 8 rows in a tile of 16, rows of 65 blocks: the same bits as the
+    plain weight."""
     k = BLOCK[qtype] * (blocks if qtype != Q4_K else blocks // 4)
     plain, rows8, x = interleaved(qtype, n, k, seed=n + k)
     with forced_isa(isa):
-        for m in (1, 2, 3, 4, 5, 8, 17, 48, 49, 70, 259, 300):
+        for m in (1, 2, 3, 4, 5, 8, 17, 48, 49, 70, 259, 300, 530):
             want, got = mul_mat(plain, x[:m]), mul_mat(rows8, x[:m])
             bad = np.argwhere(bits(got) != bits(want))
             assert bad.size == 0, (qtype, isa, n, k, m, bad[:4].tolist())
