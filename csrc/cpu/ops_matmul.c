@@ -410,12 +410,14 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     float *dst = t->data;
     uint8_t *rows = unpacked_scratch(ex, t, w, x);
     if (kern->unpack8 && !rows) { pe_exec_fail(ex, "mul_mat: no scratch planned for an interleaved weight"); return; }
-    if (m <= PE_GEMM8_MAX_COLS || takes_gemm8(kern, w, paths, 0, m, m)) {
+    if (m <= PE_GEMM8_MAX_COLS || (m <= ROWS8_DECODE_COLS && takes_gemm8(kern, w, paths, 0, m, m))) {
         decode_rows(ex, kern, k, dst, n, w, x, q, qstride, paths, m, rows);
         return;
     }
     /* a prompt batch: tiles of TILE_ROWS x TILE_COLS (TILE_COLS_ROWS8) dealt from the
-     * shared counter */
+     * shared counter (also where a type's decoding kernel takes batches past
+     * ROWS8_DECODE_COLS, gemm8_cols: tile_rows8 gives each tile to it, and there
+     * are tasks for more threads than whole rows would give) */
     void *packed = pack_scratch(ex, t, w, x);
     const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS, cols = kern->unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
     const int64_t n_cb = (m + cols - 1) / cols;
