@@ -9,9 +9,13 @@ decoding kernel unpacks for every product)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
-from conftest import available_isas, forced_isa
+from conftest import CHILD_CWD, available_isas, child_env, forced_isa
 from test_gemm import Weight, bits, mul_mat, random_weights
 
 from pyengine import _core
@@ -84,6 +88,33 @@ def test_decoding_kernel_equals_vec_dot(qtype: int) -> None:
             want = np.array([[_core.vec_dot(qtype, row, a, path=ROWS8) for row in plain_rows] for a in x[:3]],
                             np.float32)
             assert np.array_equal(bits(mul_mat(rows8, x[:3])), bits(want)), isa
+
+
+_PAIRS_CHILD = """
+import sys, numpy as np
+sys.path.insert(0, {tests!r})
+from test_rows8 import INTERLEAVED, BLOCK, interleaved, mul_mat
+out = []
+for qtype in INTERLEAVED:
+    _, rows8, x = interleaved(qtype, 40, BLOCK[qtype] * 8, seed=qtype)
+    out += [mul_mat(rows8, x[:m]).view(np.uint32).ravel() for m in (1, 3, 4, 17, 100)]
+np.save(sys.argv[1], np.concatenate(out))
+"""
+
+
+def test_pair_kernels_equal_the_8_row_ones(tmp_path) -> None:
+    """AVX-512's decoding kernels over 16 rows (x86_gemm_rows16.h) give the bits of its
+    8-row ones (PYENGINE_GEMM=8 leaves them out), every interleaved type, batches up
+    to the pair kernels' prompt sizes, 40 rows (two pairs and a lone group).  (Without
+    AVX-512 both runs take the same kernels.)"""
+    results = {}
+    for switch in ("8", "1"):
+        path = tmp_path / f"gemm{switch}.npy"
+        code = _PAIRS_CHILD.format(tests=os.path.dirname(__file__))
+        subprocess.run([sys.executable, "-c", code, str(path)], env=child_env(PYENGINE_GEMM=switch),
+                       cwd=CHILD_CWD, check=True, timeout=120)
+        results[switch] = np.load(path)
+    assert np.array_equal(results["8"], results["1"])
 
 
 def test_interleaving_is_offered_where_a_decoding_kernel_is() -> None:

@@ -7,7 +7,8 @@
  * defines PE_GEMM_VNNI first, which swaps the integer dot products (maddubs +
  * madd) for vpdpbusd, the fifth-bit insertion for byte masks, and the tile
  * for one that holds two weight rows per 512-bit vector.
- * PYENGINE_GEMM=0 in the environment installs vec_dot only (A/B timing).
+ * PYENGINE_GEMM=0 in the environment installs vec_dot only, =8 no AVX-512
+ * pair kernels (A/B timing).
  *
  * Batch invariance.  A row's result may not depend on which other rows share
  * its tile, so every (weight row, activation row) pair follows one
@@ -571,10 +572,16 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
     GM_DEFINE_LEGACY(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, GM_UNSIGNED, 1) \
     GM_DEFINE_LEGACY(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GM_SIGNED8, 0)
 
-/* PYENGINE_GEMM=0 leaves the tiles to vec_dot pair by pair (for A/B timing). */
+/* PYENGINE_GEMM=0 leaves the tiles to vec_dot pair by pair, =8 keeps
+ * AVX-512's decoding kernels to 8 rows in 256-bit vectors (x86_gemm_rows16.h
+ * not installed), both for A/B timing. */
 static inline int gm_gemm_enabled(void) {
     const char *v = getenv("PYENGINE_GEMM");
     return !(v && strcmp(v, "0") == 0);
+}
+static GM_MAYBE_UNUSED int gm_gemm_pairs_enabled(void) {
+    const char *v = getenv("PYENGINE_GEMM");
+    return !(v && strcmp(v, "8") == 0);
 }
 
 #define GM_INSTALL(k, TYPE, NAME, with_gemm)                                                        \
