@@ -24,5 +24,5 @@ GMK_DEFINE_ALL_KQUANTS()
 void pe_fill_avx512_gemm(pe_kernels *k) {
     GM_INSTALL_ALL(k);
     GR_INSTALL_ALL(k);
-    if (gm_gemm_pairs_enabled()) GP_INSTALL_ALL(k);
+    if (!gm_gemm_switched("8")) GP_INSTALL_ALL(k);
 }

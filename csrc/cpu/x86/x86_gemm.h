@@ -575,14 +575,11 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
 /* PYENGINE_GEMM=0 leaves the tiles to vec_dot pair by pair, =8 keeps
  * AVX-512's decoding kernels to 8 rows in 256-bit vectors (x86_gemm_rows16.h
  * not installed), both for A/B timing. */
-static inline int gm_gemm_enabled(void) {
+static inline int gm_gemm_switched(const char *value) {
     const char *v = getenv("PYENGINE_GEMM");
-    return !(v && strcmp(v, "0") == 0);
+    return v && strcmp(v, value) == 0;
 }
-static GM_MAYBE_UNUSED int gm_gemm_pairs_enabled(void) {
-    const char *v = getenv("PYENGINE_GEMM");
-    return !(v && strcmp(v, "8") == 0);
-}
+static inline int gm_gemm_enabled(void) { return !gm_gemm_switched("0"); }
 
 #define GM_INSTALL(k, TYPE, NAME, with_gemm)                                                        \
     do {                                                                                            \
