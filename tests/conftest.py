@@ -12,10 +12,15 @@ SYNTH = DATA / "synth"
 GOLDEN = DATA / "golden"
 
 
+# every kernel table the native core may build, and the x86 ones with SIMD
+ISA_NAMES = ("scalar", "avx2", "avxvnni", "avx512", "neon")
+X86_SIMD_ISAS = ("avx2", "avxvnni", "avx512")
+
+
 def available_isas() -> list[str]:
     from pyengine import _core
 
-    return [isa for isa in ("scalar", "avx2", "avx512", "neon") if _core.isa_available(isa)]
+    return [isa for isa in ISA_NAMES if _core.isa_available(isa)]
 
 
 @contextlib.contextmanager

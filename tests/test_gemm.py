@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import CHILD_CWD, available_isas, child_env, forced_isa
+from conftest import CHILD_CWD, X86_SIMD_ISAS, available_isas, child_env, forced_isa
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
@@ -25,7 +25,7 @@ from pyengine import _core
 from pyengine.ml.context import Backend, Context
 from pyengine.runner.arith import batch_arith
 
-SIMD_ISAS = [isa for isa in available_isas() if isa in ("avx2", "avx512")]
+SIMD_ISAS = [isa for isa in available_isas() if isa in X86_SIMD_ISAS]
 LEGACY = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
 KQUANTS = (T.Q4_K, T.Q5_K, T.Q6_K)
 TYPES = LEGACY + KQUANTS
@@ -105,6 +105,24 @@ def test_every_tile_shape_equals_vec_dot(isa: str, qtype: T) -> None:
                 assert got.shape == (m, n)
                 mismatch = np.argwhere(bits(got) != bits(dots))
                 assert mismatch.size == 0, (isa, qtype.name, n, m, mismatch[:5].tolist())
+
+
+@pytest.mark.parametrize("isa", [isa for isa in SIMD_ISAS if isa != "avx2"])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_every_x86_table_gives_avx2s_bits(isa: str, qtype: T) -> None:
+    """AVX-VNNI's and AVX-512's integer dot products (vpdpbusd) sum what
+    AVX2's maddubs + madd sum, and the float steps are the same: every
+    product, decoding or prompt tile, 16-row packed or not, the same bits."""
+    weight, _, x = case(qtype, 40, seed=31 + int(qtype))
+    x = np.concatenate([x, x[::-1]])
+    for m in (1, 2, 4, 5, 17, 64, 70, 140):
+        paths = llama_paths(m)
+        with forced_isa("avx2"):
+            want = mul_mat(weight, x[:m], paths)
+        with forced_isa(isa):
+            got = mul_mat(weight, x[:m], paths)
+        mismatch = np.argwhere(bits(got) != bits(want))
+        assert mismatch.size == 0, (isa, qtype.name, m, mismatch[:5].tolist())
 
 
 @pytest.mark.parametrize("isa", SIMD_ISAS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import available_isas, forced_isa
+from conftest import X86_SIMD_ISAS, available_isas, forced_isa
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 
@@ -344,7 +344,7 @@ def scores_model(x: np.ndarray, y16: np.ndarray, lanes: int, nacc: int) -> np.nd
     return v[..., 0]
 
 
-@pytest.mark.parametrize("isa", [isa for isa in ISAS if isa in ("avx2", "avx512")])
+@pytest.mark.parametrize("isa", [isa for isa in ISAS if isa in X86_SIMD_ISAS])
 @pytest.mark.parametrize("nacc", [1, 4])
 def test_score_products_follow_llama_cpp_arithmetic(isa, nacc):
     """A generated token's score products (nacc 4) and a prompt token's (nacc 1, the

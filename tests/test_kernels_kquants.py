@@ -8,11 +8,12 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from conftest import available_isas
 
 from pyengine import _core
 
 T = gguf.GGMLQuantizationType
-ISAS = [isa for isa in ("scalar", "avx2", "avx512", "neon") if _core.isa_available(isa)]
+ISAS = available_isas()
 K_TYPES = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS]
 WEIGHT_TYPES = K_TYPES + [T.IQ4_NL]
 K_LENGTHS = [256, 512, 1536, 2048, 4096]

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from conftest import X86_SIMD_ISAS, available_isas
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 
@@ -19,7 +20,7 @@ from pyengine import _core
 
 LENGTHS = (32, 64, 96, 160, 576, 1536, 4096)
 SEEDS = (0, 1, 2)
-ISAS = [name for name in ("scalar", "avx2", "avx512", "neon") if _core.isa_available(name)]
+ISAS = available_isas()
 SIMD_ISAS = [name for name in ISAS if name != "scalar"] or ["scalar"]
 
 FLOAT_TYPES = (T.F32, T.F16, T.BF16)
@@ -127,7 +128,7 @@ def q8_x86_model(qtype: T, x: np.ndarray) -> np.ndarray:
 
 def expected_activation_blocks(isa: str, qtype: T, x: np.ndarray) -> np.ndarray:
     """What the ISA's activation quantizer must produce, bit for bit."""
-    if qtype in (T.Q8_0, T.Q8_1) and isa in ("avx2", "avx512"):
+    if qtype in (T.Q8_0, T.Q8_1) and isa in X86_SIMD_ISAS:
         return q8_x86_model(qtype, x)
     return _core.quantize(int(qtype), x, reference=True)
 
@@ -282,7 +283,7 @@ def rounding_edges() -> np.ndarray:
 @pytest.mark.parametrize("qtype", (T.Q8_0, T.Q8_1), ids=lambda t: t.name)
 def test_activation_rounding_edges(isa: str, qtype: T) -> None:
     x = rounding_edges()
-    if isa in ("avx2", "avx512"):
+    if isa in X86_SIMD_ISAS:
         expected = q8_x86_model(qtype, x)
     else:
         expected = gguf_quantize(T.Q8_0, x) if qtype == T.Q8_0 else q8_1_model(x)

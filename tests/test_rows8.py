@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import CHILD_CWD, available_isas, child_env, forced_isa
+from conftest import CHILD_CWD, X86_SIMD_ISAS, available_isas, child_env, forced_isa
 from test_gemm import Weight, bits, mul_mat, random_weights
 
 from pyengine import _core
@@ -28,7 +28,7 @@ TILE4 = 1   # PE_PATH_TILE4: a row in one of llama.cpp's 4-row tiles (Q4_K's rep
 ROWS8 = 8   # PE_PATH_ROWS8: llama.cpp's arithmetic for Q4_0 / IQ4_NL weights of 8-row multiples
 TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL", "Q8_0", "Q5_0"])
 BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256, Q8_0: 32, Q5_0: 32}
-X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", "avx2", "avx512")]
+X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", *X86_SIMD_ISAS)]
 
 
 def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, np.ndarray]:

@@ -173,6 +173,7 @@ void pe_fill_avx2_legacy(pe_kernels *k);   /* cpu/x86/avx2_legacy.c */
 void pe_fill_avx2_kquants(pe_kernels *k);  /* cpu/x86/avx2_kquants.c */
 void pe_fill_avx2_gemm(pe_kernels *k);     /* cpu/x86/avx2_gemm.c: vec_dot + gemm */
 void pe_fill_vec_avx2(pe_kernels *k);      /* cpu/vec.c compiled with AVX2 flags */
+void pe_fill_avxvnni_gemm(pe_kernels *k);  /* cpu/x86/avxvnni_gemm.c: avx2_gemm.c with vpdpbusd */
 void pe_fill_avx512_legacy(pe_kernels *k); /* cpu/x86/avx512_legacy.c */
 void pe_fill_avx512_kquants(pe_kernels *k);/* cpu/x86/avx512_kquants.c */
 void pe_fill_avx512_gemm(pe_kernels *k);   /* cpu/x86/avx512_gemm.c: vec_dot + gemm */

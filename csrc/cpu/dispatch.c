@@ -33,8 +33,9 @@ static unsigned long long xgetbv0(void) {
 #endif
 #endif
 
-enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512, ISA_NEON, ISA_COUNT };
-static const char *isa_names[ISA_COUNT] = {"scalar", "avx2", "avx512", "neon"};
+/* in order of preference: the best one available is the last */
+enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_NEON, ISA_COUNT };
+static const char *isa_names[ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon"};
 
 static pe_kernels tables[ISA_COUNT];
 static bool       have[ISA_COUNT];
@@ -56,11 +57,20 @@ static void detect(void) {
     const unsigned long long xcr0 = xgetbv0();
     const bool ymm = (xcr0 & 0x6) == 0x6, zmm = (xcr0 & 0xe6) == 0xe6;
     cpuid(7, 0, r);
+    const int max_sub7 = r[0];
     const bool avx2 = (r[1] >> 5) & 1, bmi2 = (r[1] >> 8) & 1;
     const bool avx512f = (r[1] >> 16) & 1, avx512dq = (r[1] >> 17) & 1;
     const bool avx512bw = (r[1] >> 30) & 1, avx512vl = (r[1] >> 31) & 1;
     const bool vnni = (r[2] >> 11) & 1;
     have[ISA_AVX2] = ymm && avx2 && fma && f16c && bmi2;
+#if defined(PE_HAVE_AVXVNNI)   /* the compiler built avxvnni_gemm.c */
+    if (max_sub7 >= 1) {
+        cpuid(7, 1, r);
+        have[ISA_AVXVNNI] = have[ISA_AVX2] && ((r[0] >> 4) & 1);
+    }
+#else
+    (void)max_sub7;
+#endif
     have[ISA_AVX512] = have[ISA_AVX2] && zmm && avx512f && avx512dq && avx512bw && avx512vl && vnni;
 #elif defined(PE_ARCH_ARM)
 #if defined(__APPLE__)
@@ -89,6 +99,13 @@ static void build_tables(void) {
         pe_fill_avx2_kquants(&tables[ISA_AVX2]);
         pe_fill_avx2_gemm(&tables[ISA_AVX2]);
     }
+#if defined(PE_HAVE_AVXVNNI)
+    if (have[ISA_AVXVNNI]) {
+        tables[ISA_AVXVNNI] = tables[ISA_AVX2];
+        tables[ISA_AVXVNNI].isa = isa_names[ISA_AVXVNNI];
+        pe_fill_avxvnni_gemm(&tables[ISA_AVXVNNI]);
+    }
+#endif
     if (have[ISA_AVX512]) {
         tables[ISA_AVX512] = tables[ISA_AVX2];
         tables[ISA_AVX512].isa = isa_names[ISA_AVX512];
@@ -146,7 +163,7 @@ int pe_isa_available(const char *name) {
 int pe_isa_select(const char *name) {
     pe_init();
     const int i = isa_index(name);
-    if (i < 0) return pe_fail("unknown instruction set '%s' (scalar, avx2, avx512, neon)", name ? name : "");
+    if (i < 0) return pe_fail("unknown instruction set '%s' (scalar, avx2, avxvnni, avx512, neon)", name ? name : "");
     if (!have[i]) return pe_fail("instruction set '%s' is not available on this CPU (best: %s)", name, isa_names[best]);
     current = i;
     pe_kern = &tables[current];

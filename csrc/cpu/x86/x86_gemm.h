@@ -55,6 +55,37 @@ static inline __m256i gm_load256(const void *p) { return _mm256_loadu_si256((con
  * sign(a, w) cannot overflow and maddubs pair sums stay below 2^15. */
 enum { GM_UNSIGNED, GM_SIGNED, GM_SIGNED8 };
 
+/* Per 32-bit lane: start + the four products of unsigned bytes u with
+ * signed bytes s.  vpdpbusd where the table has it: AVX-512 VNNI's EVEX form
+ * (avx512_gemm.c) or AVX-VNNI's VEX form (avxvnni_gemm.c, PE_GEMM_AVXVNNI);
+ * else maddubs + madd, the same sums wherever a pair of products stays
+ * inside 16 bits, as every caller's codes do (each says why). */
+#if defined(PE_GEMM_VNNI)
+#define GM_DPBUSD 1
+GM_INLINE __m256i gm_dpbusd(__m256i start, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(start, u, s); }
+#elif defined(PE_GEMM_AVXVNNI)
+#define GM_DPBUSD 1
+GM_INLINE __m256i gm_dpbusd(__m256i start, __m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(start, u, s); }
+#else
+GM_INLINE __m256i gm_dpbusd(__m256i start, __m256i u, __m256i s) {
+    return _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+#endif
+
+/* Several groups' products summed per 32-bit lane: gm_dot_acc adds one
+ * group's, gm_dot_total gives the lanes' sums.  With vpdpbusd they chain in
+ * 32 bits; without, maddubs' 16-bit pair sums are added up as they are and
+ * widened once at the end, so a caller bounds how many groups it adds. */
+#if defined(GM_DPBUSD)
+GM_INLINE __m256i gm_dot_acc(__m256i acc, __m256i u, __m256i s) { return gm_dpbusd(acc, u, s); }
+GM_INLINE __m256i gm_dot_total(__m256i acc) { return acc; }
+#else
+GM_INLINE __m256i gm_dot_acc(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s));
+}
+GM_INLINE __m256i gm_dot_total(__m256i acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
+#endif
+
 /* Row form: per 32-bit lane t, the dot product of elements 4t..4t+3. */
 GM_INLINE __m256i gm_dot_row(__m256i codes, const int8_t *a, int kind) {
     __m256i u = codes, s = gm_load256(a);
@@ -62,11 +93,7 @@ GM_INLINE __m256i gm_dot_row(__m256i codes, const int8_t *a, int kind) {
         s = _mm256_sign_epi8(s, codes);
         u = _mm256_abs_epi8(codes);
     }
-#if defined(PE_GEMM_VNNI)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
+    return gm_dpbusd(_mm256_setzero_si256(), u, s);
 }
 
 /* The sum of an activation block's 32 codes, exact: sums of absolute

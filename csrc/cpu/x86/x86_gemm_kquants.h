@@ -115,11 +115,7 @@ typedef struct {
 GM_INLINE __m256i gmk_subblock_sums(const gmk_block *b, const int8_t *a) {
     __m256i v[8];
     for (int k = 0; k < 8; k++) {
-#if defined(PE_GEMM_VNNI)
-        v[k] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), b->codes[k], gm_load256(a + 32 * k));
-#else
-        v[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(b->codes[k], gm_load256(a + 32 * k)), _mm256_set1_epi16(1));
-#endif
+        v[k] = gm_dpbusd(_mm256_setzero_si256(), b->codes[k], gm_load256(a + 32 * k));
     }
     const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));

@@ -8,7 +8,8 @@
  * activation group broadcast to all lanes gives the rows' sums in their own
  * lanes: no shuffles, no horizontal sums.  AVX-512 takes the 16 rows in one
  * vector with vpdpbusd; AVX2 takes 8 at a time with maddubs (16-bit sums of
- * up to 8 Q4_K groups or 2 Q6_K groups cannot overflow) and madd.  The
+ * up to 8 Q4_K groups or 2 Q6_K groups cannot overflow) and madd, or with
+ * AVX-VNNI's vpdpbusd.  The
  * integer totals are exact however they are grouped, and the float steps
  * are those of gmk_q4k_step / gmk_wide_step, per pair, in the lanes, so a
  * result equals the 4-row tiles' bit for bit. */
@@ -186,8 +187,6 @@ static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t
 }
 #else
 /* AVX2: rows 8h .. 8h + 7 against columns j0, j0 + 1, one pass each */
-static inline __m256i gmk_sum16(__m256i v) { return _mm256_madd_epi16(v, _mm256_set1_epi16(1)); }
-
 static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, size_t bs,
                             const block_q8_K *const y[2], int nc, unsigned tiled) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -210,15 +209,15 @@ static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, 
                 const __m256i wl = _mm256_and_si256(bits, m4), wh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
                 for (int j = 0; j < 2; j++) {
                     const int8_t *a = y[j][ib].qs + 64 * c + 4 * g;
-                    lo[j] = _mm256_add_epi16(lo[j], _mm256_maddubs_epi16(wl, _mm256_set1_epi32((int)gm_u32(a))));
-                    hi[j] = _mm256_add_epi16(hi[j], _mm256_maddubs_epi16(wh, _mm256_set1_epi32((int)gm_u32(a + 32))));
+                    lo[j] = gm_dot_acc(lo[j], wl, _mm256_set1_epi32((int)gm_u32(a)));
+                    hi[j] = gm_dot_acc(hi[j], wh, _mm256_set1_epi32((int)gm_u32(a + 32)));
                 }
             }
             const __m256i sc_lo = gm_load256(p->sc[2 * c] + 8 * h), sc_hi = gm_load256(p->sc[2 * c + 1] + 8 * h);
             const __m256i mn = gm_load256(p->mn[c] + 8 * h);
             for (int j = 0; j < 2; j++) {
-                const __m256i tot = _mm256_add_epi32(_mm256_mullo_epi32(gmk_sum16(lo[j]), sc_lo),
-                                                     _mm256_mullo_epi32(gmk_sum16(hi[j]), sc_hi));
+                const __m256i tot = _mm256_add_epi32(_mm256_mullo_epi32(gm_dot_total(lo[j]), sc_lo),
+                                                     _mm256_mullo_epi32(gm_dot_total(hi[j]), sc_hi));
                 const __m256i mins = _mm256_madd_epi16(mn, _mm256_set1_epi32(bp[j][c]));
                 if (tiled >> j & 1) {
                     const __m256 da = _mm256_set1_ps(y[j][ib].d);
@@ -256,17 +255,17 @@ static void gmk_q6k_x8_pair(const gmk_q6k_x16 *w, int64_t nsb, int h, float *s, 
         for (int j = 0; j < 2; j++) tot[j] = off[j] = _mm256_setzero_si256();
         for (int k = 0; k < 8; k++)
             for (int half = 0; half < 2; half++) {
-                __m256i prod[2][4];
+                __m256i pairs[2][2];   /* two groups' 16-bit sums stay below 2^15 */
+                for (int j = 0; j < 2; j++) pairs[j][0] = pairs[j][1] = _mm256_setzero_si256();
                 for (int t = 0; t < 4; t++) {
                     const __m256i codes = gm_load256(p->q[k][4 * half + t] + 8 * h);
                     for (int j = 0; j < 2; j++)
-                        prod[j][t] = _mm256_maddubs_epi16(
-                            codes, _mm256_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * (4 * half + t))));
+                        pairs[j][t / 2] = gm_dot_acc(pairs[j][t / 2], codes,
+                                                     _mm256_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * (4 * half + t))));
                 }
                 const __m256i sc = gm_load256(p->sc[2 * k + half] + 8 * h);
-                for (int j = 0; j < 2; j++) {   /* two groups' 16-bit sums stay below 2^15 */
-                    const __m256i part = _mm256_add_epi32(gmk_sum16(_mm256_add_epi16(prod[j][0], prod[j][1])),
-                                                          gmk_sum16(_mm256_add_epi16(prod[j][2], prod[j][3])));
+                for (int j = 0; j < 2; j++) {
+                    const __m256i part = _mm256_add_epi32(gm_dot_total(pairs[j][0]), gm_dot_total(pairs[j][1]));
                     tot[j] = _mm256_add_epi32(tot[j], _mm256_mullo_epi32(part, sc));
                 }
             }
@@ -423,8 +422,9 @@ GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
 #else
 /* AVX2: rows 8h .. 8h + 7 against one activation row; maddubs takes the
  * unsigned codes, below 32: 16-bit pair sums below 2^15.  Q8_0's codes
- * shifted up would overflow them: they stay signed (shift GML_SIGNED) and go
- * in as |w| against the activations signed like w (|w| <= 128). */
+ * shifted up would overflow them: without vpdpbusd they stay signed (shift
+ * GML_SIGNED) and go in as |w| against the activations signed like w
+ * (|w| <= 128); AVX-VNNI takes them shifted, as AVX-512 does. */
 GM_INLINE void gml_x8_col(const gml_x16 *w, int64_t nb, int h, float *s, const uint8_t *a, size_t ab,
                           int shift, int with_min) {
     __m256 acc[8], mins = _mm256_setzero_ps();
@@ -438,11 +438,9 @@ GM_INLINE void gml_x8_col(const gml_x16 *w, int64_t nb, int h, float *s, const u
             mins = _mm256_add_ps(mins, _mm256_mul_ps(_mm256_loadu_ps(p->m + 8 * h), _mm256_set1_ps(gml_sa(y))));
         for (int t = 0; t < 8; t++) {
             const __m256i codes = gm_load256(p->q[t] + 8 * h), act = _mm256_set1_epi32((int)gm_u32(y + ab - 32 + 4 * t));
-            const __m256i pairs = shift == GML_SIGNED
-                                      ? _mm256_maddubs_epi16(_mm256_abs_epi8(codes), _mm256_sign_epi8(act, codes))
-                                      : _mm256_maddubs_epi16(codes, act);
-            __m256i lanes = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-            if (shift > 0) lanes = _mm256_add_epi32(lanes, _mm256_set1_epi32(start[t]));
+            const __m256i lanes = shift == GML_SIGNED
+                                      ? gm_dpbusd(_mm256_setzero_si256(), _mm256_abs_epi8(codes), _mm256_sign_epi8(act, codes))
+                                      : gm_dpbusd(shift > 0 ? _mm256_set1_epi32(start[t]) : _mm256_setzero_si256(), codes, act);
             acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lanes), acc[t]);
         }
     }
@@ -503,8 +501,7 @@ GM_INLINE void gml_x16_cols_whole(const gml_x16 *w, int64_t nb, float *s, size_t
         for (int t = 0; t < 8; t++) {
             const __m256i act = _mm256_set1_epi32((int)gm_u32(y + ab - 32 + 4 * t));
             for (int h = 0; h < 2; h++)   /* codes below 16: 16-bit pair sums below 2^15 */
-                sum[h] = _mm256_add_epi32(sum[h], _mm256_madd_epi16(_mm256_maddubs_epi16(gm_load256(p->q[t] + 8 * h), act),
-                                                                    _mm256_set1_epi16(1)));
+                sum[h] = gm_dpbusd(sum[h], gm_load256(p->q[t] + 8 * h), act);
         }
         const __m256 da = _mm256_set1_ps(gml_da(y));
         for (int h = 0; h < 2; h++)
@@ -558,7 +555,7 @@ GML_DEFINE_PACK16(q4_0, block_q4_0, gm_row_q4_0, 8, 0)
 GML_DEFINE(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, 0, 1)
 GML_DEFINE(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, 16, 0)
 GML_DEFINE(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, 0, 1)
-#if defined(PE_GEMM_VNNI)
+#if defined(GM_DPBUSD)
 #define GML_Q8_0_SHIFT 128
 #else
 #define GML_Q8_0_SHIFT GML_SIGNED

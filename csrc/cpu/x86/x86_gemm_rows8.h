@@ -17,25 +17,17 @@
 #define PE_X86_GEMM_ROWS8_H
 
 /* lane r: start + the 4 products of row r's codes (lane r of `codes`,
- * unsigned, < 16) with the activation's 4 codes at a4 */
+ * unsigned, < 32: a pair of products stays inside 16 bits) with the
+ * activation's 4 codes at a4 */
 static inline __m256i gr_dot4(__m256i start, __m256i codes, const int8_t *a4) {
-    const __m256i act = _mm256_set1_epi32((int)gm_u32(a4));
-#if defined(PE_GEMM_VNNI)
-    return _mm256_dpbusd_epi32(start, codes, act);
-#else   /* unsigned codes <= 15: a pair of products cannot saturate 16 bits */
-    return _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(codes, act), _mm256_set1_epi16(1)));
-#endif
+    return gm_dpbusd(start, codes, _mm256_set1_epi32((int)gm_u32(a4)));
 }
 
 /* the same for signed codes: their magnitudes (mag) against the activation
  * codes carrying the codes' signs */
 static inline __m256i gr_dot4_signed(__m256i start, __m256i mag, __m256i codes, const int8_t *a4) {
-    const __m256i act = _mm256_sign_epi8(_mm256_set1_epi32((int)gm_u32(a4)), codes);
-#if defined(PE_GEMM_VNNI)
-    return _mm256_dpbusd_epi32(start, mag, act);
-#else   /* |codes|, |a| <= 127: a pair of products stays below 2^15 */
-    return _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, act), _mm256_set1_epi16(1)));
-#endif
+    /* |codes| <= 128, |a| <= 127: a pair of products stays below 2^15 */
+    return gm_dpbusd(start, mag, _mm256_sign_epi8(_mm256_set1_epi32((int)gm_u32(a4)), codes));
 }
 
 /* The codes of lane u of 8 rows from group u % 4: low nibbles, then high
@@ -154,7 +146,7 @@ GM_INLINE void gr_store_folds(float *s, size_t bs, const __m256 acc[2][8], const
 /* Q8_0 (the tied output projection of many small models), llama.cpp's lane
  * arithmetic as for Q4_1 without the min term: group t of 8 rows' codes
  * against the activation's group t.  The codes are stored + 128, unsigned
- * (block_q8_0x8): with VNNI they go into vpdpbusd against the signed
+ * (block_q8_0x8): with vpdpbusd they go into it against the signed
  * activation as they are, and the +128 comes off through the start, -128 x
  * the activation's 4-element sums (pe_q8_0_scales, made once per activation
  * row; made here per group of rows, or taken off the weight side, they cost
@@ -173,11 +165,11 @@ GM_INLINE void gemm8_q8_0x8_cols(int64_t n, float *s, size_t bs, const block_q8_
         gr_block_d(dw, sc, b, nc, d);
         for (int t = 0; t < 8; t++) {
             const __m256i code = gm_load256(x[b].qs[t]);
-#if defined(PE_GEMM_VNNI)
+#if defined(GM_DPBUSD)
             for (int j = 0; j < nc; j++) {
                 const __m256i start = _mm256_set1_epi32(sc[j][b].start8[t]);
                 const __m256i act = _mm256_set1_epi32((int)gm_u32(y[j][b].qs + 4 * t));
-                acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, code, act)), acc[j][t]);
+                acc[j][t] = _mm256_fmadd_ps(d[j], _mm256_cvtepi32_ps(gm_dpbusd(start, code, act)), acc[j][t]);
             }
 #else
             const __m256i signed_code = _mm256_xor_si256(code, _mm256_set1_epi8((char)0x80));
