@@ -4,6 +4,7 @@ instruction sets, and every kind of bad input as a typed error."""
 from __future__ import annotations
 
 import json
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,31 @@ def test_forced_isa_through_environment(isa):
     out = subprocess.run([sys.executable, "-c", code], env=child_env(PYENGINE_ISA=isa), cwd=CHILD_CWD,
                          capture_output=True, text=True, check=True)
     assert out.stdout.split()[0] == isa
+
+
+def cpu_flags() -> set[str]:
+    """The kernel's CPU flags (Linux), empty elsewhere."""
+    cpuinfo = pathlib.Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return set()
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_every_table_the_cpu_supports_is_built():
+    """A CPU feature the kernel reports has its table: the build did not drop
+    one (AVX-VNNI's is compiled only where the compiler knows vpdpbusd)."""
+    from pyengine import _core
+
+    tables = {"avx2": {"avx2", "fma", "f16c", "bmi2"}, "avxvnni": {"avx2", "fma", "f16c", "bmi2", "avx_vnni"},
+              "avx512": {"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"},
+              "neon": {"asimddp"}}
+    flags = cpu_flags()
+    expected = {name for name, needs in tables.items() if needs <= flags}
+    assert expected <= set(available_isas()), (expected, available_isas())
+    assert _core.best_isa() == available_isas()[-1]
 
 
 def test_unavailable_isa_is_a_clear_error():
