@@ -60,6 +60,46 @@ def test_huge_page_zeros_are_zero_and_writable():
         assert block[-1] == 7
 
 
+def resident_bytes(address: int) -> int:
+    """Resident bytes of the mapping holding `address` (Linux's /proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "Rss:":
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no mapping holds the address")
+
+
+def linux_at_least(major: int, minor: int) -> bool:
+    import platform
+
+    if platform.system() != "Linux":
+        return False
+    return tuple(int(v) for v in platform.release().split(".")[:2]) >= (major, minor)
+
+
+def test_the_cache_memory_is_faulted_in_behind_the_engine_and_kept_as_it_was():
+    """populate_in_background leaves what the memory holds (the engine writes cells
+    meanwhile) and, where Linux has MADV_POPULATE_WRITE (5.14), leaves it resident."""
+    from pyengine import hugepages
+
+    nbytes = 4 * hugepages.HUGE_PAGE
+    block = hugepages.zeros(nbytes)
+    block[5] = 3
+    before = resident_bytes(block.ctypes.data)
+    thread = hugepages.populate_in_background(block)
+    if not linux_at_least(5, 14):
+        assert thread is None or thread.join(30) is None
+        return
+    thread.join(30)
+    assert not thread.is_alive()
+    assert before < nbytes <= resident_bytes(block.ctypes.data)
+    assert block[5] == 3 and np.count_nonzero(block) == 1
+
+
 # ---- cells and sequences ---------------------------------------------------------------
 
 
