@@ -469,24 +469,13 @@ def _open_mmap(path: str) -> tuple[mmap.mmap | None, int]:
 _HUGE_DEFAULT_MAX = 1 << 30
 
 
-def _available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 def _huge_pages_wanted(size: int) -> bool:
     choice = os.environ.get("PYENGINE_MMAP")
     if choice == "1" or size < hugepages.HUGE_PAGE:
         return False
     if choice != "0" and size > _HUGE_DEFAULT_MAX:
         return False
-    return hugepages.available() and size <= _available_memory() // 2
+    return hugepages.available() and size <= hugepages.available_memory() // 2
 
 
 # bytes of a tensor read and transformed at a time (GGUFFile.tensor_data's `unit`)

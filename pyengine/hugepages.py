@@ -33,6 +33,18 @@ def available() -> bool:
         return False
 
 
+def available_memory() -> int:
+    """MemAvailable from /proc/meminfo in bytes; 0 where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def arena(size: int) -> tuple[mmap.mmap, int] | None:
     """`size` bytes of private anonymous memory madvised for huge pages, from a 2 MiB
     boundary: (buffer, start), or None where it cannot be had.  Nothing is resident until
@@ -67,9 +79,11 @@ def populate_in_background(block: np.ndarray) -> threading.Thread | None:
     faults inside a forward pass; llama.cpp clears its whole cache when it makes it.
     Here the pages come in off the token path instead (on the Intel VM a 2 MiB page
     that the guest had not used before took ~4.5 ms to fault, and four concurrent
-    SmolLM2 generations spent a quarter of their graph time writing new cells).  The
-    thread holds `block`, so its memory lives until the thread is done."""
-    if not sys.platform.startswith("linux"):
+    SmolLM2 generations spent a quarter of their graph time writing new cells).  A block
+    over half the memory available is left to fault lazily: a long context that is never
+    filled should not push the system into swap.  The thread holds `block`, so its
+    memory lives until the thread is done."""
+    if not sys.platform.startswith("linux") or block.nbytes > available_memory() // 2:
         return None
     try:
         madvise = ctypes.CDLL(None, use_errno=True).madvise

@@ -60,17 +60,19 @@ def test_huge_page_zeros_are_zero_and_writable():
         assert block[-1] == 7
 
 
-def resident_bytes(address: int) -> int:
-    """Resident bytes of the mapping holding `address` (Linux's /proc/self/smaps)."""
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and not head.endswith(":"):
-            lo, hi = (int(v, 16) for v in head.split("-"))
-            inside = lo <= address < hi
-        elif inside and head == "Rss:":
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no mapping holds the address")
+def resident_bytes(block: np.ndarray) -> int:
+    """Bytes of the whole pages inside `block` that are in memory (Linux's mincore)."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    start = -(-block.ctypes.data // page) * page
+    n_pages = (block.ctypes.data + block.nbytes - start) // page
+    flags = (ctypes.c_ubyte * n_pages)()
+    mincore = ctypes.CDLL(None, use_errno=True).mincore
+    mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    assert mincore(start, n_pages * page, flags) == 0, ctypes.get_errno()
+    return sum(f & 1 for f in flags) * page
 
 
 def linux_at_least(major: int, minor: int) -> bool:
@@ -89,15 +91,24 @@ def test_the_cache_memory_is_faulted_in_behind_the_engine_and_kept_as_it_was():
     nbytes = 4 * hugepages.HUGE_PAGE
     block = hugepages.zeros(nbytes)
     block[5] = 3
-    before = resident_bytes(block.ctypes.data)
+    before = resident_bytes(block)
     thread = hugepages.populate_in_background(block)
     if not linux_at_least(5, 14):
         assert thread is None or thread.join(30) is None
         return
     thread.join(30)
     assert not thread.is_alive()
-    assert before < nbytes <= resident_bytes(block.ctypes.data)
+    assert before < nbytes <= resident_bytes(block)
     assert block[5] == 3 and np.count_nonzero(block) == 1
+
+
+def test_a_cache_larger_than_half_the_available_memory_is_left_to_fault_lazily(monkeypatch):
+    from pyengine import hugepages
+
+    block = hugepages.zeros(4 * hugepages.HUGE_PAGE)
+    monkeypatch.setattr(hugepages, "available_memory", lambda: 2 * block.nbytes - 1)
+    assert hugepages.populate_in_background(block) is None
+    assert resident_bytes(block) < block.nbytes
 
 
 # ---- cells and sequences ---------------------------------------------------------------
