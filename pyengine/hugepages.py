@@ -7,7 +7,10 @@ each new page of such a stream costs a TLB miss and a page walk; in 2 MiB pages 
 none do.  On the VM this was measured on, a SmolLM2 decode step is ~10% faster with its
 weights there, and attention over 1000 cells of a cache out of the CPU caches ~35%
 faster with the K/V rows there.  Elsewhere (other systems, THP off) the same calls give
-ordinary memory."""
+ordinary memory.
+
+Also here: what the memory it hands out needs around it, the memory available
+(available_memory) and faulting a block in behind the engine (populate_in_background)."""
 
 from __future__ import annotations
 

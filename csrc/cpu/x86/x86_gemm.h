@@ -6,7 +6,9 @@
  * in x86_gemm_kquants.h.  Both files compile this with AVX2; the AVX-512 one
  * defines PE_GEMM_VNNI first, which swaps the integer dot products (maddubs +
  * madd) for vpdpbusd, the fifth-bit insertion for byte masks, and the tile
- * for one that holds two weight rows per 512-bit vector.
+ * for one that holds two weight rows per 512-bit vector.  avxvnni_gemm.c
+ * compiles avx2_gemm.c again with PE_GEMM_AVXVNNI: the integer dot products
+ * only, through AVX-VNNI's vpdpbusd (gm_dpbusd).
  * PYENGINE_GEMM=0 in the environment installs vec_dot only, =8 no AVX-512
  * pair kernels (A/B timing).
  *

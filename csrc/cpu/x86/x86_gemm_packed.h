@@ -8,11 +8,10 @@
  * activation group broadcast to all lanes gives the rows' sums in their own
  * lanes: no shuffles, no horizontal sums.  AVX-512 takes the 16 rows in one
  * vector with vpdpbusd; AVX2 takes 8 at a time with maddubs (16-bit sums of
- * up to 8 Q4_K groups or 2 Q6_K groups cannot overflow) and madd, or with
- * AVX-VNNI's vpdpbusd.  The
- * integer totals are exact however they are grouped, and the float steps
- * are those of gmk_q4k_step / gmk_wide_step, per pair, in the lanes, so a
- * result equals the 4-row tiles' bit for bit. */
+ * up to 8 Q4_K groups or 2 Q6_K groups cannot overflow) and madd, AVX-VNNI
+ * with its vpdpbusd.  The integer totals are exact however they are
+ * grouped, and the float steps are those of gmk_q4k_step / gmk_wide_step,
+ * per pair, in the lanes, so a result equals the 4-row tiles' bit for bit. */
 #ifndef PE_X86_GEMM_PACKED_H
 #define PE_X86_GEMM_PACKED_H
 

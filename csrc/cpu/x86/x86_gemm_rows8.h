@@ -1,7 +1,8 @@
 /* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0, IQ4_NL, Q4_K, Q8_0
  * and Q5_0 weights interleaved by 8 rows (block_q4_1x8, block_q4_0x8,
  * block_iq4_nlx8, block_q4_Kx8, block_q8_0x8, block_q5_0x8, ref_rows8.c),
- * written once for avx2_gemm.c and avx512_gemm.c after x86_gemm.h.
+ * written once for avx2_gemm.c (and avxvnni_gemm.c) and avx512_gemm.c after
+ * x86_gemm.h.
  *
  * llama.cpp's Q4_1 product has per block eight integer lane sums (lane t:
  * elements 4t..4t+3), acc_t = fma(dw * da, sum_t, acc_t), and at the end
