@@ -14,6 +14,7 @@ from pyengine.chat.parsers import (
     prompt_opens_reasoning,
 )
 from pyengine.chat.template import (
+    FALLBACK_STOPS,
     FALLBACK_TEMPLATE,
     ChatTemplate,
     render,
@@ -22,6 +23,7 @@ from pyengine.chat.template import (
 )
 
 __all__ = [
+    "FALLBACK_STOPS",
     "FALLBACK_TEMPLATE",
     "ChatTemplate",
     "Delta",

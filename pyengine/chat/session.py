@@ -53,6 +53,7 @@ class PreparedPrompt:
     tool_format: str | None = None     # parse tool calls in this format (None: not at all)
     starts_in_reasoning: bool = False  # the prompt opened a reasoning block
     parse: bool = True                 # split reasoning/tool calls (False: raw text)
+    stops: tuple[str, ...] = ()        # the template's own stop texts, beside the request's
 
 
 def chat_template(llm: Any) -> ChatTemplate:
@@ -78,7 +79,7 @@ def prepare_chat(llm: Any, messages: Any, tools: Any = None, think: bool | str |
     text = template.render(conversation, tools=tool_list, add_generation_prompt=True, **kwargs)
     ids = encode_rendered(llm.tokenizer, template, text)
     tool_format = detect_tool_format(template.source) if tool_list else None
-    return PreparedPrompt(ids, text, tool_format, prompt_opens_reasoning(text))
+    return PreparedPrompt(ids, text, tool_format, prompt_opens_reasoning(text), stops=template.stops)
 
 
 def prepare_prompt(llm: Any, prompt: str | Sequence[int], *, parse: bool = False) -> PreparedPrompt:
@@ -250,12 +251,23 @@ def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, de
     if max_tokens is not None and max_tokens < 0:
         max_tokens = None  # Ollama's -1 (and -2): no limit of its own
     seed = options.pop("seed", None)
-    stop = options.pop("stop", None)
+    stop = _with_template_stops(options.pop("stop", None), prepared.stops)
     if format not in (None, "", "text"):
         options["format"] = format
     handle = submit(llm, prepared.ids, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
                     **options)
     return ChatStream(handle, prepared)
+
+
+def _with_template_stops(stop: Any, template_stops: tuple[str, ...]) -> Any:
+    """The request's stop texts (a string or a list, checked by the runner) and then the
+    template's."""
+    if not template_stops:
+        return stop
+    requested = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(requested, (list, tuple)):
+        return stop   # not a stop list: the runner names the option in its error
+    return [*requested, *(s for s in template_stops if s not in requested)]
 
 
 def start_chat(llm: Any, messages: Any, tools: Any = None, format: Any = None, think: bool | str | None = None,

@@ -29,6 +29,9 @@ Fallback: a model without a template is rendered with :data:`FALLBACK_TEMPLATE`
 
 Assistant tool calls are written as ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``
 lines, tool results as ``tool`` turns, so the Hermes parser reads the model's replies.
+A model whose vocabulary lacks ChatML's tags writes them as plain text when its turn
+ends; replies to the fallback stop at them (:data:`FALLBACK_STOPS`, as Ollama's ChatML
+templates carry ``stop`` parameters).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ from pyengine.chat.sandbox import GuardedEnvironment
 from pyengine.errors import InvalidOptionError, TemplateError, TemplateSecurityError
 
 MAX_TEMPLATE_CHARS = 1_000_000
+
+# what ends a reply rendered with the fallback, in the model's text
+FALLBACK_STOPS = ("<|im_end|>", "<|im_start|>")
 
 # Whitespace is written only through {{ '...' }} so the tags' layout does not matter.
 FALLBACK_TEMPLATE = """\
@@ -103,13 +109,16 @@ class ChatTemplate:
         self.eos_token = eos_token
         self.time_limit_s = time_limit_s
         self.max_output_chars = max_output_chars
+        self.stops: tuple[str, ...] = ()   # texts that end a reply (the fallback's tags)
         self._environment = GuardedEnvironment()
         self._compiled = _compile(self._environment, template)
 
     @classmethod
     def fallback(cls, bos_token: str = "", eos_token: str = "") -> ChatTemplate:
         """The ChatML template used for models that ship none (see the module docs)."""
-        return cls(FALLBACK_TEMPLATE, bos_token=bos_token, eos_token=eos_token)
+        template = cls(FALLBACK_TEMPLATE, bos_token=bos_token, eos_token=eos_token)
+        template.stops = FALLBACK_STOPS
+        return template
 
     def render(
         self,
@@ -258,6 +267,7 @@ def _input_chars(value: Any) -> int:
 
 
 __all__ = [
+    "FALLBACK_STOPS",
     "FALLBACK_TEMPLATE",
     "ChatTemplate",
     "render",

@@ -8,6 +8,7 @@ with the same methods to make timing deterministic.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -58,7 +59,7 @@ class ModelAdapter:
             prepared = session.prepare_chat(self.llm, messages, think=think)
         if context:
             ids = session.prepare_prompt(self.llm, list(context)).ids + prepared.ids
-            prepared = session.PreparedPrompt(ids, prepared.text, None, prepared.starts_in_reasoning, True)
+            prepared = replace(prepared, ids=ids, tool_format=None, parse=True)
         return session.start_prepared(self.llm, prepared, format=format, **options)
 
     def start_completion(self, prompt: str | list[int], *, format: Any = None,
