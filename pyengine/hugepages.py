@@ -10,14 +10,13 @@ faster with the K/V rows there.  Elsewhere (other systems, THP off) the same cal
 ordinary memory.
 
 Also here: what the memory it hands out needs around it, the memory available
-(available_memory) and faulting a block in behind the engine (populate_in_background)."""
+(available_memory) and faulting a block in while the engine is idle (Prefault)."""
 
 from __future__ import annotations
 
 import ctypes
 import mmap
 import sys
-import threading
 
 import numpy as np
 
@@ -74,19 +73,50 @@ def zeros(nbytes: int) -> np.ndarray:
     return block[start:start + nbytes]
 
 
-def populate_in_background(block: np.ndarray) -> threading.Thread | None:
-    """Fault in the memory under `block` from a daemon thread, leaving its contents as
-    they are (so the engine may write it meanwhile); None where this cannot be done.
+class Prefault:
+    """Faults in the memory under some arrays a piece at a time, leaving what it holds
+    (so the engine may write it between pieces): `step` does one piece, on Linux 5.14's
+    MADV_POPULATE_WRITE, and says whether any is left.
 
     The KV cache is written a few rows per step, and every page it has not touched yet
     faults inside a forward pass; llama.cpp clears its whole cache when it makes it.
-    Here the pages come in off the token path instead (on the Intel VM a 2 MiB page
-    that the guest had not used before took ~4.5 ms to fault, and four concurrent
-    SmolLM2 generations spent a quarter of their graph time writing new cells).  A block
-    over half the memory available is left to fault lazily: a long context that is never
-    filled should not push the system into swap.  The thread holds `block`, so its
-    memory lives until the thread is done."""
-    if not sys.platform.startswith("linux") or block.nbytes > available_memory() // 2:
+    The engine calls `step` while it has nothing else to do, so that a server's cache is
+    resident before its requests need it, and a one-shot run, never idle, spends nothing
+    on pages it will not use (on the Intel VM a 2 MiB page the guest had not used before
+    took ~4.5 ms to fault; four concurrent SmolLM2 generations on fresh cells spent a
+    quarter of their graph time writing them).  Memory over half of what is available is
+    left to fault lazily: a long context that is never filled should not push the system
+    into swap."""
+
+    def __init__(self, arrays: list[np.ndarray]) -> None:
+        self._keep = arrays
+        page = mmap.PAGESIZE
+        lo = min(a.ctypes.data for a in arrays)
+        hi = max(a.ctypes.data + a.nbytes for a in arrays)
+        self._next, self._end = -(-lo // page) * page, hi // page * page
+        self._madvise = _madvise() if hi - lo <= available_memory() // 2 else None
+        if self._madvise is None:
+            self._next = self._end
+
+    @property
+    def done(self) -> bool:
+        return self._next >= self._end
+
+    def step(self) -> bool:
+        """Fault in the next piece (2 MiB); False once nothing is left."""
+        if self.done:
+            return False
+        size = min(HUGE_PAGE - self._next % HUGE_PAGE, self._end - self._next)
+        if self._madvise(self._next, size, _MADV_POPULATE_WRITE) != 0:
+            self._next = self._end   # a kernel before 5.14: the pages stay lazily faulted
+            return False
+        self._next += size
+        return not self.done
+
+
+def _madvise():
+    """libc's madvise through ctypes (which lets go of the GIL in the call), or None."""
+    if not sys.platform.startswith("linux"):
         return None
     try:
         madvise = ctypes.CDLL(None, use_errno=True).madvise
@@ -94,18 +124,4 @@ def populate_in_background(block: np.ndarray) -> threading.Thread | None:
         return None
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     madvise.restype = ctypes.c_int
-    page = mmap.PAGESIZE
-    start = -(-block.ctypes.data // page) * page
-    end = (block.ctypes.data + block.nbytes) // page * page
-    if end <= start:
-        return None
-
-    def populate(_keep_alive: np.ndarray) -> None:
-        # a chunk at a time: ctypes lets go of the GIL in each call
-        for at in range(start, end, HUGE_PAGE):
-            if madvise(at, min(HUGE_PAGE, end - at), _MADV_POPULATE_WRITE) != 0:
-                return   # a kernel before 5.14: the pages stay lazily faulted
-
-    thread = threading.Thread(target=populate, args=(block,), name="pyengine-prefault", daemon=True)
-    thread.start()
-    return thread
+    return madvise

@@ -3,6 +3,7 @@ compaction and shifts moving the right rows, key re-rotation."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -83,22 +84,25 @@ def linux_at_least(major: int, minor: int) -> bool:
     return tuple(int(v) for v in platform.release().split(".")[:2]) >= (major, minor)
 
 
-def test_the_cache_memory_is_faulted_in_behind_the_engine_and_kept_as_it_was():
-    """populate_in_background leaves what the memory holds (the engine writes cells
-    meanwhile) and, where Linux has MADV_POPULATE_WRITE (5.14), leaves it resident."""
+def test_prefault_faults_the_memory_in_a_piece_at_a_time_and_keeps_what_it_holds():
+    """Each step faults in one 2 MiB piece (Linux 5.14's MADV_POPULATE_WRITE), leaving
+    what the memory holds; elsewhere there is nothing to step."""
     from pyengine import hugepages
 
-    nbytes = 4 * hugepages.HUGE_PAGE
-    block = hugepages.zeros(nbytes)
+    block = hugepages.zeros(4 * hugepages.HUGE_PAGE)
     block[5] = 3
-    before = resident_bytes(block)
-    thread = hugepages.populate_in_background(block)
+    prefault = hugepages.Prefault([block[: 3 * hugepages.HUGE_PAGE], block[3 * hugepages.HUGE_PAGE:]])
     if not linux_at_least(5, 14):
-        assert thread is None or thread.join(30) is None
+        while prefault.step():
+            pass
+        assert prefault.done
         return
-    thread.join(30)
-    assert not thread.is_alive()
-    assert before < nbytes <= resident_bytes(block)
+    steps = [prefault.step(), prefault.step()]
+    assert resident_bytes(block) == 2 * hugepages.HUGE_PAGE
+    while steps[-1]:
+        steps.append(prefault.step())
+    assert steps == [True, True, True, False] and prefault.done and not prefault.step()
+    assert resident_bytes(block) == block.nbytes
     assert block[5] == 3 and np.count_nonzero(block) == 1
 
 
@@ -107,8 +111,25 @@ def test_a_cache_larger_than_half_the_available_memory_is_left_to_fault_lazily(m
 
     block = hugepages.zeros(4 * hugepages.HUGE_PAGE)
     monkeypatch.setattr(hugepages, "available_memory", lambda: 2 * block.nbytes - 1)
-    assert hugepages.populate_in_background(block) is None
-    assert resident_bytes(block) < block.nbytes
+    prefault = hugepages.Prefault([block])
+    assert prefault.done and not prefault.step()
+    assert resident_bytes(block) == 0
+
+
+def test_an_idle_engine_faults_its_cache_in(smollm2_path):
+    """The engine steps the cache's Prefault while it has no work: a server's cache is
+    resident before requests need it (and a request made meanwhile is served)."""
+    from pyengine.api import LLM
+
+    with LLM(str(smollm2_path), n_ctx=2048, n_parallel=2) as llm:
+        cache = llm.engine.cache
+        assert llm.generate("The capital of France is", max_tokens=4)
+        deadline = time.monotonic() + 60
+        while not cache.prefault.done and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cache.prefault.done
+        if linux_at_least(5, 14):
+            assert all(resident_bytes(t) == t.nbytes for t in (cache.k[0], cache.v[-1]))
 
 
 # ---- cells and sequences ---------------------------------------------------------------

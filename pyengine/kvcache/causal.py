@@ -23,6 +23,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from pyengine import hugepages
 from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.kvcache.cells import MAX_SEQUENCES, CellTable, seq_bit
 from pyengine.kvcache.rows import DEFAULT_KV_TYPE, FORMATS, KV_TYPES, RowFormat, row_format
@@ -96,6 +97,7 @@ class KVCache:
             group.k[i], group.v[i] = next(tables), next(tables)
         self.k = [self.layer_group[i].k[i] for i in range(len(self.layout))]
         self.v = [self.layer_group[i].v[i] for i in range(len(self.layout))]
+        self.prefault = hugepages.Prefault(self.k + self.v)   # stepped by the engine when idle
         self.epoch = 0   # bumped by clear(), so holders of bookkeeping notice
 
     # ---- queries -------------------------------------------------------------

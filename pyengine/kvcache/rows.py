@@ -59,14 +59,13 @@ class RowFormat:
         """Zeroed row tables [n, storage_width(dim)] for the (n, dim) shapes, carved from
         one block of memory: in 2 MiB pages where there are to be had (hugepages.py; the
         rows a token attends to lie scattered over many 4 KiB pages otherwise), each
-        table on a cache line; its pages faulted in by a background thread."""
+        table on a cache line."""
         itemsize = np.dtype(self.dtype).itemsize
         sizes = []
         for n, dim in shapes:
             self.check_dim(dim, "a cache row")
             sizes.append(n * self.storage_width(dim) * itemsize)
         block = hugepages.zeros(sum(_lines(size) for size in sizes))
-        hugepages.populate_in_background(block)
         tables, offset = [], 0
         for (n, dim), size in zip(shapes, sizes):
             tables.append(block[offset:offset + size].view(self.dtype).reshape(n, self.storage_width(dim)))

@@ -212,9 +212,14 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._cv:
-                self._cv.wait_for(self._has_work)
+                idle = not self._has_work()
+                if idle and self.cache.prefault.done:
+                    self._cv.wait_for(self._has_work)
                 if self._closed:
                     break
+            if idle and not self.cache.prefault.done:
+                self.cache.prefault.step()   # one piece of the cache's memory (hugepages.Prefault)
+                continue
             self._one_round()
         self._shutdown()
 
