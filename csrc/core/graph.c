@@ -366,7 +366,7 @@ static uint64_t range_now(const pe_exec *ex, int owner, int64_t n_tasks, uint64_
 static int64_t range_take(pe_exec *ex, int owner, int64_t n_tasks) {
     atomic_ullong *slot = &ex->ranges[owner].word;
     const int from_back = owner != ex->ith;
-    uint64_t seen = atomic_load_explicit(slot, memory_order_relaxed);
+    unsigned long long seen = atomic_load_explicit(slot, memory_order_relaxed);   /* the slot's type */
     for (;;) {
         const uint64_t now = range_now(ex, owner, n_tasks, seen);
         const int64_t front = (int64_t)(now >> 16 & 0xFFFF), back = (int64_t)(now & 0xFFFF);

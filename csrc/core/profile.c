@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(_WIN32)
+#include <windows.h>
+#endif
 
 #include "internal.h"
 
@@ -41,11 +44,20 @@ int pe_profile_on(void) {
     return state;
 }
 
+#if defined(_WIN32)   /* MinGW's C runtime may lack timespec_get */
+double pe_profile_now(void) {
+    LARGE_INTEGER ticks, per_second;
+    QueryPerformanceCounter(&ticks);
+    QueryPerformanceFrequency(&per_second);
+    return (double)ticks.QuadPart / (double)per_second.QuadPart;
+}
+#else
 double pe_profile_now(void) {
     struct timespec ts;
     timespec_get(&ts, TIME_UTC);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+#endif
 
 void pe_profile_add(const pe_graph *g, const pe_tensor *t, double dt) {
     const int ty = t->op == PE_OP_MUL_MAT || t->op == PE_OP_MUL_MAT_ID ? g->t[t->src[0]].type : 0;

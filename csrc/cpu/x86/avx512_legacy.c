@@ -131,8 +131,6 @@ static void quantize_q8_1(const float *x, void *vy, int64_t n) {
 /* Loads of 16 elements; the masked forms read only the first `count`. */
 static inline __mmask16 first(int64_t count) { return (__mmask16)((1u << count) - 1); }
 
-static inline __m512 load_f32x16(const float *p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
-
 static inline __m512 load_f16x16(const pe_f16 *p, __mmask16 k) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
 }
@@ -207,7 +205,6 @@ static inline float reduce16(__m512 v) {
 
 static inline __m512 load_f16(const pe_f16 *p) { return load_f16x16(p, 0xFFFF); }
 static inline __m512 load_f32(const float *p) { return _mm512_loadu_ps(p); }
-static inline __m512 load_bf16(const pe_bf16 *p) { return load_bf16x16(p, 0xFFFF); }
 static inline float f32_of(float v) { return v; }
 static inline float f16_of(pe_f16 v) { return f16_to_f32(v); }
 
