@@ -107,8 +107,12 @@ class Prefault:
         if self.done:
             return False
         size = min(HUGE_PAGE - self._next % HUGE_PAGE, self._end - self._next)
-        if self._madvise(self._next, size, _MADV_POPULATE_WRITE) != 0:
-            self._next = self._end   # a kernel before 5.14: the pages stay lazily faulted
+        try:
+            failed = self._madvise(self._next, size, _MADV_POPULATE_WRITE) != 0
+        except (OSError, ctypes.ArgumentError):   # the engine's loop must not die of it
+            failed = True
+        if failed:
+            self._next = self._end   # e.g. a kernel before 5.14: the pages stay lazily faulted
             return False
         self._next += size
         return not self.done
