@@ -388,6 +388,16 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
 GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_q4_Kx8, q4_Kx8, block_q4_Kx8, , 0)
 GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_q4_Kx8_tile4, q4_Kx8, block_q4_Kx8, , 1)
 
+/* Q4_K's limit (gemm8_cols), measured as above on Zen 4 for AVX2.  AVX-VNNI's
+ * (Intel's cores) keeps up with the unpacked tiles to ~64 rows: Intel VM, two
+ * threads, a 1536 x 1024 product, 32 rows 382 against 512 us, 48 572 / 654,
+ * 64 795 / 808 (640 x 2048 alike). */
+#if defined(PE_GEMM_AVXVNNI)
+#define GR_Q4_K_COLS 48
+#else
+#define GR_Q4_K_COLS 16
+#endif
+
 #define GR_INSTALL_ALL(k)                                   \
     do {                                                    \
         (k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8;    \
@@ -397,7 +407,7 @@ GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_q4_Kx8_tile4, q4_Kx8, block_q4_Kx8, , 1)
         (k)->type[PE_TYPE_Q4_K_X8].gemm8 = gemm8_q4_Kx8;    \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_paths = PE_PATH_TILE4; \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_tile4 = gemm8_q4_Kx8_tile4; \
-        (k)->type[PE_TYPE_Q4_K_X8].gemm8_cols = 16;          \
+        (k)->type[PE_TYPE_Q4_K_X8].gemm8_cols = GR_Q4_K_COLS; \
         (k)->type[PE_TYPE_IQ4_NL_X8].gemm8 = gemm8_iq4_nlx8; \
         (k)->type[PE_TYPE_IQ4_NL_X8].gemm8_scales = 1;      \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8 = gemm8_q8_0x8;    \
