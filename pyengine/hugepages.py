@@ -9,8 +9,8 @@ weights there, and attention over 1000 cells of a cache out of the CPU caches ~3
 faster with the K/V rows there.  Elsewhere (other systems, THP off) the same calls give
 ordinary memory.
 
-Also here: what the memory it hands out needs around it, the memory available
-(available_memory) and faulting a block in while the engine is idle (Prefault)."""
+Also here, for the memory it hands out: how much the system has available
+(available_memory), and faulting a block in while the engine is idle (Prefault)."""
 
 from __future__ import annotations
 
