@@ -332,15 +332,15 @@ def _cmd_run(args) -> int:
     llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads)
     if interactive:
         return _chat_loop(args, llm, path)
+    stop = None
     if not args.raw:
-        from pyengine.chat.prompt import encode_rendered, model_template
+        from pyengine.chat.session import prepare_chat
 
-        template = model_template(llm.gguf, llm.tokenizer)
-        text = template.render([{"role": "user", "content": prompt}], add_generation_prompt=True)
-        prompt = encode_rendered(llm.tokenizer, template, text)
+        prepared = prepare_chat(llm, [{"role": "user", "content": prompt}])
+        prompt, stop = prepared.ids, list(prepared.stops) or None   # the fallback template's tags
     pieces = llm.generate(
         prompt, max_tokens=args.max_tokens, temperature=args.temperature,
-        stream=True, seed=args.seed,
+        stream=True, seed=args.seed, stop=stop,
     )
     last = ""
     for piece in pieces:

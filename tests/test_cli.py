@@ -247,9 +247,9 @@ class FakeLLM:
         self.calls = []
         FakeLLM.instances.append(self)
 
-    def generate(self, prompt, max_tokens=128, temperature=0.0, stream=True, seed=None):
+    def generate(self, prompt, max_tokens=128, temperature=0.0, stream=True, seed=None, stop=None):
         self.calls.append(dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature,
-                               stream=stream, seed=seed))
+                               stream=stream, seed=seed, stop=stop))
         for piece in self.pieces:
             if self.fail_with is not None:
                 raise self.fail_with
@@ -277,7 +277,7 @@ def test_run_streams_the_pieces(capsys, fake_api):
     [llm] = fake_api.instances
     assert (llm.model, llm.n_ctx, llm.n_threads) == (MODEL, 256, 2)
     assert llm.calls == [dict(prompt="Say hello", max_tokens=7, temperature=0.5, stream=True,
-                              seed=3)]
+                              seed=3, stop=None)]
 
 
 def test_run_defaults_and_prompt_from_stdin(capsys, fake_api, monkeypatch):
@@ -287,7 +287,7 @@ def test_run_defaults_and_prompt_from_stdin(capsys, fake_api, monkeypatch):
     [llm] = fake_api.instances
     assert (llm.n_ctx, llm.n_threads) == (None, None)
     assert llm.calls == [dict(prompt="piped prompt\n", max_tokens=128, temperature=0.0,
-                              stream=True, seed=None)]
+                              stream=True, seed=None, stop=None)]
 
 
 def test_run_without_prompt_on_a_terminal_opens_the_chat(capsys, fake_api, monkeypatch):
@@ -369,3 +369,14 @@ def test_run_real_model_uses_its_chat_template(capsys, real_models):
     code, out, err = run_cli(capsys, "run", "smollm2-135m", "Say hi", "--max-tokens", "12")
     assert code == 0 and err == ""
     assert len(out.strip()) > 0
+
+
+def test_run_stops_at_the_fallback_templates_tags(capsys, real_models):
+    """Gemma-3-270M (the base model) has no chat template: rendered with the ChatML
+    fallback, it writes the closing tag as text, where the reply ends."""
+    code, out, err = run_cli(capsys, "run", "gemma3-270m", "Tell me a joke", "--max-tokens", "30")
+    assert code == 0 and err == ""
+    assert "<|im_" not in out
+    code, out, err = run_cli(capsys, "run", "gemma3-270m", "<|im_start|>user\nTell me a joke<|im_end|>\n"
+                             "<|im_start|>assistant\n", "--raw", "--max-tokens", "30")
+    assert code == 0 and "<|im_end|>" in out   # what the reply above stopped at
