@@ -25,6 +25,7 @@ X86_FLAGS = {
     "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mavx2", "-mfma", "-mf16c",
                "-mbmi2"],
 }
+ARM_FLAGS = ["-march=armv8.2-a+dotprod+fp16"]   # CMake's for the NEON files; harmless on the others
 ARM_SYSROOT = "/usr/aarch64-linux-gnu"
 
 
@@ -38,6 +39,10 @@ def x86_flags(src: pathlib.Path) -> list[str]:
         if "/x86/" in src.as_posix() and src.name.startswith(prefix + "_"):
             return flags
     return []
+
+
+def arm_flags(src: pathlib.Path) -> list[str]:
+    return ARM_FLAGS
 
 
 def compile_all(compiler: list[str], arch: str, flags_of, tmp_path: pathlib.Path) -> None:
@@ -58,7 +63,7 @@ def compile_all(compiler: list[str], arch: str, flags_of, tmp_path: pathlib.Path
 @pytest.mark.parametrize("compiler, arch, flags_of", [
     (["clang"], "x86", x86_flags),
     (["clang", "--target=aarch64-linux-gnu", f"--sysroot={ARM_SYSROOT}"], "arm",
-     lambda src: ["-march=armv8.2-a+dotprod+fp16"]),
+     arm_flags),
     (["x86_64-w64-mingw32-gcc"], "x86", x86_flags),
 ], ids=["clang-x86_64", "clang-arm64", "mingw-w64"])
 def test_every_source_compiles_without_warnings(tmp_path, compiler, arch, flags_of):
@@ -67,9 +72,9 @@ def test_every_source_compiles_without_warnings(tmp_path, compiler, arch, flags_
 
 def test_the_per_file_flags_follow_cmake():
     """Every x86 kernel file is one CMakeLists.txt compiles with its own flags, and this
-    test gives each the flags CMake does."""
+    test gives each (and the NEON files) the flags CMake does."""
     cmake = (ROOT / "CMakeLists.txt").read_text()
-    for prefix, flags in X86_FLAGS.items():
+    for prefix, flags in [*X86_FLAGS.items(), ("neon", ARM_FLAGS)]:
         assert ";".join(flags) in cmake, prefix
     kernels = [p for p in (ROOT / "csrc/cpu/x86").glob("*.c")]
     assert kernels and all(x86_flags(p) for p in kernels)
