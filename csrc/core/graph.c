@@ -362,7 +362,9 @@ static uint64_t range_now(const pe_exec *ex, int owner, int64_t n_tasks, uint64_
     return range_word(ex->gen, owner * n_tasks / ex->nth, (owner + 1) * n_tasks / ex->nth);
 }
 
-/* One task of `owner`'s range: its front for the owner, its back for others. */
+/* Tasks of `owner`'s range, a quarter of those left (at least one): from
+ * its front for the owner, its back for others; the first is returned and
+ * the rest kept in ex's claim. */
 static int64_t range_take(pe_exec *ex, int owner, int64_t n_tasks) {
     atomic_ullong *slot = &ex->ranges[owner].word;
     const int from_back = owner != ex->ith;
@@ -371,13 +373,20 @@ static int64_t range_take(pe_exec *ex, int owner, int64_t n_tasks) {
         const uint64_t now = range_now(ex, owner, n_tasks, seen);
         const int64_t front = (int64_t)(now >> 16 & 0xFFFF), back = (int64_t)(now & 0xFFFF);
         if (front >= back) return -1;
-        const uint64_t next = from_back ? now - 1 : now + (1u << 16);
-        if (atomic_compare_exchange_weak_explicit(slot, &seen, next, memory_order_relaxed, memory_order_relaxed))
-            return from_back ? back - 1 : front;
+        const int64_t count = (back - front + 3) / 4;
+        const int64_t first = from_back ? back - count : front;
+        const uint64_t next = from_back ? now - (uint64_t)count : now + ((uint64_t)count << 16);
+        if (atomic_compare_exchange_weak_explicit(slot, &seen, next, memory_order_relaxed, memory_order_relaxed)) {
+            ex->claim_gen = ex->gen;
+            ex->claim_next = first + 1;
+            ex->claim_end = first + count;
+            return first;
+        }
     }
 }
 
 int64_t pe_range_next(pe_exec *ex, int64_t n_tasks) {
+    if (ex->claim_gen == ex->gen && ex->claim_next < ex->claim_end) return ex->claim_next++;
     int64_t task = range_take(ex, ex->ith, n_tasks);
     for (int v = 1; task < 0 && v < ex->nth; v++) task = range_take(ex, (ex->ith + v) % ex->nth, n_tasks);
     return task;

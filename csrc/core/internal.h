@@ -152,6 +152,8 @@ typedef struct pe_exec {
     struct pe_range_slot *ranges;
     uint32_t       gen;        /* this node's generation (tells its ranges from older ones) */
     atomic_int    *error;      /* set by any thread on a data error */
+    uint32_t       claim_gen;  /* tasks [claim_next, claim_end) of node claim_gen: taken from */
+    int64_t        claim_next, claim_end;   /* a range, not yet done (pe_range_next) */
 } pe_exec;
 
 /* Ranges: a split of a node's tasks for ops that stream their input once
@@ -159,8 +161,10 @@ typedef struct pe_exec {
  * [t n / nth, (t + 1) n / nth) and takes its tasks in order; a thread whose
  * range is done takes tasks from the back of the others' ranges, so every
  * thread reads one stream while all are busy, and one that started late is
- * helped.  Returns the next task (< n_tasks <= PE_RANGE_MAX_TASKS), or -1
- * when none is left. */
+ * helped.  Tasks are taken a quarter of what is left at a time (at least
+ * one), so the atomic operations are few while the range is long and the
+ * last tasks still go one by one to whichever thread is free.  Returns the
+ * next task (< n_tasks <= PE_RANGE_MAX_TASKS), or -1 when none is left. */
 #define PE_RANGE_MAX_TASKS 0xFFFF
 typedef struct pe_range_slot {
     atomic_ullong word;        /* generation << 32 | front << 16 | back */
