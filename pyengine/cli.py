@@ -115,9 +115,11 @@ def _non_negative_float(text: str) -> float:
 def _add_pull(commands) -> None:
     sub = commands.add_parser(
         "pull", help="download a model into the local store",
-        description="Download a catalog model, verify its sha256 and store it.",
+        description="Download a catalog model or a Hugging Face Hub GGUF (hf.co/OWNER/REPO:TAG), "
+                    "verify its sha256 and store it.",
     )
-    sub.add_argument("name", metavar="NAME", help="model name, e.g. smollm2-135m or gemma3:270m")
+    sub.add_argument("name", metavar="NAME", help="model name, e.g. smollm2-135m, gemma3:270m or "
+                                                  "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M")
     sub.set_defaults(handler=_cmd_pull)
 
 
@@ -190,7 +192,7 @@ def _add_show(commands) -> None:
         "show", help="print a model's architecture and metadata",
         description="Print a model's architecture, sizes, weight types and tokenizer.",
     )
-    sub.add_argument("model", metavar="NAME|PATH", help="model name or path to a .gguf file")
+    sub.add_argument("model", metavar="NAME|PATH", help="model name (or hf.co/OWNER/REPO:TAG) or path to a .gguf file")
     sub.set_defaults(handler=_cmd_show)
 
 
@@ -287,7 +289,7 @@ def _add_run(commands) -> None:
         "with no PROMPT on a terminal, chat interactively (/? lists the commands). "
         "The model is pulled on first use.",
     )
-    sub.add_argument("model", metavar="NAME|PATH", help="model name or path to a .gguf file")
+    sub.add_argument("model", metavar="NAME|PATH", help="model name (or hf.co/OWNER/REPO:TAG) or path to a .gguf file")
     sub.add_argument("prompt", metavar="PROMPT", nargs="?", help="prompt text (default: stdin)")
     sub.add_argument("--max-tokens", type=_int_at_least(1), default=128, help="default 128")
     sub.add_argument("--temperature", type=_non_negative_float, default=0.0,
@@ -435,7 +437,7 @@ def _add_bench(commands) -> None:
         "bench", help="measure prompt and generation speed",
         description="Measure prompt processing and generation speed in tokens/s.",
     )
-    sub.add_argument("model", metavar="NAME|PATH", help="model name or path to a .gguf file")
+    sub.add_argument("model", metavar="NAME|PATH", help="model name (or hf.co/OWNER/REPO:TAG) or path to a .gguf file")
     sub.add_argument("--threads", type=_int_at_least(1), default=None,
                      help="worker threads (default: physical cores)")
     sub.add_argument("--prompt-tokens", type=_int_at_least(1), default=512, help="default 512")

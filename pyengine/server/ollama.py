@@ -206,6 +206,11 @@ async def _load_only(request: Request, common: dict, kind: str) -> Response:
 # --------------------------------------------------------------------------------------
 
 
+def _tagged(name: str) -> str:
+    """A name as Ollama lists it: with a tag (``:latest`` unless it has one, as Hub names do)."""
+    return name if ":" in name else f"{name}:latest"
+
+
 @router.get("/api/tags")
 async def api_tags(request: Request) -> Response:
     state = state_of(request)
@@ -215,7 +220,7 @@ async def api_tags(request: Request) -> Response:
             facts = info.model_facts(path)
         except (OSError, ValueError):
             continue  # a file that vanished or is not a GGUF: not listed
-        models.append({"name": f"{name}:latest", "model": f"{name}:latest", "modified_at": info.rfc3339(facts.modified),
+        models.append({"name": _tagged(name), "model": _tagged(name), "modified_at": info.rfc3339(facts.modified),
                        "size": facts.size, "digest": info.digest(name), "details": info.details(facts)})
     return JSONResponse({"models": models})
 
@@ -254,7 +259,7 @@ async def api_ps(request: Request) -> Response:
         facts = info.model_facts(entry.path)
         expires = entry.expires_wall()
         models.append({
-            "name": f"{entry.name}:latest", "model": f"{entry.name}:latest", "size": facts.size,
+            "name": _tagged(entry.name), "model": _tagged(entry.name), "size": facts.size,
             "digest": info.digest(entry.name), "details": info.details(facts),
             "expires_at": info.rfc3339(expires) if expires is not None else "9999-12-31T23:59:59Z",
             "size_vram": 0, "context_length": entry.adapter.n_ctx, "active_requests": entry.active,
@@ -290,8 +295,9 @@ async def api_pull(request: Request) -> Response:
         canonical = store.canonical_name(name)
     except ModelNotFoundError as exc:
         raise HTTPError(400, str(exc), param="model") from None
-    if canonical not in store.catalog() and store.find_local(canonical) is None:
-        raise HTTPError(404, f"model {name!r} is not in the catalog; known: {', '.join(sorted(store.catalog()))}")
+    if not store.pullable(canonical) and store.find_local(canonical) is None:
+        raise HTTPError(404, f"model {name!r} is not in the catalog; known: {', '.join(sorted(store.catalog()))}, "
+                             "or hf.co/OWNER/REPO:TAG from the Hugging Face Hub")
     pull = _Pull(canonical)
     if stream:
         return GenerationResponse(pull.stream(), NDJSON, on_close=pull.cancel)

@@ -154,7 +154,7 @@ class ModelRegistry:
             return canonical, path
         path = store.find_local(canonical)
         if path is None:
-            hint = f"pull it first (POST /api/pull or `pyengine pull {canonical}`)" if canonical in store.catalog() \
+            hint = f"pull it first (POST /api/pull or `pyengine pull {canonical}`)" if store.pullable(canonical) \
                 else "list the models with GET /api/tags or /v1/models"
             raise HTTPError(404, f"model {name!r} not found; {hint}", param="model", code="model_not_found")
         return canonical, path
