@@ -1,11 +1,12 @@
 # Declarations of the native core's public header (csrc/include/pe.h).
-from libc.stdint cimport int32_t, int64_t, uint16_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 
 cdef extern from "pe.h" nogil:
     int64_t pe_type_block_size(int type)
     size_t pe_type_block_bytes(int type)
     const char *pe_type_name(int type)
     int pe_type_supported(int type)
+    int pe_iq_grid_set(int grid, const uint8_t *values, size_t n)
     int pe_type_vec_dot_type(int type)
     size_t pe_row_bytes(int type, int64_t n)
     int pe_type_rows8(int type)

@@ -43,6 +43,13 @@ def type_supported(int type_id) -> bool:
     return pe_type_supported(type_id) != 0
 
 
+def set_iq_grid(int grid, const uint8_t[::1] values) -> None:
+    """Hand the native core one lattice grid of the IQ1/IQ2/IQ3 types (pe.h
+    PE_IQ_GRID_*: its levels as bytes, row by row); pyengine.iq_grids does it
+    at import."""
+    _check(pe_iq_grid_set(grid, &values[0] if values.shape[0] else NULL, values.shape[0]))
+
+
 def vec_dot_type(int type_id) -> int:
     return pe_type_vec_dot_type(type_id)
 
@@ -504,3 +511,8 @@ cdef class Graph:
 # ---- tokenizer inner loops ------------------------------------------------------
 
 include "_tok.pxi"
+
+
+# the IQ types' grids, from the gguf package, before any model can ask for them
+from pyengine import iq_grids as _iq_grids
+_iq_grids.install(set_iq_grid)

@@ -85,7 +85,14 @@ QUANT = {
     "gemma2-q8_0": Bounds(QUANT_ARGMAX, 0.15),
     "phi3-q5_0": Bounds(QUANT_ARGMAX, 0.05),
 }
-BOUNDS = {**FLOAT, **QUANT}
+# The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
+# AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
+# Measured on every ISA: argmax 347-351/354, top-10 <= 0.041, greedy equal up to
+# near-ties of <= 0.012, and as close to the exact result as llama.cpp (0.029-0.057
+# against its 0.028-0.070).
+LATTICE = {f"llama-wide-{t}": Bounds(QUANT_ARGMAX, 0.05)
+           for t in ("iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s")}
+BOUNDS = {**FLOAT, **QUANT, **LATTICE}
 MODELS = sorted(BOUNDS)
 
 # Ours vs the exact result, relative to llama.cpp vs the exact result: at most
@@ -181,10 +188,10 @@ def test_as_close_to_exact_as_llamacpp(name, isa):
 # AVX-512, is not followed yet and keeps the bounds above; so do the AVX2 and
 # scalar tables (llama.cpp's AVX2 build sums in the same lanes, but the golden
 # outputs are from its AVX-512 one).
-NOT_YET_EXACT: set[str] = set()   # every synthetic model is reproduced bit for bit
+NOT_YET_EXACT: set[str] = set()   # every model recorded on AVX-512 is reproduced bit for bit
 
 
-@pytest.mark.parametrize("name", [m for m in MODELS if m not in NOT_YET_EXACT])
+@pytest.mark.parametrize("name", [m for m in MODELS if m not in NOT_YET_EXACT and m not in LATTICE])
 def test_bit_exact_with_llamacpp(name):
     """Under the instruction set the golden files were recorded with (AVX-512),
     every argmax, top-10 logit and greedy token equals llama.cpp's.  On a CPU

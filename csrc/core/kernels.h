@@ -167,6 +167,7 @@ void pe_fill_ref_float(pe_kernels *k);     /* quant/ref_float.c   F32 F16 BF16 *
 void pe_fill_ref_legacy(pe_kernels *k);    /* quant/ref_legacy.c  Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 */
 void pe_fill_ref_kquants(pe_kernels *k);   /* quant/ref_kquants.c Q2_K..Q6_K Q8_K IQ4_NL IQ4_XS */
 void pe_fill_ref_rows8(pe_kernels *k);     /* quant/ref_rows8.c   the interleaved types (*_X8) */
+void pe_fill_ref_iquants(pe_kernels *k);   /* quant/ref_iquants.c IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S */
 void pe_fill_vec_scalar(pe_kernels *k);    /* cpu/vec.c compiled without SIMD flags */
 #if defined(PE_ARCH_X86)
 void pe_fill_avx2_legacy(pe_kernels *k);   /* cpu/x86/avx2_legacy.c */

@@ -3,6 +3,7 @@
 
 #include "blocks.h"
 #include "internal.h"
+#include "iquants.h"
 
 typedef struct pe_type_traits {
     const char *name;
@@ -31,6 +32,13 @@ static const pe_type_traits traits[PE_TYPE_COUNT] = {
     [PE_TYPE_Q8_K]   = {"Q8_K",   QK_K,   sizeof(block_q8_K),   PE_TYPE_Q8_K, 0},
     [PE_TYPE_IQ4_NL] = {"IQ4_NL", QK4_NL, sizeof(block_iq4_nl), PE_TYPE_Q8_0, 1},
     [PE_TYPE_IQ4_XS] = {"IQ4_XS", QK_K,   sizeof(block_iq4_xs), PE_TYPE_Q8_K, 1},
+    [PE_TYPE_IQ2_XXS] = {"IQ2_XXS", QK_K, sizeof(block_iq2_xxs), PE_TYPE_Q8_K, 1},
+    [PE_TYPE_IQ2_XS] = {"IQ2_XS", QK_K,   sizeof(block_iq2_xs), PE_TYPE_Q8_K, 1},
+    [PE_TYPE_IQ2_S]  = {"IQ2_S",  QK_K,   sizeof(block_iq2_s),  PE_TYPE_Q8_K, 1},
+    [PE_TYPE_IQ3_XXS] = {"IQ3_XXS", QK_K, sizeof(block_iq3_xxs), PE_TYPE_Q8_K, 1},
+    [PE_TYPE_IQ3_S]  = {"IQ3_S",  QK_K,   sizeof(block_iq3_s),  PE_TYPE_Q8_K, 1},
+    [PE_TYPE_IQ1_S]  = {"IQ1_S",  QK_K,   sizeof(block_iq1_s),  PE_TYPE_Q8_K, 1},
+    [PE_TYPE_IQ1_M]  = {"IQ1_M",  QK_K,   sizeof(block_iq1_m),  PE_TYPE_Q8_K, 1},
     [PE_TYPE_I8]     = {"I8",     1,      1,                    -1,           0},
     [PE_TYPE_I16]    = {"I16",    1,      2,                    -1,           0},
     [PE_TYPE_I32]    = {"I32",    1,      4,                    -1,           0},
@@ -70,9 +78,10 @@ int pe_type_vec_dot_type(int type) {
 int pe_type_supported(int type) {
     const pe_type_traits *t = traits_of(type);
     if (!t || !t->weight) return 0;
-    /* a weight type is usable once its kernels exist in the reference table */
+    /* a weight type is usable once its kernels exist in the reference table
+     * (and its grid, for the lattice types, has been handed over) */
     const pe_type_kernels *k = &pe_kernels_ref()->type[type];
-    return k->to_float != NULL && k->vec_dot != NULL;
+    return k->to_float != NULL && k->vec_dot != NULL && pe_iq_type_ready(type);
 }
 
 int pe_type_rows8_base(int type) {

@@ -88,6 +88,7 @@ static void build_tables(void) {
     pe_fill_ref_float(ref);
     pe_fill_ref_legacy(ref);
     pe_fill_ref_kquants(ref);
+    pe_fill_ref_iquants(ref);
     pe_fill_ref_rows8(ref);
     pe_fill_vec_scalar(ref);
 #if defined(PE_ARCH_X86)

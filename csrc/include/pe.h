@@ -39,11 +39,18 @@ typedef enum pe_type {
     PE_TYPE_Q5_K    = 13,
     PE_TYPE_Q6_K    = 14,
     PE_TYPE_Q8_K    = 15,
+    PE_TYPE_IQ2_XXS = 16,
+    PE_TYPE_IQ2_XS  = 17,
+    PE_TYPE_IQ3_XXS = 18,
+    PE_TYPE_IQ1_S   = 19,
     PE_TYPE_IQ4_NL  = 20,
+    PE_TYPE_IQ3_S   = 21,
+    PE_TYPE_IQ2_S   = 22,
     PE_TYPE_IQ4_XS  = 23,
     PE_TYPE_I8      = 24,
     PE_TYPE_I16     = 25,
     PE_TYPE_I32     = 26,
+    PE_TYPE_IQ1_M   = 29,
     PE_TYPE_BF16    = 30,
     /* internal: weights the engine interleaved at load, never in a file (ids
      * past GGML's, whose numbering runs on) */
@@ -55,6 +62,22 @@ typedef enum pe_type {
     PE_TYPE_Q5_0_X8 = 69,
     PE_TYPE_COUNT   = 70
 } pe_type;
+
+/* The lattice grids of the IQ1/IQ2/IQ3 types (one small vector of levels per
+ * index: 8 bytes for IQ2's and IQ1's, 4 for IQ3's).  They are part of the GGUF
+ * format; the Python shell hands them over at import (from the gguf package),
+ * and a type whose grid has not been set is not supported.  Returns 0, or -1
+ * for an unknown grid or a wrong size. */
+typedef enum pe_iq_grid {
+    PE_IQ_GRID_2XXS,   /* 256 x 8 */
+    PE_IQ_GRID_2XS,    /* 512 x 8 */
+    PE_IQ_GRID_2S,     /* 1024 x 8 */
+    PE_IQ_GRID_3XXS,   /* 256 x 4 */
+    PE_IQ_GRID_3S,     /* 512 x 4 */
+    PE_IQ_GRID_1S,     /* 2048 x 8, signed (-1, 0, 1): IQ1_S and IQ1_M */
+    PE_IQ_GRID_COUNT
+} pe_iq_grid;
+int         pe_iq_grid_set(int grid, const uint8_t *values, size_t n);
 
 /* Block size (elements per block) and bytes per block; 0 for unknown types. */
 int64_t     pe_type_block_size(int type);

@@ -36,6 +36,20 @@ typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K 
 /* q8_K: float scale and per-16 sums, the dot partner of the k-quants */
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_K;
 
+/* IQ2 / IQ3 / IQ1: 8 (IQ3: 4) weights per index into a lattice grid
+ * (iquants.h), sign bits apart; super-blocks of 256 in sub-blocks of 32 */
+typedef struct { pe_f16 d; uint16_t qs[QK_K / 8]; } block_iq2_xxs;
+typedef struct { pe_f16 d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; } block_iq2_xs;
+typedef struct { pe_f16 d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t scales[QK_K / 32]; } block_iq2_s;
+typedef struct { pe_f16 d; uint8_t qs[3 * QK_K / 8]; } block_iq3_xxs;
+typedef struct {
+    pe_f16 d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t signs[QK_K / 8]; uint8_t scales[QK_K / 64];
+} block_iq3_s;
+typedef struct { pe_f16 d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; } block_iq1_s;
+/* IQ1_M keeps its f16 super-block scale in the top nibbles of the four
+ * 16-bit words of `scales` */
+typedef struct { uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; uint8_t scales[QK_K / 32]; } block_iq1_m;
+
 typedef struct { pe_f16 d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
 typedef struct { pe_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;
 
@@ -76,6 +90,13 @@ static_assert(sizeof(block_q6_K) == QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, "q6_K s
 static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "q8_K size");
 static_assert(sizeof(block_iq4_nl) == 2 + QK4_NL / 2, "iq4_nl size");
 static_assert(sizeof(block_iq4_xs) == 4 + QK_K / 64 + QK_K / 2, "iq4_xs size");
+static_assert(sizeof(block_iq2_xxs) == 66, "iq2_xxs size");
+static_assert(sizeof(block_iq2_xs) == 74, "iq2_xs size");
+static_assert(sizeof(block_iq2_s) == 82, "iq2_s size");
+static_assert(sizeof(block_iq3_xxs) == 98, "iq3_xxs size");
+static_assert(sizeof(block_iq3_s) == 110, "iq3_s size");
+static_assert(sizeof(block_iq1_s) == 50, "iq1_s size");
+static_assert(sizeof(block_iq1_m) == 56, "iq1_m size");
 static_assert(sizeof(block_q4_1x8) == 8 * sizeof(block_q4_1), "q4_1x8 size");
 static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "q4_0x8 size");
 static_assert(sizeof(block_q4_Kx8) == 8 * sizeof(block_q4_K), "q4_Kx8 size");

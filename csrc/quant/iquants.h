@@ -1,0 +1,51 @@
+/* iquants.h - what the IQ1 / IQ2 / IQ3 kernels share, scalar and SIMD
+ * alike: the lattice grids (set through pe_iq_grid_set, from the gguf
+ * package), the sign patterns of IQ2_XXS / IQ2_XS / IQ3_XXS and the unpacking
+ * of IQ1_M's scales.  Private to csrc/quant and the per-ISA IQ files.
+ *
+ * Every product here is exact in integers up to one float multiply-add per
+ * sub-block group (as llama.cpp's generic code), so a SIMD twin that forms
+ * the same integer sums gives the scalar reference's bits. */
+#ifndef PE_IQUANTS_H
+#define PE_IQUANTS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "blocks.h"
+#include "kernels.h"
+
+/* Grid entries: 8 levels (4 for IQ3's) per index, row-major. */
+extern uint8_t pe_iq2xxs_grid[256 * 8];   /* levels 8, 25, 43 */
+extern uint8_t pe_iq2xs_grid[512 * 8];
+extern uint8_t pe_iq2s_grid[1024 * 8];
+extern uint8_t pe_iq3xxs_grid[256 * 4];   /* levels 4, 12, ..., 62 */
+extern uint8_t pe_iq3s_grid[512 * 4];     /* levels 1, 3, ..., 15 */
+extern int8_t  pe_iq1s_grid[2048 * 8];    /* levels -1, 0, 1 */
+
+/* IQ2_XXS / IQ2_XS / IQ3_XXS store 7 sign bits per 8 weights; the eighth
+ * makes the count of minus signs even.  Bit j of pe_iq2_signs[i] is the sign
+ * of weight j (1: negative). */
+extern uint8_t pe_iq2_signs[128];
+
+#define PE_IQ1_DELTA 0.125f   /* IQ1_S / IQ1_M: levels are grid +- this */
+
+/* IQ1_M: the super-block scale, an f16 spread over the top nibbles of the
+ * four 16-bit scale words */
+static inline pe_f16 pe_iq1m_scale(const block_iq1_m *b) {
+    uint16_t sc[4];
+    memcpy(sc, b->scales, sizeof sc);
+    return (pe_f16)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+}
+
+/* IQ1_M: the odd multiplier (2 s + 1) of the 16 weights h (0, 1) of sub-block ib */
+static inline int pe_iq1m_sub_scale(const block_iq1_m *b, int ib, int h) {
+    uint16_t sc[4];
+    memcpy(sc, b->scales, sizeof sc);
+    return 2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3 * h)) & 7) + 1;
+}
+
+/* 1 once the type's grid is set (always 1 for the other types) */
+int pe_iq_type_ready(int type);
+
+#endif /* PE_IQUANTS_H */
