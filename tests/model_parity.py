@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
 from pyengine.gguf import GGUFFile
 from pyengine.kvcache import KVCache
@@ -116,10 +116,12 @@ def reader(model: str) -> GGUFReader:
 
 
 def rewrite(tmp_path: Path, model: str, *, meta: dict | None = None, drop: tuple[str, ...] = (),
-            add: dict[str, np.ndarray] | None = None, arch: str | None = None) -> Path:
+            add: dict[str, np.ndarray] | None = None, arch: str | None = None,
+            retype: dict[str, GGMLQuantizationType] | None = None) -> Path:
     """A copy of synthetic `model` with metadata `meta` ({key: (value, type) or DROP})
     applied, the tensors named in `drop` left out, the float32 tensors in `add`
-    added, and, given `arch`, the architecture (and the prefix of its keys) renamed."""
+    added, given `arch`, the architecture (and the prefix of its keys) renamed, and
+    the tensors in `retype` given another block type of the same bytes per row."""
     meta = dict(meta or {})
     src = reader(model)
     old_arch = src.fields["general.architecture"].contents()
@@ -138,7 +140,7 @@ def rewrite(tmp_path: Path, model: str, *, meta: dict | None = None, drop: tuple
             writer.add_key_value(key, value, vtype)
     for t in src.tensors:
         if t.name not in drop:
-            writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+            writer.add_tensor(t.name, t.data, raw_dtype=(retype or {}).get(t.name, t.tensor_type))
     for name, values in (add or {}).items():
         writer.add_tensor(name, np.asarray(values, np.float32))
     writer.write_header_to_file()

@@ -31,6 +31,16 @@ def test_an_unchanged_copy_loads(tmp_path):
     assert model.cfg.n_expert == 4 and model.cfg.n_expert_used == 2
 
 
+def test_a_block_type_without_kernels(tmp_path):
+    """TQ2_0 (ternary) rows take IQ2_XXS's 66 bytes per 256 weights: the same file
+    but for that type, which pyengine has no kernels for, fails naming both."""
+    from gguf import GGMLQuantizationType
+
+    path = rewrite(tmp_path, "llama-wide-iq2_xxs", retype={"blk.1.ffn_up.weight": GGMLQuantizationType.TQ2_0})
+    with pytest.raises(UnsupportedError, match="'blk.1.ffn_up.weight' has block type TQ2_0"):
+        load(path)
+
+
 # ---- shapes that contradict the metadata ------------------------------------
 
 @pytest.mark.parametrize("model, changes, culprit", [

@@ -172,6 +172,8 @@ void pe_fill_vec_scalar(pe_kernels *k);    /* cpu/vec.c compiled without SIMD fl
 #if defined(PE_ARCH_X86)
 void pe_fill_avx2_legacy(pe_kernels *k);   /* cpu/x86/avx2_legacy.c */
 void pe_fill_avx2_kquants(pe_kernels *k);  /* cpu/x86/avx2_kquants.c */
+void pe_fill_avx2_iq2(pe_kernels *k);      /* cpu/x86/avx2_iq2.c: IQ2_XXS IQ2_XS IQ2_S */
+void pe_fill_avx2_iq13(pe_kernels *k);     /* cpu/x86/avx2_iq13.c: IQ3_XXS IQ3_S IQ1_S IQ1_M */
 void pe_fill_avx2_gemm(pe_kernels *k);     /* cpu/x86/avx2_gemm.c: vec_dot + gemm */
 void pe_fill_vec_avx2(pe_kernels *k);      /* cpu/vec.c compiled with AVX2 flags */
 void pe_fill_avxvnni_gemm(pe_kernels *k);  /* cpu/x86/avxvnni_gemm.c: avx2_gemm.c with vpdpbusd */
@@ -183,6 +185,7 @@ void pe_fill_vec_avx512(pe_kernels *k);    /* cpu/vec.c compiled with AVX-512 fl
 #if defined(PE_ARCH_ARM)
 void pe_fill_neon_legacy(pe_kernels *k);   /* cpu/arm/neon_legacy.c */
 void pe_fill_neon_kquants(pe_kernels *k);  /* cpu/arm/neon_kquants.c */
+void pe_fill_neon_iquants(pe_kernels *k);  /* cpu/arm/neon_iquants.c: IQ1_S..IQ3_S */
 void pe_fill_vec_neon(pe_kernels *k);      /* cpu/vec.c compiled for NEON */
 #endif
 

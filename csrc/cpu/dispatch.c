@@ -98,6 +98,8 @@ static void build_tables(void) {
         pe_fill_vec_avx2(&tables[ISA_AVX2]);
         pe_fill_avx2_legacy(&tables[ISA_AVX2]);
         pe_fill_avx2_kquants(&tables[ISA_AVX2]);
+        pe_fill_avx2_iq2(&tables[ISA_AVX2]);
+        pe_fill_avx2_iq13(&tables[ISA_AVX2]);
         pe_fill_avx2_gemm(&tables[ISA_AVX2]);
     }
 #if defined(PE_HAVE_AVXVNNI)
@@ -122,6 +124,7 @@ static void build_tables(void) {
         pe_fill_vec_neon(&tables[ISA_NEON]);
         pe_fill_neon_legacy(&tables[ISA_NEON]);
         pe_fill_neon_kquants(&tables[ISA_NEON]);
+        pe_fill_neon_iquants(&tables[ISA_NEON]);
     }
 #endif
     for (int i = 0; i < ISA_COUNT; i++)
