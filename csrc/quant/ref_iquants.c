@@ -74,6 +74,24 @@ static void put8(const uint8_t *level, unsigned signs, float scale, float *y) {
     for (int j = 0; j < 8; j++) y[j] = scale * w[j];
 }
 
+/* The IQ2 / IQ3 dot products: per super-block the exact integer sum of its
+ * sub-blocks' products times their odd scales (block_sum, from the block and
+ * its 256 activation codes), times d * da; the float sum times `factor`
+ * (the scales' common fraction). */
+typedef int32_t (*block_sum_fn)(const void *block, const int8_t *q8);
+
+static float lattice_dot(int64_t n, const void *vw, size_t block_bytes, const block_q8_K *a, block_sum_fn block_sum,
+                         float factor) {
+    const uint8_t *x = vw;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++, x += block_bytes) {
+        pe_f16 d;   /* the first field of each of these blocks */
+        memcpy(&d, x, sizeof d);
+        sum += pe_f16_to_f32(d) * a[i].d * (float)block_sum(x, a[i].qs);
+    }
+    return factor * sum;
+}
+
 /* ---- IQ2_XXS: per sub-block two 32-bit words: 4 grid indices (bytes), then
  * 4 x 7 sign bits and a 4-bit scale ------------------------------------------------ */
 
@@ -97,24 +115,21 @@ static void dequantize_iq2_xxs(const void *vx, float *y, int64_t n) {
     }
 }
 
-static void vec_dot_iq2_xxs(int64_t n, float *s, const void *vw, const void *va) {
-    const block_iq2_xxs *x = vw;
-    const block_q8_K *a = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const int8_t *q8 = a[i].qs;
-        int32_t bsum = 0;
-        for (int ib = 0; ib < QK_K / 32; ib++) {
-            uint8_t idx[4];
-            uint32_t aux;
-            iq2_xxs_words(&x[i], ib, idx, &aux);
-            int sumi = 0;
-            for (int l = 0; l < 4; l++, q8 += 8) sumi += dot8(pe_iq2xxs_grid + 8 * idx[l], pe_iq2_signs[aux >> 7 * l & 127], q8);
-            bsum += sumi * (int32_t)(2 * (aux >> 28) + 1);
-        }
-        sum += pe_f16_to_f32(x[i].d) * a[i].d * (float)bsum;
+static int32_t block_sum_iq2_xxs(const void *block, const int8_t *q8) {
+    int32_t bsum = 0;
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        uint8_t idx[4];
+        uint32_t aux;
+        iq2_xxs_words(block, ib, idx, &aux);
+        int sumi = 0;
+        for (int l = 0; l < 4; l++, q8 += 8) sumi += dot8(pe_iq2xxs_grid + 8 * idx[l], pe_iq2_signs[aux >> 7 * l & 127], q8);
+        bsum += sumi * (int32_t)(2 * (aux >> 28) + 1);
     }
-    *s = 0.125f * sum;
+    return bsum;
+}
+
+static void vec_dot_iq2_xxs(int64_t n, float *s, const void *vw, const void *va) {
+    *s = lattice_dot(n, vw, sizeof(block_iq2_xxs), va, block_sum_iq2_xxs, 0.125f);
 }
 
 /* ---- IQ2_XS: 16-bit words, 9 bits of grid index and 7 of signs; a 4-bit
@@ -133,25 +148,23 @@ static void dequantize_iq2_xs(const void *vx, float *y, int64_t n) {
     }
 }
 
-static void vec_dot_iq2_xs(int64_t n, float *s, const void *vw, const void *va) {
-    const block_iq2_xs *x = vw;
-    const block_q8_K *a = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const int8_t *q8 = a[i].qs;
-        int32_t bsum = 0;
-        for (int ib = 0; ib < QK_K / 32; ib++)
-            for (int h = 0; h < 2; h++) {
-                int sumi = 0;
-                for (int l = 2 * h; l < 2 * h + 2; l++, q8 += 8) {
-                    const uint16_t q = x[i].qs[4 * ib + l];
-                    sumi += dot8(pe_iq2xs_grid + 8 * (q & 511), pe_iq2_signs[q >> 9], q8);
-                }
-                bsum += sumi * (2 * (x[i].scales[ib] >> 4 * h & 15) + 1);
+static int32_t block_sum_iq2_xs(const void *block, const int8_t *q8) {
+    const block_iq2_xs *x = block;
+    int32_t bsum = 0;
+    for (int ib = 0; ib < QK_K / 32; ib++)
+        for (int h = 0; h < 2; h++) {
+            int sumi = 0;
+            for (int l = 2 * h; l < 2 * h + 2; l++, q8 += 8) {
+                const uint16_t q = x->qs[4 * ib + l];
+                sumi += dot8(pe_iq2xs_grid + 8 * (q & 511), pe_iq2_signs[q >> 9], q8);
             }
-        sum += pe_f16_to_f32(x[i].d) * a[i].d * (float)bsum;
-    }
-    *s = 0.125f * sum;
+            bsum += sumi * (2 * (x->scales[ib] >> 4 * h & 15) + 1);
+        }
+    return bsum;
+}
+
+static void vec_dot_iq2_xs(int64_t n, float *s, const void *vw, const void *va) {
+    *s = lattice_dot(n, vw, sizeof(block_iq2_xs), va, block_sum_iq2_xs, 0.125f);
 }
 
 /* ---- IQ2_S: 10-bit grid indices (8 low bits in qs, 2 in qh), 8 explicit
@@ -174,24 +187,22 @@ static void dequantize_iq2_s(const void *vx, float *y, int64_t n) {
     }
 }
 
+static int32_t block_sum_iq2_s(const void *block, const int8_t *q8) {
+    const block_iq2_s *x = block;
+    const uint8_t *signs = x->qs + QK_K / 8;
+    int32_t bsum = 0;
+    for (int ib = 0; ib < QK_K / 32; ib++)
+        for (int h = 0; h < 2; h++) {
+            int sumi = 0;
+            for (int l = 2 * h; l < 2 * h + 2; l++, q8 += 8)
+                sumi += dot8(pe_iq2s_grid + 8 * iq2_s_index(x, ib, l), signs[4 * ib + l], q8);
+            bsum += sumi * (2 * (x->scales[ib] >> 4 * h & 15) + 1);
+        }
+    return bsum;
+}
+
 static void vec_dot_iq2_s(int64_t n, float *s, const void *vw, const void *va) {
-    const block_iq2_s *x = vw;
-    const block_q8_K *a = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const int8_t *q8 = a[i].qs;
-        const uint8_t *signs = x[i].qs + QK_K / 8;
-        int32_t bsum = 0;
-        for (int ib = 0; ib < QK_K / 32; ib++)
-            for (int h = 0; h < 2; h++) {
-                int sumi = 0;
-                for (int l = 2 * h; l < 2 * h + 2; l++, q8 += 8)
-                    sumi += dot8(pe_iq2s_grid + 8 * iq2_s_index(&x[i], ib, l), signs[4 * ib + l], q8);
-                bsum += sumi * (2 * (x[i].scales[ib] >> 4 * h & 15) + 1);
-            }
-        sum += pe_f16_to_f32(x[i].d) * a[i].d * (float)bsum;
-    }
-    *s = 0.125f * sum;
+    *s = lattice_dot(n, vw, sizeof(block_iq2_s), va, block_sum_iq2_s, 0.125f);
 }
 
 /* ---- IQ3_XXS: a byte of grid index per 4 weights (the first 64 bytes), then
@@ -226,27 +237,24 @@ static void dequantize_iq3_xxs(const void *vx, float *y, int64_t n) {
     }
 }
 
-static void vec_dot_iq3_xxs(int64_t n, float *s, const void *vw, const void *va) {
-    const block_iq3_xxs *x = vw;
-    const block_q8_K *a = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const int8_t *q8 = a[i].qs;
-        const uint8_t *q3 = x[i].qs;
-        int32_t bsum = 0;
-        for (int ib = 0; ib < QK_K / 32; ib++) {
-            const uint32_t aux = iq3_xxs_word(&x[i], ib);
-            int sumi = 0;
-            for (int l = 0; l < 4; l++, q8 += 8, q3 += 2) {
-                uint8_t level[8];
-                iq3_levels(pe_iq3xxs_grid, q3[0], q3[1], level);
-                sumi += dot8(level, pe_iq2_signs[aux >> 7 * l & 127], q8);
-            }
-            bsum += sumi * (int32_t)(2 * (aux >> 28) + 1);
+static int32_t block_sum_iq3_xxs(const void *block, const int8_t *q8) {
+    const uint8_t *q3 = ((const block_iq3_xxs *)block)->qs;
+    int32_t bsum = 0;
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const uint32_t aux = iq3_xxs_word(block, ib);
+        int sumi = 0;
+        for (int l = 0; l < 4; l++, q8 += 8, q3 += 2) {
+            uint8_t level[8];
+            iq3_levels(pe_iq3xxs_grid, q3[0], q3[1], level);
+            sumi += dot8(level, pe_iq2_signs[aux >> 7 * l & 127], q8);
         }
-        sum += pe_f16_to_f32(x[i].d) * a[i].d * (float)bsum;
+        bsum += sumi * (int32_t)(2 * (aux >> 28) + 1);
     }
-    *s = 0.25f * sum;
+    return bsum;
+}
+
+static void vec_dot_iq3_xxs(int64_t n, float *s, const void *vw, const void *va) {
+    *s = lattice_dot(n, vw, sizeof(block_iq3_xxs), va, block_sum_iq3_xxs, 0.25f);
 }
 
 /* ---- IQ3_S: 9-bit grid indices per 4 weights (8 bits in qs, the ninth in
@@ -275,25 +283,23 @@ static void dequantize_iq3_s(const void *vx, float *y, int64_t n) {
     }
 }
 
-static void vec_dot_iq3_s(int64_t n, float *s, const void *vw, const void *va) {
-    const block_iq3_s *x = vw;
-    const block_q8_K *a = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const int8_t *q8 = a[i].qs;
-        int32_t bsum = 0;
-        for (int ib = 0; ib < QK_K / 32; ib++) {
-            int sumi = 0;
-            for (int l = 0; l < 4; l++, q8 += 8) {
-                uint8_t level[8];
-                iq3_s_levels(&x[i], ib, l, level);
-                sumi += dot8(level, x[i].signs[4 * ib + l], q8);
-            }
-            bsum += sumi * iq3_s_scale(&x[i], ib);
+static int32_t block_sum_iq3_s(const void *block, const int8_t *q8) {
+    const block_iq3_s *x = block;
+    int32_t bsum = 0;
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        int sumi = 0;
+        for (int l = 0; l < 4; l++, q8 += 8) {
+            uint8_t level[8];
+            iq3_s_levels(x, ib, l, level);
+            sumi += dot8(level, x->signs[4 * ib + l], q8);
         }
-        sum += pe_f16_to_f32(x[i].d) * a[i].d * (float)bsum;
+        bsum += sumi * iq3_s_scale(x, ib);
     }
-    *s = sum;
+    return bsum;
+}
+
+static void vec_dot_iq3_s(int64_t n, float *s, const void *vw, const void *va) {
+    *s = lattice_dot(n, vw, sizeof(block_iq3_s), va, block_sum_iq3_s, 1.0f);
 }
 
 /* ---- IQ1_S: 11-bit indices into a grid of -1 / 0 / 1 (8 bits in qs, 3 in
