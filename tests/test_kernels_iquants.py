@@ -130,3 +130,28 @@ def test_vec_dot_real_tensors(isa):
             exact, scale = dot_reference64(qtype, w, x)
             assert got == _core.vec_dot(int(qtype), w, x, reference=True)
             assert abs(got - exact) <= DOT_BUDGET * scale, (qtype.name, r)
+
+
+@pytest.mark.parametrize("qtype", IQ_TYPES, ids=lambda t: t.name)
+def test_products_of_every_batch_equal_vec_dot(isa, qtype):
+    """mul_mat of prompt batches (tiles of 16 rows expanded once, pack16 / gemm16, and
+    the rows left over) and of decoding batches, each element bit for bit vec_dot."""
+    from pyengine.ml.context import Backend, Context
+
+    class Weight:
+        def __init__(self, data, k, n):
+            self.name, self.type, self.shape, self.data = "w", int(qtype), (k, n), data
+
+    rng = np.random.default_rng(500 + int(qtype))
+    k, n = 512, 37                         # two packed tiles of 16 rows and 5 rows alone
+    rows = [random_blocks(qtype, k, rng) for _ in range(n)]
+    x = (rng.standard_normal((70, k)) * rng.uniform(0.1, 4.0, (70, 1))).astype(np.float32)
+    for m in (1, 3, 8, 17, 70):
+        ctx = Context(Backend(2))
+        out = ctx.mul_mat(ctx.weight(Weight(np.concatenate(rows), k, n)), ctx.input(np.ascontiguousarray(x[:m]), "x"))
+        ctx.set_output(out)
+        ctx.compute()
+        got = ctx.read(out)
+        want = np.array([[_core.vec_dot(int(qtype), rows[i], x[j]) for i in range(n)] for j in range(m)], np.float32)
+        mismatch = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+        assert mismatch.size == 0, (qtype.name, m, mismatch[:5].tolist())

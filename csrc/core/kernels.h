@@ -174,6 +174,7 @@ void pe_fill_avx2_legacy(pe_kernels *k);   /* cpu/x86/avx2_legacy.c */
 void pe_fill_avx2_kquants(pe_kernels *k);  /* cpu/x86/avx2_kquants.c */
 void pe_fill_avx2_iq2(pe_kernels *k);      /* cpu/x86/avx2_iq2.c: IQ2_XXS IQ2_XS IQ2_S */
 void pe_fill_avx2_iq13(pe_kernels *k);     /* cpu/x86/avx2_iq13.c: IQ3_XXS IQ3_S IQ1_S IQ1_M */
+void pe_fill_avx2_iq_gemm(pe_kernels *k);  /* cpu/x86/avx2_iq_gemm.c: the lattice types' prompt tiles */
 void pe_fill_avx2_gemm(pe_kernels *k);     /* cpu/x86/avx2_gemm.c: vec_dot + gemm */
 void pe_fill_vec_avx2(pe_kernels *k);      /* cpu/vec.c compiled with AVX2 flags */
 void pe_fill_avxvnni_gemm(pe_kernels *k);  /* cpu/x86/avxvnni_gemm.c: avx2_gemm.c with vpdpbusd */

@@ -100,6 +100,7 @@ static void build_tables(void) {
         pe_fill_avx2_kquants(&tables[ISA_AVX2]);
         pe_fill_avx2_iq2(&tables[ISA_AVX2]);
         pe_fill_avx2_iq13(&tables[ISA_AVX2]);
+        pe_fill_avx2_iq_gemm(&tables[ISA_AVX2]);
         pe_fill_avx2_gemm(&tables[ISA_AVX2]);
     }
 #if defined(PE_HAVE_AVXVNNI)

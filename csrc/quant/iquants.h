@@ -45,6 +45,32 @@ static inline int pe_iq1m_sub_scale(const block_iq1_m *b, int ib, int h) {
     return 2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3 * h)) & 7) + 1;
 }
 
+/* A prompt tile's PE_PACK_ROWS weight rows of a lattice type, expanded once
+ * (pack16) for all its activation rows (gemm16): a header, then per
+ * super-block the rows' pe_lattice_rows.  A super-block's exact integers are
+ *   sumi   = sum over pairs p of mult[p]  * (level[2p] q[2p] + level[2p+1] q[2p+1])
+ *   shifts = sum over pairs p of shift[p] * (q[2p] + q[2p+1])
+ * (q the activation codes): mult is the odd scale of the pair's 16 (IQ1_S,
+ * IQ2_XXS, IQ3: of its 32), shift that scale times the sign of IQ1's 1/8
+ * shift (0 for the other types); each row's result is
+ *   factor * sum over super-blocks of d * da * ((float)sumi + 0.125f * (float)shifts),
+ * the very float operations of the type's vec_dot (adding 0 changes no bits). */
+typedef struct {
+    int8_t  level[QK_K];
+    int16_t mult[QK_K / 2];
+    int16_t shift[QK_K / 2];
+    float   d;
+} pe_lattice_row;
+typedef struct {
+    float factor;
+    int   has_shifts;   /* IQ1: the shifts are not all 0 */
+} pe_lattice_pack;
+#define PE_LATTICE_HEADER 64   /* the rows start here, 64-byte aligned */
+
+static inline const pe_lattice_row *pe_lattice_rows(const void *packed) {
+    return (const pe_lattice_row *)((const uint8_t *)packed + PE_LATTICE_HEADER);
+}
+
 /* 1 once the type's grid is set (always 1 for the other types) */
 int pe_iq_type_ready(int type);
 

@@ -396,6 +396,157 @@ static void vec_dot_iq1_m(int64_t n, float *s, const void *vw, const void *va) {
     *s = sum;
 }
 
+/* ---- prompt tiles: rows expanded once (pack16), then integer products ------------------------ */
+
+/* 8 weights from element k0 of a row: their signed levels, the odd scale of
+ * their 16 (or 32) and the signed scale of their shift (IQ1; 0 elsewhere) */
+static void put_group(pe_lattice_row *w, int k0, const int8_t level[8], int mult, int shift) {
+    memcpy(w->level + k0, level, 8);
+    for (int p = k0 / 2; p < k0 / 2 + 4; p++) {
+        w->mult[p] = (int16_t)mult;
+        w->shift[p] = (int16_t)shift;
+    }
+}
+
+static void put_signed(pe_lattice_row *w, int k0, const uint8_t *level, unsigned signs, int mult) {
+    int8_t v[8];
+    signed_levels(level, signs, v);
+    put_group(w, k0, v, mult, 0);
+}
+
+static void expand_iq2_xxs(const void *block, pe_lattice_row *w) {
+    w->d = pe_f16_to_f32(((const block_iq2_xxs *)block)->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        uint8_t idx[4];
+        uint32_t aux;
+        iq2_xxs_words(block, ib, idx, &aux);
+        for (int l = 0; l < 4; l++)
+            put_signed(w, 32 * ib + 8 * l, pe_iq2xxs_grid + 8 * idx[l], pe_iq2_signs[aux >> 7 * l & 127],
+                       (int)(2 * (aux >> 28) + 1));
+    }
+}
+
+static void expand_iq2_xs(const void *block, pe_lattice_row *w) {
+    const block_iq2_xs *x = block;
+    w->d = pe_f16_to_f32(x->d);
+    for (int ib = 0; ib < QK_K / 32; ib++)
+        for (int l = 0; l < 4; l++) {
+            const uint16_t q = x->qs[4 * ib + l];
+            put_signed(w, 32 * ib + 8 * l, pe_iq2xs_grid + 8 * (q & 511), pe_iq2_signs[q >> 9],
+                       2 * (x->scales[ib] >> 4 * (l / 2) & 15) + 1);
+        }
+}
+
+static void expand_iq2_s(const void *block, pe_lattice_row *w) {
+    const block_iq2_s *x = block;
+    w->d = pe_f16_to_f32(x->d);
+    for (int ib = 0; ib < QK_K / 32; ib++)
+        for (int l = 0; l < 4; l++)
+            put_signed(w, 32 * ib + 8 * l, pe_iq2s_grid + 8 * iq2_s_index(x, ib, l), x->qs[QK_K / 8 + 4 * ib + l],
+                       2 * (x->scales[ib] >> 4 * (l / 2) & 15) + 1);
+}
+
+static void expand_iq3_xxs(const void *block, pe_lattice_row *w) {
+    const block_iq3_xxs *x = block;
+    w->d = pe_f16_to_f32(x->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const uint32_t aux = iq3_xxs_word(x, ib);
+        for (int l = 0; l < 4; l++) {
+            uint8_t level[8];
+            iq3_levels(pe_iq3xxs_grid, x->qs[8 * ib + 2 * l], x->qs[8 * ib + 2 * l + 1], level);
+            put_signed(w, 32 * ib + 8 * l, level, pe_iq2_signs[aux >> 7 * l & 127], (int)(2 * (aux >> 28) + 1));
+        }
+    }
+}
+
+static void expand_iq3_s(const void *block, pe_lattice_row *w) {
+    const block_iq3_s *x = block;
+    w->d = pe_f16_to_f32(x->d);
+    for (int ib = 0; ib < QK_K / 32; ib++)
+        for (int l = 0; l < 4; l++) {
+            uint8_t level[8];
+            iq3_s_levels(x, ib, l, level);
+            put_signed(w, 32 * ib + 8 * l, level, x->signs[4 * ib + l], iq3_s_scale(x, ib));
+        }
+}
+
+static void expand_iq1_s(const void *block, pe_lattice_row *w) {
+    const block_iq1_s *x = block;
+    w->d = pe_f16_to_f32(x->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const int mult = 2 * (x->qh[ib] >> 12 & 7) + 1, sign = x->qh[ib] & 0x8000 ? -1 : 1;
+        for (int l = 0; l < 4; l++) put_group(w, 32 * ib + 8 * l, pe_iq1s_grid + 8 * iq1_s_index(x, ib, l), mult, sign * mult);
+    }
+}
+
+static void expand_iq1_m(const void *block, pe_lattice_row *w) {
+    const block_iq1_m *x = block;
+    w->d = pe_f16_to_f32(pe_iq1m_scale(x));
+    for (int ib = 0; ib < QK_K / 32; ib++)
+        for (int l = 0; l < 4; l++) {
+            int sign;
+            const unsigned index = iq1_m_index(x, ib, l, &sign);
+            const int mult = pe_iq1m_sub_scale(x, ib, l / 2);
+            put_group(w, 32 * ib + 8 * l, pe_iq1s_grid + 8 * index, mult, sign * mult);
+        }
+}
+
+typedef void (*expand_fn)(const void *block, pe_lattice_row *w);
+
+static size_t lattice_pack16(int64_t n, const void *w, size_t bw, void *dst, size_t block_bytes, expand_fn expand,
+                             float factor, int has_shifts) {
+    const size_t bytes = PE_LATTICE_HEADER + (size_t)(n / QK_K) * PE_PACK_ROWS * sizeof(pe_lattice_row);
+    if (!dst) return bytes;
+    *(pe_lattice_pack *)dst = (pe_lattice_pack){factor, has_shifts};
+    pe_lattice_row *rows = (pe_lattice_row *)((uint8_t *)dst + PE_LATTICE_HEADER);
+    for (int64_t b = 0; b < n / QK_K; b++)
+        for (int r = 0; r < PE_PACK_ROWS; r++)
+            expand((const uint8_t *)w + (size_t)r * bw + (size_t)b * block_bytes, &rows[b * PE_PACK_ROWS + r]);
+    return bytes;
+}
+
+#define DEFINE_PACK16(NAME, FACTOR, SHIFTS)                                                                   \
+    static size_t pack16_##NAME(int64_t n, const void *w, size_t bw, void *dst) {                             \
+        return lattice_pack16(n, w, bw, dst, sizeof(block_##NAME), expand_##NAME, FACTOR, SHIFTS);            \
+    }
+DEFINE_PACK16(iq2_xxs, 0.125f, 0)
+DEFINE_PACK16(iq2_xs, 0.125f, 0)
+DEFINE_PACK16(iq2_s, 0.125f, 0)
+DEFINE_PACK16(iq3_xxs, 0.25f, 0)
+DEFINE_PACK16(iq3_s, 1.0f, 0)
+DEFINE_PACK16(iq1_s, 1.0f, 1)
+DEFINE_PACK16(iq1_m, 1.0f, 1)
+
+static void lattice_sums(const pe_lattice_row *w, const int8_t *q, int32_t *sumi, int32_t *shifts) {
+    int32_t products = 0, shifted = 0;
+    for (int p = 0; p < QK_K / 2; p++) {
+        products += w->mult[p] * (w->level[2 * p] * q[2 * p] + w->level[2 * p + 1] * q[2 * p + 1]);
+        shifted += w->shift[p] * (q[2 * p] + q[2 * p + 1]);
+    }
+    *sumi = products;
+    *shifts = shifted;
+}
+
+static int lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
+                          unsigned paths) {
+    (void)paths;   /* the lattice types have one arithmetic */
+    const pe_lattice_pack *head = packed;
+    const pe_lattice_row *rows = pe_lattice_rows(packed);
+    for (int j = 0; j < nc; j++) {
+        const block_q8_K *y = (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba);
+        float sum[PE_PACK_ROWS] = {0};
+        for (int64_t b = 0; b < n / QK_K; b++)
+            for (int r = 0; r < PE_PACK_ROWS; r++) {
+                int32_t sumi, shifts;
+                const pe_lattice_row *w = &rows[b * PE_PACK_ROWS + r];
+                lattice_sums(w, y[b].qs, &sumi, &shifts);
+                sum[r] += w->d * y[b].d * ((float)sumi + PE_IQ1_DELTA * (float)shifts);
+            }
+        for (int r = 0; r < PE_PACK_ROWS; r++) s[(size_t)j * bs + r] = head->factor * sum[r];
+    }
+    return 1;
+}
+
 void pe_fill_ref_iquants(pe_kernels *k) {
     for (unsigned i = 0; i < 128; i++) {   /* the eighth sign makes the count even */
         unsigned odd = i ^ i >> 4;
@@ -410,4 +561,13 @@ void pe_fill_ref_iquants(pe_kernels *k) {
     k->type[PE_TYPE_IQ3_S]   = (pe_type_kernels){dequantize_iq3_s, NULL, vec_dot_iq3_s};
     k->type[PE_TYPE_IQ1_S]   = (pe_type_kernels){dequantize_iq1_s, NULL, vec_dot_iq1_s};
     k->type[PE_TYPE_IQ1_M]   = (pe_type_kernels){dequantize_iq1_m, NULL, vec_dot_iq1_m};
+    const struct { int type; pe_pack16_fn pack16; } packs[] = {
+        {PE_TYPE_IQ2_XXS, pack16_iq2_xxs}, {PE_TYPE_IQ2_XS, pack16_iq2_xs}, {PE_TYPE_IQ2_S, pack16_iq2_s},
+        {PE_TYPE_IQ3_XXS, pack16_iq3_xxs}, {PE_TYPE_IQ3_S, pack16_iq3_s}, {PE_TYPE_IQ1_S, pack16_iq1_s},
+        {PE_TYPE_IQ1_M, pack16_iq1_m},
+    };
+    for (size_t i = 0; i < sizeof packs / sizeof packs[0]; i++) {
+        k->type[packs[i].type].pack16 = packs[i].pack16;
+        k->type[packs[i].type].gemm16 = lattice_gemm16;
+    }
 }
