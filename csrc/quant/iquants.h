@@ -71,6 +71,31 @@ static inline const pe_lattice_row *pe_lattice_rows(const void *packed) {
     return (const pe_lattice_row *)((const uint8_t *)packed + PE_LATTICE_HEADER);
 }
 
+/* gemm16 of the lattice types around a super-block's integers (`sums`: the
+ * scalar one in ref_iquants.c, SIMD ones per ISA): the float part, shared so
+ * that every ISA performs the same operations as vec_dot */
+typedef void (*pe_lattice_sums_fn)(const pe_lattice_row *w, const int8_t *q, int has_shifts, int32_t *sumi,
+                                   int32_t *shifts);
+
+static inline int pe_lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba,
+                                    int nc, pe_lattice_sums_fn sums) {
+    const pe_lattice_pack *head = packed;
+    const pe_lattice_row *rows = pe_lattice_rows(packed);
+    for (int j = 0; j < nc; j++) {
+        const block_q8_K *y = (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba);
+        float sum[PE_PACK_ROWS] = {0};
+        for (int64_t b = 0; b < n / QK_K; b++)
+            for (int r = 0; r < PE_PACK_ROWS; r++) {
+                int32_t sumi, shifts;
+                const pe_lattice_row *w = &rows[b * PE_PACK_ROWS + r];
+                sums(w, y[b].qs, head->has_shifts, &sumi, &shifts);
+                sum[r] += w->d * y[b].d * ((float)sumi + PE_IQ1_DELTA * (float)shifts);
+            }
+        for (int r = 0; r < PE_PACK_ROWS; r++) s[(size_t)j * bs + r] = head->factor * sum[r];
+    }
+    return 1;   /* every path: the lattice types have one arithmetic */
+}
+
 /* 1 once the type's grid is set (always 1 for the other types) */
 int pe_iq_type_ready(int type);
 

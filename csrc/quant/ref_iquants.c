@@ -517,34 +517,20 @@ DEFINE_PACK16(iq3_s, 1.0f, 0)
 DEFINE_PACK16(iq1_s, 1.0f, 1)
 DEFINE_PACK16(iq1_m, 1.0f, 1)
 
-static void lattice_sums(const pe_lattice_row *w, const int8_t *q, int32_t *sumi, int32_t *shifts) {
+static void lattice_sums(const pe_lattice_row *w, const int8_t *q, int has_shifts, int32_t *sumi, int32_t *shifts) {
     int32_t products = 0, shifted = 0;
     for (int p = 0; p < QK_K / 2; p++) {
         products += w->mult[p] * (w->level[2 * p] * q[2 * p] + w->level[2 * p + 1] * q[2 * p + 1]);
         shifted += w->shift[p] * (q[2 * p] + q[2 * p + 1]);
     }
     *sumi = products;
-    *shifts = shifted;
+    *shifts = has_shifts ? shifted : 0;
 }
 
 static int lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
                           unsigned paths) {
-    (void)paths;   /* the lattice types have one arithmetic */
-    const pe_lattice_pack *head = packed;
-    const pe_lattice_row *rows = pe_lattice_rows(packed);
-    for (int j = 0; j < nc; j++) {
-        const block_q8_K *y = (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba);
-        float sum[PE_PACK_ROWS] = {0};
-        for (int64_t b = 0; b < n / QK_K; b++)
-            for (int r = 0; r < PE_PACK_ROWS; r++) {
-                int32_t sumi, shifts;
-                const pe_lattice_row *w = &rows[b * PE_PACK_ROWS + r];
-                lattice_sums(w, y[b].qs, &sumi, &shifts);
-                sum[r] += w->d * y[b].d * ((float)sumi + PE_IQ1_DELTA * (float)shifts);
-            }
-        for (int r = 0; r < PE_PACK_ROWS; r++) s[(size_t)j * bs + r] = head->factor * sum[r];
-    }
-    return 1;
+    (void)paths;
+    return pe_lattice_gemm16(n, s, bs, packed, a, ba, nc, lattice_sums);
 }
 
 void pe_fill_ref_iquants(pe_kernels *k) {

@@ -9,8 +9,8 @@
  * applies the pairs' odd multipliers (<= 31), and the 32-bit lanes add up
  * over the super-block (below 2^26).  IQ1's shifts pair the codes with
  * maddubs(1, q) and take their signed multipliers the same way.  The float
- * part is ref_iquants.c's lattice_gemm16 operation for operation, so every
- * result is its bits (and vec_dot's). */
+ * part is iquants.h's pe_lattice_gemm16, shared with the scalar kernel, so
+ * every result is its bits (and vec_dot's). */
 #include <immintrin.h>
 
 #include "internal.h"
@@ -20,7 +20,7 @@
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* one super-block of one row against one activation row: sumi and shifts */
-static inline void block_sums(const pe_lattice_row *w, const int8_t *q, int has_shifts, int32_t *sumi,
+static void block_sums(const pe_lattice_row *w, const int8_t *q, int has_shifts, int32_t *sumi,
                               int32_t *shifts) {
     __m256i products = _mm256_setzero_si256(), shifted = _mm256_setzero_si256();
     const __m256i ones = _mm256_set1_epi8(1);
@@ -41,21 +41,7 @@ static inline void block_sums(const pe_lattice_row *w, const int8_t *q, int has_
 static int lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
                           unsigned paths) {
     (void)paths;
-    const pe_lattice_pack *head = packed;
-    const pe_lattice_row *rows = pe_lattice_rows(packed);
-    for (int j = 0; j < nc; j++) {
-        const block_q8_K *y = (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba);
-        float sum[PE_PACK_ROWS] = {0};
-        for (int64_t b = 0; b < n / QK_K; b++)
-            for (int r = 0; r < PE_PACK_ROWS; r++) {
-                int32_t sumi, shifts;
-                const pe_lattice_row *w = &rows[b * PE_PACK_ROWS + r];
-                block_sums(w, y[b].qs, head->has_shifts, &sumi, &shifts);
-                sum[r] += w->d * y[b].d * ((float)sumi + PE_IQ1_DELTA * (float)shifts);
-            }
-        for (int r = 0; r < PE_PACK_ROWS; r++) s[(size_t)j * bs + r] = head->factor * sum[r];
-    }
-    return 1;
+    return pe_lattice_gemm16(n, s, bs, packed, a, ba, nc, block_sums);
 }
 
 void pe_fill_avx2_iq_gemm(pe_kernels *k) {
