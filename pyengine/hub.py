@@ -108,10 +108,10 @@ def choose(ref: HubRef, entries: list[dict]) -> HubFile:
     tags = sorted({file_tag(e["path"]) for e in ggufs})
     wanted = ref.tag or DEFAULT_TAG
     chosen = [e for e in ggufs if _names_tag(e["path"], wanted)]
-    if not chosen and ref.tag is None and len(tags) == 1:
-        chosen, wanted = ggufs, tags[0]
+    if not chosen and ref.tag is None and len(tags) == 1 and normal_tag(tags[0]) == tags[0]:
+        chosen, wanted = ggufs, tags[0]   # the only quantization (its tag names it from now on)
     if not chosen:
-        how = f"no {wanted} file" if ref.tag else f"no {DEFAULT_TAG} file and more than one quantization"
+        how = f"no {wanted} file" if ref.tag else f"no {DEFAULT_TAG} file, nor a single quantization to take"
         raise StoreError(f"{ref.repo_id} has {how}; name one of: "
                          + ", ".join(f"{ref.with_tag(t).name}" for t in tags))
     split = [e for e in chosen if _SPLIT_RE.search(e["path"])]

@@ -190,8 +190,10 @@ def test_choice_by_tag_and_by_default() -> None:
 def test_choice_without_a_default() -> None:
     ref = hub.parse("hf.co/o/m")
     assert hub.choose(ref, [_entry("x/m-BF16.gguf"), _entry("mmproj.gguf")]).tag == "BF16"
-    with pytest.raises(StoreError, match="no Q4_K_M file and more than one quantization.*:BF16.*:Q8_0"):
+    with pytest.raises(StoreError, match="no Q4_K_M file, nor a single quantization.*:BF16.*:Q8_0"):
         hub.choose(ref, [_entry("m-BF16.gguf"), _entry("m-Q8_0.gguf")])
+    with pytest.raises(StoreError, match="no Q4_K_M file"):   # a name no tag can hold
+        hub.choose(ref, [_entry("m-weird+name.gguf")])
 
 
 @pytest.mark.parametrize(("entries", "message"), [
