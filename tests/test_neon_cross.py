@@ -65,7 +65,8 @@ CHECK_SETUP = {"neon_iquants_check.c": iq_grids_header}
     ("neon_legacy_check.c", ["csrc/quant/ref_float.c", "csrc/quant/ref_legacy.c", "csrc/cpu/arm/neon_legacy.c"]),
     ("neon_kquants_check.c", ["csrc/cpu/arm/neon_kquants.c", "csrc/quant/ref_kquants.c", "csrc/quant/ref_iq4.c",
                               "csrc/quant/ref_kquants_quantize.c", "csrc/quant/ref_legacy.c"]),
-    ("neon_iquants_check.c", ["csrc/cpu/arm/neon_iquants.c", "csrc/quant/ref_iquants.c", "csrc/core/error.c"]),
+    ("neon_iquants_check.c", ["csrc/cpu/arm/neon_iquants.c", "csrc/cpu/arm/neon_iq_gemm.c",
+                              "csrc/quant/ref_iquants.c", "csrc/core/error.c"]),
 ])
 def test_neon_kernels_match_reference_under_qemu(tmp_path, check, sources):
     tools()

@@ -187,6 +187,7 @@ void pe_fill_vec_avx512(pe_kernels *k);    /* cpu/vec.c compiled with AVX-512 fl
 void pe_fill_neon_legacy(pe_kernels *k);   /* cpu/arm/neon_legacy.c */
 void pe_fill_neon_kquants(pe_kernels *k);  /* cpu/arm/neon_kquants.c */
 void pe_fill_neon_iquants(pe_kernels *k);  /* cpu/arm/neon_iquants.c: IQ1_S..IQ3_S */
+void pe_fill_neon_iq_gemm(pe_kernels *k);  /* cpu/arm/neon_iq_gemm.c: the lattice types' gemm16 */
 void pe_fill_vec_neon(pe_kernels *k);      /* cpu/vec.c compiled for NEON */
 #endif
 

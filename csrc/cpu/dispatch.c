@@ -126,6 +126,7 @@ static void build_tables(void) {
         pe_fill_neon_legacy(&tables[ISA_NEON]);
         pe_fill_neon_kquants(&tables[ISA_NEON]);
         pe_fill_neon_iquants(&tables[ISA_NEON]);
+        pe_fill_neon_iq_gemm(&tables[ISA_NEON]);
     }
 #endif
     for (int i = 0; i < ISA_COUNT; i++)

@@ -1,6 +1,7 @@
 /* neon_iquants_check.c - the NEON dot products of the lattice types (IQ2_XXS,
- * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) against the scalar reference,
- * bit for bit, for cross-compiled runs under qemu-aarch64.
+ * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) and their prompt tiles'
+ * pack16 + gemm16 against the scalar reference, bit for bit, for
+ * cross-compiled runs under qemu-aarch64.
  *
  * The grids come from the gguf package: tests/test_neon_cross.py writes them
  * into a header, iq_grids_data.h (the array iq_grid_data of {PE_IQ_GRID_* id,
@@ -9,6 +10,7 @@
  *   aarch64-linux-gnu-gcc -O2 -march=armv8.2-a+dotprod+fp16 -DPE_ARCH_ARM=1 \
  *       -ffp-contract=off -static -Icsrc/include -Icsrc/core -Icsrc/quant -I<dir> \
  *       tests/c/neon_iquants_check.c csrc/cpu/arm/neon_iquants.c \
+ *       csrc/cpu/arm/neon_iq_gemm.c \
  *       csrc/quant/ref_iquants.c csrc/core/error.c -lm -o neon_iq_check
  *   qemu-aarch64 -L /usr/aarch64-linux-gnu ./neon_iq_check
  *
@@ -18,8 +20,12 @@
  * Cases: rows of 256..4096 of random blocks (every bit pattern), all-ones
  * and all-zero blocks, with moderate, large (any finite f16) or mixed
  * super-block scales; against random Q8_K activations (every code), rounded
- * gaussians and the extremes +127 / -127 everywhere, bsums consistent with
- * the codes.  Every result must have the reference's bits. */
+ * gaussians and the extremes +127 / -127 / -128 everywhere, bsums consistent
+ * with the codes.  The tiles: 16 rows of 256..2048 (random, all-ones or
+ * all-zero blocks) packed by pack16, against 1..8 activation rows (mixed
+ * kinds, or all -128, or all +127), through the NEON table's gemm16 and the
+ * reference's, and each element against the reference's vec_dot of its
+ * pair.  Every result must have the reference's bits. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -94,8 +100,8 @@ static void make_weights(const layout *l, uint8_t *w, int64_t nb, int kind, int 
 
 /* ---- activations -------------------------------------------------------------------- */
 
-enum { A_RANDOM, A_GAUSS, A_PLUS, A_MINUS, A_KINDS };
-static const char *const a_names[] = {"random", "gaussian", "+127", "-127"};
+enum { A_RANDOM, A_GAUSS, A_PLUS, A_MINUS, A_MIN, A_KINDS };
+static const char *const a_names[] = {"random", "gaussian", "+127", "-127", "-128"};
 
 static int8_t code(int kind) {
     switch (kind) {
@@ -105,7 +111,8 @@ static int8_t code(int kind) {
         return (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
     }
     case A_PLUS: return 127;
-    default: return -127;
+    case A_MINUS: return -127;
+    default: return -128;
     }
 }
 
@@ -157,6 +164,89 @@ static void check_type(const pe_kernels *ref, const pe_kernels *neon, const layo
     }
 }
 
+/* ---- prompt tiles: pack16 + gemm16 ----------------------------------------------------- */
+
+enum { P_MIXED, P_ALL_MIN, P_ALL_MAX, P_RANDOM, P_KINDS };
+static const char *const p_names[] = {"mixed", "all -128", "all +127", "all random"};
+#define TILE_BS (PE_PACK_ROWS + 3)   /* an output stride wider than the tile */
+
+static int gemm_elements, gemm_informative;
+
+/* the activation kind of row j of a tile under pattern p */
+static int row_kind(int p, int j, int rep) {
+    switch (p) {
+    case P_ALL_MIN: return A_MIN;
+    case P_ALL_MAX: return A_PLUS;
+    case P_RANDOM: return A_RANDOM;
+    default: return (j + rep) % A_KINDS;
+    }
+}
+
+/* one gemm16 call: the NEON table's against the reference's, every element
+ * also against the reference's vec_dot of its pair */
+static void check_gemm_call(const pe_kernels *ref, const pe_kernels *neon, const layout *l, const uint8_t *w,
+                            size_t bw, const void *packed, const block_q8_K *a, size_t ba, int64_t n, int nc,
+                            const char *what) {
+    float s_ref[PE_GEMM_COLS * TILE_BS], s_neon[PE_GEMM_COLS * TILE_BS];
+    memset(s_ref, 0xA5, sizeof s_ref);
+    memset(s_neon, 0x5A, sizeof s_neon);
+    const int done_ref = ref->type[l->type].gemm16(n, s_ref, TILE_BS, packed, a, ba, nc, 0);
+    const int done_neon = neon->type[l->type].gemm16(n, s_neon, TILE_BS, packed, a, ba, nc, 0);
+    cases++;
+    CHECK(done_ref == 1 && done_neon == 1, "%s gemm16 %s n=%lld nc=%d: returned %d (ref %d)", l->name, what,
+          (long long)n, nc, done_neon, done_ref);
+    for (int j = 0; j < nc; j++)
+        for (int r = 0; r < PE_PACK_ROWS; r++) {
+            const float g_ref = s_ref[j * TILE_BS + r], g_neon = s_neon[j * TILE_BS + r];
+            float dot;
+            ref->type[l->type].vec_dot(n, &dot, w + (size_t)r * bw, (const uint8_t *)a + (size_t)j * ba);
+            gemm_elements++;
+            gemm_informative += isfinite(g_ref) && g_ref != 0;
+            CHECK(memcmp(&g_ref, &g_neon, sizeof g_ref) == 0,
+                  "%s gemm16 %s n=%lld nc=%d row %d col %d: ref %.9g (%08x) neon %.9g (%08x)", l->name, what,
+                  (long long)n, nc, r, j, g_ref, pe_f32_to_bits(g_ref), g_neon, pe_f32_to_bits(g_neon));
+            CHECK(memcmp(&dot, &g_neon, sizeof dot) == 0,
+                  "%s gemm16 %s n=%lld nc=%d row %d col %d: vec_dot %.9g (%08x) neon %.9g (%08x)", l->name, what,
+                  (long long)n, nc, r, j, dot, pe_f32_to_bits(dot), g_neon, pe_f32_to_bits(g_neon));
+        }
+}
+
+/* one tile: 16 weight rows of kind wk (scales sk) packed once, against
+ * PE_GEMM_COLS activation rows of pattern p, for every nc of 1..8 */
+static void check_tile(const pe_kernels *ref, const pe_kernels *neon, const layout *l, int64_t n, int wk, int sk,
+                       int p, int rep) {
+    const int64_t nb = n / QK_K;
+    const size_t bw = (size_t)nb * l->bytes, ba = sizeof(block_q8_K) * (size_t)nb;
+    uint8_t *w = malloc(PE_PACK_ROWS * bw);
+    block_q8_K *a = malloc(PE_GEMM_COLS * ba);
+    for (int r = 0; r < PE_PACK_ROWS; r++) make_weights(l, w + r * bw, nb, wk, sk);
+    for (int j = 0; j < PE_GEMM_COLS; j++) make_activations(a + j * nb, nb, row_kind(p, j, rep));
+    const size_t bytes = ref->type[l->type].pack16(n, w, bw, NULL);
+    CHECK(bytes >= PE_LATTICE_HEADER + (size_t)nb * PE_PACK_ROWS * sizeof(pe_lattice_row), "%s pack16 size %zu",
+          l->name, bytes);
+    void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK(neon->type[l->type].pack16(n, w, bw, packed) == bytes, "%s pack16 bytes", l->name);
+    char what[96];
+    snprintf(what, sizeof what, "weights %s, scales %s, activations %s", w_names[wk], s_names[sk], p_names[p]);
+    for (int nc = 1; nc <= PE_GEMM_COLS; nc++) check_gemm_call(ref, neon, l, w, bw, packed, a, ba, n, nc, what);
+    free(packed);
+    free(w);
+    free(a);
+}
+
+static void check_gemm(const pe_kernels *ref, const pe_kernels *neon, const layout *l) {
+    static const int64_t lengths[] = {256, 512, 1024, 2048};
+    CHECK(ref->type[l->type].pack16 && neon->type[l->type].pack16, "%s: no pack16", l->name);
+    CHECK(neon->type[l->type].gemm16 && neon->type[l->type].gemm16 != ref->type[l->type].gemm16,
+          "%s: no NEON gemm16 installed", l->name);
+    if (!neon->type[l->type].pack16 || !neon->type[l->type].gemm16) return;
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+        for (int wk = 0; wk < W_KINDS; wk++)
+            for (int rep = 0; rep < (wk == W_RANDOM ? 3 : 1); rep++)
+                for (int p = 0; p < P_KINDS; p++)
+                    check_tile(ref, neon, l, lengths[li], wk, (rep + p) % S_KINDS, p, rep);
+}
+
 /* IQ1_M's scale written by set_scale reads back through pe_iq1m_scale */
 static void check_iq1m_scale(void) {
     block_iq1_m b;
@@ -177,13 +267,16 @@ int main(void) {
     pe_fill_ref_iquants(&ref);
     neon = ref;
     pe_fill_neon_iquants(&neon);
+    pe_fill_neon_iq_gemm(&neon);
 
     check_iq1m_scale();
     for (size_t t = 0; t < sizeof layouts / sizeof layouts[0]; t++) {
         CHECK(pe_iq_type_ready(layouts[t].type), "%s: grid not set", layouts[t].name);
         check_type(&ref, &neon, &layouts[t]);
+        check_gemm(&ref, &neon, &layouts[t]);
     }
-    printf("%s: %d case(s) (%d with a finite nonzero result), %d failure(s)\n", failures ? "FAILED" : "ok", cases,
-           informative, failures);
+    printf("%s: %d case(s) (%d vec_dot with a finite nonzero result; %d gemm16 element(s), %d finite nonzero), "
+           "%d failure(s)\n", failures ? "FAILED" : "ok", cases, informative, gemm_elements, gemm_informative,
+           failures);
     return failures != 0;
 }
