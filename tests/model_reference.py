@@ -245,3 +245,35 @@ class Reference:
     def arch_gemma3(self, x, pos):
         return self.gemma_stack(x, pos, pattern=6, window=self.w.hp("attention.sliding_window"),
                                 base_local=10000.0, softcap=0.0, final_softcap=0.0)
+
+    def arch_smollm3(self, x, pos):
+        # Llama's block with interleaved ("normal") RoPE, except that every fourth
+        # layer, (i + 1) % 4 == 0, attends without any position encoding (llama.cpp
+        # hard-codes n_no_rope_layer_step = 4 for SmolLM3) and that no rope_freqs
+        # factors are ever applied; the output is tied unless output.weight exists.
+        rope = Rope(self.rope_dims, self.rope_base, neox=False)
+
+        def nope(t, _pos):
+            return t
+
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            r = rope if (i + 1) % 4 else nope
+            x = x + self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, r)
+            x = x + self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+        return self.logits(x)
+
+    def arch_olmo2(self, x, pos):
+        # No pre-norms.  q and k are RMS-normed over all of a token's values (not
+        # per head) before the split into heads and NeoX RoPE; the attention and
+        # MLP outputs are RMS-normed before their residual adds.
+        rope = Rope(self.rope_dims, self.rope_base, neox=True)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            q, k, v = (self.linear(f"{p}attn_{n}", x) for n in "qkv")
+            q, k = self.norm(f"{p}attn_q_norm", q), self.norm(f"{p}attn_k_norm", k)
+            q, k, v = self.heads(q, self.n_head), self.heads(k, self.n_head_kv), self.heads(v, self.n_head_kv)
+            o = attend(rope(q, pos), rope(k, pos), v, pos, scale=1.0 / math.sqrt(self.head_dim))
+            x = x + self.norm(f"{p}post_attention_norm", self.linear(f"{p}attn_output", o))
+            x = x + self.norm(f"{p}post_ffw_norm", self.gated_mlp(p, x))
+        return self.logits(x)
