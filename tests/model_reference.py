@@ -246,6 +246,24 @@ class Reference:
         return self.gemma_stack(x, pos, pattern=6, window=self.w.hp("attention.sliding_window"),
                                 base_local=10000.0, softcap=0.0, final_softcap=0.0)
 
+    def arch_granite(self, x, pos):
+        # Llama with four multipliers.  As llama.cpp reads them: embedding_scale,
+        # residual_scale and attention.scale missing or 0 mean no scaling
+        # (1/sqrt(head_dim) for the scores); logit_scale (required) divides the
+        # logits; rope.scaling.finetuned false turns RoPE off.
+        hp = self.w.hp
+        res, attn_scale = hp("residual_scale", 0.0) or 1.0, hp("attention.scale", 0.0) or None
+        factors = self.t("rope_freqs.weight") if self.w.has("rope_freqs.weight") else None
+        rope = Rope(self.rope_dims, self.rope_base, neox=False, factors=factors)
+        if not hp("rope.scaling.finetuned", True):
+            rope = lambda v, _pos: v  # noqa: E731
+        x = x * (hp("embedding_scale", 0.0) or 1.0)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            x = x + res * self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, rope, scale=attn_scale)
+            x = x + res * self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+        return self.logits(x) / hp("logit_scale")
+
     def arch_smollm3(self, x, pos):
         # Llama's block with interleaved ("normal") RoPE, except that every fourth
         # layer, (i + 1) % 4 == 0, attends without any position encoding (llama.cpp
