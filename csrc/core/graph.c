@@ -54,6 +54,11 @@ int pe_graph_add(pe_graph *g, int type, int n_dims, const int64_t *ne) {
     for (int i = 0; i < n_dims; i++)
         if (ne[i] < 1 || ne[i] > ((int64_t)1 << 40)) return pe_fail("dimension %d = %lld out of range", i, (long long)ne[i]);
     if (ne[0] % bs) return pe_fail("row length %lld is not a multiple of %s's block size", (long long)ne[0], pe_type_name(type));
+    /* the shape may point into g->t (a node shaped like its source): copy it
+     * before growing the array moves that memory */
+    int64_t shape[PE_MAX_DIMS];
+    memcpy(shape, ne, (size_t)n_dims * sizeof *ne);
+    ne = shape;
     if (g->n == g->cap) {
         const int cap = g->cap ? g->cap * 2 : 256;
         pe_tensor *t = realloc(g->t, (size_t)cap * sizeof *t);

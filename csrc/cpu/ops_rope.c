@@ -36,7 +36,7 @@ static void angles(const pe_tensor *t, const float *ff, float pos, float *cache)
         float angle = interp, mscale = attn_factor;
         if (ext_factor != 0.0f) {
             const float mix = yarn_ramp(low, high, i0) * ext_factor;
-            angle = interp * (1 - mix) + extrap * mix;
+            angle = fmaf(interp, 1 - mix, extrap * mix);   /* fused, as ggml's FMA builds compute it */
             mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
         }
         cache[i0] = cosf(angle) * mscale;
