@@ -10,7 +10,7 @@ result of the same weights; see tests/test_models_synth.py.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from gguf import GGUFReader
@@ -65,6 +65,20 @@ class Rope:
     scale: float = 1.0            # positions are multiplied by this (linear scaling)
     factors: np.ndarray | None = None
     attn_factor: float = 1.0
+    # YaRN, as ggml's rope computes it (rope_yarn): per pair, the scaled angle blended
+    # with the unscaled one by a ramp, and cos/sin times 1 + 0.1 ln(1 / scale)
+    ext_factor: float = 0.0       # weight of the ramp; 0 = no YaRN
+    n_ctx_orig: int = 0           # the context the ramp counts turns over
+    beta_fast: float = 32.0       # pairs turning at least this often there keep the unscaled angle
+    beta_slow: float = 1.0        # pairs turning at most this often take the scaled one
+
+    def yarn_ramp(self) -> np.ndarray:
+        """[n_dims / 2] weight of each pair's unscaled angle (ggml_rope_yarn_corr_dims)."""
+        def corr_dim(turns: float) -> float:   # the pair that turns `turns` times over n_ctx_orig
+            return self.n_dims * math.log(self.n_ctx_orig / (turns * 2 * math.pi)) / (2 * math.log(self.base))
+        low = max(0.0, math.floor(corr_dim(self.beta_fast)))
+        high = min(self.n_dims - 1.0, math.ceil(corr_dim(self.beta_slow)))
+        return 1.0 - np.clip((np.arange(self.n_dims // 2) - low) / max(0.001, high - low), 0.0, 1.0)
 
     def __call__(self, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """x [T, heads, head_dim]; rotates the first n_dims values of each head."""
@@ -72,9 +86,14 @@ class Rope:
         inv_freq = self.base ** (-np.arange(half) * 2.0 / self.n_dims)
         if self.factors is not None:
             inv_freq = inv_freq / self.factors[:half]
-        angle = (pos[:, None] * self.scale) * inv_freq[None, :]          # [T, half]
-        cos = (np.cos(angle) * self.attn_factor)[:, None, :]
-        sin = (np.sin(angle) * self.attn_factor)[:, None, :]
+        unscaled = pos[:, None] * inv_freq[None, :]                      # [T, half]
+        angle, mscale = unscaled * self.scale, self.attn_factor
+        if self.ext_factor:
+            mix = self.yarn_ramp()[None, :] * self.ext_factor
+            angle = angle * (1 - mix) + unscaled * mix
+            mscale *= 1.0 + 0.1 * math.log(1.0 / self.scale)
+        cos = (np.cos(angle) * mscale)[:, None, :]
+        sin = (np.sin(angle) * mscale)[:, None, :]
         out = x.copy()
         if self.neox:
             a, b = x[..., :half], x[..., half:self.n_dims]
@@ -117,8 +136,27 @@ class Reference:
         self.eps = w.hp("attention.layer_norm_rms_epsilon", 1e-5)
         self.rope_dims = w.hp("rope.dimension_count", self.head_dim)
         self.rope_base = w.hp("rope.freq_base", 10000.0)
+        self.scaling = self.rope_scaling()
         self.cache: dict[str, np.ndarray] = {}
         self.n_ctx: int | None = None      # the context size a run is configured for (Phi-3)
+
+    def rope_scaling(self) -> dict:
+        """Rope's scaling keywords from rope.scaling.* as llama.cpp reads them: the type
+        (linear when absent), scale = 1 / factor (else the older scale_linear) unless
+        the type is none, and for yarn ggml's YaRN with the attention factor llama.cpp
+        derives: YaRN's 1 + 0.1 ln(factor) (1 for a factor <= 1) over ggml's own
+        1 + 0.1 ln(factor), times rope.scaling.attn_factor (which applies without YaRN too)."""
+        hp = self.w.hp
+        kind = hp("rope.scaling.type", "linear")
+        factor = hp("rope.scaling.factor", hp("rope.scale_linear", 0.0))
+        scale = 1.0 / factor if factor and kind != "none" else 1.0
+        attn = hp("rope.scaling.attn_factor", 1.0)
+        if kind != "yarn":
+            return dict(scale=scale, attn_factor=attn)
+        f = 1.0 / scale
+        attn *= (1.0 + 0.1 * math.log(f) if f > 1 else 1.0) / (1.0 + 0.1 * math.log(f))
+        return dict(scale=scale, attn_factor=attn, ext_factor=1.0,
+                    n_ctx_orig=hp("rope.scaling.original_context_length", 0) or hp("context_length"))
 
     def t(self, name: str) -> np.ndarray:
         if name not in self.cache:
@@ -187,27 +225,29 @@ class Reference:
         ids = np.asarray(ids)
         pos = np.arange(len(ids))
         x = self.t("token_embd.weight")[ids]
-        return getattr(self, f"arch_{self.w.arch}")(x, pos)
+        return getattr(self, f"arch_{self.w.arch.replace('-', '_')}")(x, pos)
 
     def pre_norm_stack(self, x, pos, rope: Rope, ffn) -> np.ndarray:
         for i in range(self.n_layer):
             p = f"blk.{i}."
             freqs = self.t("rope_freqs.weight") if self.w.has("rope_freqs.weight") else rope.factors
-            r = Rope(rope.n_dims, rope.base, rope.neox, rope.scale, freqs, rope.attn_factor)
+            r = replace(rope, factors=freqs)
             x = x + self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, r)
             x = x + ffn(p, self.norm(f"{p}ffn_norm", x))
         return self.logits(x)
 
     def arch_llama(self, x, pos):
-        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=False), self.gated_mlp)
+        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling),
+                                   self.gated_mlp)
 
     def arch_qwen2(self, x, pos):
-        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.gated_mlp)
+        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling),
+                                   self.gated_mlp)
 
     arch_qwen3 = arch_qwen2
 
     def arch_qwen3moe(self, x, pos):
-        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.moe)
+        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling), self.moe)
 
     def arch_phi3(self, x, pos):
         # LongRoPE: the "short" factors while the context fits the original training
@@ -217,17 +257,18 @@ class Reference:
         which = "short" if n_ctx <= n_ctx_orig else "long"
         name = f"rope_factors_{which}.weight"
         factors = self.t(name) if self.w.has(name) else None
-        rope = Rope(self.rope_dims, self.rope_base, neox=True, factors=factors,
-                    attn_factor=self.w.hp("rope.scaling.attn_factor", 1.0))
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, factors=factors, **self.scaling)
         return self.pre_norm_stack(x, pos, rope, self.gated_mlp)
 
     def gemma_stack(self, x, pos, *, pattern: int, window: int, base_local: float, softcap: float,
-                    final_softcap: float) -> np.ndarray:
+                    final_softcap: float, scale_local: float | None = None) -> np.ndarray:
         x = x * math.sqrt(self.n_embd)
+        local_scaling = self.scaling if scale_local is None else dict(self.scaling, scale=scale_local)
         for i in range(self.n_layer):
             p = f"blk.{i}."
             local = i % pattern < pattern - 1
-            rope = Rope(self.rope_dims, base_local if local else self.rope_base, neox=True)
+            rope = Rope(self.rope_dims, base_local if local else self.rope_base, neox=True,
+                        **(local_scaling if local else self.scaling))
             h = self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, rope, softcap=softcap,
                                     window=window if local else 0)
             x = x + self.norm(f"{p}post_attention_norm", h)
@@ -244,7 +285,7 @@ class Reference:
 
     def arch_gemma3(self, x, pos):
         return self.gemma_stack(x, pos, pattern=6, window=self.w.hp("attention.sliding_window"),
-                                base_local=10000.0, softcap=0.0, final_softcap=0.0)
+                                base_local=10000.0, softcap=0.0, final_softcap=0.0, scale_local=1.0)
 
     def arch_granite(self, x, pos):
         # Llama with four multipliers.  As llama.cpp reads them: embedding_scale,
@@ -254,7 +295,7 @@ class Reference:
         hp = self.w.hp
         res, attn_scale = hp("residual_scale", 0.0) or 1.0, hp("attention.scale", 0.0) or None
         factors = self.t("rope_freqs.weight") if self.w.has("rope_freqs.weight") else None
-        rope = Rope(self.rope_dims, self.rope_base, neox=False, factors=factors)
+        rope = Rope(self.rope_dims, self.rope_base, neox=False, factors=factors, **self.scaling)
         if not hp("rope.scaling.finetuned", True):
             rope = lambda v, _pos: v  # noqa: E731
         x = x * (hp("embedding_scale", 0.0) or 1.0)
@@ -269,7 +310,7 @@ class Reference:
         # layer, (i + 1) % 4 == 0, attends without any position encoding (llama.cpp
         # hard-codes n_no_rope_layer_step = 4 for SmolLM3) and that no rope_freqs
         # factors are ever applied; the output is tied unless output.weight exists.
-        rope = Rope(self.rope_dims, self.rope_base, neox=False)
+        rope = Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling)
 
         def nope(t, _pos):
             return t
@@ -281,11 +322,77 @@ class Reference:
             x = x + self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
         return self.logits(x)
 
+    def arch_ernie4_5(self, x, pos):
+        # Llama's block with the head size of attention.key_length (q may be wider
+        # than n_embd), optional q/k/v biases (self.linear adds any), interleaved
+        # ("normal") RoPE over whole heads and never with rope_freqs factors; the
+        # output is tied unless output.weight exists.
+        rope = Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            x = x + self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, rope)
+            x = x + self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+        return self.logits(x)
+
+    def arch_hunyuan_dense(self, x, pos):
+        # Llama's block with NeoX RoPE; each q and k head RMS-normed AFTER RoPE
+        # (Qwen3 norms before it); no rope_freqs factors; tied output unless
+        # output.weight exists.  rope.scaling.alpha (NTK), if set, multiplies the
+        # base by alpha^(hd / (hd - 2)), as llama.cpp does.
+        hd, alpha = self.head_dim, self.w.hp("rope.scaling.alpha", 0.0)
+        base = self.rope_base * (alpha ** (hd / (hd - 2)) if alpha > 0 else 1.0)
+        rope = Rope(self.rope_dims, base, neox=True, **self.scaling)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            q, k, v = (self.linear(f"{p}attn_{n}", h) for n in "qkv")
+            q, k, v = self.heads(q, self.n_head), self.heads(k, self.n_head_kv), self.heads(v, self.n_head_kv)
+            q = self.norm(f"{p}attn_q_norm", rope(q, pos))
+            k = self.norm(f"{p}attn_k_norm", rope(k, pos))
+            o = attend(q, k, v, pos, scale=1.0 / math.sqrt(hd))
+            x = x + self.linear(f"{p}attn_output", o)
+            x = x + self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+        return self.logits(x)
+
+    def arch_exaone4(self, x, pos):
+        # No pre-norms: q/k/v come from the residual stream itself, q and k are
+        # RMS-normed per head, and the attention and MLP outputs are RMS-normed
+        # before their residual adds; NeoX RoPE with rope_freqs.  llama.cpp makes
+        # only a 64-layer model hybrid: there the layers marked in
+        # attention.sliding_window_pattern (a per-layer array, else a period n:
+        # i % n < n - 1, every layer for n = 0; 4 when missing) attend to the last
+        # attention.sliding_window tokens (4096 when missing) with RoPE, the
+        # others to everything without RoPE.  Any other depth ropes every layer
+        # and has no window.
+        hp = self.w.hp
+        factors = self.t("rope_freqs.weight") if self.w.has("rope_freqs.weight") else None
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, factors=factors, **self.scaling)
+
+        def nope(t, _pos):
+            return t
+
+        sliding, window = [True] * self.n_layer, 0
+        if self.n_layer == 64:
+            pattern, window = hp("attention.sliding_window_pattern", 4), hp("attention.sliding_window", 4096)
+            if isinstance(pattern, (list, np.ndarray)):
+                sliding = [bool(v) for v in pattern[:self.n_layer]]
+            else:
+                sliding = [pattern == 0 or i % pattern < pattern - 1 for i in range(self.n_layer)]
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            q, k, v = self.qkv(p, x)                               # per-head q/k norms
+            r = rope if sliding[i] else nope
+            o = attend(r(q, pos), r(k, pos), v, pos, scale=1.0 / math.sqrt(self.head_dim),
+                       window=window if sliding[i] else 0)
+            x = x + self.norm(f"{p}post_attention_norm", self.linear(f"{p}attn_output", o))
+            x = x + self.norm(f"{p}post_ffw_norm", self.gated_mlp(p, x))
+        return self.logits(x)
+
     def arch_olmo2(self, x, pos):
         # No pre-norms.  q and k are RMS-normed over all of a token's values (not
         # per head) before the split into heads and NeoX RoPE; the attention and
         # MLP outputs are RMS-normed before their residual adds.
-        rope = Rope(self.rope_dims, self.rope_base, neox=True)
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling)
         for i in range(self.n_layer):
             p = f"blk.{i}."
             q, k, v = (self.linear(f"{p}attn_{n}", x) for n in "qkv")

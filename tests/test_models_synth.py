@@ -89,6 +89,13 @@ QUANT = {
     "granite-q8_0": Bounds(QUANT_ARGMAX, 0.05),   # measured 354/354, top-10 5e-6 on every ISA
     "olmo2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
     "smollm3-q8_0": Bounds(QUANT_ARGMAX, 0.05),   # scalar: top-10 <= 0.036; layer 3 without RoPE
+    "llama-yarn-q8_0": Bounds(QUANT_ARGMAX, 0.05),   # YaRN x4 over 64; scalar 353/354, top-10 0.0035
+    "hunyuan-dense-q8_0": Bounds(QUANT_ARGMAX, 0.05),   # scalar: top-10 0.024, argmax 346/354
+    # recorded by llama.cpp's AVX-512 build (extra buffer types off), met bit for bit there;
+    # ernie4_5 (head size 64, q twice n_embd): avx2 350/354, top-10 0.029; scalar 350/354, 0.031;
+    # exaone4 (64 layers, llama.cpp's only hybrid depth): scalar top-10 <= 0.022, argmax 351/354
+    "ernie4_5-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    "exaone4-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -226,6 +233,16 @@ def test_sliding_window_changes_the_result():
     assert np.abs(unwindowed.logits - results[2].logits).max() > 0.5
 
 
+def test_exaone4_window_changes_the_result():
+    """exaone4-q8_0 slides an 8-token window over two layers in three; over the
+    301-token prompt that must matter."""
+    cases, results = runs("exaone4-q8_0")
+    model = load(DATA / "synth" / "exaone4-q8_0.gguf")
+    assert [s.window for s in model.cache_layout()][:6] == [8, 8, 0, 8, 8, 0]
+    _set_cfg(model, dataclasses.replace(model.cfg, sliding_window=1 << 20))
+    assert np.abs(run_case(model, backend(), cases[2]["ids"], 1).logits - results[2].logits).max() > 0.5
+
+
 def phi3_longrope(tmp_path):
     """phi3-q5_0 plus LongRoPE factor tensors, original context 64, attn_factor 1.19."""
     rng = np.random.default_rng(7)
@@ -255,8 +272,9 @@ def test_phi3_longrope_factors(tmp_path):
     assert np.abs(ours[48] - runs("phi3-q5_0")[1][1].logits).max() > 0.5
 
 
-@pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "phi3-longrope-short",
-                                     "phi3-longrope-long"])
+@pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
+                                     "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0",
+                                     "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the
     token and its position) must equal those of a fresh run at the new positions:

@@ -9,7 +9,8 @@ not kept) and the cache stores them back in its own type (kvcache/rows.py).
 How a layer ropes is the model's business: `model.rope_for_layer(ctx, x,
 positions, layer)` when the model has it, else the config's `layer_rope`
 (per-layer bases), else the config's `rope` with the model's frequency
-factors when it has them.
+factors when it has them -- asked of `cfg.rotation_only()`, since the keys
+already carry the rope's magnitude (attention factor, YaRN's mscale).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class KeyRotator:
         return [ctx.read(out).reshape(x.shape) for out, x in zip(outputs, rows)]
 
     def _rope(self, ctx: Context, x: Tensor, positions: Tensor, layer: int) -> Tensor:
-        model, cfg = self.model, self.model.cfg
+        model, cfg = self.model, self.model.cfg.rotation_only()
         hook = getattr(model, "rope_for_layer", None)
         if hook is not None:
             return hook(ctx, x, positions, layer)

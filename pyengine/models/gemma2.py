@@ -83,10 +83,8 @@ class Gemma2Config(qwen2.AttentionConfig):
     def layer_rope(self, ctx: Context, x: Tensor, positions: Tensor, layer: int,
                    freq_factors: Tensor | None = None) -> Tensor:
         local = self.is_sliding(layer)
-        return ctx.rope(x, positions, n_dims=self.rope_dims, mode=self.rope_mode,
-                        base=self.rope_base_local if local else self.rope_base,
-                        scale=self.rope_scale_local if local else self.rope_scale,
-                        freq_factors=freq_factors, n_ctx_orig=self.n_ctx_train)
+        return self.rope(ctx, x, positions, base=self.rope_base_local if local else self.rope_base,
+                         scale=self.rope_scale_local if local else self.rope_scale, freq_factors=freq_factors)
 
 
 @dataclass(eq=False)

@@ -1,15 +1,14 @@
 """Phi-3: one fused q/k/v projection, one fused gate/up projection, and
 (for the 128k-context models) LongRoPE: per-dimension frequency factors,
-the "short" set while the context fits the original training length and
-the "long" set beyond it, with the file's attention factor on the
-rotation.  NeoX-style RoPE.  GGUF `phi3`."""
+the "short" set while the context fits the original training length
+(`rope.scaling.original_context_length`) and the "long" set beyond it, with
+the file's attention factor on the rotation (both read by the shared config,
+models/config.py).  NeoX-style RoPE.  GGUF `phi3`."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
@@ -24,22 +23,13 @@ F32_BYTES = 4
 
 @dataclass(frozen=True)
 class Phi3Config(qwen2.AttentionConfig):
-    n_ctx_orig: int = 0            # rope.scaling.original_context_length: where "long" factors start
-    rope_attn_factor: float = 1.0  # scales cos/sin of the rotation (LongRoPE's magnitude fix)
+    # n_ctx_orig (where the "long" factors start) and rope_attn_factor (LongRoPE's
+    # magnitude fix) are the shared config's; the factors are this model's tensors
+    ROPE_SCALINGS = qwen2.AttentionConfig.ROPE_SCALINGS + ("longrope",)
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Phi3Config":
-        key = f.arch_key
-        kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX)
-        kw.update(n_ctx_orig=f.get_int(key("rope.scaling.original_context_length"), kw["n_ctx_train"]),
-                  rope_attn_factor=f.get_float(key("rope.scaling.attn_factor"), 1.0))
-        return cls(**kw)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        qwen2.check_range("rope.scaling.original_context_length", self.n_ctx_orig, 1, 1 << 24)
-        if not (self.rope_attn_factor > 0 and math.isfinite(self.rope_attn_factor)):
-            raise ModelError(f"rope.scaling.attn_factor must be positive, got {self.rope_attn_factor}")
+        return cls(**cls.common_from_gguf(f, rope_mode=ROPE_NEOX))
 
     @property
     def qkv_dim(self) -> int:
@@ -52,16 +42,6 @@ class Phi3Config(qwen2.AttentionConfig):
     @property
     def n_ff_pair(self) -> int:
         return 2 * self.n_ff
-
-    def layer_rope(self, ctx: Context, x: Tensor, positions: Tensor, layer: int,
-                   freq_factors: Tensor | None = None) -> Tensor:
-        return self.longrope(ctx, x, positions, freq_factors, self.rope_attn_factor)
-
-    def longrope(self, ctx: Context, x: Tensor, positions: Tensor, freq_factors: Tensor | None,
-                 attn_factor: float) -> Tensor:
-        return ctx.rope(x, positions, n_dims=self.rope_dims, mode=self.rope_mode, base=self.rope_base,
-                        scale=self.rope_scale, freq_factors=freq_factors, attn_factor=attn_factor,
-                        n_ctx_orig=self.n_ctx_orig)
 
 
 @dataclass(eq=False)
@@ -131,7 +111,7 @@ class Phi3(Module):
         the forward pass used, and no attn_factor, which the keys already carry."""
         factors = self.rope_factors(self.n_ctx)
         ff = ctx.weight(factors.weight) if factors else None
-        return self.cfg.longrope(ctx, x, positions, ff, attn_factor=1.0)
+        return self.cfg.rotation_only().rope(ctx, x, positions, freq_factors=ff)
 
     def cache_layout(self) -> list[nn.CacheSpec]:
         return self.cfg.cache_layout()

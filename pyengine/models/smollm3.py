@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyengine.errors import ModelError, UnsupportedError
+from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import F32Param
@@ -34,10 +34,6 @@ class SmolLM3Config(qwen2.AttentionConfig):
         eps_key = key("attention.layer_norm_rms_epsilon")
         if eps_key not in f.metadata:   # llama.cpp requires it for SmolLM3, so no default is guessed
             raise ModelError(f"{f.path}: missing metadata key {eps_key!r} (SmolLM3 needs its RMS norm epsilon)")
-        scaling = f.get_str(key("rope.scaling.type"), "none")
-        if scaling not in ("none", "linear"):
-            raise UnsupportedError(f"{f.path}: rope scaling {scaling!r} is not supported for SmolLM3 yet; "
-                                   "use a file converted without rope scaling")
         kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL)   # GGUF permutes q/k for the normal layout
         return cls(**kw, no_rope_step=NO_ROPE_LAYER_STEP)
 

@@ -1,0 +1,140 @@
+"""Make the synthetic Llama model with YaRN RoPE scaling and record llama.cpp's golden outputs for it.
+
+Writes
+
+* tests/data/synth/llama-yarn-q8_0.gguf: `general.architecture = llama`, 2 layers,
+  n_embd 128, 4 heads over 2 KV heads (head size 32, all of it roped), n_ff 256,
+  the tokenizer of llama-bpe-q5_1-tied.gguf (512 tokens), `rope.scaling.type =
+  yarn` with factor 4 over an original context of 64 (context_length 256, so the
+  301-token prompt runs far past the original context), seeded random weights:
+  2-D tensors in Q8_0 (gguf's quantizer), norms in F32, a separate output.weight;
+* tests/data/golden/synth/llama-yarn-q8_0.json: llama.cpp's logits over the
+  prompts of llama-bpe-q5_1-tied.json (the recorder of make_iq_synth.py).
+
+With an original context of 64, ggml's YaRN ramp (beta_fast 32, beta_slow 1)
+spans rotary pairs 0..5 of 16: the first pair keeps its extrapolated angle,
+pairs 1-4 mix, the rest are interpolated (positions / 4); q and k are scaled by
+1 + 0.1 ln 4.  An engine that ignores the scaling is off at every position.
+
+    PYTHONPATH=/path/to/llama_cpp_python python scripts/make_synth_yarn.py [--no-golden]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, RopeScalingType, quants
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_iq_synth  # noqa: E402  (the golden recorder)
+
+ROOT = Path(__file__).resolve().parent.parent
+SYNTH = ROOT / "tests" / "data" / "synth"
+GOLDEN = ROOT / "tests" / "data" / "golden" / "synth"
+TOKENIZER_FROM = SYNTH / "llama-bpe-q5_1-tied.gguf"
+PROMPTS_FROM = GOLDEN / "llama-bpe-q5_1-tied.json"
+MODEL = SYNTH / "llama-yarn-q8_0.gguf"
+MODEL_GOLDEN = GOLDEN / "llama-yarn-q8_0.json"
+
+ARCH = "llama"
+N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF = 128, 2, 4, 2, 256
+HEAD_DIM = N_EMBD // N_HEAD
+SEED = 12
+
+YARN_FACTOR = 4.0
+YARN_ORIG_CTX = 64
+CONTEXT_LENGTH = 256          # the original context times the factor, as YaRN models declare it
+
+# Standard deviations of the random weights.  The token embeddings carry the
+# residual stream (as Granite's embedding scale makes them do) and attention and
+# the MLP add to it moderately, so activation-quantization noise stays small.
+# q and k are large enough that the scores (q.k / sqrt(32), times (1 + 0.1 ln 4)^2
+# from YaRN) spread by one or two: attention is far from uniform and every rope
+# angle shows (ignoring the scaling moves the top logits by 0.18 to 0.44).  The
+# output is such that the logits spread by about one.
+STD = {"token_embd": 1.0, "output": 0.09, "attn_q": 0.1, "attn_k": 0.1, "attn_v": 0.09, "attn_output": 0.05,
+       "ffn_gate": 0.09, "ffn_up": 0.09, "ffn_down": 0.03}
+
+
+def tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
+    """(name, float32 array in numpy order [out, in]), in llama.cpp's usual file order."""
+    def mat(kind: str, n_out: int, n_in: int) -> np.ndarray:
+        return (rng.standard_normal((n_out, n_in)) * STD[kind]).astype(np.float32)
+
+    def norm() -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(N_EMBD)).astype(np.float32)
+
+    n_vocab, kv_dim = 512, N_HEAD_KV * HEAD_DIM
+    out = [("token_embd.weight", mat("token_embd", n_vocab, N_EMBD)),
+           ("output_norm.weight", norm()),
+           ("output.weight", mat("output", n_vocab, N_EMBD))]
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", norm()),
+                (p + "attn_q.weight", mat("attn_q", N_EMBD, N_EMBD)),
+                (p + "attn_k.weight", mat("attn_k", kv_dim, N_EMBD)),
+                (p + "attn_v.weight", mat("attn_v", kv_dim, N_EMBD)),
+                (p + "attn_output.weight", mat("attn_output", N_EMBD, N_EMBD)),
+                (p + "ffn_norm.weight", norm()),
+                (p + "ffn_gate.weight", mat("ffn_gate", N_FF, N_EMBD)),
+                (p + "ffn_up.weight", mat("ffn_up", N_FF, N_EMBD)),
+                (p + "ffn_down.weight", mat("ffn_down", N_EMBD, N_FF))]
+    return out
+
+
+def write_model(path: Path) -> None:
+    source = GGUFReader(TOKENIZER_FROM)
+    writer = GGUFWriter(path, ARCH)
+    writer.add_name("synthetic-llama-yarn")
+    writer.add_block_count(N_LAYER)
+    writer.add_context_length(CONTEXT_LENGTH)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD_KV)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_dimension_count(HEAD_DIM)   # llama.cpp ropes whole heads in a llama model
+    writer.add_rope_scaling_type(RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(YARN_FACTOR)
+    writer.add_rope_scaling_orig_ctx_len(YARN_ORIG_CTX)
+    writer.add_vocab_size(512)
+    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
+    for key, field in source.fields.items():          # the tokenizer, with its value types
+        if key.startswith("tokenizer."):
+            sub_type = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
+            writer.add_key_value(key, field.contents(), field.types[0], sub_type=sub_type)
+    for name, data in tensors(np.random.default_rng(SEED)):
+        if data.ndim == 2:
+            q8 = quants.quantize(data, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, q8, raw_shape=q8.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def record_golden(model: Path, out: Path) -> None:
+    """make_iq_synth's recorder, over the prompts of llama-bpe-q5_1-tied.json."""
+    make_iq_synth.TEMPLATE_GOLDEN = PROMPTS_FROM
+    make_iq_synth.record_golden(model, out)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-golden", action="store_true", help="only write the model")
+    args = parser.parse_args(argv)
+    write_model(MODEL)
+    print(f"{MODEL.name}: {MODEL.stat().st_size} B")
+    if not args.no_golden:
+        record_golden(MODEL, MODEL_GOLDEN)
+        print(f"-> {MODEL_GOLDEN.name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
