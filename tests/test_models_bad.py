@@ -31,6 +31,19 @@ def test_an_unchanged_copy_loads(tmp_path):
     assert model.cfg.n_expert == 4 and model.cfg.n_expert_used == 2
 
 
+def test_head_counts_written_per_layer(tmp_path):
+    """Granite 4's converter writes head counts once per layer: equal ones are the
+    model's count, unequal ones are refused naming the key."""
+    from gguf import GGUFValueType
+
+    same = rewrite(tmp_path, "llama-spm-q4_0", meta={"llama.attention.head_count_kv": ([2, 2], GGUFValueType.ARRAY),
+                                                     "llama.attention.head_count": ([4, 4], GGUFValueType.ARRAY)})
+    assert load(same).cfg == load(Path(__file__).parent / "data" / "synth" / "llama-spm-q4_0.gguf").cfg
+    mixed = rewrite(tmp_path, "llama-spm-q4_0", meta={"llama.attention.head_count_kv": ([2, 1], GGUFValueType.ARRAY)})
+    with pytest.raises(UnsupportedError, match=r"head_count_kv differs between layers \(\[1, 2\]\)"):
+        load(mixed)
+
+
 def test_a_block_type_without_kernels(tmp_path):
     """TQ2_0 (ternary) rows take IQ2_XXS's 66 bytes per 256 weights: the same file
     but for that type, which pyengine has no kernels for, fails naming both."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from pyengine.errors import GGUFError, ModelError, UnsupportedError
-from pyengine.gguf import GGUFFile
+from pyengine.gguf import MISSING, GGUFFile
 from pyengine.ml.context import ROPE_NEOX, ROPE_NORMAL, Context, Tensor
 
 MAX_LAYERS = 1024
@@ -68,8 +68,8 @@ class TransformerConfig:
         key = f.arch_key
         try:
             n_embd = f.get_int(key("embedding_length"))
-            n_head = f.get_int(key("attention.head_count"))
-            n_head_kv = f.get_int(key("attention.head_count_kv"), n_head)
+            n_head = _uniform_int(f, key("attention.head_count"))
+            n_head_kv = _uniform_int(f, key("attention.head_count_kv"), n_head)
         except GGUFError as e:
             raise ModelError(f"{f.path}: {e}") from None
         _positive("embedding_length", n_embd, 1 << 20)
@@ -185,6 +185,20 @@ def yarn_attn_factor(freq_scale: float, ext_factor: float, file_attn_factor: flo
         attn = F32(1) if factor <= 1 else F32(0.1) * _logf(factor) + F32(1)
         attn = attn * (F32(1) / yarn_ggml_mscale(freq_scale))
     return float(attn * F32(file_attn_factor))
+
+
+def _uniform_int(f: GGUFFile, key: str, default: object = MISSING) -> int:
+    """An int that some converters write once per layer (Granite 4's head counts):
+    the value, when every layer has the same one (pyengine's layers share their
+    shapes; llama.cpp reads a count per layer)."""
+    value = f.metadata.get(key)
+    if isinstance(value, (list, np.ndarray)) and len(value) > 0:
+        counts = {int(v) for v in value}
+        if len(counts) > 1:
+            raise UnsupportedError(f"{f.path}: {key} differs between layers ({sorted(counts)}); "
+                                   "pyengine runs models whose layers have the same head counts")
+        return counts.pop()
+    return f.get_int(key, default)
 
 
 def _positive(name: str, value: int, limit: int) -> None:
