@@ -388,6 +388,24 @@ class Reference:
             x = x + self.norm(f"{p}post_ffw_norm", self.gated_mlp(p, x))
         return self.logits(x)
 
+    def arch_glm4(self, x, pos):
+        # RMS norms before attention and the MLP and on each one's output before its
+        # residual add; q/k/v with biases (fused attn_qkv or three projections: self.qkv
+        # takes either); RoPE over the first rope.dimension_count values of each head in
+        # interleaved pairs, never with rope_freqs, or for GLM-4V's M-RoPE (the first two
+        # rope.dimension_sections set) NeoX's halves, which is M-RoPE over text; a fused
+        # gate/up ffn_up into SiLU; the last nextn_predict_layers blocks never run; the
+        # output tied unless output.weight exists.
+        sections = list(self.w.hp("rope.dimension_sections", [0, 0]))
+        rope = Rope(self.rope_dims, self.rope_base, neox=sections[0] > 0 and sections[1] > 0, **self.scaling)
+        for i in range(self.n_layer - self.w.hp("nextn_predict_layers", 0)):
+            p = f"blk.{i}."
+            h = self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, rope)
+            x = x + self.norm(f"{p}post_attention_norm", h)
+            h = self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+            x = x + self.norm(f"{p}post_ffw_norm", h)
+        return self.logits(x)
+
     def arch_olmo2(self, x, pos):
         # No pre-norms.  q and k are RMS-normed over all of a token's values (not
         # per head) before the split into heads and NeoX RoPE; the attention and

@@ -1,0 +1,164 @@
+"""Make the synthetic GLM-4 (dense) model and record llama.cpp's golden outputs for it.
+
+Writes
+
+* tests/data/synth/glm4-q8_0.gguf: `general.architecture = glm4`, 2 layers,
+  n_embd 128, 4 heads of 32 over 2 KV heads, n_ff 256, RoPE over 16 of each
+  head's 32 values (`rope.dimension_count` is half the head, as the converter
+  writes for GLM-4's partial_rotary_factor 0.5), RoPE base 10000, RMS eps 1e-5;
+  the layout of the converted GLM-4-0414 models: separate attn_q / attn_k /
+  attn_v with biases (the converter never fuses them), an attn_output without
+  bias, post_attention_norm and post_ffw_norm besides attn_norm and ffn_norm,
+  one ffn_up of 2 x n_ff rows (gate, then up) and no ffn_gate, a separate
+  output.weight (GLM-4-9B-0414 does not tie it); the tokenizer of
+  llama-bpe-q5_1-tied.gguf (every tokenizer.* key, 512 tokens); seeded random
+  weights, 2-D tensors in Q8_0 (gguf's quantizer), norms and biases in F32.
+  The block inputs are RMS-normed, so q and k entries come out near
+  0.08 * sqrt(128) = 0.9, plus their biases (std 0.3), and the scores
+  (q.k / sqrt(32)) spread by about one: attention is far from uniform, and which
+  values RoPE turns, in which layout, matters.  The output (std 0.15) makes
+  logits that spread by about 1.7.  Of six seeds, SEED gave the smallest
+  distance between llama.cpp and the exact result (0.040) and is met exactly by
+  pyengine's scalar and avx2 tables as well; a larger output (0.25) or q/k
+  biases (0.5) put llama.cpp 0.07-0.12 off the exact result and the scalar
+  table up to 0.054 off llama.cpp;
+* tests/data/golden/synth/glm4-q8_0.json: llama.cpp's outputs over the prompts
+  of llama-bpe-q5_1-tied.json (make_iq_synth's recorder), from llama-cpp-python
+  0.3.36's AVX-512 build with its extra buffer types off (AMX and repacked
+  weights: on an AMX host that build crashes with them), the build the golden
+  files of tests/model_parity.py come from and pyengine's avx512 table follows
+  bit for bit.
+
+    python scripts/make_synth_glm4.py [--no-golden]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, quants
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_iq_synth  # noqa: E402  (the golden recorder)
+
+ROOT = Path(__file__).resolve().parent.parent
+SYNTH = ROOT / "tests" / "data" / "synth"
+GOLDEN = ROOT / "tests" / "data" / "golden" / "synth"
+TOKENIZER_FROM = SYNTH / "llama-bpe-q5_1-tied.gguf"
+PROMPTS_FROM = GOLDEN / "llama-bpe-q5_1-tied.json"
+MODEL = SYNTH / "glm4-q8_0.gguf"
+MODEL_GOLDEN = GOLDEN / "glm4-q8_0.json"
+
+ARCH = "glm4"
+N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF = 128, 2, 4, 2, 256
+HEAD_DIM = N_EMBD // N_HEAD
+ROPE_DIMS = HEAD_DIM // 2     # partial RoPE: the first half of each head turns
+ROPE_BASE, EPS = 10000.0, 1e-5
+SEED = 2
+
+# Standard deviations of the random weights (see above); biases on q, k and v only.
+STD = {"token_embd": 1.0, "output": 0.15, "attn_q": 0.08, "attn_k": 0.08, "attn_v": 0.1, "attn_output": 0.0884,
+       "ffn_up": 0.1, "ffn_down": 0.0625, "bias_q": 0.3, "bias_k": 0.3, "bias_v": 0.1}
+
+
+def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
+    """(name, float32 array in numpy order [out, in]), in the converter's order."""
+    def mat(kind: str, n_out: int, n_in: int) -> np.ndarray:
+        return (rng.standard_normal((n_out, n_in)) * STD[kind]).astype(np.float32)
+
+    def vec(kind: str, n: int) -> np.ndarray:
+        return (rng.standard_normal(n) * STD[kind]).astype(np.float32)
+
+    def norm() -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(N_EMBD)).astype(np.float32)
+
+    q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
+    out = [("token_embd.weight", mat("token_embd", n_vocab, N_EMBD)),
+           ("output_norm.weight", norm()),
+           ("output.weight", mat("output", n_vocab, N_EMBD))]
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", norm()),
+                (p + "attn_q.weight", mat("attn_q", q_dim, N_EMBD)),
+                (p + "attn_q.bias", vec("bias_q", q_dim)),
+                (p + "attn_k.weight", mat("attn_k", kv_dim, N_EMBD)),
+                (p + "attn_k.bias", vec("bias_k", kv_dim)),
+                (p + "attn_v.weight", mat("attn_v", kv_dim, N_EMBD)),
+                (p + "attn_v.bias", vec("bias_v", kv_dim)),
+                (p + "attn_output.weight", mat("attn_output", N_EMBD, q_dim)),
+                (p + "post_attention_norm.weight", norm()),
+                (p + "ffn_norm.weight", norm()),
+                (p + "ffn_up.weight", mat("ffn_up", 2 * N_FF, N_EMBD)),     # gate rows, then up rows
+                (p + "ffn_down.weight", mat("ffn_down", N_EMBD, N_FF)),
+                (p + "post_ffw_norm.weight", norm())]
+    return out
+
+
+def write_model(path: Path) -> None:
+    source = GGUFReader(TOKENIZER_FROM)
+    n_vocab = len(source.fields["tokenizer.ggml.tokens"].contents())
+    writer = GGUFWriter(path, ARCH)
+    writer.add_name("synthetic-glm4")
+    writer.add_block_count(N_LAYER)
+    writer.add_context_length(4096)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD_KV)
+    writer.add_layer_norm_rms_eps(EPS)
+    writer.add_rope_freq_base(ROPE_BASE)
+    writer.add_rope_dimension_count(ROPE_DIMS)
+    writer.add_vocab_size(n_vocab)
+    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
+    for key, field in source.fields.items():          # the tokenizer, with its value types
+        if key.startswith("tokenizer."):
+            sub_type = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
+            writer.add_key_value(key, field.contents(), field.types[0], sub_type=sub_type)
+    for name, data in tensors(np.random.default_rng(SEED), n_vocab):
+        if data.ndim == 2:
+            q8 = quants.quantize(data, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, q8, raw_shape=q8.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def record_golden(model: Path, out: Path) -> None:
+    """make_iq_synth's recorder, over the prompts of llama-bpe-q5_1-tied.json,
+    with llama.cpp's extra buffer types off."""
+    import llama_cpp.llama_cpp as lib   # Llama() takes its model parameters from here
+
+    defaults = lib.llama_model_default_params
+
+    def model_params():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = model_params
+    make_iq_synth.TEMPLATE_GOLDEN = PROMPTS_FROM
+    try:
+        make_iq_synth.record_golden(model, out)
+    finally:
+        lib.llama_model_default_params = defaults
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-golden", action="store_true", help="only write the model")
+    args = parser.parse_args(argv)
+    write_model(MODEL)
+    print(f"{MODEL.name}: {MODEL.stat().st_size} B")
+    if not args.no_golden:
+        record_golden(MODEL, MODEL_GOLDEN)
+        print(f"-> {MODEL_GOLDEN.name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
