@@ -406,6 +406,40 @@ class Reference:
             x = x + self.norm(f"{p}post_ffw_norm", h)
         return self.logits(x)
 
+    def arch_mistral3(self, x, pos):
+        # Llama's block (interleaved RoPE with rope_freqs when present, biases when
+        # present) with, as llama.cpp reads them: YaRN's ramp ends from
+        # rope.scaling.yarn_beta_fast / _slow (32 and 1 when missing) and, with
+        # rope.scaling.yarn_log_multiplier m != 0, a rope magnitude of
+        # (1 + 0.1 ln f) / (1 + 0.1 m ln f) in place of 1 + 0.1 ln f; and, with
+        # attention.temperature_scale beta != 0, every query times
+        # 1 + beta ln(floor(pos / n) + 1) after RoPE, n the original context.
+        hp = self.w.hp
+        scaling = dict(self.scaling)
+        if scaling.get("ext_factor"):
+            f, m = 1.0 / scaling["scale"], hp("rope.scaling.yarn_log_multiplier", 0.0)
+
+            def mscale(k):
+                return 1.0 + 0.1 * k * math.log(f) if f > 1 else 1.0
+
+            magnitude = mscale(1.0) / mscale(m) if m else mscale(1.0)
+            scaling.update(attn_factor=hp("rope.scaling.attn_factor", 1.0) * magnitude / (1.0 + 0.1 * math.log(f)),
+                           beta_fast=hp("rope.scaling.yarn_beta_fast", 32.0),
+                           beta_slow=hp("rope.scaling.yarn_beta_slow", 1.0))
+        factors = self.t("rope_freqs.weight") if self.w.has("rope_freqs.weight") else None
+        rope = Rope(self.rope_dims, self.rope_base, neox=False, factors=factors, **scaling)
+        beta = hp("attention.temperature_scale", 0.0)
+        n_orig = hp("rope.scaling.original_context_length", 0) or hp("context_length")
+        temperature = 1.0 + beta * np.log(np.floor(pos / n_orig) + 1.0) if beta else np.ones(len(pos))
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            q, k, v = self.qkv(p, self.norm(f"{p}attn_norm", x))
+            q = rope(q, pos) * temperature[:, None, None]
+            o = attend(q, rope(k, pos), v, pos, scale=1.0 / math.sqrt(self.head_dim))
+            x = x + self.linear(f"{p}attn_output", o)
+            x = x + self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+        return self.logits(x)
+
     def arch_olmo2(self, x, pos):
         # No pre-norms.  q and k are RMS-normed over all of a token's values (not
         # per head) before the split into heads and NeoX RoPE; the attention and

@@ -99,6 +99,9 @@ QUANT = {
     # glm4 (pre- and post-norms, q/k/v biases, interleaved RoPE over half of each head, fused
     # gate/up): met bit for bit on every table here (scalar, avx2, avxvnni, avx512)
     "glm4-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # mistral3: YaRN x8 over 64 (log multiplier 1, ramp ends 4 / 0.5) and a query temperature of 0.3
+    # stepping every 64 positions; bit for bit on avx2/avxvnni/avx512, scalar 353/354, top-10 0.016
+    "mistral3-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -277,6 +280,7 @@ def test_phi3_longrope_factors(tmp_path):
 
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
+                                     "mistral3-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the

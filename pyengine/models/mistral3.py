@@ -1,0 +1,186 @@
+"""Mistral 3: the text model of Ministral 3 (3B, 8B, 14B), Devstral Small 2 and
+Mistral Small 3.1 / 3.2 as llama.cpp's converter writes them
+(`Mistral3ForConditionalGeneration`, `Ministral3ForCausalLM`, and Mistral-format
+checkpoints with `llama_4_scaling`).  GGUF `general.architecture = mistral3`.
+
+Llama's block -- RMSNorm, grouped-query attention (q/k/v/output biases when the
+file has them), interleaved ("normal") RoPE over whole heads with `rope_freqs`
+when present, a SiLU-gated MLP, the output tied to the token embedding when the
+file has no `output.weight` -- plus two things, read as llama.cpp reads them
+(llama-model.cpp, LLM_ARCH_MISTRAL3; models/mistral3.cpp; llama-context.cpp):
+
+* YaRN with the file's ramp ends (`rope.scaling.yarn_beta_fast` / `_slow`,
+  else 32 and 1) and magnitude: with `rope.scaling.yarn_log_multiplier` m != 0
+  q and k are scaled by mscale(f, 1) / mscale(f, m), mscale(f, m) = 1 + 0.1 m ln f
+  (1 for Ministral 3's m = 1), else by mscale(f, 1), f = rope.scaling.factor;
+* Llama 4's attention temperature: with `attention.temperature_scale` beta != 0,
+  every query is multiplied after RoPE by 1 + beta ln(floor(pos / n) + 1),
+  n = the original context (`rope.scaling.original_context_length`, else
+  `context_length`).  The factor depends on the position alone, so it is read
+  from a table over positions by the batch's positions: a decode step re-runs
+  the same graph.  Keys are not scaled, so a context shift re-ropes them only.
+
+Files with experts (`expert_count` > 0), which llama.cpp also runs as mistral3,
+are refused."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from pyengine.errors import ModelError, UnsupportedError
+from pyengine.gguf import GGUFFile
+from pyengine.ml import nn
+from pyengine.ml.context import Context, Tensor
+from pyengine.models import llama
+from pyengine.models.binding import blocks, module
+from pyengine.models.config import F32, ROPE_NORMAL, YARN_BETA_FAST, YARN_BETA_SLOW, yarn_attn_factor, yarn_ggml_mscale
+from pyengine.models.registry import register
+
+MAX_CONTEXT = 1 << 24
+
+
+def logf(x) -> np.float32:
+    """C's logf: the float64 logarithm rounded to float."""
+    return F32(math.log(float(x)))
+
+
+def yarn_magnitude(freq_scale: float, ext_factor: float, file_attn_factor: float, log_mul: float) -> float:
+    """llama.cpp's cparams.yarn_attn_factor in its float steps, with the file's
+    yarn_log_multiplier m: get_mscale(f, 1) / get_mscale(f, m), over what ggml's
+    rope multiplies in itself, times rope.scaling.attn_factor."""
+    if ext_factor == 0 or log_mul == 0:
+        return yarn_attn_factor(freq_scale, ext_factor, file_attn_factor)
+    factor = F32(1) / F32(freq_scale)
+
+    def mscale(m: float) -> np.float32:
+        return F32(1) if factor <= 1 else F32(0.1) * F32(m) * logf(factor) + F32(1)
+
+    attn = mscale(1.0) / mscale(log_mul) * (F32(1) / yarn_ggml_mscale(freq_scale))
+    return float(attn * F32(file_attn_factor))
+
+
+@lru_cache(maxsize=8)
+def temperature_table(beta: float, floor_scale: int, n: int) -> np.ndarray:
+    """[n] the query factor of positions 0..n-1, as llama.cpp's attention-temperature
+    input computes it (its position offset is 0 for mistral3): pos / floor_scale in
+    float, floored, then log(. + 1) * beta + 1 in double, stored as float."""
+    steps = np.floor(np.arange(n, dtype=np.float32) / F32(floor_scale))
+    values, which = np.unique(steps, return_inverse=True)
+    factors = np.array([math.log(float(s) + 1.0) * float(F32(beta)) + 1.0 for s in values])
+    return factors[which].astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Mistral3Config(llama.LlamaConfig):
+    yarn_beta_fast: float = YARN_BETA_FAST   # the YaRN ramp's ends
+    yarn_beta_slow: float = YARN_BETA_SLOW
+    temp_scale: float = 0.0                  # attention.temperature_scale (beta); 0 = no temperature
+    temp_floor: int = 0                      # positions per temperature step (the original context)
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "Mistral3Config":
+        key = f.arch_key
+        eps_key = key("attention.layer_norm_rms_epsilon")
+        if eps_key not in f.metadata:   # llama.cpp requires it, so no default is guessed
+            raise ModelError(f"{f.path}: missing metadata key {eps_key!r} (Mistral 3 needs its RMS norm epsilon)")
+        if f.get_int(key("expert_count"), 0) > 0:
+            raise UnsupportedError(f"{f.path}: mistral3 files with experts (MoE) are not supported yet; "
+                                   "only the dense Mistral 3 models run")
+        kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL)   # GGUF permutes q/k for the normal layout
+        value_dim = f.get_int(key("attention.value_length"), kw["head_dim"])
+        if value_dim != kw["head_dim"]:   # llama.cpp asserts equal head sizes for mistral3
+            raise ModelError(f"{f.path}: value head size {value_dim} differs from key head size {kw['head_dim']}")
+        kw["rope_attn_factor"] = yarn_magnitude(kw["rope_scale"], kw["rope_ext_factor"],
+                                                f.get_float(key("rope.scaling.attn_factor"), 1.0),
+                                                f.get_float(key("rope.scaling.yarn_log_multiplier"), 0.0))
+        temp = f.get_float(key("attention.temperature_scale"), 0.0)
+        orig_key = key("rope.scaling.original_context_length")
+        if temp != 0 and f.get_int(orig_key, 1) == 0:   # llama.cpp: "invalid n_ctx_orig_yarn"
+            raise ModelError(f"{f.path}: {orig_key} is 0, but the attention temperature steps by it")
+        return cls(**kw, yarn_beta_fast=f.get_float(key("rope.scaling.yarn_beta_fast"), YARN_BETA_FAST),
+                   yarn_beta_slow=f.get_float(key("rope.scaling.yarn_beta_slow"), YARN_BETA_SLOW),
+                   temp_scale=temp, temp_floor=kw["n_ctx_orig"] if temp != 0 else 0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.rope_dims != self.head_dim:   # llama.cpp: "invalid n_rot"
+            raise ModelError(f"rope.dimension_count {self.rope_dims} must equal the head size "
+                             f"{self.head_dim} in a mistral3 model")
+        for name in ("yarn_beta_fast", "yarn_beta_slow"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ModelError(f"rope.scaling.{name} must be positive and finite, got {value}")
+        if not math.isfinite(self.temp_scale):
+            raise ModelError(f"attention.temperature_scale must be finite, got {self.temp_scale}")
+        if self.temp_scale != 0 and not 1 <= self.temp_floor <= MAX_CONTEXT:
+            raise ModelError(f"attention temperature step {self.temp_floor} is out of range (1..{MAX_CONTEXT})")
+
+    def rope(self, ctx: Context, x: Tensor, positions: Tensor, *, base: float | None = None,
+             scale: float | None = None, freq_factors: Tensor | None = None) -> Tensor:
+        """The shared RoPE with the file's YaRN ramp ends."""
+        scale = self.rope_scale if scale is None else scale
+        return ctx.rope(x, positions, n_dims=self.rope_dims, mode=self.rope_mode,
+                        base=self.rope_base if base is None else base, scale=scale,
+                        freq_factors=freq_factors, ext_factor=self.rope_ext_factor,
+                        attn_factor=self.rope_attn(scale), beta_fast=self.yarn_beta_fast,
+                        beta_slow=self.yarn_beta_slow, n_ctx_orig=self.n_ctx_orig)
+
+
+@dataclass(eq=False)
+class Attention(llama.Attention):
+    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None,
+                 temperature: Tensor | None = None) -> Tensor:
+        c, n_tokens = self.cfg, x.shape[1]
+        q, k, v = nn.linears(ctx, (self.attn_q, self.attn_k, self.attn_v), x)      # v [hd*Hkv, T]
+        q = ctx.reshape(q, (c.head_dim, c.n_head, n_tokens))                         # [hd, H, T]
+        k = ctx.reshape(k, (c.head_dim, c.n_head_kv, n_tokens))                      # [hd, Hkv, T]
+        q = c.rope(ctx, q, batch.positions, freq_factors=freq_factors)
+        k = c.rope(ctx, k, batch.positions, freq_factors=freq_factors)
+        if temperature is not None:
+            q = ctx.mul(q, temperature)                                              # [hd, H, T] x [1, 1, T]
+        o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, n_tokens)), v,
+                         n_head_kv=c.n_head_kv, scale=1.0 / math.sqrt(c.head_dim))  # [hd*H, T]
+        return self.attn_output(ctx, o)
+
+
+@dataclass(eq=False)
+class Block(llama.Block):
+    attn: Attention = module()
+
+    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None,
+                 temperature: Tensor | None = None) -> Tensor:
+        eps = self.cfg.eps
+        x = ctx.add(x, self.attn(ctx, self.attn_norm(ctx, x, eps), batch, layer, freq_factors, temperature))
+        return ctx.add(x, self.mlp(ctx, self.ffn_norm(ctx, x, eps)))
+
+
+@register("mistral3")
+@dataclass(eq=False)
+class Mistral3(llama.Llama):
+    Config = Mistral3Config
+
+    layers: list[Block] = blocks("blk")
+
+    def temperature(self, ctx: Context, batch) -> Tensor | None:
+        """[1, 1, T] each token's query factor, looked up by its position (None without
+        temperature).  The table covers the training context and the cache, whichever
+        is larger: a position past both fails in the lookup."""
+        c = self.cfg
+        if c.temp_scale == 0:
+            return None
+        n = min(max(c.n_ctx_train, batch.attn_inputs(0).k.shape[1]), MAX_CONTEXT)
+        table = ctx.input(temperature_table(c.temp_scale, c.temp_floor, n), "attn_temp", (1, n))
+        return ctx.reshape(ctx.get_rows(table, batch.positions), (1, 1, -1))
+
+    def forward(self, ctx: Context, batch) -> Tensor:
+        ff = ctx.weight(self.rope_freqs.weight) if self.rope_freqs else None
+        temperature = self.temperature(ctx, batch)                                 # [1, 1, T]
+        x = self.token_embd(ctx, batch.tokens)                                     # [n_embd, T]
+        for i, block in enumerate(self.layers):
+            x = block(ctx, x, batch, i, ff, temperature)
+        x = ctx.get_rows(x, batch.out_ids)                                         # [n_embd, n_out]
+        return self.output(ctx, self.output_norm(ctx, x, self.cfg.eps))           # [n_vocab, n_out]
