@@ -39,22 +39,14 @@ Writes
 
 from __future__ import annotations
 
-import argparse
-import json
+import functools
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, quants
 
-ROOT = Path(__file__).resolve().parent.parent
-SYNTH = ROOT / "tests" / "data" / "synth"
-GOLDEN = ROOT / "tests" / "data" / "golden" / "synth"
-TOKENIZER_SOURCE = SYNTH / "llama-bpe-q5_1-tied.gguf"
-PROMPTS_SOURCE = GOLDEN / "llama-bpe-q5_1-tied.json"
-MODEL = SYNTH / "exaone4-q8_0.gguf"
-MODEL_GOLDEN = GOLDEN / "exaone4-q8_0.json"
+import synth_common as common
 
 ARCH = "exaone4"
 N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF = 64, 64, 4, 2, 128
@@ -66,15 +58,6 @@ LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0
 EMBD_STD = 8.0      # the residual stream's bulk (see above)
 POST_NORM = 0.1     # scale of the post-attention and post-MLP norm weights
 SEED = 20250715
-
-
-def copy_tokenizer(reader: GGUFReader, writer: GGUFWriter) -> None:
-    """Every tokenizer.* key with its value types."""
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub_type = field.types[1] if vtype == GGUFValueType.ARRAY else None
-            writer.add_key_value(key, field.contents(), vtype, sub_type=sub_type)
 
 
 def llama3_rope_factors() -> np.ndarray:
@@ -129,74 +112,20 @@ def weights(n_vocab: int) -> dict[str, np.ndarray]:
 
 
 def write_model(path: Path) -> None:
-    writer = GGUFWriter(path, ARCH)
-    writer.add_name("synthetic-exaone4")
-    writer.add_block_count(N_LAYER)
-    writer.add_context_length(N_CTX)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD_KV)
+    tokenizer = common.read_tokenizer_source()
+    writer = common.start_model(path, ARCH, name="synthetic-exaone4", n_layer=N_LAYER, n_ctx=N_CTX, n_embd=N_EMBD,
+                                n_ff=N_FF, n_head=N_HEAD, n_head_kv=N_HEAD_KV)
     writer.add_layer_norm_rms_eps(EPS)
     writer.add_rope_freq_base(ROPE_BASE)
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_sliding_window(WINDOW)
     writer.add_sliding_window_pattern(SLIDING)
-    tokenizer = GGUFReader(TOKENIZER_SOURCE)
-    n_vocab = len(tokenizer.fields["tokenizer.ggml.tokens"].contents())
-    writer.add_vocab_size(n_vocab)
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    copy_tokenizer(tokenizer, writer)
-    for name, t in weights(n_vocab).items():
-        if t.ndim == 2:   # the writer takes the byte shape (rows, row bytes) of a quantized tensor
-            data = quants.quantize(t, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, data, raw_shape=data.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, t)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, weights(common.vocab_size(tokenizer)).items())
 
 
-def record(model: Path, out: Path) -> None:
-    """make_iq_synth's record_golden, with a full-size sliding-window cache and
-    no extra buffer types (Llama() has no argument for them: the default model
-    parameters it starts from are changed)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import make_iq_synth   # its recorder: llama.cpp through llama-cpp-python
-    import llama_cpp.llama_cpp as lib
-    from llama_cpp import Llama
-
-    defaults = lib.llama_model_default_params
-
-    def without_extra_buffer_types():
-        params = defaults()
-        params.use_extra_bufts = False
-        return params
-
-    lib.llama_model_default_params = without_extra_buffer_types
-
-    prompts = [c["ids"] for c in json.loads(PROMPTS_SOURCE.read_text(encoding="utf-8"))["cases"]]
-    llm = Llama(str(model), n_ctx=512, n_batch=512, n_ubatch=512, logits_all=True, n_threads=2,
-                flash_attn=False, swa_full=True, verbose=False)
-    golden = {"model": model.name, "n_continue": make_iq_synth.N_CONTINUE,
-              "cases": [make_iq_synth.record_case(llm, ids) for ids in prompts]}
-    llm.close()
-    lib.llama_model_default_params = defaults
-    out.write_text(json.dumps(golden, indent=1, ensure_ascii=False), encoding="utf-8")
-
-
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--record", action="store_true", help="also record the golden file with llama.cpp")
-    args = parser.parse_args(argv)
-    write_model(MODEL)
-    print(f"{MODEL.relative_to(ROOT)}: {MODEL.stat().st_size} B")
-    if args.record:
-        record(MODEL, MODEL_GOLDEN)
-        print(f"{MODEL_GOLDEN.relative_to(ROOT)} recorded")
-
+# make_iq_synth's recorder on a full-size sliding-window cache (swa_full=True),
+# AVX-512 build, llama.cpp's extra buffer types off (see above)
+record_golden = functools.partial(common.record_golden, extra_buffer_types=False, swa_full=True)
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    common.main(sys.argv[1:], __doc__, "exaone4-q8_0", write_model, record_golden, golden_flag="--record")

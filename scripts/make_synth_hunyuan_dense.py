@@ -20,23 +20,13 @@ Writes
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, RopeScalingType, quants
+from gguf import RopeScalingType
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_iq_synth  # noqa: E402  (the golden recorder)
-
-ROOT = Path(__file__).resolve().parent.parent
-SYNTH = ROOT / "tests" / "data" / "synth"
-GOLDEN = ROOT / "tests" / "data" / "golden" / "synth"
-TOKENIZER_FROM = SYNTH / "llama-bpe-q5_1-tied.gguf"
-PROMPTS_FROM = GOLDEN / "llama-bpe-q5_1-tied.json"
-MODEL = SYNTH / "hunyuan-dense-q8_0.gguf"
-MODEL_GOLDEN = GOLDEN / "hunyuan-dense-q8_0.json"
+import synth_common as common
 
 ARCH = "hunyuan-dense"
 N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF, N_VOCAB = 128, 2, 4, 2, 256, 512
@@ -59,45 +49,35 @@ STD = {"token_embd": 0.1, "attn_q": 0.09, "attn_k": 0.09, "attn_v": 0.09, "attn_
 
 def tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
     """(name, float32 array in numpy order [out, in]), in the converter's order."""
-    def mat(kind: str, n_out: int, n_in: int) -> np.ndarray:
-        return (rng.standard_normal((n_out, n_in)) * STD[kind]).astype(np.float32)
-
-    def norm(n: int = N_EMBD) -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    w = common.RandomWeights(rng, STD)
 
     def head_norm() -> np.ndarray:
         return rng.uniform(0.5, 2.0, HEAD_DIM).astype(np.float32)
 
     kv_dim = N_HEAD_KV * HEAD_DIM
-    out = [("token_embd.weight", mat("token_embd", N_VOCAB, N_EMBD)),
-           ("output_norm.weight", norm())]
+    out = [("token_embd.weight", w.matrix("token_embd", N_VOCAB, N_EMBD)),
+           ("output_norm.weight", w.norm(N_EMBD))]
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        out += [(p + "attn_norm.weight", norm()),
-                (p + "attn_q.weight", mat("attn_q", N_EMBD, N_EMBD)),
-                (p + "attn_k.weight", mat("attn_k", kv_dim, N_EMBD)),
-                (p + "attn_v.weight", mat("attn_v", kv_dim, N_EMBD)),
-                (p + "attn_output.weight", mat("attn_output", N_EMBD, N_EMBD)),
+        out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
+                (p + "attn_q.weight", w.matrix("attn_q", N_EMBD, N_EMBD)),
+                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, N_EMBD)),
+                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
+                (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, N_EMBD)),
                 (p + "attn_q_norm.weight", head_norm()),
                 (p + "attn_k_norm.weight", head_norm()),
-                (p + "ffn_norm.weight", norm()),
-                (p + "ffn_gate.weight", mat("ffn_gate", N_FF, N_EMBD)),
-                (p + "ffn_up.weight", mat("ffn_up", N_FF, N_EMBD)),
-                (p + "ffn_down.weight", mat("ffn_down", N_EMBD, N_FF))]
+                (p + "ffn_norm.weight", w.norm(N_EMBD)),
+                (p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
+                (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
+                (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
     return out
 
 
 def write_model(path: Path) -> None:
-    source = GGUFReader(TOKENIZER_FROM)
-    assert len(source.fields["tokenizer.ggml.tokens"].contents()) == N_VOCAB
-    writer = GGUFWriter(path, ARCH)
-    writer.add_name("synthetic-hunyuan-dense")
-    writer.add_block_count(N_LAYER)
-    writer.add_context_length(N_CTX)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD_KV)
+    tokenizer = common.read_tokenizer_source()
+    assert common.vocab_size(tokenizer) == N_VOCAB
+    writer = common.start_model(path, ARCH, name="synthetic-hunyuan-dense", n_layer=N_LAYER, n_ctx=N_CTX,
+                                n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_head_kv=N_HEAD_KV)
     writer.add_key_length(HEAD_DIM)
     writer.add_value_length(HEAD_DIM)
     writer.add_layer_norm_rms_eps(EPS)
@@ -105,40 +85,8 @@ def write_model(path: Path) -> None:
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_rope_scaling_type(RopeScalingType.NONE)
     writer.add_rope_scaling_factor(1.0)
-    writer.add_vocab_size(N_VOCAB)
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    for key, field in source.fields.items():          # the tokenizer, with its value types
-        if key.startswith("tokenizer."):
-            sub_type = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
-            writer.add_key_value(key, field.contents(), field.types[0], sub_type=sub_type)
-    for name, data in tensors(np.random.default_rng(SEED)):
-        if data.ndim == 2:
-            q8 = quants.quantize(data, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, q8, raw_shape=q8.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def record_golden(model: Path, out: Path) -> None:
-    """make_iq_synth's recorder, over the prompts of llama-bpe-q5_1-tied.json."""
-    make_iq_synth.TEMPLATE_GOLDEN = PROMPTS_FROM
-    make_iq_synth.record_golden(model, out)
-
-
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--no-golden", action="store_true", help="only write the model")
-    args = parser.parse_args(argv)
-    write_model(MODEL)
-    print(f"{MODEL.name}: {MODEL.stat().st_size} B")
-    if not args.no_golden:
-        record_golden(MODEL, MODEL_GOLDEN)
-        print(f"-> {MODEL_GOLDEN.name}")
+    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED)))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    common.main(sys.argv[1:], __doc__, "hunyuan-dense-q8_0", write_model, common.record_golden)

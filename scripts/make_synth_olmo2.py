@@ -20,36 +20,18 @@ Writes
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, quants
 
-ROOT = Path(__file__).resolve().parent.parent
-SYNTH = ROOT / "tests" / "data" / "synth"
-GOLDEN = ROOT / "tests" / "data" / "golden" / "synth"
-TOKENIZER_SOURCE = SYNTH / "llama-bpe-q5_1-tied.gguf"
-PROMPTS_SOURCE = GOLDEN / "llama-bpe-q5_1-tied.json"
-MODEL = SYNTH / "olmo2-q8_0.gguf"
-MODEL_GOLDEN = GOLDEN / "olmo2-q8_0.json"
+import synth_common as common
 
 ARCH = "olmo2"
 N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF = 128, 2, 4, 2, 256
 HEAD_DIM = N_EMBD // N_HEAD
 N_CTX, ROPE_BASE, EPS = 4096, 500000.0, 1e-6
 SEED = 20250201
-
-
-def copy_tokenizer(reader: GGUFReader, writer: GGUFWriter) -> None:
-    """Every tokenizer.* key with its value types."""
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub_type = field.types[1] if vtype == GGUFValueType.ARRAY else None
-            writer.add_key_value(key, field.contents(), vtype, sub_type=sub_type)
 
 
 def weights(n_vocab: int) -> dict[str, np.ndarray]:
@@ -83,53 +65,13 @@ def weights(n_vocab: int) -> dict[str, np.ndarray]:
 
 
 def write_model(path: Path) -> None:
-    writer = GGUFWriter(path, ARCH)
-    writer.add_name("synthetic-olmo2")
-    writer.add_block_count(N_LAYER)
-    writer.add_context_length(N_CTX)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD_KV)
+    tokenizer = common.read_tokenizer_source()
+    writer = common.start_model(path, ARCH, name="synthetic-olmo2", n_layer=N_LAYER, n_ctx=N_CTX, n_embd=N_EMBD,
+                                n_ff=N_FF, n_head=N_HEAD, n_head_kv=N_HEAD_KV)
     writer.add_layer_norm_rms_eps(EPS)
     writer.add_rope_freq_base(ROPE_BASE)
-    tokenizer = GGUFReader(TOKENIZER_SOURCE)
-    n_vocab = len(tokenizer.fields["tokenizer.ggml.tokens"].contents())
-    writer.add_vocab_size(n_vocab)
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    copy_tokenizer(tokenizer, writer)
-    for name, t in weights(n_vocab).items():
-        if t.ndim == 2:   # the writer takes the byte shape (rows, row bytes) of a quantized tensor
-            data = quants.quantize(t, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, data, raw_shape=data.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, t)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def record(model: Path, out: Path) -> None:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import make_iq_synth   # its recorder: llama.cpp through llama-cpp-python
-
-    want = [c["ids"] for c in json.loads(PROMPTS_SOURCE.read_text(encoding="utf-8"))["cases"]]
-    used = [c["ids"] for c in json.loads(make_iq_synth.TEMPLATE_GOLDEN.read_text(encoding="utf-8"))["cases"]]
-    assert used == want, "make_iq_synth records other prompts than llama-bpe-q5_1-tied.json's"
-    make_iq_synth.record_golden(model, out)
-
-
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--record", action="store_true", help="also record the golden file with llama.cpp")
-    args = parser.parse_args(argv)
-    write_model(MODEL)
-    print(f"{MODEL.relative_to(ROOT)}: {MODEL.stat().st_size} B")
-    if args.record:
-        record(MODEL, MODEL_GOLDEN)
-        print(f"{MODEL_GOLDEN.relative_to(ROOT)} recorded")
+    common.finish_q8_0_model(writer, tokenizer, weights(common.vocab_size(tokenizer)).items())
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    common.main(sys.argv[1:], __doc__, "olmo2-q8_0", write_model, common.record_golden, golden_flag="--record")

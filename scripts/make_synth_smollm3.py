@@ -18,22 +18,13 @@ Writes
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, quants
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_iq_synth  # noqa: E402  (the golden recorder)
+import synth_common as common
 
-ROOT = Path(__file__).resolve().parent.parent
-SYNTH = ROOT / "tests" / "data" / "synth"
-GOLDEN = ROOT / "tests" / "data" / "golden" / "synth"
-TOKENIZER_SOURCE = SYNTH / "llama-bpe-q5_1-tied.gguf"
-PROMPTS = GOLDEN / "llama-bpe-q5_1-tied.json"
-NAME = "smollm3-q8_0"
 ARCH = "smollm3"
 
 SEED = 20250708
@@ -44,15 +35,6 @@ EPS = 1e-6
 STD = 0.1            # q/k/v/o, gate, up, embedding: unit-RMS inputs give O(1) activations and scores
 STD_DOWN = 0.0625    # 1 / sqrt(n_ff)
 STD_NORM = 0.1       # norm weights: 1 + this * N(0, 1)
-
-
-def tokenizer_fields(reader: GGUFReader):
-    """(key, value, type, sub_type) of every tokenizer.* key of the source, in its order."""
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub_type = field.types[-1] if vtype == GGUFValueType.ARRAY else None
-            yield key, field.contents(), vtype, sub_type
 
 
 def random_weights(n_vocab: int) -> dict[str, np.ndarray]:
@@ -81,52 +63,14 @@ def random_weights(n_vocab: int) -> dict[str, np.ndarray]:
 
 
 def write_model(path: Path) -> None:
-    src = GGUFReader(TOKENIZER_SOURCE)
-    n_vocab = len(src.fields["tokenizer.ggml.tokens"].contents())
-    writer = GGUFWriter(path, ARCH)
-    writer.add_name("synthetic-smollm3")
-    writer.add_block_count(N_LAYER)
-    writer.add_context_length(N_CTX)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD_KV)
+    tokenizer = common.read_tokenizer_source()
+    writer = common.start_model(path, ARCH, name="synthetic-smollm3", n_layer=N_LAYER, n_ctx=N_CTX, n_embd=N_EMBD,
+                                n_ff=N_FF, n_head=N_HEAD, n_head_kv=N_HEAD_KV)
     writer.add_layer_norm_rms_eps(EPS)
     writer.add_rope_freq_base(ROPE_BASE)
     writer.add_rope_dimension_count(HEAD_DIM)
-    writer.add_vocab_size(n_vocab)
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    for key, value, vtype, sub_type in tokenizer_fields(src):
-        writer.add_key_value(key, value, vtype, sub_type=sub_type)
-    for name, data in random_weights(n_vocab).items():
-        if data.ndim == 2:
-            q = quants.quantize(data, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, q, raw_shape=q.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def record(model: Path, out: Path) -> None:
-    """make_iq_synth's recorder over the prompts of llama-bpe-q5_1-tied.json."""
-    make_iq_synth.TEMPLATE_GOLDEN = PROMPTS   # the recorder takes its prompts from this file
-    make_iq_synth.record_golden(model, out)
-
-
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--no-record", action="store_true", help="only write the model")
-    args = parser.parse_args(argv)
-    model, golden = SYNTH / f"{NAME}.gguf", GOLDEN / f"{NAME}.json"
-    write_model(model)
-    print(f"{model.relative_to(ROOT)}: {model.stat().st_size} B")
-    if not args.no_record:
-        record(model, golden)
-        print(f"{golden.relative_to(ROOT)}: recorded with llama.cpp")
+    common.finish_q8_0_model(writer, tokenizer, random_weights(common.vocab_size(tokenizer)).items())
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    common.main(sys.argv[1:], __doc__, "smollm3-q8_0", write_model, common.record_golden, golden_flag="--no-record")

@@ -1,0 +1,197 @@
+"""What the make_synth_*.py scripts share: paths, the GGUF writing and the golden recording.
+
+Each synthetic model borrows the tokenizer of llama-bpe-q5_1-tied.gguf, stores
+its 2-D tensors in Q8_0 and the others in F32, and has its golden file recorded
+by make_iq_synth.py's recorder over the prompts of llama-bpe-q5_1-tied.json.
+The scripts keep only what is their architecture's own (hyper-parameters,
+tensors, architecture keys, recorder options) and call these functions for the
+rest.  Every function here writes the same bytes the scripts wrote before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, quants
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_iq_synth  # noqa: E402  (the golden recorder)
+
+ROOT = Path(__file__).resolve().parent.parent
+SYNTH_DIR = ROOT / "tests" / "data" / "synth"
+GOLDEN_DIR = ROOT / "tests" / "data" / "golden" / "synth"
+TOKENIZER_SOURCE = SYNTH_DIR / "llama-bpe-q5_1-tied.gguf"   # the 512-token BPE vocab every model borrows
+PROMPTS_SOURCE = GOLDEN_DIR / "llama-bpe-q5_1-tied.json"    # the prompts every golden file is recorded over
+
+# The arguments make_iq_synth.load_llama gives Llama(): one batch for the whole
+# prompt, logits at every position, llama.cpp's plain attention.
+RECORDER_CONTEXT_ARGS = {"n_ctx": 512, "n_batch": 512, "n_ubatch": 512, "logits_all": True, "n_threads": 2,
+                         "flash_attn": False, "verbose": False}
+
+
+def model_paths(stem: str) -> tuple[Path, Path]:
+    """(model file, golden file) of the synthetic model `stem`, e.g. "glm4-q8_0"."""
+    return SYNTH_DIR / f"{stem}.gguf", GOLDEN_DIR / f"{stem}.json"
+
+
+# ---------------------------------------------------------------- writing the model
+
+def read_tokenizer_source() -> GGUFReader:
+    """The GGUF whose tokenizer.* keys every synthetic model copies."""
+    return GGUFReader(TOKENIZER_SOURCE)
+
+
+def vocab_size(tokenizer: GGUFReader) -> int:
+    """Number of tokens in `tokenizer`'s vocabulary (the rows of token_embd)."""
+    return len(tokenizer.fields["tokenizer.ggml.tokens"].contents())
+
+
+class RandomWeights:
+    """Seeded random float32 weights, each drawn from `rng` when asked for: the order of
+    the calls fixes the values (and so the model's bytes).  `std` maps a kind of tensor
+    (e.g. "attn_q", "bias_q") to the standard deviation of its entries."""
+
+    def __init__(self, rng: np.random.Generator, std: dict[str, float]) -> None:
+        self.rng, self.std = rng, std
+
+    def matrix(self, kind: str, n_out: int, n_in: int) -> np.ndarray:
+        """An [n_out, n_in] matrix (numpy order) of N(0, std[kind]) entries."""
+        return (self.rng.standard_normal((n_out, n_in)) * self.std[kind]).astype(np.float32)
+
+    def vector(self, kind: str, n: int) -> np.ndarray:
+        """n entries of N(0, std[kind]), e.g. a bias."""
+        return (self.rng.standard_normal(n) * self.std[kind]).astype(np.float32)
+
+    def norm(self, n: int) -> np.ndarray:
+        """n RMS-norm weights of 1 +- 0.1: near the identity, yet not equal to it."""
+        return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
+
+
+def start_model(path: Path, arch: str, *, name: str, n_layer: int, n_ctx: int, n_embd: int, n_ff: int,
+                n_head: int, n_head_kv: int) -> GGUFWriter:
+    """A GGUFWriter for `path` holding the keys every synthetic model opens with, in this order:
+    general.name, then block count, context, embedding and feed-forward lengths, head counts.
+    The caller adds its architecture's keys next, then calls finish_q8_0_model."""
+    writer = GGUFWriter(path, arch)
+    writer.add_name(name)
+    writer.add_block_count(n_layer)
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    return writer
+
+
+def copy_tokenizer(tokenizer: GGUFReader, writer: GGUFWriter) -> None:
+    """Every tokenizer.* key of `tokenizer`, in its order and with its value types
+    (an array keeps its element type), so llama.cpp tokenizes as with the source."""
+    for key, field in tokenizer.fields.items():
+        if key.startswith("tokenizer."):
+            value_type = field.types[0]
+            element_type = field.types[1] if value_type == GGUFValueType.ARRAY else None
+            writer.add_key_value(key, field.contents(), value_type, sub_type=element_type)
+
+
+def add_q8_0_tensors(writer: GGUFWriter, tensors: Iterable[tuple[str, np.ndarray]]) -> None:
+    """Each (name, float32 array in numpy order) in order: 2-D ones quantized to Q8_0 by
+    gguf's quantizer, the others (norms, biases, factors) kept in F32."""
+    for name, data in tensors:
+        if data.ndim == 2:   # the writer takes the byte shape (rows, row bytes) of a quantized tensor
+            q8_0 = quants.quantize(data, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, q8_0, raw_shape=q8_0.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, data)
+
+
+def finish_q8_0_model(writer: GGUFWriter, tokenizer: GGUFReader, tensors: Iterable[tuple[str, np.ndarray]], *,
+                      with_vocab_size: bool = True) -> None:
+    """Add the vocabulary size, file type MOSTLY_Q8_0, the tokenizer and the tensors
+    (see add_q8_0_tensors), then write the file and close it.
+
+    with_vocab_size=False leaves out the vocabulary size, for a model that wrote it
+    earlier among its own keys (the key order is part of the file's bytes)."""
+    if with_vocab_size:
+        writer.add_vocab_size(vocab_size(tokenizer))
+    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
+    copy_tokenizer(tokenizer, writer)
+    add_q8_0_tensors(writer, tensors)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+# ---------------------------------------------------------------- recording the golden file
+
+@contextlib.contextmanager
+def llama_extra_buffer_types_off() -> Iterator[None]:
+    """Models loaded inside this block get use_extra_bufts=False (no AMX, no repacked weights).
+
+    Llama() has no argument for it, so the default model parameters it starts from
+    are changed, and restored on leaving.  llama-cpp-python's AVX-512 build crashes
+    on an AMX host with them on, and pyengine follows no such path."""
+    import llama_cpp.llama_cpp as lib   # Llama() takes its model parameters from here
+
+    defaults = lib.llama_model_default_params
+
+    def without_extra_buffer_types():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = without_extra_buffer_types
+    try:
+        yield
+    finally:
+        lib.llama_model_default_params = defaults
+
+
+def record_golden(model: Path, out: Path, *, extra_buffer_types: bool = True, **context_args) -> None:
+    """make_iq_synth's recorder (same cases, schema and formatting) for `model`, over the
+    prompts of llama-bpe-q5_1-tied.json, written to `out`.
+
+    extra_buffer_types=False loads the model without them (see llama_extra_buffer_types_off);
+    `context_args` are Llama() arguments that replace or add to those of make_iq_synth's
+    load_llama (e.g. swa_full=True).  make_iq_synth is left as it was afterwards."""
+    from llama_cpp import Llama
+
+    def load_llama(path: Path):
+        return Llama(str(path), **{**RECORDER_CONTEXT_ARGS, **context_args})
+
+    saved = make_iq_synth.TEMPLATE_GOLDEN, make_iq_synth.load_llama
+    make_iq_synth.TEMPLATE_GOLDEN = PROMPTS_SOURCE   # the recorder takes its prompts from this file
+    if context_args:
+        make_iq_synth.load_llama = load_llama
+    try:
+        with llama_extra_buffer_types_off() if not extra_buffer_types else contextlib.nullcontext():
+            make_iq_synth.record_golden(model, out)
+    finally:
+        make_iq_synth.TEMPLATE_GOLDEN, make_iq_synth.load_llama = saved
+
+
+# ---------------------------------------------------------------- command line
+
+def main(argv: list[str], doc: str, stem: str, write_model: Callable[[Path], None],
+         record: Callable[[Path, Path], None], *, golden_flag: str = "--no-golden") -> None:
+    """Write the model `stem` with write_model(path), then record its golden file with
+    record(model, golden) unless told otherwise.
+
+    golden_flag names the script's option: one starting "--no-" skips the golden
+    file (recorded by default); any other ("--record") asks for it."""
+    model, golden = model_paths(stem)
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    skips = golden_flag.startswith("--no-")
+    parser.add_argument(golden_flag, action="store_true", dest="flag",
+                        help="only write the model" if skips else "also record the golden file with llama.cpp")
+    args = parser.parse_args(argv)
+    write_model(model)
+    print(f"{model.relative_to(ROOT)}: {model.stat().st_size} B")
+    if args.flag != skips:
+        record(model, golden)
+        print(f"{golden.relative_to(ROOT)}: recorded with llama.cpp")
