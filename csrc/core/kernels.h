@@ -181,6 +181,7 @@ void pe_fill_avxvnni_gemm(pe_kernels *k);  /* cpu/x86/avxvnni_gemm.c: avx2_gemm.
 void pe_fill_avx512_legacy(pe_kernels *k); /* cpu/x86/avx512_legacy.c */
 void pe_fill_avx512_kquants(pe_kernels *k);/* cpu/x86/avx512_kquants.c */
 void pe_fill_avx512_gemm(pe_kernels *k);   /* cpu/x86/avx512_gemm.c: vec_dot + gemm */
+void pe_fill_avx512_iq_gemm(pe_kernels *k);/* cpu/x86/avx512_iq_gemm.c: the lattice types' prompt tiles */
 void pe_fill_vec_avx512(pe_kernels *k);    /* cpu/vec.c compiled with AVX-512 flags */
 #endif
 #if defined(PE_ARCH_ARM)

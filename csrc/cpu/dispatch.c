@@ -117,6 +117,7 @@ static void build_tables(void) {
         pe_fill_avx512_legacy(&tables[ISA_AVX512]);
         pe_fill_avx512_kquants(&tables[ISA_AVX512]);
         pe_fill_avx512_gemm(&tables[ISA_AVX512]);
+        pe_fill_avx512_iq_gemm(&tables[ISA_AVX512]);
     }
 #elif defined(PE_ARCH_ARM)
     if (have[ISA_NEON]) {
