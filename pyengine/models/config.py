@@ -53,6 +53,8 @@ class TransformerConfig:
 
     # rope.scaling.type values this architecture runs (Phi-3 adds its LongRoPE)
     ROPE_SCALINGS = ("none", "linear", "yarn")
+    # llama.cpp asserts rope.dimension_count == the head size for the architecture
+    ROPE_WHOLE_HEADS = False
 
     @property
     def q_dim(self) -> int:
@@ -63,9 +65,15 @@ class TransformerConfig:
         return self.n_head_kv * self.head_dim
 
     @classmethod
-    def common_from_gguf(cls, f: GGUFFile, *, rope_mode: int = ROPE_NEOX, eps_default: float = 1e-5) -> dict:
-        """The shared fields as keyword arguments; an architecture adds its own."""
+    def common_from_gguf(cls, f: GGUFFile, *, rope_mode: int = ROPE_NEOX, eps_default: float | None = 1e-5) -> dict:
+        """The shared fields as keyword arguments; an architecture adds its own.
+        eps_default None: the file must set its RMS norm epsilon (llama.cpp requires
+        it for the architecture, so no default is guessed)."""
         key = f.arch_key
+        eps_key = key("attention.layer_norm_rms_epsilon")
+        if eps_default is None and eps_key not in f.metadata:
+            raise ModelError(f"{f.path}: missing metadata key {eps_key!r} ({f.architecture} models must set "
+                             "their RMS norm epsilon)")
         try:
             n_embd = f.get_int(key("embedding_length"))
             n_head = _uniform_int(f, key("attention.head_count"))
@@ -87,7 +95,7 @@ class TransformerConfig:
             n_head_kv=n_head_kv,
             head_dim=head_dim,
             n_ff=f.get_int(key("feed_forward_length"), 0),
-            eps=f.get_float(key("attention.layer_norm_rms_epsilon"), eps_default),
+            eps=f.get_float(eps_key, eps_default),
             rope_base=f.get_float(key("rope.freq_base"), 10000.0),
             rope_dims=f.get_int(key("rope.dimension_count"), head_dim),
             rope_mode=rope_mode,
@@ -119,6 +127,9 @@ class TransformerConfig:
         if self.n_head % self.n_head_kv:
             raise ModelError(f"head_count {self.n_head} is not a multiple of head_count_kv {self.n_head_kv}")
         _positive("attention.key_length (head size)", self.head_dim, MAX_HEAD_DIM)
+        if self.ROPE_WHOLE_HEADS and self.rope_dims != self.head_dim:
+            raise ModelError(f"rope.dimension_count {self.rope_dims} must equal the head size {self.head_dim} "
+                             "(llama.cpp ropes whole heads for this architecture)")
         if self.rope_dims <= 0 or self.rope_dims > self.head_dim or self.rope_dims % 2:
             raise ModelError(f"rope.dimension_count {self.rope_dims} is invalid for head size {self.head_dim}")
         if not (self.eps > 0 and math.isfinite(self.eps)):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyengine.errors import ModelError, UnsupportedError
+from pyengine.errors import UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.nn import F32Param
 from pyengine.models import qwen2
@@ -25,23 +25,15 @@ from pyengine.models.registry import register
 
 @dataclass(frozen=True)
 class Ernie45Config(qwen2.AttentionConfig):
+    ROPE_WHOLE_HEADS = True
+
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Ernie45Config":
-        key = f.arch_key
-        eps_key = key("attention.layer_norm_rms_epsilon")
-        if eps_key not in f.metadata:   # llama.cpp requires it for ERNIE 4.5, so no default is guessed
-            raise ModelError(f"{f.path}: missing metadata key {eps_key!r} (ERNIE 4.5 needs its RMS norm epsilon)")
         biased = next((n for n in f.tensors if n.endswith(".attn_output.bias")), None)
         if biased:   # llama.cpp loads it but never adds it; the model would: neither answer is safe
             raise UnsupportedError(f"{f.path}: tensor {biased!r} (an attention output bias) is not supported "
                                    "for ERNIE 4.5; no released ERNIE 4.5 model has one")
-        return cls(**cls.common_from_gguf(f, rope_mode=ROPE_NORMAL))   # pairs of consecutive values
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.rope_dims != self.head_dim:   # llama.cpp asserts n_rot == head size for ERNIE 4.5
-            raise ModelError(f"rope.dimension_count {self.rope_dims} must equal the head size "
-                             f"{self.head_dim} in an ERNIE 4.5 model")
+        return cls(**cls.common_from_gguf(f, rope_mode=ROPE_NORMAL, eps_default=None))   # pairs of consecutive values
 
 
 @register("ernie4_5")

@@ -37,15 +37,14 @@ DEFAULT_PATTERN = 4      # three sliding layers, then a global one
 
 @dataclass(frozen=True)
 class Exaone4Config(qwen2.AttentionConfig):
+    ROPE_WHOLE_HEADS = True   # (llama.cpp asserts it)
+
     sliding_window: int = 0                # tokens a sliding layer sees (its own included)
     sliding: tuple[bool, ...] = ()         # per layer of a hybrid model: slides (and ropes); () = not hybrid
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Exaone4Config":
         key = f.arch_key
-        eps_key = key("attention.layer_norm_rms_epsilon")
-        if eps_key not in f.metadata:   # llama.cpp requires it, so no default is guessed
-            raise ModelError(f"{f.path}: missing metadata key {eps_key!r} (EXAONE 4 needs its RMS norm epsilon)")
         scaling = f.get_str(key("rope.scaling.type"), "none")
         if scaling not in ("none", "linear"):
             raise UnsupportedError(f"{f.path}: rope scaling {scaling!r} is not supported for EXAONE 4 yet; "
@@ -53,7 +52,7 @@ class Exaone4Config(qwen2.AttentionConfig):
         if f.get_int(key("nextn_predict_layers"), 0):
             raise UnsupportedError(f"{f.path}: EXAONE 4 files with multi-token-prediction (NextN) layers "
                                    "are not supported yet")
-        kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX)   # the converter keeps HF's rotate-half layout
+        kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX, eps_default=None)   # HF's rotate-half layout
         if kw["n_layer"] == HYBRID_LAYERS:
             base_swa = f.get_float(key("rope.freq_base_swa"), kw["rope_base"])
             if base_swa != kw["rope_base"]:   # llama.cpp's graph ignores it, its context shift does not
@@ -79,13 +78,10 @@ class Exaone4Config(qwen2.AttentionConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # llama.cpp shapes attn_output as n_embd x n_embd and ropes whole heads
+        # llama.cpp shapes attn_output as n_embd x n_embd
         if self.q_dim != self.n_embd:
             raise ModelError(f"head_count {self.n_head} x head size {self.head_dim} = {self.q_dim} must equal "
                              f"embedding_length {self.n_embd} in an exaone4 model")
-        if self.rope_dims != self.head_dim:
-            raise ModelError(f"rope.dimension_count {self.rope_dims} must equal the head size "
-                             f"{self.head_dim} in an exaone4 model")
         if self.sliding:
             qwen2.check_range("attention.sliding_window", self.sliding_window, 1, 1 << 24)
             if len(self.sliding) != self.n_layer:

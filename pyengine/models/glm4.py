@@ -43,15 +43,12 @@ class Glm4Config(qwen2.AttentionConfig):
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Glm4Config":
         key = f.arch_key
-        eps_key = key("attention.layer_norm_rms_epsilon")
-        if eps_key not in f.metadata:   # llama.cpp requires it, so no default is guessed
-            raise ModelError(f"{f.path}: missing metadata key {eps_key!r} (GLM-4 needs its RMS norm epsilon)")
         mrope = cls.text_mrope(f)
         if "rope_freqs.weight" in f.tensors:   # llama.cpp's glm4 neither loads nor applies it
             raise UnsupportedError(f"{f.path}: tensor 'rope_freqs.weight' (RoPE frequency factors) is not "
                                    "supported for GLM-4, whose RoPE takes none")
         # the converter keeps HF's interleaved pairs, except for M-RoPE (it permutes q and k to NeoX's)
-        kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX if mrope else ROPE_NORMAL)
+        kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX if mrope else ROPE_NORMAL, eps_default=None)
         n_blocks, nextn = kw["n_layer"], f.get_int(key("nextn_predict_layers"), 0)
         if not 0 <= nextn < n_blocks:
             raise ModelError(f"{f.path}: nextn_predict_layers {nextn} must be at least 0 and fewer than "

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine.errors import GGUFError, ModelError, UnsupportedError
+from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import F32, Context, Tensor
@@ -34,6 +34,8 @@ from pyengine.models.registry import register
 
 @dataclass(frozen=True)
 class HunyuanDenseConfig(qwen2.AttentionConfig):
+    ROPE_WHOLE_HEADS = True
+
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "HunyuanDenseConfig":
         key = f.arch_key
@@ -43,11 +45,7 @@ class HunyuanDenseConfig(qwen2.AttentionConfig):
         if any(int(s) for s in f.get_array(key("rope.dimension_sections"), ())):
             raise UnsupportedError(f"{f.path}: XD-RoPE sections (rope.dimension_sections, Hunyuan-VL's) "
                                    "are not supported")
-        kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX)   # GGUF keeps HF's q/k layout: NeoX pairs
-        try:   # llama.cpp requires it (no default)
-            kw["eps"] = f.get_float(key("attention.layer_norm_rms_epsilon"))
-        except GGUFError as e:
-            raise ModelError(f"{e}; a hunyuan-dense model must set its RMS norm epsilon") from None
+        kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX, eps_default=None)   # HF's q/k layout: NeoX pairs
         alpha = f.get_float(key("rope.scaling.alpha"), 0.0)
         if alpha > 0:   # NTK alpha: in float32, as llama.cpp scales the base
             hd = kw["head_dim"]
@@ -56,12 +54,6 @@ class HunyuanDenseConfig(qwen2.AttentionConfig):
             exponent = np.float32(hd) / np.float32(hd - 2)
             kw["rope_base"] = float(np.float32(kw["rope_base"]) * np.power(np.float32(alpha), exponent))
         return cls(**kw)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.rope_dims != self.head_dim:   # llama.cpp asserts n_rot == head size
-            raise ModelError(f"rope.dimension_count {self.rope_dims} must equal the head size "
-                             f"{self.head_dim} in a hunyuan-dense model")
 
 
 @dataclass(eq=False)

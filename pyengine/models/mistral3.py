@@ -76,6 +76,7 @@ def temperature_table(beta: float, floor_scale: int, n: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Mistral3Config(llama.LlamaConfig):
+    ROPE_WHOLE_HEADS = True
     yarn_beta_fast: float = YARN_BETA_FAST   # the YaRN ramp's ends
     yarn_beta_slow: float = YARN_BETA_SLOW
     temp_scale: float = 0.0                  # attention.temperature_scale (beta); 0 = no temperature
@@ -84,13 +85,10 @@ class Mistral3Config(llama.LlamaConfig):
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Mistral3Config":
         key = f.arch_key
-        eps_key = key("attention.layer_norm_rms_epsilon")
-        if eps_key not in f.metadata:   # llama.cpp requires it, so no default is guessed
-            raise ModelError(f"{f.path}: missing metadata key {eps_key!r} (Mistral 3 needs its RMS norm epsilon)")
         if f.get_int(key("expert_count"), 0) > 0:
             raise UnsupportedError(f"{f.path}: mistral3 files with experts (MoE) are not supported yet; "
                                    "only the dense Mistral 3 models run")
-        kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL)   # GGUF permutes q/k for the normal layout
+        kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL, eps_default=None)   # q/k permuted: normal layout
         value_dim = f.get_int(key("attention.value_length"), kw["head_dim"])
         if value_dim != kw["head_dim"]:   # llama.cpp asserts equal head sizes for mistral3
             raise ModelError(f"{f.path}: value head size {value_dim} differs from key head size {kw['head_dim']}")
@@ -107,9 +105,6 @@ class Mistral3Config(llama.LlamaConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.rope_dims != self.head_dim:   # llama.cpp: "invalid n_rot"
-            raise ModelError(f"rope.dimension_count {self.rope_dims} must equal the head size "
-                             f"{self.head_dim} in a mistral3 model")
         for name in ("yarn_beta_fast", "yarn_beta_slow"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):

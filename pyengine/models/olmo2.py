@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyengine.errors import GGUFError, ModelError, UnsupportedError
+from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
@@ -24,28 +24,22 @@ from pyengine.models.registry import register
 
 @dataclass(frozen=True)
 class Olmo2Config(qwen2.AttentionConfig):
+    ROPE_WHOLE_HEADS = True
+
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Olmo2Config":
         key = f.arch_key
         if f.get_int(key("attention.sliding_window"), 0) > 0:
             raise UnsupportedError(f"{f.path}: sliding-window attention (OLMo 3) is not supported yet; "
                                    "only OLMo 2 models (no attention.sliding_window) run")
-        kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX)
-        try:   # llama.cpp requires it (no default)
-            kw["eps"] = f.get_float(key("attention.layer_norm_rms_epsilon"))
-        except GGUFError as e:
-            raise ModelError(f"{e}; an olmo2 model must set its RMS norm epsilon") from None
-        return cls(**kw)
+        return cls(**cls.common_from_gguf(f, rope_mode=ROPE_NEOX, eps_default=None))
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # llama.cpp sizes q and its norm by n_embd and ropes whole heads
+        # llama.cpp sizes q and its norm by n_embd
         if self.q_dim != self.n_embd:
             raise ModelError(f"head_count {self.n_head} x head size {self.head_dim} = {self.q_dim} must equal "
                              f"embedding_length {self.n_embd} in an olmo2 model")
-        if self.rope_dims != self.head_dim:
-            raise ModelError(f"rope.dimension_count {self.rope_dims} must equal the head size "
-                             f"{self.head_dim} in an olmo2 model")
 
 
 @dataclass(eq=False)

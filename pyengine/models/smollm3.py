@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import F32Param
@@ -26,23 +25,17 @@ NO_ROPE_LAYER_STEP = 4   # llama.cpp's value for SmolLM3; GGUF does not store it
 
 @dataclass(frozen=True)
 class SmolLM3Config(qwen2.AttentionConfig):
+    ROPE_WHOLE_HEADS = True
     no_rope_step: int = NO_ROPE_LAYER_STEP   # layer i attends without RoPE when (i + 1) % step == 0
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "SmolLM3Config":
-        key = f.arch_key
-        eps_key = key("attention.layer_norm_rms_epsilon")
-        if eps_key not in f.metadata:   # llama.cpp requires it for SmolLM3, so no default is guessed
-            raise ModelError(f"{f.path}: missing metadata key {eps_key!r} (SmolLM3 needs its RMS norm epsilon)")
-        kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL)   # GGUF permutes q/k for the normal layout
+        kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL, eps_default=None)   # q/k permuted: normal layout
         return cls(**kw, no_rope_step=NO_ROPE_LAYER_STEP)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         qwen2.check_range("no-RoPE layer step", self.no_rope_step, 1, MAX_LAYERS)
-        if self.rope_dims != self.head_dim:   # llama.cpp asserts n_rot == head size for SmolLM3
-            raise ModelError(f"rope.dimension_count {self.rope_dims} must equal the head size "
-                             f"{self.head_dim} in a SmolLM3 model")
 
     def uses_rope(self, layer: int) -> bool:
         return (layer + 1) % self.no_rope_step != 0
