@@ -40,23 +40,8 @@ STD = {"token_embd": 0.1, "output": 0.7, "attn_q": 0.3, "attn_k": 0.3, "attn_v":
 
 def tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
     """(name, float32 array in numpy order [out, in]), in llama.cpp's usual file order."""
-    w = common.RandomWeights(rng, STD)
-    n_vocab, kv_dim = 512, N_HEAD_KV * HEAD_DIM
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
-           ("output_norm.weight", w.norm(N_EMBD)),
-           ("output.weight", w.matrix("output", n_vocab, N_EMBD))]
-    for i in range(N_LAYER):
-        p = f"blk.{i}."
-        out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
-                (p + "attn_q.weight", w.matrix("attn_q", N_EMBD, N_EMBD)),
-                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, N_EMBD)),
-                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
-                (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, N_EMBD)),
-                (p + "ffn_norm.weight", w.norm(N_EMBD)),
-                (p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
-                (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
-                (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
-    return out
+    return common.llama_tensors(common.RandomWeights(rng, STD), n_vocab=512, n_embd=N_EMBD, n_layer=N_LAYER,
+                                q_dim=N_EMBD, kv_dim=N_HEAD_KV * HEAD_DIM, n_ff=N_FF)
 
 
 def write_model(path: Path) -> None:

@@ -72,6 +72,33 @@ class RandomWeights:
         return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
 
 
+def llama_tensors(w: RandomWeights, *, n_vocab: int, n_embd: int, n_layer: int, q_dim: int, kv_dim: int, n_ff: int,
+                  tied: bool = False, after_attention=None) -> list[tuple[str, np.ndarray]]:
+    """Llama's tensors, (name, float32 array in numpy order [out, in]), drawn from `w` in
+    llama.cpp's usual file order (the order fixes the values): the embedding, the output
+    norm and (unless `tied`) the output, then per block its norms, q/k/v/output and
+    gate/up/down.  after_attention(prefix), when given, returns a block's extra tensors,
+    drawn and placed right after its attn_output (e.g. q/k norms)."""
+    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, n_embd)),
+           ("output_norm.weight", w.norm(n_embd))]
+    if not tied:
+        out.append(("output.weight", w.matrix("output", n_vocab, n_embd)))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", w.norm(n_embd)),
+                (p + "attn_q.weight", w.matrix("attn_q", q_dim, n_embd)),
+                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, n_embd)),
+                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, n_embd)),
+                (p + "attn_output.weight", w.matrix("attn_output", n_embd, q_dim))]
+        if after_attention is not None:
+            out += after_attention(p)
+        out += [(p + "ffn_norm.weight", w.norm(n_embd)),
+                (p + "ffn_gate.weight", w.matrix("ffn_gate", n_ff, n_embd)),
+                (p + "ffn_up.weight", w.matrix("ffn_up", n_ff, n_embd)),
+                (p + "ffn_down.weight", w.matrix("ffn_down", n_embd, n_ff))]
+    return out
+
+
 def start_model(path: Path, arch: str, *, name: str, n_layer: int, n_ctx: int, n_embd: int, n_ff: int,
                 n_head: int, n_head_kv: int) -> GGUFWriter:
     """A GGUFWriter for `path` holding the keys every synthetic model opens with, in this order:
