@@ -27,6 +27,10 @@ extern int8_t  pe_iq1s_grid[2048 * 8];    /* levels -1, 0, 1 */
  * makes the count of minus signs even.  Bit j of pe_iq2_signs[i] is the sign
  * of weight j (1: negative). */
 extern uint8_t pe_iq2_signs[128];
+/* The same signs as bytes, the operand of x86's sign_epi8: byte j of entry i is
+ * -1 where bit j of pe_iq2_signs[i] is set, else +1 (never 0, which would zero
+ * the weight). */
+extern uint64_t pe_iq2_sign_bytes[128];
 
 #define PE_IQ1_DELTA 0.125f   /* IQ1_S / IQ1_M: levels are grid +- this */
 

@@ -19,6 +19,7 @@ uint8_t pe_iq3xxs_grid[256 * 4];
 uint8_t pe_iq3s_grid[512 * 4];
 int8_t  pe_iq1s_grid[2048 * 8];
 uint8_t pe_iq2_signs[128];
+uint64_t pe_iq2_sign_bytes[128];
 
 static struct { void *table; size_t bytes; } const grids[PE_IQ_GRID_COUNT] = {
     [PE_IQ_GRID_2XXS] = {pe_iq2xxs_grid, sizeof pe_iq2xxs_grid},
@@ -539,6 +540,9 @@ void pe_fill_ref_iquants(pe_kernels *k) {
         odd ^= odd >> 2;
         odd ^= odd >> 1;
         pe_iq2_signs[i] = (uint8_t)(i | (odd & 1) << 7);
+        pe_iq2_sign_bytes[i] = 0;
+        for (int j = 0; j < 8; j++)
+            pe_iq2_sign_bytes[i] |= (uint64_t)(pe_iq2_signs[i] >> j & 1 ? 0xFF : 0x01) << 8 * j;
     }
     k->type[PE_TYPE_IQ2_XXS] = (pe_type_kernels){dequantize_iq2_xxs, NULL, vec_dot_iq2_xxs};
     k->type[PE_TYPE_IQ2_XS]  = (pe_type_kernels){dequantize_iq2_xs, NULL, vec_dot_iq2_xs};

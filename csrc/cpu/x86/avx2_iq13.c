@@ -4,7 +4,7 @@
  * A sub-block of 32 weights is one vector.  Its grid entries are fetched by
  * index with scalar loads (4 levels per IQ3 index, 8 per IQ1 index) and set
  * into the vector; IQ3's sign bits become a byte mask (IQ3_XXS through a
- * table made once from pe_iq2_signs, IQ3_S by testing its explicit bits).
+ * table, iquants.h's pe_iq2_sign_bytes, IQ3_S by testing its explicit bits).
  * maddubs multiplies weights and activations into 16-bit pair sums, madd
  * applies the sub-block's odd scale, and the 32-bit sums stay in a vector
  * until the end of the super-block.  There they are summed into the very
@@ -34,11 +34,6 @@
 #include "x86_reduce.h"
 
 /* ---- shared pieces ------------------------------------------------------------- */
-
-/* IQ3_XXS's sign patterns as bytes for sign_epi8: byte j of entry i is -1
- * where bit j of pe_iq2_signs[i] is set, else +1 (never 0, which would zero
- * the weight). */
-static uint64_t iq3xxs_sign_bytes[128];
 
 static inline __m256i load_codes(const int8_t *q8) { return _mm256_loadu_si256((const __m256i *)q8); }
 
@@ -89,8 +84,8 @@ static void vec_dot_iq3_xxs(int64_t n, float *s, const void *vw, const void *va)
                 iq3_entry(pe_iq3xxs_grid, q3[3]), iq3_entry(pe_iq3xxs_grid, q3[4]), iq3_entry(pe_iq3xxs_grid, q3[5]),
                 iq3_entry(pe_iq3xxs_grid, q3[6]), iq3_entry(pe_iq3xxs_grid, q3[7]));
             const __m256i sign = _mm256_set_epi64x(
-                (long long)iq3xxs_sign_bytes[aux >> 21 & 127], (long long)iq3xxs_sign_bytes[aux >> 14 & 127],
-                (long long)iq3xxs_sign_bytes[aux >> 7 & 127], (long long)iq3xxs_sign_bytes[aux & 127]);
+                (long long)pe_iq2_sign_bytes[aux >> 21 & 127], (long long)pe_iq2_sign_bytes[aux >> 14 & 127],
+                (long long)pe_iq2_sign_bytes[aux >> 7 & 127], (long long)pe_iq2_sign_bytes[aux & 127]);
             const __m256i w = _mm256_sign_epi8(level, sign);
             acc = _mm256_add_epi32(acc, scaled(mul_pairs(w, load_codes(a[i].qs + 32 * ib)), (int)(2 * (aux >> 28) + 1)));
         }
@@ -225,13 +220,6 @@ static void vec_dot_iq1_m(int64_t n, float *s, const void *vw, const void *va) {
 }
 
 void pe_fill_avx2_iq13(pe_kernels *k) {
-    /* pe_fill_ref_iquants has filled pe_iq2_signs (it runs on the reference
-     * table, which this one starts from) */
-    for (unsigned i = 0; i < 128; i++) {
-        uint64_t bytes = 0;
-        for (int j = 0; j < 8; j++) bytes |= (uint64_t)(pe_iq2_signs[i] >> j & 1 ? 0xFF : 0x01) << 8 * j;
-        iq3xxs_sign_bytes[i] = bytes;
-    }
     k->type[PE_TYPE_IQ3_XXS].vec_dot = vec_dot_iq3_xxs;
     k->type[PE_TYPE_IQ3_S].vec_dot = vec_dot_iq3_s;
     k->type[PE_TYPE_IQ1_S].vec_dot = vec_dot_iq1_s;

@@ -33,10 +33,9 @@
 #include "x86_reduce.h"
 
 /* Byte j of sign_mask[b] is -1 when bit j of b is set, else +1: the control
- * operand of _mm256_sign_epi8.  even_sign_mask[i] is the mask of the 7 stored
- * sign bits i of IQ2_XXS / IQ2_XS, the eighth completed as pe_iq2_signs does. */
+ * operand of _mm256_sign_epi8, for IQ2_S's explicit sign bytes (the 7 stored
+ * bits of IQ2_XXS / IQ2_XS take iquants.h's pe_iq2_sign_bytes). */
 static uint64_t sign_mask[256];
-static uint64_t even_sign_mask[128];
 
 static void build_sign_masks(void) {
     for (unsigned b = 0; b < 256; b++) {
@@ -44,7 +43,6 @@ static void build_sign_masks(void) {
         for (unsigned j = 0; j < 8; j++) m |= (uint64_t)(b >> j & 1 ? 0xFF : 0x01) << 8 * j;
         sign_mask[b] = m;
     }
-    for (unsigned i = 0; i < 128; i++) even_sign_mask[i] = sign_mask[pe_iq2_signs[i]];
 }
 
 /* grid entries i0..i3 (8 level bytes each) as one vector, i0 lowest; the
@@ -82,7 +80,7 @@ static int32_t iq2_xxs_bsum(const block_iq2_xxs *x, const int8_t *q8) {
         uint32_t aux;
         memcpy(&aux, qs + 4, sizeof aux);
         const __m256i levels = grid4(pe_iq2xxs_grid, qs[0], qs[1], qs[2], qs[3]);
-        const __m256i signs = masks4(even_sign_mask, aux & 127, aux >> 7 & 127, aux >> 14 & 127, aux >> 21 & 127);
+        const __m256i signs = masks4(pe_iq2_sign_bytes, aux & 127, aux >> 7 & 127, aux >> 14 & 127, aux >> 21 & 127);
         const __m256i pairs = signed_pairs(levels, signs, _mm256_loadu_si256((const __m256i *)q8));
         const __m256i scale = _mm256_set1_epi16((short)(2 * (aux >> 28) + 1));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, scale));
@@ -132,7 +130,7 @@ static int32_t iq2_xs_bsum(const block_iq2_xs *x, const int8_t *q8) {
     const uint16_t *qs = x->qs;
     for (int ib = 0; ib < QK_K / 32; ib++, qs += 4, q8 += 32) {
         const __m256i levels = grid4(pe_iq2xs_grid, qs[0] & 511, qs[1] & 511, qs[2] & 511, qs[3] & 511);
-        const __m256i signs = masks4(even_sign_mask, qs[0] >> 9, qs[1] >> 9, qs[2] >> 9, qs[3] >> 9);
+        const __m256i signs = masks4(pe_iq2_sign_bytes, qs[0] >> 9, qs[1] >> 9, qs[2] >> 9, qs[3] >> 9);
         const __m256i pairs = signed_pairs(levels, signs, _mm256_loadu_si256((const __m256i *)q8));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_shuffle_epi8(scales, pick)));
         pick = _mm256_add_epi8(pick, step);
@@ -183,8 +181,6 @@ static void vec_dot_iq2_s(int64_t n, float *s, const void *vw, const void *va) {
     *s = 0.125f * sum;
 }
 
-/* The sign masks are made from pe_iq2_signs, which pe_fill_ref_iquants fills
- * before any SIMD table is filled. */
 void pe_fill_avx2_iq2(pe_kernels *k) {
     build_sign_masks();
     k->type[PE_TYPE_IQ2_XXS].vec_dot = vec_dot_iq2_xxs;
