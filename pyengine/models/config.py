@@ -49,6 +49,8 @@ class TransformerConfig:
     rope_ext_factor: float = 0.0    # YaRN: 1 mixes extrapolated angles into the interpolated ones; 0 = off
     rope_attn_factor: float = 1.0   # attn_factor of every rope (llama.cpp's cparams.yarn_attn_factor)
     n_ctx_orig: int = 0             # rope.scaling.original_context_length, else context_length
+    rope_beta_fast: float = YARN_BETA_FAST   # YaRN's ramp ends (an architecture may read them from its file)
+    rope_beta_slow: float = YARN_BETA_SLOW
     rope_rotation_only: bool = False   # see rotation_only()
 
     # rope.scaling.type values this architecture runs (Phi-3 adds its LongRoPE)
@@ -140,6 +142,10 @@ class TransformerConfig:
             raise ModelError(f"rope.scaling.attn_factor must be positive, got {self.rope_attn_factor}")
         _positive("context_length", self.n_ctx_train, 1 << 24)
         _positive("rope.scaling.original_context_length", self.n_ctx_orig, 1 << 24)
+        for name in ("rope_beta_fast", "rope_beta_slow"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ModelError(f"YaRN's {name} must be positive and finite, got {value}")
 
     def rope(self, ctx: Context, x: Tensor, positions: Tensor, *, base: float | None = None,
              scale: float | None = None, freq_factors: Tensor | None = None) -> Tensor:
@@ -149,8 +155,8 @@ class TransformerConfig:
         return ctx.rope(x, positions, n_dims=self.rope_dims, mode=self.rope_mode,
                         base=self.rope_base if base is None else base, scale=scale,
                         freq_factors=freq_factors, ext_factor=self.rope_ext_factor,
-                        attn_factor=self.rope_attn(scale), beta_fast=YARN_BETA_FAST,
-                        beta_slow=YARN_BETA_SLOW, n_ctx_orig=self.n_ctx_orig)
+                        attn_factor=self.rope_attn(scale), beta_fast=self.rope_beta_fast,
+                        beta_slow=self.rope_beta_slow, n_ctx_orig=self.n_ctx_orig)
 
     def rope_attn(self, scale: float) -> float:
         """The attn_factor of a rope with freq_scale `scale`: the model's, or in a
@@ -184,16 +190,21 @@ def yarn_ggml_mscale(freq_scale: float) -> np.float32:
     return F32(1) + F32(0.1) * _logf(F32(1) / F32(freq_scale))
 
 
-def yarn_attn_factor(freq_scale: float, ext_factor: float, file_attn_factor: float) -> float:
+def yarn_attn_factor(freq_scale: float, ext_factor: float, file_attn_factor: float, log_mul: float = 0.0) -> float:
     """llama.cpp's cparams.yarn_attn_factor (llama-context.cpp, since PR 17945), in its
-    float steps: with YaRN, get_mscale(factor) = 1 + 0.1 ln(factor) (1 for a factor
-    <= 1; these architectures read no yarn_log_multiplier) divided by what ggml's rope
-    multiplies in itself, so the total magnitude is get_mscale's; then times
-    rope.scaling.attn_factor, with or without YaRN."""
+    float steps: with YaRN, get_mscale(factor, 1) / get_mscale(factor, m) for a
+    rope.scaling.yarn_log_multiplier m != 0 (only some architectures read it), else
+    get_mscale(factor, 1), get_mscale(f, m) = 1 + 0.1 m ln(f) (1 for f <= 1), divided
+    by what ggml's rope multiplies in itself; then times rope.scaling.attn_factor,
+    with or without YaRN."""
     attn = F32(1)
     if ext_factor != 0:
         factor = F32(1) / F32(freq_scale)
-        attn = F32(1) if factor <= 1 else F32(0.1) * _logf(factor) + F32(1)
+
+        def mscale(m: float) -> np.float32:
+            return F32(1) if factor <= 1 else F32(0.1) * F32(m) * _logf(factor) + F32(1)
+
+        attn = mscale(1.0) / mscale(log_mul) if log_mul else mscale(1.0)
         attn = attn * (F32(1) / yarn_ggml_mscale(freq_scale))
     return float(attn * F32(file_attn_factor))
 

@@ -30,13 +30,18 @@ class Attention(Module):
     attn_v: Linear = tensor("attn_v", shape=("n_embd", "kv_dim"))
     attn_output: Linear = tensor("attn_output", shape=("q_dim", "n_embd"))
 
-    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None) -> Tensor:
+    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None,
+                 q_scale: Tensor | None = None) -> Tensor:
+        """q_scale [1, 1, T]: a factor per token on the roped queries (Llama 4's
+        attention temperature, models/mistral3.py); None for none."""
         c, n_tokens = self.cfg, x.shape[1]
         q, k, v = nn.linears(ctx, (self.attn_q, self.attn_k, self.attn_v), x)      # v [hd*Hkv, T]
         q = ctx.reshape(q, (c.head_dim, c.n_head, n_tokens))                         # [hd, H, T]
         k = ctx.reshape(k, (c.head_dim, c.n_head_kv, n_tokens))                      # [hd, Hkv, T]
         q = c.rope(ctx, q, batch.positions, freq_factors=freq_factors)
         k = c.rope(ctx, k, batch.positions, freq_factors=freq_factors)
+        if q_scale is not None:
+            q = ctx.mul(q, q_scale)                                                  # [hd, H, T] x [1, 1, T]
         o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, n_tokens)), v,
                          n_head_kv=c.n_head_kv, scale=1.0 / math.sqrt(c.head_dim))  # [hd*H, T]
         return self.attn_output(ctx, o)

@@ -33,34 +33,13 @@ import numpy as np
 
 from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
-from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
 from pyengine.models import llama
-from pyengine.models.binding import blocks, module
-from pyengine.models.config import F32, ROPE_NORMAL, YARN_BETA_FAST, YARN_BETA_SLOW, yarn_attn_factor, yarn_ggml_mscale
+from pyengine.models.binding import blocks
+from pyengine.models.config import F32, ROPE_NORMAL, YARN_BETA_FAST, YARN_BETA_SLOW, yarn_attn_factor
 from pyengine.models.registry import register
 
 MAX_CONTEXT = 1 << 24
-
-
-def logf(x) -> np.float32:
-    """C's logf: the float64 logarithm rounded to float."""
-    return F32(math.log(float(x)))
-
-
-def yarn_magnitude(freq_scale: float, ext_factor: float, file_attn_factor: float, log_mul: float) -> float:
-    """llama.cpp's cparams.yarn_attn_factor in its float steps, with the file's
-    yarn_log_multiplier m: get_mscale(f, 1) / get_mscale(f, m), over what ggml's
-    rope multiplies in itself, times rope.scaling.attn_factor."""
-    if ext_factor == 0 or log_mul == 0:
-        return yarn_attn_factor(freq_scale, ext_factor, file_attn_factor)
-    factor = F32(1) / F32(freq_scale)
-
-    def mscale(m: float) -> np.float32:
-        return F32(1) if factor <= 1 else F32(0.1) * F32(m) * logf(factor) + F32(1)
-
-    attn = mscale(1.0) / mscale(log_mul) * (F32(1) / yarn_ggml_mscale(freq_scale))
-    return float(attn * F32(file_attn_factor))
 
 
 @lru_cache(maxsize=8)
@@ -77,8 +56,6 @@ def temperature_table(beta: float, floor_scale: int, n: int) -> np.ndarray:
 @dataclass(frozen=True)
 class Mistral3Config(llama.LlamaConfig):
     ROPE_WHOLE_HEADS = True
-    yarn_beta_fast: float = YARN_BETA_FAST   # the YaRN ramp's ends
-    yarn_beta_slow: float = YARN_BETA_SLOW
     temp_scale: float = 0.0                  # attention.temperature_scale (beta); 0 = no temperature
     temp_floor: int = 0                      # positions per temperature step (the original context)
 
@@ -92,60 +69,27 @@ class Mistral3Config(llama.LlamaConfig):
         value_dim = f.get_int(key("attention.value_length"), kw["head_dim"])
         if value_dim != kw["head_dim"]:   # llama.cpp asserts equal head sizes for mistral3
             raise ModelError(f"{f.path}: value head size {value_dim} differs from key head size {kw['head_dim']}")
-        kw["rope_attn_factor"] = yarn_magnitude(kw["rope_scale"], kw["rope_ext_factor"],
-                                                f.get_float(key("rope.scaling.attn_factor"), 1.0),
-                                                f.get_float(key("rope.scaling.yarn_log_multiplier"), 0.0))
+        kw["rope_attn_factor"] = yarn_attn_factor(kw["rope_scale"], kw["rope_ext_factor"],
+                                                  f.get_float(key("rope.scaling.attn_factor"), 1.0),
+                                                  f.get_float(key("rope.scaling.yarn_log_multiplier"), 0.0))
         temp = f.get_float(key("attention.temperature_scale"), 0.0)
         orig_key = key("rope.scaling.original_context_length")
         if temp != 0 and f.get_int(orig_key, 1) == 0:   # llama.cpp: "invalid n_ctx_orig_yarn"
             raise ModelError(f"{f.path}: {orig_key} is 0, but the attention temperature steps by it")
-        return cls(**kw, yarn_beta_fast=f.get_float(key("rope.scaling.yarn_beta_fast"), YARN_BETA_FAST),
-                   yarn_beta_slow=f.get_float(key("rope.scaling.yarn_beta_slow"), YARN_BETA_SLOW),
+        return cls(**kw, rope_beta_fast=f.get_float(key("rope.scaling.yarn_beta_fast"), YARN_BETA_FAST),
+                   rope_beta_slow=f.get_float(key("rope.scaling.yarn_beta_slow"), YARN_BETA_SLOW),
                    temp_scale=temp, temp_floor=kw["n_ctx_orig"] if temp != 0 else 0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("yarn_beta_fast", "yarn_beta_slow"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ModelError(f"rope.scaling.{name} must be positive and finite, got {value}")
         if not math.isfinite(self.temp_scale):
             raise ModelError(f"attention.temperature_scale must be finite, got {self.temp_scale}")
         if self.temp_scale != 0 and not 1 <= self.temp_floor <= MAX_CONTEXT:
             raise ModelError(f"attention temperature step {self.temp_floor} is out of range (1..{MAX_CONTEXT})")
 
-    def rope(self, ctx: Context, x: Tensor, positions: Tensor, *, base: float | None = None,
-             scale: float | None = None, freq_factors: Tensor | None = None) -> Tensor:
-        """The shared RoPE with the file's YaRN ramp ends."""
-        scale = self.rope_scale if scale is None else scale
-        return ctx.rope(x, positions, n_dims=self.rope_dims, mode=self.rope_mode,
-                        base=self.rope_base if base is None else base, scale=scale,
-                        freq_factors=freq_factors, ext_factor=self.rope_ext_factor,
-                        attn_factor=self.rope_attn(scale), beta_fast=self.yarn_beta_fast,
-                        beta_slow=self.yarn_beta_slow, n_ctx_orig=self.n_ctx_orig)
-
-
-@dataclass(eq=False)
-class Attention(llama.Attention):
-    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None,
-                 temperature: Tensor | None = None) -> Tensor:
-        c, n_tokens = self.cfg, x.shape[1]
-        q, k, v = nn.linears(ctx, (self.attn_q, self.attn_k, self.attn_v), x)      # v [hd*Hkv, T]
-        q = ctx.reshape(q, (c.head_dim, c.n_head, n_tokens))                         # [hd, H, T]
-        k = ctx.reshape(k, (c.head_dim, c.n_head_kv, n_tokens))                      # [hd, Hkv, T]
-        q = c.rope(ctx, q, batch.positions, freq_factors=freq_factors)
-        k = c.rope(ctx, k, batch.positions, freq_factors=freq_factors)
-        if temperature is not None:
-            q = ctx.mul(q, temperature)                                              # [hd, H, T] x [1, 1, T]
-        o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, n_tokens)), v,
-                         n_head_kv=c.n_head_kv, scale=1.0 / math.sqrt(c.head_dim))  # [hd*H, T]
-        return self.attn_output(ctx, o)
-
 
 @dataclass(eq=False)
 class Block(llama.Block):
-    attn: Attention = module()
-
     def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None,
                  temperature: Tensor | None = None) -> Tensor:
         eps = self.cfg.eps
