@@ -29,22 +29,13 @@
 #if defined(__ARM_NEON)
 #include <arm_neon.h>
 
+#include "neon_common.h"
+
 /* byte j of iq2_sign_masks[k] is 0xFF when the parity-coded signs k
  * (pe_iq2_signs) make weight j negative */
 static uint64_t iq2_sign_masks[128];
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-#if defined(__ARM_FEATURE_DOTPROD)
-static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
-#else
-static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
-    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
-    return vpadalq_s16(acc, vmull_high_s8(a, b));
-}
-#endif
-
-static inline int8x16_t s8(uint8x16_t v) { return vreinterpretq_s8_u8(v); }
 
 /* one run of 16 levels against 16 activations: four partial sums */
 static inline int32x4_t dot_run16(int8x16_t w, const int8_t *q8) { return dot16(vdupq_n_s32(0), w, vld1q_s8(q8)); }

@@ -14,18 +14,9 @@
 #if defined(__ARM_NEON)
 #include <arm_neon.h>
 
+#include "neon_common.h"
+
 /* ---- helpers ------------------------------------------------------------------ */
-
-#if defined(__ARM_FEATURE_DOTPROD)
-static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
-#else
-static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
-    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
-    return vpadalq_s16(acc, vmull_high_s8(a, b));
-}
-#endif
-
-static inline int8x16_t s8(uint8x16_t v) { return vreinterpretq_s8_u8(v); }
 
 /* levels of one sub-block of 16 (or the first / second 16 of one of 32) */
 static inline int32x4_t dot_sub16(uint8x16_t q, const int8_t *y) { return dot16(vdupq_n_s32(0), s8(q), vld1q_s8(y)); }
