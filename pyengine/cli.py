@@ -392,8 +392,9 @@ def _add_serve(commands) -> None:
                      help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
     sub.add_argument("--insecure", action="store_true",
                      help="allow a non-loopback --host without an API key")
-    sub.add_argument("--cors-origin", dest="cors_origins", metavar="ORIGIN", action="extend", nargs="+",
-                     default=[], help="browser origins allowed besides loopback ones ('*' for any)")
+    sub.add_argument("--allow-origin", "--cors-origin", dest="cors_origins", metavar="ORIGIN", action="extend",
+                     nargs="+", default=[],
+                     help="web page origins allowed to call the server besides loopback ones ('*' for any)")
     sub.add_argument("--ctx", type=_int_at_least(1), default=None, help="context length of each loaded model")
     sub.add_argument("--threads", type=_int_at_least(1), default=None,
                      help="worker threads (default: physical cores)")

@@ -111,11 +111,90 @@ def test_cors_allows_loopback_and_listed_origins_only():
                 assert "POST" in preflight.headers["access-control-allow-methods"]
             refused = http.options("/api/chat", headers={"Origin": "https://evil.example",
                                                          "Access-Control-Request-Method": "POST"})
-            assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+            assert refused.status_code == 403 and "access-control-allow-origin" not in refused.headers
             simple = http.get("/api/version", headers={"Origin": "https://evil.example", "Authorization": "Bearer k"})
-            assert simple.status_code == 200 and "access-control-allow-origin" not in simple.headers
+            assert simple.status_code == 403 and "access-control-allow-origin" not in simple.headers
             simple = http.get("/api/version", headers={"Origin": "http://localhost", "Authorization": "Bearer k"})
             assert simple.headers["access-control-allow-origin"] == "http://localhost"
+
+
+CROSS_SITE_POSTS = [
+    ("/api/generate", {"model": FAKE, "prompt": "Hi"}),
+    ("/api/chat", CHAT),
+    ("/api/pull", {"model": "smollm2-135m"}),
+    ("/api/delete", {"model": FAKE}),
+    ("/v1/chat/completions", CHAT),
+    ("/api/embed", {"model": FAKE, "input": "Hi"}),
+]
+
+
+@pytest.mark.parametrize("origin", ["http://evil.example", "null", "https://127.0.0.1.evil.example",
+                                    "http://localhost.evil.example:11434", "file://"])
+def test_requests_from_foreign_pages_are_refused_before_anything_runs(origin, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYENGINE_HOME", str(tmp_path))
+    adapter = FakeAdapter(pieces=2, delay_s=0)
+    with fake_server(adapter) as server:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            for path, body in CROSS_SITE_POSTS:
+                # text/plain is what a page sends without a preflight; the body is still JSON
+                for content_type in ("text/plain", "application/json", None):
+                    headers = {"Origin": origin}
+                    if content_type:
+                        headers["Content-Type"] = content_type
+                    method = "DELETE" if path == "/api/delete" else "POST"
+                    reply = http.request(method, path, content=json.dumps(body), headers=headers)
+                    assert reply.status_code == 403, (path, content_type, reply.text)
+                    assert "origin" in reply.text and "--allow-origin" in reply.text
+            for path in ("/api/tags", "/api/ps", "/v1/models", "/api/version", "/"):
+                assert http.get(path, headers={"Origin": origin}).status_code == 403, path
+    assert adapter.runs == []
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())  # nothing pulled
+
+
+def test_loopback_listed_and_same_origin_pages_are_served():
+    adapter = FakeAdapter(pieces=2, delay_s=0)
+    with fake_server(adapter, cors_origins=("https://app.example",)) as server:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            for origin in ("http://localhost:5173", "http://127.0.0.1", "https://app.example",
+                           f"http://127.0.0.1:{server.port}"):
+                reply = http.post("/api/chat", json={**CHAT, "stream": False}, headers={"Origin": origin})
+                assert reply.status_code == 200, (origin, reply.text)
+    assert len(adapter.runs) == 4
+    with fake_server(FakeAdapter(pieces=1, delay_s=0), cors_origins=("*",)) as server:
+        reply = httpx.post(server.url + "/api/chat", json={**CHAT, "stream": False},
+                           headers={"Origin": "https://anything.example"})
+        assert reply.status_code == 200
+
+
+def test_serve_takes_allow_origin(monkeypatch):
+    started = []
+    monkeypatch.setattr("pyengine.server.app.serve", lambda config: started.append(config))
+    assert cli.main(["serve", "--allow-origin", "https://a.example", "https://b.example",
+                     "--model", str(SYNTH_MODEL)]) == 0
+    assert started[0].cors_origins == ("https://a.example", "https://b.example")
+
+
+@pytest.mark.parametrize("content_type, origin, status", [
+    ("application/json", None, 200),
+    ("application/json; charset=utf-8", None, 200),
+    ("application/vnd.api+json", None, 200),
+    (None, None, 200),
+    ("application/x-www-form-urlencoded", None, 200),   # curl -d
+    ("application/x-www-form-urlencoded", "http://localhost:3000", 415),
+    ("text/plain", None, 415),
+    ("text/plain;charset=UTF-8", "http://localhost:3000", 415),
+    ("multipart/form-data; boundary=x", None, 415),
+    ("application/xml", None, 415),
+])
+def test_json_bodies_must_be_labelled_as_json(content_type, origin, status):
+    with fake_server(FakeAdapter(pieces=1, delay_s=0)) as server:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            headers = {key: value for key, value in (("Content-Type", content_type), ("Origin", origin)) if value}
+            for path in ("/api/chat", "/v1/chat/completions"):
+                reply = http.post(path, content=json.dumps({**CHAT, "stream": False}), headers=headers)
+                assert reply.status_code == status, (path, reply.text)
+                if status == 415:
+                    assert "application/json" in reply.text
 
 
 def test_foreign_host_header_is_refused():

@@ -19,7 +19,7 @@ from pyengine.server.common import ServerState
 from pyengine.server.config import ServerConfig, check_bind, is_loopback_host
 from pyengine.server.errors import HTTPError, error_response, from_engine_error
 from pyengine.server.registry import Admission, Loader, ModelRegistry
-from pyengine.server.security import LOOPBACK_NAMES, ApiKeyAuth, BodyLimit, HostCheck, add_cors
+from pyengine.server.security import LOOPBACK_NAMES, ApiKeyAuth, BodyLimit, HostCheck, OriginCheck, add_cors
 
 log = logging.getLogger("pyengine.server")
 _SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -69,13 +69,15 @@ def create_app(config: ServerConfig | None = None, *, loader: Loader | None = No
     app.include_router(openai.router)
     app.include_router(embeddings.router)
     _add_error_handlers(app)
-    # Added innermost first: requests pass CORS, then the host check, the key, the body limit.
+    # Added innermost first: requests pass the origin check, CORS, then the host check, the key,
+    # the body limit.
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     if config.api_key:
         app.add_middleware(ApiKeyAuth, api_key=config.api_key)
     allowed_hosts = LOOPBACK_NAMES | {config.host.lower()} if is_loopback_host(config.host) else None
     app.add_middleware(HostCheck, allowed=allowed_hosts)
     add_cors(app, config.cors_origins)
+    app.add_middleware(OriginCheck, allowed=config.cors_origins)
     return app
 
 

@@ -15,6 +15,7 @@ from pyengine.server.config import ServerConfig
 from pyengine.server.errors import HTTPError, from_engine_error
 from pyengine.server.fields import Fields, parse_json_object
 from pyengine.server.registry import KEEP, Admission, Lease, ModelRegistry, Ticket
+from pyengine.server.security import check_json_content_type
 
 
 @dataclass
@@ -29,6 +30,7 @@ def state_of(request: Request) -> ServerState:
 
 
 async def read_fields(request: Request) -> Fields:
+    check_json_content_type(request.headers.get("content-type"), "origin" in request.headers)
     return Fields(parse_json_object(await request.body()))
 
 

@@ -24,7 +24,7 @@ class ServerConfig:
     max_queue: int = 64                     # requests waiting beyond those; more get 503
     api_key: str | None = None              # Bearer token required on every endpoint but "/"
     insecure: bool = False                  # allow a non-loopback address without an API key
-    cors_origins: tuple[str, ...] = ()      # allowed browser origins besides loopback ones ("*": any)
+    cors_origins: tuple[str, ...] = ()      # web page origins allowed besides loopback ones ("*": any)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     keep_alive_s: float | None = DEFAULT_KEEP_ALIVE_S  # idle time before unloading (None: never)
     max_loaded_models: int = 3

@@ -5,8 +5,12 @@
 * :class:`BodyLimit`: bodies over the limit get 413 before the app sees them.
 * :class:`ApiKeyAuth`: with an API key set, every request but ``GET /`` and CORS
   preflights must carry ``Authorization: Bearer <key>``.
+* :class:`OriginCheck`: a request that a browser sent from a page of another origin
+  gets 403 on every route and method, preflighted or not: a page cannot make the
+  server generate or pull through a "simple" (text/plain, form) POST either.
 * :func:`add_cors`: browsers may call from loopback origins (and the ones allowed
   explicitly), nothing else.
+* :func:`check_json_content_type`: JSON bodies must say so.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import re
 
 from starlette.middleware.cors import CORSMiddleware
 
-from pyengine.server.errors import send_error
+from pyengine.server.errors import HTTPError, send_error
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 LOOPBACK_ORIGIN_RE = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?"
+# Content types a browser sends cross-site without asking first (no CORS preflight).
+_SIMPLE_TYPES = ("text/plain", "multipart/form-data", "application/x-www-form-urlencoded")
 PUBLIC_PATHS = frozenset({"/"})
 DRAIN_LIMIT_BYTES = 128 * 1024 * 1024  # read (and drop) at most this much of a refused body
 
@@ -124,6 +130,60 @@ class ApiKeyAuth:
         return scope["method"] == "OPTIONS" or (scope["path"] in PUBLIC_PATHS and scope["method"] in ("GET", "HEAD"))
 
 
+class OriginCheck:
+    """403 for a request whose Origin header names a page the server does not trust.
+
+    Browsers put Origin on every cross-origin request and on every POST; a request
+    without one comes from a program (curl, a client library), which the host check
+    and the API key govern. Trusted: loopback origins, `allowed` ("*": any), and the
+    server's own origin (the Host the request was sent to: the chat page). "null"
+    (sandboxed frames, file: pages, some redirects) is never trusted."""
+
+    def __init__(self, app, allowed: tuple[str, ...]) -> None:
+        self.app = app
+        self.allowed = frozenset(origin.rstrip("/").lower() for origin in allowed)
+        self.loopback = re.compile(LOOPBACK_ORIGIN_RE, re.IGNORECASE)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            origin = _header(scope, b"origin")
+            if origin is not None and not self.trusted(origin.strip(), _header(scope, b"host")):
+                await send_error(scope, send, 403,
+                                 f"requests from the web page at origin {origin!r} are not allowed; "
+                                 f"start the server with --allow-origin {origin} to allow them")
+                return
+        await self.app(scope, receive, send)
+
+    def trusted(self, origin: str, host: str | None) -> bool:
+        normalized = origin.rstrip("/").lower()
+        if normalized == "null":
+            return False
+        if "*" in self.allowed or normalized in self.allowed or self.loopback.fullmatch(origin):
+            return True
+        return host is not None and normalized.split("://", 1)[-1] == host.strip().lower()
+
+
+def check_json_content_type(content_type: str | None, has_origin: bool) -> None:
+    """Raise HTTPError 415 unless a JSON body is labelled as one.
+
+    application/json (or any +json type) is what clients send; a missing type is taken
+    as JSON. Form-encoded bodies are accepted from programs only, since `curl -d`
+    labels everything that way; from a browser (an Origin header) they are refused, as
+    text/plain and multipart always are: those are the types a page may send to any
+    server without a preflight."""
+    if content_type is None or not content_type.strip():
+        return
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return
+    if media == "application/x-www-form-urlencoded" and not has_origin:
+        return
+    advice = "send the body with 'Content-Type: application/json' (curl: --json, or -H 'Content-Type: application/json')"
+    if media in _SIMPLE_TYPES:
+        raise HTTPError(415, f"the request body is JSON but is labelled {media!r}; {advice}")
+    raise HTTPError(415, f"unsupported content type {media!r}; {advice}")
+
+
 def add_cors(app, extra_origins: tuple[str, ...]) -> None:
     """Allow loopback origins and `extra_origins` ("*" allows any)."""
     origins = [origin.rstrip("/") for origin in extra_origins]
@@ -144,4 +204,5 @@ def _header(scope, name: bytes) -> str | None:
     return None
 
 
-__all__ = ["ApiKeyAuth", "BodyLimit", "HostCheck", "LOOPBACK_NAMES", "add_cors"]
+__all__ = ["ApiKeyAuth", "BodyLimit", "HostCheck", "LOOPBACK_NAMES", "OriginCheck", "add_cors",
+           "check_json_content_type"]
