@@ -81,15 +81,23 @@ OLLAMA_BAD = [
     ({"think": "maybe"}, "think"),
     ({"tools": "all"}, "tools"),
     ({"tools": [{"type": "function", "function": {}}]}, "tools"),
+    ({"messages": [{"role": "wizard", "content": "Hi"}]}, "wizard"),
+    ({"messages": [{"role": "user", "content": "Hi"}, {"role": "", "content": "x"}]}, "role"),
+    ({"prompt": "Hi"}, "unrecognized", "prompt"),
+    ({"temperature": 0.5}, "unrecognized", "temperature"),
+    ({"grammar": 'root ::= ("a"'}, "gbnf"),
+    ({"grammar": 'root ::= "a"', "format": "json"}, "grammar", "format"),
+    ({"shift": "no"}, "shift"),
+    ({"truncate": 1}, "truncate"),
     ({"model": "../../etc/passwd"}, "invalid model name"),
     ({"model": "/abs/path.gguf"}, "invalid model name"),
 ]
 
 
-@pytest.mark.parametrize("change, words", OLLAMA_BAD)
+@pytest.mark.parametrize("change, words", [(case[0], case[1:]) for case in OLLAMA_BAD])
 def test_ollama_chat_bad_fields(client, change, words):
     body = {**OLLAMA_CHAT, **change}
-    assert_ollama_error(client.post("/api/chat", json=body), 400, words)
+    assert_ollama_error(client.post("/api/chat", json=body), 400, *words)
 
 
 def test_ollama_unknown_model_and_endpoint(client):
@@ -110,13 +118,41 @@ GENERATE_BAD = [
     ({"context": [10**9]}, "token"),
     ({"raw": "no"}, "raw"),
     ({"prompt": 7}, "prompt"),
+    ({"messages": [{"role": "user", "content": "Hi"}]}, "unrecognized", "messages"),
+    ({"num_predict": 4}, "unrecognized", "num_predict"),
+    ({"grammar": "root ::= \"unterminated"}, "gbnf", "unterminated"),
+    ({"grammar": "no rules here"}, "gbnf"),
+    ({"grammar": 'root ::= "a" | undefined-rule'}, "undefined-rule"),
+    ({"grammar": ["root ::= x"]}, "grammar"),
 ]
 
 
-@pytest.mark.parametrize("change, words", GENERATE_BAD)
+@pytest.mark.parametrize("change, words", [(case[0], case[1:]) for case in GENERATE_BAD])
 def test_ollama_generate_bad_fields(client, change, words):
     body = {"model": MODEL, "prompt": "Hi", "stream": False, "options": {"num_predict": 1}, **change}
-    assert_ollama_error(client.post("/api/generate", json=body), 400, words)
+    assert_ollama_error(client.post("/api/generate", json=body), 400, *words)
+
+
+def test_ollama_top_level_grammar_constrains_the_reply(client):
+    grammar = 'root ::= ("yes" | "no") "!"'
+    for route, body in (("/api/generate", {"prompt": "Is water wet?"}),
+                        ("/api/chat", {"messages": [{"role": "user", "content": "Is water wet?"}]})):
+        reply = client.post(route, json={"model": MODEL, "stream": False, "grammar": grammar,
+                                         "options": {"num_predict": 8, "temperature": 0}, **body})
+        assert reply.status_code == 200, reply.text
+        data = reply.json()
+        text = data["response"] if route == "/api/generate" else data["message"]["content"]
+        assert text in ("yes!", "no!"), text
+
+
+def test_ollama_accepts_every_field_ollama_defines(client):
+    common = {"model": MODEL, "stream": False, "options": {"num_predict": 1}, "keep_alive": "5m", "format": None,
+              "think": None, "truncate": True, "shift": True, "logprobs": False}
+    generate = client.post("/api/generate", json={**common, "prompt": "Hi", "system": "Be brief.", "raw": False,
+                                                  "context": None, "images": None})
+    assert generate.status_code == 200, generate.text
+    chat = client.post("/api/chat", json={**common, "messages": HI, "tools": None})
+    assert chat.status_code == 200, chat.text
 
 
 OPENAI_BAD = [
@@ -141,6 +177,8 @@ OPENAI_BAD = [
     ({"top_logprobs": 3}, "logprobs", "top_logprobs"),
     ({"reasoning_effort": "max"}, "reasoning_effort", "reasoning_effort"),
     ({"model": ""}, "model", "model"),
+    ({"messages": [{"role": "wizard", "content": "Hi"}]}, "wizard", None),
+    ({"messages": [{"role": "System", "content": "Hi"}]}, "System", None),
 ]
 
 

@@ -16,7 +16,9 @@ from typing import Any
 from pyengine.errors import InvalidOptionError, UnsupportedError
 
 MAX_MESSAGES = 10_000
-_ROLE_ALIASES = {"developer": "system"}
+ROLES = ("system", "user", "assistant", "tool")
+# Other names clients send for those: OpenAI's developer messages and its legacy function results.
+_ROLE_ALIASES = {"developer": "system", "function": "tool"}
 _TEXT_PART_TYPES = ("text", "input_text")
 
 
@@ -58,7 +60,12 @@ def _normalize_message(message: Any, index: int) -> dict:
     role = message.get("role")
     if not isinstance(role, str) or not role:
         raise InvalidOptionError(f"{where}.role must be a non-empty string")
-    out: dict[str, Any] = {"role": _ROLE_ALIASES.get(role, role), "content": _content_text(message, where)}
+    role = _ROLE_ALIASES.get(role, role)
+    if role not in ROLES:
+        # a template would drop or misplace a turn it does not know
+        raise InvalidOptionError(f"{where}.role {message['role']!r} is not a chat role; use one of "
+                                 + ", ".join(ROLES + tuple(_ROLE_ALIASES)))
+    out: dict[str, Any] = {"role": role, "content": _content_text(message, where)}
     calls = message.get("tool_calls")
     if calls:
         out["tool_calls"] = _template_tool_calls(calls, where)
@@ -123,4 +130,4 @@ def _template_tool_calls(calls: Any, where: str) -> list[dict]:
     return out
 
 
-__all__ = ["MAX_MESSAGES", "normalize_messages", "normalize_tools"]
+__all__ = ["MAX_MESSAGES", "ROLES", "normalize_messages", "normalize_tools"]

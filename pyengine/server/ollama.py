@@ -30,6 +30,11 @@ IGNORED_OPTIONS = frozenset({"numa", "num_batch", "num_gpu", "main_gpu", "low_vr
                              "vocab_only", "use_mmap", "use_mlock", "embedding_only", "num_thread",
                              "penalize_newline", "tfs_z"})
 REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "stop", "shift"})
+# The top-level fields Ollama defines (api/types.go), plus `grammar`: GBNF text, as llama-server takes it.
+COMMON_FIELDS = frozenset({"model", "stream", "format", "keep_alive", "options", "think", "truncate", "shift",
+                           "logprobs", "top_logprobs", "_debug_render_only", "grammar"})
+GENERATE_FIELDS = COMMON_FIELDS | {"prompt", "suffix", "system", "template", "context", "raw", "images"}
+CHAT_FIELDS = COMMON_FIELDS | {"messages", "tools"}
 DEFAULT_TEMPERATURE = 0.8  # Ollama's default
 MAX_CONTEXT_IDS = 1 << 20
 
@@ -86,6 +91,15 @@ def read_think(fields: Fields) -> bool | str | None:
 def read_common(fields: Fields) -> dict:
     """Fields /api/generate and /api/chat share."""
     options = read_options(fields)
+    grammar = fields.string("grammar")
+    if grammar:
+        if fields.data.get("format") not in (None, ""):
+            raise HTTPError(400, "give either 'grammar' or 'format', not both", param="grammar")
+        options["grammar"] = grammar
+    if fields.has("shift"):
+        options["shift"] = fields.boolean("shift")
+    fields.boolean("truncate")  # prompts longer than the context are refused either way
+    fields.boolean("_debug_render_only")
     if fields.boolean("logprobs", False):
         options["logprobs"] = True
         options["top_logprobs"] = fields.integer("top_logprobs", 0, low=0, high=MAX_TOP_LOGPROBS)
@@ -108,6 +122,7 @@ def read_common(fields: Fields) -> dict:
 @router.post("/api/chat")
 async def api_chat(request: Request) -> Response:
     fields = await read_fields(request)
+    fields.reject_unknown(CHAT_FIELDS)
     common = read_common(fields)
     messages = fields.array("messages", [])
     tools = fields.array("tools")
@@ -124,6 +139,7 @@ async def api_chat(request: Request) -> Response:
 @router.post("/api/generate")
 async def api_generate(request: Request) -> Response:
     fields = await read_fields(request)
+    fields.reject_unknown(GENERATE_FIELDS)
     common = read_common(fields)
     prompt = fields.string("prompt", "")
     system = fields.string("system")
