@@ -384,7 +384,20 @@ def _read_tensor_infos(cur: _Cursor, n_tensors: int, alignment: int) -> dict[str
                 f"file is truncated (or the tensor offset is corrupt): data of tensor "
                 f"{info.name!r} spans bytes [{offset}, {end}) but the file ends at {cur.size}")
         tensors[info.name] = TensorInfo(info.name, info.type, info.shape, offset, info.nbytes)
+    _refuse_overlaps(cur, tensors)
     return tensors
+
+
+def _refuse_overlaps(cur: _Cursor, tensors: dict[str, TensorInfo]) -> None:
+    """Two tensors sharing bytes would read each other's data (llama.cpp requires them
+    laid out one after another); sorted by offset, each must end before the next starts."""
+    by_offset = sorted(tensors.values(), key=lambda info: (info.offset, info.nbytes))
+    for first, second in zip(by_offset, by_offset[1:]):
+        first_end = first.offset + first.nbytes
+        if first_end > second.offset:
+            raise cur.error(
+                f"the data of tensors {first.name!r} (bytes [{first.offset}, {first_end})) and "
+                f"{second.name!r} (bytes [{second.offset}, {second.offset + second.nbytes})) overlap")
 
 
 def _read_header(cur: _Cursor) -> tuple[int, int, int]:

@@ -439,6 +439,27 @@ def test_duplicate_tensor_name(tmp_path):
     assert "duplicate tensor name 'w'" in message and "#1" in message
 
 
+@pytest.mark.parametrize(("offsets", "pair"), [
+    ((0, 0), ("a", "b")),            # the same bytes
+    ((0, 32, 64), ("b", "c")),       # b's 64 bytes run into c
+    ((128, 0, 32), ("b", "c")),      # listed out of order: found once sorted by offset
+])
+def test_overlapping_tensor_data(tmp_path, offsets, pair):
+    sizes = {"a": 8, "b": 16, "c": 8}   # f32 elements: 32, 64, 32 bytes
+    names = list(sizes)[:len(offsets)]
+    tensors = [tensor_info(name, [sizes[name]], F32_TYPE, offset) for name, offset in zip(names, offsets)]
+    message = load_error(tmp_path, gguf_bytes([], tensors, bytes(256)))
+    assert "overlap" in message and f"{pair[0]!r}" in message and f"{pair[1]!r}" in message
+
+
+def test_adjacent_and_gapped_tensors_load(tmp_path):
+    tensors = [tensor_info("a", [8], F32_TYPE, 64), tensor_info("b", [8], F32_TYPE, 0),
+               tensor_info("c", [8], F32_TYPE, 32)]
+    with GGUFFile(write(tmp_path, gguf_bytes([], tensors, f32_data(24)))) as f:
+        assert f.tensor_data("c").view(np.float32).tolist() == list(range(8, 16))
+        assert f.tensor_data("a").view(np.float32).tolist() == list(range(16, 24))
+
+
 def test_bool_bytes_other_than_one_read_as_true(tmp_path):
     content = gguf_bytes([kv("k.b", BOOL, b"\x02"), kv("k.bs", ARR, array(BOOL, 3, b"\x00\x02\x01"))])
     with GGUFFile(write(tmp_path, content)) as f:
