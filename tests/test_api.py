@@ -127,7 +127,7 @@ def test_every_table_the_cpu_supports_is_built():
 
     tables = {"avx2": {"avx2", "fma", "f16c", "bmi2"}, "avxvnni": {"avx2", "fma", "f16c", "bmi2", "avx_vnni"},
               "avx512": {"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"},
-              "neon": {"asimddp"}}
+              "neon_nodot": {"asimd"}, "neon": {"asimd", "asimddp", "asimdhp"}}
     flags = cpu_flags()
     expected = {name for name, needs in tables.items() if needs <= flags}
     assert expected <= set(available_isas()), (expected, available_isas())

@@ -14,8 +14,13 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CC = "aarch64-linux-gnu-gcc"
-FLAGS = ["-O2", "-march=armv8.2-a+dotprod+fp16", "-DPE_ARCH_ARM=1", "-static",
-         "-Icsrc/include", "-Icsrc/core", "-Icsrc/quant"]
+COMMON = ["-O2", "-DPE_ARCH_ARM=1", "-static", "-Icsrc/include", "-Icsrc/core", "-Icsrc/quant"]
+FLAGS = [*COMMON, "-march=armv8.2-a+dotprod+fp16"]
+# The second NEON build (CMakeLists.txt): plain armv8-a, for CPUs without the dot product.
+NODOT_FLAGS = [*COMMON, "-march=armv8-a", "-DPE_NEON_NODOT=1"]
+# Each build's checks run on a CPU model that has just what the build may use:
+# qemu's Cortex-A72 has no dot product, so a stray sdot in the plain build traps.
+VARIANTS = {"dotprod": (FLAGS, []), "nodot": (NODOT_FLAGS, ["-cpu", "cortex-a72"])}
 
 
 def tools() -> None:
@@ -26,10 +31,18 @@ def tools() -> None:
 def test_every_source_compiles_for_arm64(tmp_path):
     tools()
     sources = [p for p in (ROOT / "csrc").rglob("*.c") if "/x86/" not in p.as_posix()]
-    for src in sources:
-        subprocess.run([CC, *FLAGS, "-Wall", "-Werror=implicit-function-declaration", "-c",
-                        str(src.relative_to(ROOT)), "-o", str(tmp_path / (src.stem + ".o"))],
-                       cwd=ROOT, check=True, capture_output=True, text=True)
+    nodot = [p for p in sources if "/arm/" in p.as_posix()]
+    objects = []
+    for flags, group, tag in ((FLAGS + ["-DPE_HAVE_NEON_NODOT=1"], sources, ""), (NODOT_FLAGS, nodot, "_nodot")):
+        for src in group:
+            objects.append(tmp_path / (src.stem + tag + ".o"))
+            subprocess.run([CC, *flags, "-fPIC", "-Wall", "-Werror=implicit-function-declaration", "-c",
+                            str(src.relative_to(ROOT)), "-o", str(objects[-1])],
+                           cwd=ROOT, check=True, capture_output=True, text=True)
+    # both builds link into one library: no symbol is defined twice, none is missing
+    link = subprocess.run([CC, "-shared", "-Wl,--no-undefined", "-o", str(tmp_path / "core.so"),
+                           *map(str, objects), "-lm", "-lpthread"], capture_output=True, text=True)
+    assert link.returncode == 0, link.stderr[-3000:]
 
 
 def iq_grids_header(tmp_path: pathlib.Path) -> list[str]:
@@ -68,12 +81,14 @@ CHECK_SETUP = {"neon_iquants_check.c": iq_grids_header}
     ("neon_iquants_check.c", ["csrc/cpu/arm/neon_iquants.c", "csrc/cpu/arm/neon_iq_gemm.c",
                               "csrc/quant/ref_iquants.c", "csrc/core/error.c"]),
 ])
-def test_neon_kernels_match_reference_under_qemu(tmp_path, check, sources):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_neon_kernels_match_reference_under_qemu(tmp_path, check, sources, variant):
     tools()
+    flags, cpu = VARIANTS[variant]
     exe = tmp_path / "check"
     extra = CHECK_SETUP[check](tmp_path) if check in CHECK_SETUP else []
-    subprocess.run([CC, *FLAGS, *extra, f"tests/c/{check}", *sources, "-lm", "-o", str(exe)],
+    subprocess.run([CC, *flags, *extra, f"tests/c/{check}", *sources, "-lm", "-o", str(exe)],
                    cwd=ROOT, check=True, capture_output=True, text=True)
-    run = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(exe)],
+    run = subprocess.run(["qemu-aarch64", *cpu, "-L", "/usr/aarch64-linux-gnu", str(exe)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]

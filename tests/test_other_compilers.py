@@ -26,6 +26,7 @@ X86_FLAGS = {
                "-mbmi2"],
 }
 ARM_FLAGS = ["-march=armv8.2-a+dotprod+fp16"]   # CMake's for the NEON files; harmless on the others
+ARM_NODOT_FLAGS = ["-march=armv8-a", "-DPE_NEON_NODOT=1"]
 ARM_SYSROOT = "/usr/aarch64-linux-gnu"
 
 
@@ -60,12 +61,19 @@ def compile_all(compiler: list[str], arch: str, flags_of, tmp_path: pathlib.Path
     assert not failures, "\n".join(failures)
 
 
+def arm_nodot_flags(src: pathlib.Path) -> list[str]:
+    """CMake's second NEON build (the core's other files are the same as in the first)."""
+    return ARM_NODOT_FLAGS if "/arm/" in src.as_posix() else ARM_FLAGS
+
+
 @pytest.mark.parametrize("compiler, arch, flags_of", [
     (["clang"], "x86", x86_flags),
     (["clang", "--target=aarch64-linux-gnu", f"--sysroot={ARM_SYSROOT}"], "arm",
      arm_flags),
+    (["clang", "--target=aarch64-linux-gnu", f"--sysroot={ARM_SYSROOT}"], "arm",
+     arm_nodot_flags),
     (["x86_64-w64-mingw32-gcc"], "x86", x86_flags),
-], ids=["clang-x86_64", "clang-arm64", "mingw-w64"])
+], ids=["clang-x86_64", "clang-arm64", "clang-arm64-nodot", "mingw-w64"])
 def test_every_source_compiles_without_warnings(tmp_path, compiler, arch, flags_of):
     compile_all(compiler, arch, flags_of, tmp_path)
 
@@ -76,5 +84,6 @@ def test_the_per_file_flags_follow_cmake():
     cmake = (ROOT / "CMakeLists.txt").read_text()
     for prefix, flags in [*X86_FLAGS.items(), ("neon", ARM_FLAGS)]:
         assert ";".join(flags) in cmake, prefix
+    assert "-march=armv8-a" in cmake and "PE_NEON_NODOT=1" in cmake
     kernels = [p for p in (ROOT / "csrc/cpu/x86").glob("*.c")]
     assert kernels and all(x86_flags(p) for p in kernels)

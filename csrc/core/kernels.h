@@ -185,11 +185,25 @@ void pe_fill_avx512_iq_gemm(pe_kernels *k);/* cpu/x86/avx512_iq_gemm.c: the latt
 void pe_fill_vec_avx512(pe_kernels *k);    /* cpu/vec.c compiled with AVX-512 flags */
 #endif
 #if defined(PE_ARCH_ARM)
+/* The NEON files are compiled twice: with the dot-product extension (the "neon"
+ * table) and, for the arm64 CPUs without it (Cortex-A53/A72: Raspberry Pi 3 and 4),
+ * without it (PE_NEON_NODOT: "neon_nodot").  Both give the same integer sums, so
+ * the same bits; each build's fill functions get their own names. */
+#if defined(PE_NEON_NODOT)
+#define PE_NEON_NAME(name) name##_nodot
+#else
+#define PE_NEON_NAME(name) name
+#endif
 void pe_fill_neon_legacy(pe_kernels *k);   /* cpu/arm/neon_legacy.c */
 void pe_fill_neon_kquants(pe_kernels *k);  /* cpu/arm/neon_kquants.c */
 void pe_fill_neon_iquants(pe_kernels *k);  /* cpu/arm/neon_iquants.c: IQ1_S..IQ3_S */
 void pe_fill_neon_iq_gemm(pe_kernels *k);  /* cpu/arm/neon_iq_gemm.c: the lattice types' gemm16 */
 void pe_fill_vec_neon(pe_kernels *k);      /* cpu/vec.c compiled for NEON */
+void pe_fill_neon_legacy_nodot(pe_kernels *k);
+void pe_fill_neon_kquants_nodot(pe_kernels *k);
+void pe_fill_neon_iquants_nodot(pe_kernels *k);
+void pe_fill_neon_iq_gemm_nodot(pe_kernels *k);
+void pe_fill_vec_neon_nodot(pe_kernels *k);
 #endif
 
 #endif /* PE_KERNELS_H */

@@ -28,14 +28,23 @@ static unsigned long long xgetbv0(void) {
 
 #if defined(PE_ARCH_ARM) && defined(__linux__)
 #include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+#ifndef HWCAP_ASIMDHP
+#define HWCAP_ASIMDHP (1 << 10)
+#endif
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
 #endif
+#if defined(PE_ARCH_ARM) && defined(_WIN32)
+#include <windows.h>
+#endif
 
 /* in order of preference: the best one available is the last */
-enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_NEON, ISA_COUNT };
-static const char *isa_names[ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon"};
+enum { ISA_SCALAR, ISA_AVX2, ISA_AVXVNNI, ISA_AVX512, ISA_NEON_NODOT, ISA_NEON, ISA_COUNT };
+static const char *isa_names[ISA_COUNT] = {"scalar", "avx2", "avxvnni", "avx512", "neon_nodot", "neon"};
 
 static pe_kernels tables[ISA_COUNT];
 static bool       have[ISA_COUNT];
@@ -74,9 +83,16 @@ static void detect(void) {
     have[ISA_AVX512] = have[ISA_AVX2] && zmm && avx512f && avx512dq && avx512bw && avx512vl && vnni;
 #elif defined(PE_ARCH_ARM)
 #if defined(__APPLE__)
+    /* every arm64 Mac has the dot product; the build has no second table there */
     have[ISA_NEON] = true;
 #elif defined(__linux__)
-    have[ISA_NEON] = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    const unsigned long hwcap = getauxval(AT_HWCAP);
+    have[ISA_NEON_NODOT] = (hwcap & HWCAP_ASIMD) != 0;
+    /* the dotprod build is compiled for armv8.2-a with fp16 too */
+    have[ISA_NEON] = have[ISA_NEON_NODOT] && (hwcap & HWCAP_ASIMDDP) && (hwcap & HWCAP_ASIMDHP);
+#elif defined(_WIN32)
+    have[ISA_NEON_NODOT] = true;
+    have[ISA_NEON] = IsProcessorFeaturePresent(PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE) != 0;
 #endif
 #endif
 }
@@ -120,6 +136,20 @@ static void build_tables(void) {
         pe_fill_avx512_iq_gemm(&tables[ISA_AVX512]);
     }
 #elif defined(PE_ARCH_ARM)
+#if defined(PE_HAVE_NEON_NODOT)   /* the build compiled the NEON files a second time */
+    if (have[ISA_NEON_NODOT]) {
+        pe_kernels *t = &tables[ISA_NEON_NODOT];
+        *t = *ref;
+        t->isa = isa_names[ISA_NEON_NODOT];
+        pe_fill_vec_neon_nodot(t);
+        pe_fill_neon_legacy_nodot(t);
+        pe_fill_neon_kquants_nodot(t);
+        pe_fill_neon_iquants_nodot(t);
+        pe_fill_neon_iq_gemm_nodot(t);
+    }
+#else
+    have[ISA_NEON_NODOT] = false;
+#endif
     if (have[ISA_NEON]) {
         tables[ISA_NEON] = *ref;
         tables[ISA_NEON].isa = isa_names[ISA_NEON];
@@ -170,7 +200,7 @@ int pe_isa_available(const char *name) {
 int pe_isa_select(const char *name) {
     pe_init();
     const int i = isa_index(name);
-    if (i < 0) return pe_fail("unknown instruction set '%s' (scalar, avx2, avxvnni, avx512, neon)", name ? name : "");
+    if (i < 0) return pe_fail("unknown instruction set '%s' (scalar, avx2, avxvnni, avx512, neon_nodot, neon)", name ? name : "");
     if (!have[i]) return pe_fail("instruction set '%s' is not available on this CPU (best: %s)", name, isa_names[best]);
     current = i;
     pe_kern = &tables[current];

@@ -103,8 +103,8 @@ const char *pe_last_error(void);
 
 /* ---- instruction sets ---------------------------------------------------- */
 
-/* Names: "scalar", "avx2", "avx512", "neon".  pe_isa_best() is what the CPU
- * supports; pe_isa_select() forces a lower one (returns -1 if unavailable). */
+/* Names: "scalar", "avx2", "avxvnni", "avx512", "neon_nodot", "neon".
+ * pe_isa_best() is what the CPU supports; pe_isa_select() forces a lower one (returns -1 if unavailable). */
 const char *pe_isa_current(void);
 const char *pe_isa_best(void);
 int         pe_isa_available(const char *name);

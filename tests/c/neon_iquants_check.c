@@ -266,8 +266,8 @@ int main(void) {
     memset(&ref, 0, sizeof ref);
     pe_fill_ref_iquants(&ref);
     neon = ref;
-    pe_fill_neon_iquants(&neon);
-    pe_fill_neon_iq_gemm(&neon);
+    PE_NEON_NAME(pe_fill_neon_iquants)(&neon);
+    PE_NEON_NAME(pe_fill_neon_iq_gemm)(&neon);
 
     check_iq1m_scale();
     for (size_t t = 0; t < sizeof layouts / sizeof layouts[0]; t++) {

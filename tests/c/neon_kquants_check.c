@@ -156,7 +156,7 @@ int main(void) {
     pe_fill_ref_legacy(&ref);
     pe_fill_ref_kquants(&ref);
     neon = ref;
-    pe_fill_neon_kquants(&neon);
+    PE_NEON_NAME(pe_fill_neon_kquants)(&neon);
 
     q8_K_cases(&ref, &neon);
     static const int64_t k_lengths[] = {256, 512, 1536, 2048, 4096};

@@ -85,7 +85,7 @@ static void build_tables(void) {
     pe_fill_ref_float(&ref_table);
     pe_fill_ref_legacy(&ref_table);
     neon_table = ref_table;
-    pe_fill_neon_legacy(&neon_table);
+    PE_NEON_NAME(pe_fill_neon_legacy)(&neon_table);
 }
 
 typedef struct { int type; const char *name; int block; size_t bytes; int partner; int has_min; } type_info;

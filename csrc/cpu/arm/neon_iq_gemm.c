@@ -101,7 +101,7 @@ static int lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, co
 }
 
 /* gemm16 of the 7 lattice types; their pack16 stays the reference's */
-void pe_fill_neon_iq_gemm(pe_kernels *k) {
+void PE_NEON_NAME(pe_fill_neon_iq_gemm)(pe_kernels *k) {
     static const int types[] = {PE_TYPE_IQ2_XXS, PE_TYPE_IQ2_XS, PE_TYPE_IQ2_S, PE_TYPE_IQ3_XXS, PE_TYPE_IQ3_S,
                                 PE_TYPE_IQ1_S,   PE_TYPE_IQ1_M};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) k->type[types[i]].gemm16 = lattice_gemm16;
@@ -109,6 +109,6 @@ void pe_fill_neon_iq_gemm(pe_kernels *k) {
 
 #else /* no NEON: the reference gemm16 stays */
 
-void pe_fill_neon_iq_gemm(pe_kernels *k) { (void)k; }
+void PE_NEON_NAME(pe_fill_neon_iq_gemm)(pe_kernels *k) { (void)k; }
 
 #endif

@@ -372,7 +372,7 @@ static void vec_dot_iq1_m(int64_t n, float *s, const void *vw, const void *va) {
 
 /* pe_iq2_signs is filled by pe_fill_ref_iquants, which dispatch.c runs on
  * every table before the per-ISA fills */
-void pe_fill_neon_iquants(pe_kernels *k) {
+void PE_NEON_NAME(pe_fill_neon_iquants)(pe_kernels *k) {
     for (int c = 0; c < 128; c++) {
         uint64_t m = 0;
         for (int j = 0; j < 8; j++)
@@ -390,6 +390,6 @@ void pe_fill_neon_iquants(pe_kernels *k) {
 
 #else /* no NEON: the reference kernels stay */
 
-void pe_fill_neon_iquants(pe_kernels *k) { (void)k; }
+void PE_NEON_NAME(pe_fill_neon_iquants)(pe_kernels *k) { (void)k; }
 
 #endif

@@ -413,7 +413,7 @@ static void dequantize_q6_K(const void *vx, float *y, int64_t n) {
     }
 }
 
-void pe_fill_neon_kquants(pe_kernels *k) {
+void PE_NEON_NAME(pe_fill_neon_kquants)(pe_kernels *k) {
     k->type[PE_TYPE_Q8_K].from_float = quantize_q8_K;
     k->type[PE_TYPE_Q8_K].to_float = dequantize_q8_K;
     k->type[PE_TYPE_Q2_K].vec_dot = vec_dot_q2_K;
@@ -430,6 +430,6 @@ void pe_fill_neon_kquants(pe_kernels *k) {
 
 #else /* no NEON: the reference kernels stay */
 
-void pe_fill_neon_kquants(pe_kernels *k) { (void)k; }
+void PE_NEON_NAME(pe_fill_neon_kquants)(pe_kernels *k) { (void)k; }
 
 #endif

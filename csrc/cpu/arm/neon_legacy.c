@@ -285,7 +285,7 @@ DEFINE_FLOAT_DOT(f32_vec_dot, float, load_f32x4, f32_id)
 DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16x4, pe_f16_to_f32)
 DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x4, pe_bf16_to_f32)
 
-void pe_fill_neon_legacy(pe_kernels *k) {
+void PE_NEON_NAME(pe_fill_neon_legacy)(pe_kernels *k) {
     k->type[PE_TYPE_F32].vec_dot = f32_vec_dot;
     k->type[PE_TYPE_F16] = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot};
     k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot};
@@ -304,6 +304,6 @@ void pe_fill_neon_legacy(pe_kernels *k) {
 
 #else /* no NEON: keep the reference kernels */
 
-void pe_fill_neon_legacy(pe_kernels *k) { (void)k; }
+void PE_NEON_NAME(pe_fill_neon_legacy)(pe_kernels *k) { (void)k; }
 
 #endif
