@@ -88,18 +88,21 @@ def test_stop_string_and_seeded_sampling(llm):
     assert a == b
 
 
-def test_a_model_without_a_template_stops_at_the_fallbacks_tags(gemma3_path):
-    """Gemma-3-270M (the base model) ships no chat template: a reply is rendered with the
-    ChatML fallback, and a vocabulary without ChatML's tokens writes the closing tag as
-    text.  The reply ends there, as the same prompt run raw shows it would not."""
+def test_a_reply_stops_at_the_last_resort_chatml_tags(gemma3_path):
+    """A model rendered with ChatML, the last resort for files without a template, whose
+    vocabulary lacks ChatML's tokens (Gemma-3-270M, forced onto it here: its own renderer
+    is Gemma's) writes the closing tag as text. The reply ends there, as the same prompt
+    run raw shows it would not."""
     from pyengine.api import LLM
+    from pyengine.chat.template import ChatTemplate
 
     messages = [{"role": "user", "content": "Tell me a joke"}]
     with LLM(str(gemma3_path), n_ctx=512, n_parallel=1) as gemma:
-        raw = gemma.generate(session.chat_template(gemma).render(messages), max_tokens=40)
+        session._TEMPLATES[gemma] = ChatTemplate.fallback(bos_token="<bos>", eos_token="<eos>")
+        raw = gemma.generate(session.chat_template(gemma).render(messages), max_tokens=40, temperature=0)
         assert "<|im_end|>" in raw
         for stop in (None, "no such text"):
-            reply = gemma.chat(messages, num_predict=40, stop=stop)
+            reply = gemma.chat(messages, num_predict=40, stop=stop, temperature=0)
             assert reply["message"]["content"] == raw[: raw.index("<|im_end|>")]
             assert reply["done_reason"] == "stop" and reply["eval_count"] < 40
 

@@ -160,8 +160,10 @@ def test_fallback_renders_tools_and_tool_calls():
     out = ChatTemplate.fallback().render(messages, tools=tools)
     assert out.startswith("<|im_start|>system\n# Tools\n")
     assert '\n{"type": "function", "function": {"name": "get_weather", "parameters": {}}}\n</tools>' in out
-    assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call><|im_end|>\n' in out
-    assert out.endswith("<|im_start|>tool\n18C<|im_end|>\n<|im_start|>assistant\n")
+    # Qwen's form: a call per <tool_call> block, results as <tool_response> in a user turn
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n' in out
+    assert out.endswith("<|im_start|>user\n<tool_response>\n18C\n</tool_response><|im_end|>\n"
+                        "<|im_start|>assistant\n")
 
 
 def test_thinking_switches_are_detected():

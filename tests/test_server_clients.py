@@ -219,8 +219,8 @@ def test_ollama_list_show_ps(oll, model):
     assert shown.modelinfo["general.architecture"] == arch
     assert shown.modelinfo[f"{arch}.embedding_length"] == FACTS[model]["n_embd"]
     assert "completion" in shown.capabilities
-    if model == MODEL:  # Gemma-3-270M's GGUF carries no chat template (it is rendered with ChatML)
-        assert "im_start" in shown.template
+    if model == GEMMA:  # Gemma-3-270M's GGUF carries no chat template: rendered in Gemma's turns
+        assert "<start_of_turn>" in shown.template and "im_start" not in shown.template
     oll.generate(model=model, prompt="Hi", options={"num_predict": 1})
     loaded = [m.model for m in oll.ps().models]
     assert f"{model}:latest" in loaded

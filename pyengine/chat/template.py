@@ -16,22 +16,12 @@ template reaching outside the sandbox raises
 Any other failure (a syntax error, ``raise_exception``, an undefined value used where
 transformers fails too) raises TemplateError carrying the template's message.
 
-Fallback: a model without a template is rendered with :data:`FALLBACK_TEMPLATE`
-(``ChatTemplate.fallback()``), ChatML as llama.cpp uses by default::
-
-    <|im_start|>system
-    {system text, then the tools in <tools></tools> as JSON lines, when given}<|im_end|>
-    <|im_start|>{role}
-    {content; text parts of a list content are joined}<|im_end|>
-    ...
-    <|im_start|>assistant
-                                     (the last line only with add_generation_prompt)
-
-Assistant tool calls are written as ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``
-lines, tool results as ``tool`` turns, so the Hermes parser reads the model's replies.
-A model whose vocabulary lacks ChatML's tags writes them as plain text when its turn
-ends; replies to the fallback stop at them (:data:`FALLBACK_STOPS`, as Ollama's ChatML
-templates carry ``stop`` parameters).
+Fallback: a model without a template is rendered with its family's prompt format
+(``ChatTemplate.from_renderer``, see :mod:`pyengine.chat.renderers`), and ChatML
+(:data:`FALLBACK_TEMPLATE`, ``ChatTemplate.fallback()``) when no family's fits. A
+renderer's turn markers end the reply (:data:`FALLBACK_STOPS` for ChatML, as Ollama's
+templates carry ``stop`` parameters): a vocabulary without ChatML's tags writes them as
+plain text when its turn ends.
 """
 
 from __future__ import annotations
@@ -44,45 +34,15 @@ import jinja2
 import jinja2.meta
 from jinja2.sandbox import SecurityError
 
-from pyengine.chat import budget
+from pyengine.chat import budget, renderers
 from pyengine.chat.sandbox import GuardedEnvironment
 from pyengine.errors import InvalidOptionError, TemplateError, TemplateSecurityError
 
 MAX_TEMPLATE_CHARS = 1_000_000
 
-# what ends a reply rendered with the fallback, in the model's text
-FALLBACK_STOPS = ("<|im_end|>", "<|im_start|>")
-
-# Whitespace is written only through {{ '...' }} so the tags' layout does not matter.
-FALLBACK_TEMPLATE = """\
-{%- macro text(content) -%}
-  {%- if content is string -%}{{ content }}
-  {%- elif content -%}
-    {%- for part in content if part.type == 'text' -%}{{ part.text }}{%- endfor -%}
-  {%- endif -%}
-{%- endmacro -%}
-{%- set system_first = messages and messages[0].role == 'system' -%}
-{%- if tools -%}
-  {{- '<|im_start|>system\\n' -}}
-  {%- if system_first -%}{{ text(messages[0].content) + '\\n\\n' }}{%- endif -%}
-  {{- '# Tools\\n\\nYou may call one or more functions. Function signatures:\\n<tools>\\n' -}}
-  {%- for tool in tools -%}{{ tool | tojson + '\\n' }}{%- endfor -%}
-  {{- '</tools>\\n\\nFor each call, reply with <tool_call>{"name": <function-name>, '
-      '"arguments": <args-json-object>}</tool_call><|im_end|>\\n' -}}
-{%- endif -%}
-{%- for message in messages -%}
-  {%- if not (tools and loop.first and system_first) -%}
-    {{- '<|im_start|>' + message.role + '\\n' + text(message.content) -}}
-    {%- for call in message.tool_calls or [] -%}
-      {%- set fn = call.function if call.function is defined else call -%}
-      {%- set arguments = fn.arguments if fn.arguments is string else fn.arguments | tojson -%}
-      {{- '\\n<tool_call>{"name": ' + fn.name | tojson + ', "arguments": ' + arguments + '}</tool_call>' -}}
-    {%- endfor -%}
-    {{- '<|im_end|>\\n' -}}
-  {%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}
-"""
+# ChatML, the last resort for a model without a template (its tags end a reply)
+FALLBACK_STOPS = renderers.FALLBACK.stops
+FALLBACK_TEMPLATE = renderers.FALLBACK.template
 
 # Variables through which templates let the caller switch reasoning on or off.
 _THINKING_SWITCHES = ("enable_thinking", "thinking", "thinking_mode", "reasoning", "thinking_budget")
@@ -109,15 +69,22 @@ class ChatTemplate:
         self.eos_token = eos_token
         self.time_limit_s = time_limit_s
         self.max_output_chars = max_output_chars
-        self.stops: tuple[str, ...] = ()   # texts that end a reply (the fallback's tags)
+        self.stops: tuple[str, ...] = ()   # texts that end a reply (a renderer's turn markers)
+        self.renderer: str | None = None   # the renderer's name, when the file has no template
         self._environment = GuardedEnvironment()
         self._compiled = _compile(self._environment, template)
 
     @classmethod
     def fallback(cls, bos_token: str = "", eos_token: str = "") -> ChatTemplate:
-        """The ChatML template used for models that ship none (see the module docs)."""
-        template = cls(FALLBACK_TEMPLATE, bos_token=bos_token, eos_token=eos_token)
-        template.stops = FALLBACK_STOPS
+        """ChatML, the last resort for models that ship no template (see the module docs)."""
+        return cls.from_renderer(renderers.FALLBACK, bos_token=bos_token, eos_token=eos_token)
+
+    @classmethod
+    def from_renderer(cls, renderer: renderers.Renderer, bos_token: str = "", eos_token: str = "") -> ChatTemplate:
+        """A family's prompt format (:mod:`pyengine.chat.renderers`), its turn markers as stops."""
+        template = cls(renderer.template, bos_token=bos_token, eos_token=eos_token)
+        template.stops = renderer.stops
+        template.renderer = renderer.name
         return template
 
     def render(

@@ -15,8 +15,9 @@ import numpy as np
 
 from pyengine import store
 from pyengine.gguf import StringArray
-from pyengine.chat.parsers import detect_tool_format
-from pyengine.chat.template import supports_thinking
+from pyengine.chat.capabilities import capabilities as chat_capabilities
+from pyengine.chat.renderers import file_renderer
+from pyengine.errors import PyEngineError
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,9 @@ class ModelFacts:
     architecture: str
     n_params: int
     quantization: str
-    template: str
+    template: str          # the file's chat template, or the renderer's when it has none
     metadata: dict
+    renderer: str = ""     # the renderer's name when the file has no template
 
 
 def model_facts(path: Path) -> ModelFacts:
@@ -44,13 +46,15 @@ def _read_facts(path: str, mtime_ns: int, size: int) -> ModelFacts:
         metadata = dict(gguf.metadata)
         tensors = list(gguf.tensors.values())
     arch = metadata.get("general.architecture")
+    renderer = file_renderer(metadata)
     return ModelFacts(
         path=Path(path), size=size, modified=mtime_ns / 1e9,
         architecture=arch if isinstance(arch, str) else "unknown",
         n_params=sum(t.n_elements for t in tensors),
         quantization=_quantization(metadata, tensors),
-        template=metadata.get("tokenizer.chat_template") or "",
+        template=renderer.template if renderer is not None else metadata.get("tokenizer.chat_template") or "",
         metadata=metadata,
+        renderer=renderer.name if renderer is not None else "",
     )
 
 
@@ -90,13 +94,23 @@ def rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def capabilities(template: str) -> list[str]:
-    found = ["completion"]
-    if detect_tool_format(template) or "tools" in template:
-        found.append("tools")
-    if supports_thinking(template):
-        found.append("thinking")
-    return found
+def capabilities(facts: ModelFacts) -> list[str]:
+    """What the model can be asked to do, by the rules requests are checked with
+    (:mod:`pyengine.chat.capabilities`): from its metadata, the template it is rendered
+    with and its vocabulary's special tokens (read once per file version)."""
+    return list(_capabilities(str(facts.path), facts.modified, facts.size, facts.template))
+
+
+@functools.lru_cache(maxsize=32)
+def _capabilities(path: str, modified: float, size: int, template: str) -> tuple[str, ...]:
+    from pyengine.tokenizer.vocab import Vocab
+
+    metadata = model_facts(Path(path)).metadata
+    try:
+        special = Vocab.from_metadata(metadata).special
+    except PyEngineError:  # a vocabulary the model cannot load with: no FIM either
+        special = {}
+    return chat_capabilities(metadata, template, special)
 
 
 def model_info(facts: ModelFacts, verbose: bool) -> dict:

@@ -35,6 +35,9 @@ COMMON_FIELDS = frozenset({"model", "stream", "format", "keep_alive", "options",
                            "logprobs", "top_logprobs", "_debug_render_only", "grammar"})
 GENERATE_FIELDS = COMMON_FIELDS | {"prompt", "suffix", "system", "template", "context", "raw", "images"}
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "tools"}
+# The Ollama release whose API the routes follow: thinking levels, tools, structured outputs,
+# logprobs (new in 0.12.11).
+OLLAMA_API_VERSION = "0.12.11"
 DEFAULT_TEMPERATURE = 0.8  # Ollama's default
 MAX_CONTEXT_IDS = 1 << 20
 
@@ -144,18 +147,18 @@ async def api_generate(request: Request) -> Response:
     prompt = fields.string("prompt", "")
     system = fields.string("system")
     raw = fields.boolean("raw", False)
-    for name in ("template", "suffix"):
-        if fields.string(name):
-            raise HTTPError(400, f"'{name}' is not supported by this server", param=name)
+    suffix = fields.string("suffix")  # fill-in-the-middle: the text after the gap
+    if fields.string("template"):
+        raise HTTPError(400, "'template' is not supported by this server", param="template")
     if fields.array("images"):
         raise HTTPError(400, "'images' are not supported by this server", param="images")
     context = _read_context(fields)
-    if not prompt and not context:
+    if not prompt and not context and not suffix:
         return await _load_only(request, common, kind="generate")
 
     def start(adapter):
         return adapter.start_generate(prompt, system=system, raw=raw, context=context, format=common["format"],
-                                      think=common["think"], options=common["options"])
+                                      think=common["think"], suffix=suffix, options=common["options"])
 
     return await _reply(request, common, start, kind="generate")
 
@@ -169,7 +172,7 @@ def _read_context(fields: Fields) -> list[int] | None:
 
 async def _reply(request: Request, common: dict, start, kind: str) -> Response:
     state = state_of(request)
-    started = await start_reply(state, common["model"], start)
+    started = await start_reply(state, common["model"], start, options=common["options"])
     shaper = OllamaShaper(common["model"], kind=kind, token_bytes=started.lease.adapter.token_bytes,
                           load_seconds=started.lease.load_seconds, with_context=(kind == "generate"))
     keep_alive = common["keep_alive"]
@@ -202,7 +205,7 @@ async def _load_only(request: Request, common: dict, kind: str) -> Response:
     """An empty prompt loads the model (or, with keep_alive 0, unloads it)."""
     state = state_of(request)
     keep_alive = common["keep_alive"]
-    lease = await state.registry.lease(common["model"])
+    lease = await state.registry.lease(common["model"], common["options"].get("num_ctx"))
     lease.release(keep_alive)
     reason = "load"
     if keep_alive == 0:
@@ -259,9 +262,10 @@ async def api_show(request: Request) -> Response:
         "modelfile": f"FROM {path.name}\n",
         "parameters": "",
         "template": facts.template,
+        **({"renderer": facts.renderer} if facts.renderer else {}),
         "details": info.details(facts),
         "model_info": info.model_info(facts, verbose),
-        "capabilities": info.capabilities(facts.template),
+        "capabilities": info.capabilities(facts),
         "modified_at": info.rfc3339(facts.modified),
         "summary": dict(model_summary(path)),
     })
@@ -383,7 +387,8 @@ class _Pull:
 
 @router.get("/api/version")
 async def api_version() -> Response:
-    return JSONResponse({"version": __version__})
+    """The Ollama release whose API this server follows (clients gate features on it), and pyengine's own."""
+    return JSONResponse({"version": OLLAMA_API_VERSION, "pyengine_version": __version__})
 
 
 @router.api_route("/", methods=["GET", "HEAD"])
