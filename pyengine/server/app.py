@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pyengine import store
 from pyengine.errors import InvalidOptionError, PyEngineError
-from pyengine.server import embeddings, ollama, openai
+from pyengine.server import embeddings, metrics, ollama, openai
 from pyengine.server.common import ServerState
 from pyengine.server.config import ServerConfig, check_bind, is_loopback_host
 from pyengine.server.errors import HTTPError, error_response, from_engine_error
@@ -43,9 +43,10 @@ def resolve_served(models: tuple[str, ...] | list[str], pull: bool = True) -> di
 
 
 def create_app(config: ServerConfig | None = None, *, loader: Loader | None = None,
-               served: dict[str, Path] | None = None) -> FastAPI:
+               served: dict[str, Path] | None = None, preload: bool = False) -> FastAPI:
     """The server app. `loader(name, path, config)` makes a model adapter (default: an LLM);
-    `served` maps extra model names to files (default: from ``config.models``)."""
+    `served` maps extra model names to files (default: from ``config.models``); `preload`
+    loads the first of them at start-up (what /health waits for)."""
     config = config or ServerConfig()
     if served is None:
         served = resolve_served(config.models, pull=False)
@@ -55,12 +56,15 @@ def create_app(config: ServerConfig | None = None, *, loader: Loader | None = No
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         sweeper = asyncio.create_task(_sweep_forever(registry, config.sweep_interval_s))
+        preloader = asyncio.create_task(registry.preload()) if preload else None
         try:
             yield
         finally:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in (sweeper, preloader):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await registry.close()
 
     app = FastAPI(title="pyengine", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
@@ -68,6 +72,7 @@ def create_app(config: ServerConfig | None = None, *, loader: Loader | None = No
     app.include_router(ollama.router)
     app.include_router(openai.router)
     app.include_router(embeddings.router)
+    app.include_router(metrics.router)
     _add_error_handlers(app)
     # Added innermost first: requests pass the origin check, CORS, then the host check, the key,
     # the body limit.
@@ -78,6 +83,7 @@ def create_app(config: ServerConfig | None = None, *, loader: Loader | None = No
     app.add_middleware(HostCheck, allowed=allowed_hosts)
     add_cors(app, config.cors_origins)
     app.add_middleware(OriginCheck, allowed=config.cors_origins)
+    app.add_middleware(metrics.RequestMetrics, metrics=state.metrics)  # outermost: counts refusals too
     return app
 
 
@@ -124,7 +130,7 @@ def serve(config: ServerConfig) -> None:
 
     check_bind(config)
     served = resolve_served(config.models, pull=True)
-    app = create_app(config, served=served)
+    app = create_app(config, served=served, preload=True)
     uvicorn.run(app, host=config.host, port=config.port, log_level="info", timeout_graceful_shutdown=5)
 
 

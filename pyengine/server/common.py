@@ -4,16 +4,17 @@ gives back what it took."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from pyengine.errors import PyEngineError
+from pyengine.errors import PyEngineError, UnsupportedCapabilityError
 from pyengine.server.config import ServerConfig
 from pyengine.server.errors import HTTPError, from_engine_error
 from pyengine.server.fields import Fields, parse_json_object
+from pyengine.server.metrics import Metrics
 from pyengine.server.registry import KEEP, Admission, Lease, ModelRegistry, Ticket
 from pyengine.server.security import check_json_content_type
 
@@ -23,6 +24,7 @@ class ServerState:
     config: ServerConfig
     registry: ModelRegistry
     admission: Admission
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 def state_of(request: Request) -> ServerState:
@@ -41,6 +43,7 @@ class Started:
     ticket: Ticket
     lease: Lease
     run: Any
+    metrics: Metrics | None = None
 
     def close(self, keep_alive: Any = KEEP) -> None:
         try:
@@ -48,6 +51,9 @@ class Started:
         finally:
             self.ticket.release()
             self.lease.release(keep_alive)
+            if self.metrics is not None:
+                self.metrics.observe_reply(getattr(self.run, "result", None))
+                self.metrics = None  # counted once
 
 
 def admit(state: ServerState) -> Ticket:
@@ -59,34 +65,46 @@ def admit(state: ServerState) -> Ticket:
     return ticket
 
 
-async def admit_and_lease(state: ServerState, model: Any) -> tuple[Any, Any]:
-    """Admit the request and lease its model (loading it if needed); the ticket is
-    given back if the model cannot be had."""
+async def admit_and_lease(state: ServerState, model: Any, num_ctx: Any = None,
+                          exact: bool = True) -> tuple[Any, Any]:
+    """Admit the request and lease its model (loading it if needed) with room for
+    `num_ctx` tokens; the ticket is given back if the model cannot be had."""
     ticket = admit(state)
     try:
-        return ticket, await state.registry.lease(model)
+        return ticket, await state.registry.lease(model, num_ctx, exact=exact)
     except BaseException:
         ticket.release()
         raise
 
 
-async def start_reply(state: ServerState, model: Any, start: Callable[[Any], Any]) -> Started:
-    """Admit the request, lease its model (loading it if needed) and start the reply."""
-    ticket, lease = await admit_and_lease(state, model)
+async def start_reply(state: ServerState, model: Any, start: Callable[[Any], Any],
+                      options: dict | None = None) -> Started:
+    """Admit the request, lease its model (loading it if needed) and start the reply.
+    `options` (the dict `start` passes on) picks the instance by its num_ctx; when the
+    instance is larger than the request asked for, its num_ctx is set to bound it."""
+    num_ctx = options.get("num_ctx") if options else None
+    ticket, lease = await admit_and_lease(state, model, num_ctx, exact=options is None)
+    if options is not None and lease.n_ctx < lease.entry.n_ctx:
+        options["num_ctx"] = lease.n_ctx
     try:
         run = await run_in_threadpool(start, lease.adapter)
+    except UnsupportedCapabilityError as exc:  # named as the request named the model, as Ollama does
+        ticket.release()
+        lease.release()
+        raise exc.for_model(model if isinstance(model, str) else exc.model) from None
     except BaseException:
         ticket.release()
         lease.release()
         raise
-    return Started(ticket, lease, run)
+    return Started(ticket, lease, run, state.metrics)
 
 
 async def run_with_model(state: ServerState, model: Any, work: Callable[[Any], Any],
-                         keep_alive: Any = KEEP) -> tuple[Any, float]:
-    """Admit the request, lease its model and run `work(adapter)` in a worker thread;
-    its result and the seconds the model took to load (0 when it was loaded already)."""
-    ticket, lease = await admit_and_lease(state, model)
+                         keep_alive: Any = KEEP, num_ctx: Any = None) -> tuple[Any, float]:
+    """Admit the request, lease an instance of its model of exactly `num_ctx` (None: the
+    default size) and run `work(adapter)` in a worker thread; its result and the seconds
+    the model took to load (0 when it was loaded already)."""
+    ticket, lease = await admit_and_lease(state, model, num_ctx)
     try:
         return await run_in_threadpool(work, lease.adapter), lease.load_seconds
     finally:

@@ -28,12 +28,15 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     keep_alive_s: float | None = DEFAULT_KEEP_ALIVE_S  # idle time before unloading (None: never)
     max_loaded_models: int = 3
+    kv_memory_bytes: int | None = None      # KV caches the loaded models may hold together (None: half the RAM)
     n_ctx: int | None = None                # context per loaded model (None: the LLM's default)
     n_threads: int | None = None
     retry_after_s: int = 1                  # the Retry-After of a 503 when the queue is full
     sweep_interval_s: float = 1.0           # how often idle models are checked for expiry
 
     def __post_init__(self) -> None:
+        if self.kv_memory_bytes is not None and (_not_int(self.kv_memory_bytes) or self.kv_memory_bytes < 1):
+            raise InvalidOptionError(f"kv_memory_bytes must be a positive integer, got {self.kv_memory_bytes!r}")
         for name in ("parallel", "max_body_bytes", "max_loaded_models"):
             if _not_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise InvalidOptionError(f"{name} must be a positive integer, got {getattr(self, name)!r}")

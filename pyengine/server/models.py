@@ -8,12 +8,86 @@ with the same methods to make timing deterministic.
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from pyengine.chat import session
+from pyengine.chat.generation import context_limit
+from pyengine.server import info
 from pyengine.server.config import ServerConfig
+
+DEFAULT_CTX = 4096          # the LLM's default context (api.DEFAULT_CTX), capped at the trained one
+KV_BYTES_PER_VALUE = 2      # f16 cache rows, the default type: an upper bound for the quantized ones
+
+
+@dataclass(frozen=True)
+class ContextLimits:
+    """What a model file says about the context sizes it can be loaded with."""
+
+    trained: int | None          # `<arch>.context_length`; None when the file does not say
+    default: int                 # the size a request without num_ctx gets
+    kv_bytes_per_cell: int       # KV cache bytes per cell, over all layers (0: no attention cache)
+
+    @property
+    def largest(self) -> int | None:
+        """The largest num_ctx a request may ask for: the trained context, or the server's own
+        context where that was set larger (None: no limit known)."""
+        return None if self.trained is None else max(self.trained, self.default)
+
+    def kv_bytes(self, n_ctx: int, parallel: int) -> int:
+        """The KV cache an instance of `n_ctx` tokens per sequence holds (the engine keeps
+        n_ctx cells for each of its `parallel` sequences)."""
+        return self.kv_bytes_per_cell * n_ctx * parallel
+
+
+def context_limits(path: Path, config: ServerConfig) -> ContextLimits:
+    """The context limits of the model at `path`, read from its GGUF header (cached);
+    a file that cannot be read gives no trained limit and no KV estimate (its load will say why)."""
+    try:
+        metadata = info.model_facts(Path(path)).metadata
+    except (OSError, ValueError):
+        metadata = {}
+    arch = metadata.get("general.architecture")
+    trained = _positive(metadata.get(f"{arch}.context_length"))
+    default = config.n_ctx or min(trained or DEFAULT_CTX, DEFAULT_CTX)
+    return ContextLimits(trained, default, _kv_bytes_per_cell(metadata, arch))
+
+
+def _kv_bytes_per_cell(metadata: dict, arch: Any) -> int:
+    """K and V widths summed over the layers, as llama.cpp sizes its cache; sliding-window
+    layers are counted in full, so this is an upper bound."""
+    n_layers = _positive(metadata.get(f"{arch}.block_count")) or 0
+    heads = _per_layer(metadata.get(f"{arch}.attention.head_count"), n_layers)
+    kv_heads = _per_layer(metadata.get(f"{arch}.attention.head_count_kv"), n_layers) or heads
+    n_embd = _positive(metadata.get(f"{arch}.embedding_length")) or 0
+    total = 0
+    for n_head, n_kv in zip(heads, kv_heads):
+        if not n_head:
+            continue  # a recurrent layer: its state does not grow with the context
+        k_dim = _positive(metadata.get(f"{arch}.attention.key_length")) or n_embd // n_head
+        v_dim = _positive(metadata.get(f"{arch}.attention.value_length")) or n_embd // n_head
+        total += (n_kv or n_head) * (k_dim + v_dim)
+    return total * KV_BYTES_PER_VALUE
+
+
+def _per_layer(value: Any, n_layers: int) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [int(value)] * n_layers
+    try:
+        return [int(v) for v in list(value)[:n_layers]]
+    except (TypeError, ValueError):
+        return []
+
+
+def _positive(value: Any) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 and not isinstance(value, bool) else None
 
 
 class ModelAdapter:
@@ -28,6 +102,7 @@ class ModelAdapter:
     def load(cls, name: str, path: Path, config: ServerConfig) -> "ModelAdapter":
         from pyengine.api import LLM
 
+        # config.n_ctx is the size the registry chose for this instance (a request's num_ctx or the default)
         kwargs: dict[str, Any] = {"n_ctx": config.n_ctx, "n_threads": config.n_threads}
         if "n_parallel" in inspect.signature(LLM).parameters:  # the batching engine
             kwargs["n_parallel"] = config.parallel
@@ -39,6 +114,10 @@ class ModelAdapter:
     def n_ctx(self) -> int:
         return self.llm.n_ctx
 
+    def stats(self) -> dict:
+        """The engine's live and waiting sequences and KV cells in use (for /metrics)."""
+        return self.llm.stats()
+
     def token_bytes(self, token: int) -> bytes:
         return self.llm.tokenizer.token_to_bytes(token)
 
@@ -49,9 +128,14 @@ class ModelAdapter:
 
     def start_generate(self, prompt: str, *, system: str | None = None, raw: bool = False,
                        context: Sequence[int] | None = None, format: Any = None, think: Any = None,
-                       options: dict) -> session.ChatStream:
-        """Ollama's /api/generate: the prompt as one user turn (or raw), after `context`."""
-        if raw:
+                       suffix: str | None = None, options: dict) -> session.ChatStream:
+        """Ollama's /api/generate: the prompt as one user turn (or raw), after `context`;
+        with a `suffix`, the middle between prompt and suffix (no template, no system)."""
+        session.require_capabilities(self.llm, route="generate", think=think, insert=bool(suffix))
+        if suffix:
+            prepared = session.prepare_infill(self.llm, prompt, suffix, n_ctx=context_limit(self.llm, options),
+                                              n_predict=options.get("num_predict"))
+        elif raw:
             prepared = session.prepare_prompt(self.llm, prompt, parse=True)
         else:
             messages = ([{"role": "system", "content": system}] if system else []) + \
@@ -59,8 +143,17 @@ class ModelAdapter:
             prepared = session.prepare_chat(self.llm, messages, think=think)
         if context:
             ids = session.prepare_prompt(self.llm, list(context)).ids + prepared.ids
-            prepared = replace(prepared, ids=ids, tool_format=None, parse=True)
+            prepared = replace(prepared, ids=ids, tool_format=None, parse=not suffix)
         return session.start_prepared(self.llm, prepared, format=format, **options)
+
+    def start_infill(self, prefix: str, suffix: str, *, extra: Sequence[Any] = (), prompt: str = "",
+                     options: dict) -> session.ChatStream:
+        """llama.cpp's /infill: the middle between `prefix` (then `prompt`) and `suffix`,
+        with `extra` files of context before."""
+        prepared = session.prepare_infill(self.llm, prefix, suffix, extra=extra, prompt=prompt,
+                                          n_ctx=context_limit(self.llm, options),
+                                          n_predict=options.get("num_predict"))
+        return session.start_prepared(self.llm, prepared, **options)
 
     def start_completion(self, prompt: str | list[int], *, format: Any = None,
                          options: dict) -> session.ChatStream:
@@ -82,4 +175,4 @@ class ModelAdapter:
             close()
 
 
-__all__ = ["ModelAdapter"]
+__all__ = ["ContextLimits", "ModelAdapter", "context_limits"]

@@ -149,7 +149,7 @@ async def chat_completions(request: Request) -> Response:
         return adapter.start_chat(messages, tools=tools, tool_choice=tool_choice, format=fmt, think=think,
                                   options=options)
 
-    started = await start_reply(state_of(request), model, start)
+    started = await start_reply(state_of(request), model, start, options=options)
     shaper = OpenAIChatShaper(model, token_bytes=started.lease.adapter.token_bytes)
     return await _reply(request, started, shaper, stream=stream, include_usage=include_usage,
                         keep_alive=keep_alive)
@@ -216,7 +216,7 @@ async def completions(request: Request) -> Response:
     def start(adapter):
         return adapter.start_completion(prompt, options=options)
 
-    started = await start_reply(state_of(request), model, start)
+    started = await start_reply(state_of(request), model, start, options=options)
     adapter = started.lease.adapter
     echo_text = "" if not echo else (prompt if isinstance(prompt, str) else adapter.detokenize(prompt))
     shaper = OpenAICompletionShaper(model, token_bytes=adapter.token_bytes, echo_text=echo_text)

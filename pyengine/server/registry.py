@@ -1,10 +1,13 @@
 """Loaded models and admission: which models are in memory, for how long, and how
 many requests the server takes at once.
 
-* :class:`ModelRegistry` maps a request's model name to a loaded adapter: it
-  validates the name (store names only, plus the paths given at start-up), loads on
-  first use (one load per model at a time), counts the requests using each model,
-  and unloads a model once it has been idle for its ``keep_alive``.
+* :class:`ModelRegistry` maps a request's model name (and context size) to a loaded
+  adapter: it validates the name (store names only, plus the paths given at start-up),
+  loads on first use (one load per model at a time), counts the requests using each
+  instance, and unloads an instance once it has been idle for its ``keep_alive``.
+  A request's ``num_ctx`` picks an instance of at least that size (loading one of that
+  size if none is loaded), as Ollama reloads its runner for a new ``num_ctx``; the
+  instances' estimated KV caches together stay within ``config.kv_memory_bytes``.
 * :class:`Admission` bounds the requests in flight (generating + queued); one more
   is refused (503) instead of waiting without bound.
 """
@@ -12,10 +15,12 @@ many requests the server takes at once.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,11 +30,13 @@ from pyengine import store
 from pyengine.errors import ModelNotFoundError
 from pyengine.server.config import ServerConfig
 from pyengine.server.errors import HTTPError
+from pyengine.server.models import ContextLimits, ModelAdapter, context_limits
 
-Loader = Callable[[str, Path, ServerConfig], Any]
+Loader = Callable[[str, Path, ServerConfig], Any]  # the config's n_ctx is the instance's size
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 KEEP = object()
+log = logging.getLogger("pyengine.server")
 
 
 def parse_keep_alive(value: Any) -> float | None:
@@ -98,6 +105,8 @@ class Entry:
     loaded_at: float
     load_seconds: float
     keep_alive: float | None
+    n_ctx: int = 0                       # the context size it was loaded with
+    kv_bytes: int = 0                    # its KV cache, as estimated before loading
     active: int = 0
     expires_at: float | None = None      # monotonic deadline while idle; None: not expiring
     last_used: float = field(default_factory=time.monotonic)
@@ -113,11 +122,12 @@ class Entry:
 class Lease:
     """One request's use of a loaded model; `release` exactly once (idempotent)."""
 
-    def __init__(self, registry: "ModelRegistry", entry: Entry, load_seconds: float) -> None:
+    def __init__(self, registry: "ModelRegistry", entry: Entry, load_seconds: float, n_ctx: int = 0) -> None:
         self.registry = registry
         self.entry = entry
         self.adapter = entry.adapter
         self.load_seconds = load_seconds
+        self.n_ctx = n_ctx or entry.n_ctx   # the context the request asked for (<= the instance's)
         self._held = True
 
     def release(self, keep_alive: Any = KEEP) -> None:
@@ -131,13 +141,16 @@ class ModelRegistry:
 
     def __init__(self, config: ServerConfig, loader: Loader | None = None,
                  served: dict[str, Path] | None = None) -> None:
-        from pyengine.server.models import ModelAdapter
-
         self.config = config
         self.loader: Loader = loader or ModelAdapter.load
         self.served: dict[str, Path] = dict(served or {})  # names given at start-up -> files
-        self._loaded: dict[str, Entry] = {}
+        self.default_model: str | None = next(iter(self.served), None)  # the first start-up model
+        self.kv_budget = config.kv_memory_bytes or _physical_memory() // 2
+        self._loaded: dict[tuple[str, int], Entry] = {}     # (name, n_ctx) -> instance
         self._locks: dict[str, asyncio.Lock] = {}
+        self.loading: set[str] = set()                      # names being loaded now
+        self.ever_loaded: set[str] = set()                  # names loaded at least once
+        self.load_errors: dict[str, str] = {}               # name -> why its last load failed
 
     # ---- names -----------------------------------------------------------------
 
@@ -167,23 +180,85 @@ class ModelRegistry:
 
     # ---- leases ----------------------------------------------------------------
 
-    async def lease(self, name: Any) -> Lease:
+    def limits(self, path: Path) -> ContextLimits:
+        return context_limits(path, self.config)
+
+    def wanted_context(self, name: str, limits: ContextLimits, num_ctx: Any) -> int:
+        """The context a request gets: its num_ctx (400 beyond the model's trained context),
+        else the default size."""
+        if num_ctx is None:
+            return limits.default
+        if isinstance(num_ctx, bool) or not isinstance(num_ctx, int) or num_ctx < 1:
+            raise HTTPError(400, f"option 'num_ctx' must be a positive integer, got {num_ctx!r}",
+                            param="options.num_ctx")
+        largest = limits.largest
+        if largest is not None and num_ctx > largest:
+            raise HTTPError(400, f"num_ctx {num_ctx} is larger than the context model {name!r} was trained "
+                                 f"with ({largest}); ask for at most {largest}",
+                            param="options.num_ctx", code="context_length_exceeded")
+        return num_ctx
+
+    async def lease(self, name: Any, num_ctx: Any = None, exact: bool = False) -> Lease:
+        """A lease on an instance of the model with room for `num_ctx` tokens (None: the
+        default size), loading one if needed. A loaded instance that is larger is reused
+        for a smaller num_ctx (the request is then bounded to its num_ctx by the engine):
+        Ollama reloads on any change, but a larger cache serves the request the same and
+        costs no load; `exact` asks for the size itself (for callers that cannot pass the
+        bound on)."""
         canonical, path = self.resolve(name)
+        limits = self.limits(path)
+        wanted = self.wanted_context(canonical, limits, num_ctx)
         lock = self._locks.setdefault(canonical, asyncio.Lock())
         async with lock:
-            entry = self._loaded.get(canonical)
+            entry = self._instance(canonical, wanted, exact)
             load_seconds = 0.0
             if entry is None:
-                await self._make_room()
-                started = time.perf_counter()
-                adapter = await run_in_threadpool(self.loader, canonical, path, self.config)
-                load_seconds = time.perf_counter() - started
-                entry = Entry(canonical, path, adapter, time.time(), load_seconds, self.config.keep_alive_s)
-                self._loaded[canonical] = entry
+                kv_bytes = limits.kv_bytes(wanted, self.config.parallel)
+                await self._make_room(kv_bytes, refuse=num_ctx is not None, name=canonical, n_ctx=wanted)
+                entry, load_seconds = await self._load(canonical, path, wanted, kv_bytes)
             entry.active += 1
             entry.expires_at = None
             entry.last_used = time.monotonic()
-        return Lease(self, entry, load_seconds)
+        return Lease(self, entry, load_seconds, wanted)
+
+    def _instance(self, name: str, n_ctx: int, exact: bool) -> Entry | None:
+        """The loaded instance to serve `n_ctx` tokens: that size, else the smallest larger one."""
+        if exact:
+            return self._loaded.get((name, n_ctx))
+        sizes = [size for (loaded, size) in self._loaded if loaded == name and size >= n_ctx]
+        return self._loaded[(name, min(sizes))] if sizes else None
+
+    async def _load(self, name: str, path: Path, n_ctx: int, kv_bytes: int) -> tuple[Entry, float]:
+        self.loading.add(name)
+        try:
+            started = time.perf_counter()
+            adapter = await run_in_threadpool(self.loader, name, path, replace(self.config, n_ctx=n_ctx))
+        except Exception as exc:
+            self.load_errors[name] = str(exc) or type(exc).__name__
+            raise
+        finally:
+            self.loading.discard(name)
+        load_seconds = time.perf_counter() - started
+        self.load_errors.pop(name, None)
+        self.ever_loaded.add(name)
+        entry = Entry(name, path, adapter, time.time(), load_seconds, self.config.keep_alive_s, n_ctx, kv_bytes)
+        self._loaded[(name, n_ctx)] = entry
+        return entry, load_seconds
+
+    async def preload(self) -> None:
+        """Load the default model (at start-up, for /health); a failure is kept for /health."""
+        if self.default_model is None:
+            return
+        self.loading.add(self.default_model)
+        try:
+            lease = await self.lease(self.default_model)
+        except Exception as exc:  # kept for /health; the server still serves the other models
+            self.load_errors.setdefault(self.default_model, str(exc) or type(exc).__name__)
+            log.exception("loading the default model %s failed", self.default_model)
+            return
+        finally:
+            self.loading.discard(self.default_model)
+        lease.release()
 
     def _release(self, entry: Entry, keep_alive: Any) -> None:
         entry.active -= 1
@@ -196,51 +271,97 @@ class ModelRegistry:
                 _spawn(self.sweep())
 
     def set_keep_alive(self, name: str, keep_alive: float | None) -> None:
-        entry = self._loaded.get(name)
-        if entry is not None:
+        for entry in self._instances_of(name):
             entry.keep_alive = keep_alive
             if entry.active == 0:
                 entry.expires_at = None if keep_alive is None else time.monotonic() + keep_alive
 
     def loaded(self) -> list[Entry]:
-        return sorted(self._loaded.values(), key=lambda entry: entry.name)
+        return sorted(self._loaded.values(), key=lambda entry: (entry.name, entry.n_ctx))
 
-    def get_loaded(self, name: str) -> Entry | None:
-        return self._loaded.get(name)
+    def get_loaded(self, name: str, n_ctx: int | None = None) -> Entry | None:
+        """The instance of `name` of that size; without one, its most recently used instance."""
+        if n_ctx is not None:
+            return self._loaded.get((name, n_ctx))
+        instances = self._instances_of(name)
+        return max(instances, key=lambda entry: entry.last_used) if instances else None
+
+    def _instances_of(self, name: str) -> list[Entry]:
+        return [entry for entry in self._loaded.values() if entry.name == name]
+
+    def kv_bytes_loaded(self) -> int:
+        return sum(entry.kv_bytes for entry in self._loaded.values())
 
     # ---- unloading ---------------------------------------------------------------
 
     async def sweep(self) -> None:
-        """Unload every idle model whose keep_alive has run out."""
+        """Unload every idle instance whose keep_alive has run out."""
         now = time.monotonic()
         for entry in list(self._loaded.values()):
             if entry.active == 0 and entry.expires_at is not None and entry.expires_at <= now:
-                await self.unload(entry.name)
+                await self._unload_entry(entry)
 
     async def unload(self, name: str) -> bool:
-        lock = self._locks.setdefault(name, asyncio.Lock())
+        """Unload every instance of `name`; False if one of them is in use (that one stays)."""
+        all_gone = True
+        for entry in self._instances_of(name):
+            all_gone = await self._unload_entry(entry) and all_gone
+        return all_gone
+
+    async def _unload_entry(self, entry: Entry) -> bool:
+        lock = self._locks.setdefault(entry.name, asyncio.Lock())
         async with lock:
-            entry = self._loaded.get(name)
-            if entry is None or entry.active:
+            key = (entry.name, entry.n_ctx)
+            if self._loaded.get(key) is not entry:
+                return True  # unloaded meanwhile
+            if entry.active:
                 return False
-            del self._loaded[name]
+            del self._loaded[key]
         await run_in_threadpool(entry.adapter.close)
         return True
 
     async def close(self) -> None:
-        for entry in list(self._loaded.values()):
-            self._loaded.pop(entry.name, None)
+        for key, entry in list(self._loaded.items()):
+            self._loaded.pop(key, None)
             await run_in_threadpool(entry.adapter.close)
 
-    async def _make_room(self) -> None:
-        """Unload the least recently used idle models while the registry is full."""
-        while len(self._loaded) >= self.config.max_loaded_models:
+    async def _make_room(self, kv_bytes: int, *, refuse: bool, name: str, n_ctx: int) -> None:
+        """Unload the least recently used idle instances while the registry is full (by count
+        or by KV memory). With `refuse` (a request's own num_ctx), a cache that cannot fit is
+        refused: 400 when it is larger than the whole budget, 503 while busy instances hold the room."""
+        if refuse and kv_bytes > self.kv_budget:
+            raise HTTPError(400, f"num_ctx {n_ctx} for model {name!r} needs about {_gib(kv_bytes)} of KV cache "
+                                 f"({self.config.parallel} sequences of {n_ctx} tokens); this server allows "
+                                 f"{_gib(self.kv_budget)}: ask for a smaller num_ctx",
+                            param="options.num_ctx", code="context_too_large")
+        while True:
+            over_count = len(self._loaded) >= self.config.max_loaded_models
+            over_memory = self.kv_bytes_loaded() + kv_bytes > self.kv_budget
+            if not over_count and not over_memory:
+                return
             idle = [entry for entry in self._loaded.values() if entry.active == 0]
             if not idle:
+                if over_memory and refuse:
+                    raise HTTPError(503, f"num_ctx {n_ctx} for model {name!r} needs about {_gib(kv_bytes)} of KV "
+                                         f"cache and the models in use hold {_gib(self.kv_bytes_loaded())} of "
+                                         f"{_gib(self.kv_budget)}; retry later",
+                                    code="server_busy", headers={"Retry-After": str(self.config.retry_after_s)})
                 return  # all busy: load one more rather than refuse
             oldest = min(idle, key=lambda entry: entry.last_used)
-            entry = self._loaded.pop(oldest.name)
-            await run_in_threadpool(entry.adapter.close)
+            del self._loaded[(oldest.name, oldest.n_ctx)]
+            await run_in_threadpool(oldest.adapter.close)
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 30):.2f} GiB"
+
+
+def _physical_memory() -> int:
+    """This machine's RAM in bytes (64 GiB when the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 64 << 30
 
 
 def _spawn(coro) -> None:
