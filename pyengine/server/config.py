@@ -12,6 +12,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11434
 DEFAULT_KEEP_ALIVE_S = 300.0
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_BLOB_BYTES = 256 << 30      # one upload to /api/blobs (the free disk space bounds it too)
 API_KEY_ENV = "PYENGINE_API_KEY"
 
 
@@ -26,6 +27,7 @@ class ServerConfig:
     insecure: bool = False                  # allow a non-loopback address without an API key
     cors_origins: tuple[str, ...] = ()      # web page origins allowed besides loopback ones ("*": any)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES  # streamed uploads (/api/blobs), not held in memory
     keep_alive_s: float | None = DEFAULT_KEEP_ALIVE_S  # idle time before unloading (None: never)
     max_loaded_models: int = 3
     kv_memory_bytes: int | None = None      # KV caches the loaded models may hold together (None: half the RAM)
@@ -37,7 +39,7 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if self.kv_memory_bytes is not None and (_not_int(self.kv_memory_bytes) or self.kv_memory_bytes < 1):
             raise InvalidOptionError(f"kv_memory_bytes must be a positive integer, got {self.kv_memory_bytes!r}")
-        for name in ("parallel", "max_body_bytes", "max_loaded_models"):
+        for name in ("parallel", "max_body_bytes", "max_blob_bytes", "max_loaded_models"):
             if _not_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise InvalidOptionError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if _not_int(self.max_queue) or self.max_queue < 0:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from pyengine import store
 from pyengine.chat import session
 from pyengine.chat.generation import context_limit
 from pyengine.server import info
@@ -106,7 +107,11 @@ class ModelAdapter:
         kwargs: dict[str, Any] = {"n_ctx": config.n_ctx, "n_threads": config.n_threads}
         if "n_parallel" in inspect.signature(LLM).parameters:  # the batching engine
             kwargs["n_parallel"] = config.parallel
-        return cls(name, path, LLM(str(path), **kwargs))
+        llm = LLM(str(path), **kwargs)
+        created = store.created_model(name)
+        if created is not None and created.template and created.file == Path(path):
+            session.use_template(llm, created.template)  # a created model's template replaces the file's
+        return cls(name, path, llm)
 
     # ---- what the routes call ----------------------------------------------------------
 
@@ -128,9 +133,11 @@ class ModelAdapter:
 
     def start_generate(self, prompt: str, *, system: str | None = None, raw: bool = False,
                        context: Sequence[int] | None = None, format: Any = None, think: Any = None,
-                       suffix: str | None = None, options: dict) -> session.ChatStream:
+                       suffix: str | None = None, history: Sequence[dict] = (),
+                       options: dict) -> session.ChatStream:
         """Ollama's /api/generate: the prompt as one user turn (or raw), after `context`;
-        with a `suffix`, the middle between prompt and suffix (no template, no system)."""
+        with a `suffix`, the middle between prompt and suffix (no template, no system).
+        `history`: a created model's messages, between the system prompt and the prompt."""
         session.require_capabilities(self.llm, route="generate", think=think, insert=bool(suffix))
         if suffix:
             prepared = session.prepare_infill(self.llm, prompt, suffix, n_ctx=context_limit(self.llm, options),
@@ -139,7 +146,7 @@ class ModelAdapter:
             prepared = session.prepare_prompt(self.llm, prompt, parse=True)
         else:
             messages = ([{"role": "system", "content": system}] if system else []) + \
-                       [{"role": "user", "content": prompt}]
+                       [dict(turn) for turn in history] + [{"role": "user", "content": prompt}]
             prepared = session.prepare_chat(self.llm, messages, think=think)
         if context:
             ids = session.prepare_prompt(self.llm, list(context)).ids + prepared.ids

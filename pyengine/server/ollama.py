@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -16,7 +17,7 @@ from pyengine.chat.session import ChatResult
 from pyengine.chat.shapes import OllamaShaper, now_rfc3339
 from pyengine.errors import ModelNotFoundError, StoreError
 from pyengine.sample.options import MAX_TOP_LOGPROBS, OPTION_NAMES
-from pyengine.server import info
+from pyengine.server import info, profiles
 from pyengine.server.common import read_fields, start_reply, state_of
 from pyengine.server.errors import HTTPError
 from pyengine.server.fields import Fields
@@ -38,7 +39,9 @@ CHAT_FIELDS = COMMON_FIELDS | {"messages", "tools"}
 # The Ollama release whose API the routes follow: thinking levels, tools, structured outputs,
 # logprobs (new in 0.12.11).
 OLLAMA_API_VERSION = "0.12.11"
-DEFAULT_TEMPERATURE = 0.8  # Ollama's default
+# What /api/* requests get where they and a created model set nothing: none here, as
+# LLM.submit layers Ollama's defaults (surface "ollama") under the file's general.sampling.*
+DEFAULTS: dict = {}
 MAX_CONTEXT_IDS = 1 << 20
 
 
@@ -71,8 +74,7 @@ def read_options(fields: Fields) -> dict:
             out[name] = options.boolean(name)
         else:
             out[name] = value
-    out.setdefault("temperature", DEFAULT_TEMPERATURE)
-    return out
+    return out  # what is left out: a created model's parameters (profiles.with_defaults), then Ollama's defaults
 
 
 def read_format(fields: Fields) -> Any:
@@ -131,6 +133,9 @@ async def api_chat(request: Request) -> Response:
     tools = fields.array("tools")
     if not messages:
         return await _load_only(request, common, kind="chat")
+    profile = profiles.profile_of(state_of(request).registry, common["model"])
+    profiles.with_defaults(common["options"], profile)
+    messages = profiles.conversation(profile, messages)
 
     def start(adapter):
         return adapter.start_chat(messages, tools=tools, format=common["format"], think=common["think"],
@@ -155,10 +160,16 @@ async def api_generate(request: Request) -> Response:
     context = _read_context(fields)
     if not prompt and not context and not suffix:
         return await _load_only(request, common, kind="generate")
+    profile = profiles.profile_of(state_of(request).registry, common["model"])
+    profiles.with_defaults(common["options"], profile)
+    history = profile.messages if profile is not None else ()
+    if system is None and profile is not None and profile.system:
+        system = profile.system
 
     def start(adapter):
         return adapter.start_generate(prompt, system=system, raw=raw, context=context, format=common["format"],
-                                      think=common["think"], suffix=suffix, options=common["options"])
+                                      think=common["think"], suffix=suffix, history=history,
+                                      options=common["options"])
 
     return await _reply(request, common, start, kind="generate")
 
@@ -254,6 +265,13 @@ async def api_show(request: Request) -> Response:
     verbose = fields.boolean("verbose", False)
     _, path = state.registry.resolve(name)
     facts = info.model_facts(path)
+    profile = profiles.profile_of(state.registry, name)
+    created = profiles.show_fields(profile, facts.template) if profile is not None else {}
+    if profile is not None and profile.template:
+        facts = replace(facts, template=profile.template, renderer="")  # capabilities follow the template used
+    details = info.details(facts)
+    if profile is not None:
+        details["parent_model"] = profile.base
     from pyengine.cli import model_summary
 
     return JSONResponse({
@@ -263,7 +281,8 @@ async def api_show(request: Request) -> Response:
         "parameters": "",
         "template": facts.template,
         **({"renderer": facts.renderer} if facts.renderer else {}),
-        "details": info.details(facts),
+        **created,
+        "details": details,
         "model_info": info.model_info(facts, verbose),
         "capabilities": info.capabilities(facts),
         "modified_at": info.rfc3339(facts.modified),

@@ -17,7 +17,8 @@ from pyengine.chat.shapes import OpenAIChatShaper, OpenAICompletionShaper
 from pyengine.chat.tool_choice import read_tool_choice
 from pyengine.errors import InvalidOptionError
 from pyengine.sample.options import MAX_TOP_LOGPROBS
-from pyengine.server import info
+from pyengine.server import info, profiles
+from pyengine.server.choices import MAX_CHOICES, Choices, merged_usage, start_choices
 from pyengine.server.common import read_fields, start_reply, state_of
 from pyengine.server.errors import HTTPError, error_body
 from pyengine.server.fields import Fields
@@ -26,7 +27,6 @@ from pyengine.server.streaming import SSE, GenerationResponse, collect, sse, str
 
 router = APIRouter()
 
-DEFAULT_TEMPERATURE = 0.8
 MAX_TOKENS = 1 << 31
 # Extra sampling fields (llama.cpp's / Ollama's names) passed to the sampler as they are.
 EXTRA_OPTIONS = ("top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_ctx", "mirostat",
@@ -47,18 +47,18 @@ REASONING_EFFORTS = {"none": False, "minimal": "low", "low": "low", "medium": "m
 # --------------------------------------------------------------------------------------
 
 
-def read_sampling(fields: Fields, max_tokens_default: int | None) -> dict:
-    """The options every endpoint shares, by Ollama's names."""
-    if fields.integer("n", 1, low=1, high=128) != 1:
-        raise HTTPError(400, "only n=1 is supported", param="n")
+def read_sampling(fields: Fields, max_tokens_default: int | None, profile: Any = None) -> dict:
+    """The options every endpoint shares, by Ollama's names; what the request leaves out comes
+    from the created model's parameters (`profile`, see profiles.py) before the defaults."""
     options: dict[str, Any] = {
-        "temperature": fields.number("temperature", DEFAULT_TEMPERATURE, low=0.0, high=2.0),
-        "top_p": fields.number("top_p", 1.0, low=0.0, high=1.0),
-        "presence_penalty": fields.number("presence_penalty", 0.0, low=-2.0, high=2.0),
-        "frequency_penalty": fields.number("frequency_penalty", 0.0, low=-2.0, high=2.0),
+        "surface": "openai",   # what the request leaves out takes OpenAI's defaults (LLM.submit)
+        "temperature": fields.number("temperature", None, low=0.0, high=2.0),
+        "top_p": fields.number("top_p", None, low=0.0, high=1.0),
+        "presence_penalty": fields.number("presence_penalty", None, low=-2.0, high=2.0),
+        "frequency_penalty": fields.number("frequency_penalty", None, low=-2.0, high=2.0),
         "seed": fields.integer("seed", low=-(2**63), high=2**64 - 1),
         "stop": fields.stop("stop"),
-        "num_predict": fields.integer("max_tokens", max_tokens_default, low=1, high=MAX_TOKENS),
+        "num_predict": fields.integer("max_tokens", low=1, high=MAX_TOKENS),
     }
     bias = fields.obj("logit_bias")
     if bias:
@@ -66,7 +66,15 @@ def read_sampling(fields: Fields, max_tokens_default: int | None) -> dict:
     for name in EXTRA_OPTIONS:
         if fields.has(name):
             options[name] = fields.data[name]
+    profiles.with_defaults(options, profile)
+    if options.get("num_predict") is None:
+        options["num_predict"] = max_tokens_default
     return options
+
+
+def read_n(fields: Fields) -> int:
+    """How many choices to generate (choices.py)."""
+    return fields.integer("n", 1, low=1, high=MAX_CHOICES)
 
 
 def _logit_bias(bias: dict) -> dict[int, float]:
@@ -124,7 +132,10 @@ async def chat_completions(request: Request) -> Response:
     if not messages:
         raise HTTPError(400, "'messages' must be a non-empty array", param="messages")
     stream, include_usage = read_stream(fields)
-    options = read_sampling(fields, None)
+    profile = profiles.profile_of(state_of(request).registry, model)
+    messages = profiles.conversation(profile, messages)
+    options = read_sampling(fields, None, profile)
+    n = read_n(fields)
     if fields.has("max_completion_tokens"):
         options["num_predict"] = fields.integer("max_completion_tokens", low=1, high=MAX_TOKENS)
     if fields.boolean("logprobs", False):
@@ -146,8 +157,8 @@ async def chat_completions(request: Request) -> Response:
     keep_alive = read_keep_alive(fields)
 
     def start(adapter):
-        return adapter.start_chat(messages, tools=tools, tool_choice=tool_choice, format=fmt, think=think,
-                                  options=options)
+        return start_choices(lambda opts: adapter.start_chat(messages, tools=tools, tool_choice=tool_choice,
+                                                             format=fmt, think=think, options=opts), options, n)
 
     started = await start_reply(state_of(request), model, start, options=options)
     shaper = OpenAIChatShaper(model, token_bytes=started.lease.adapter.token_bytes)
@@ -158,6 +169,9 @@ async def chat_completions(request: Request) -> Response:
 async def _reply(request, started, shaper, *, stream: bool, include_usage: bool, keep_alive):
     """The answer to a started generation: an SSE stream, or the whole reply
     once collected (499 when the client went away first)."""
+    if isinstance(started.run, Choices):
+        return await _reply_choices(request, started, shaper, stream=stream, include_usage=include_usage,
+                                    keep_alive=keep_alive)
     if stream:
         body = _sse_stream(started.run, shaper, include_usage)
         return GenerationResponse(body, SSE, on_close=lambda: started.close(keep_alive),
@@ -189,6 +203,48 @@ async def _sse_stream(run, shaper, include_usage: bool) -> AsyncIterator[bytes]:
     yield sse("[DONE]")
 
 
+async def _reply_choices(request, started, shaper, *, stream: bool, include_usage: bool, keep_alive):
+    """_reply for n > 1 choices: each shaped with its index, the usage counting the prompt once."""
+    choices: Choices = started.run
+    shapers = [shaper.for_choice(i) for i in range(len(choices.runs))]
+    if stream:
+        body = _sse_choices(choices, shapers, include_usage)
+        return GenerationResponse(body, SSE, on_close=lambda: started.close(keep_alive),
+                                  headers={"Cache-Control": "no-cache"})
+    try:
+        results = await choices.collect(request.receive)
+    finally:
+        started.close(keep_alive)
+    if results is None:
+        return Response(status_code=499)
+    replies = [each.response(result) for each, result in zip(shapers, results)]
+    return JSONResponse({**replies[0], "choices": [reply["choices"][0] for reply in replies],
+                         "usage": merged_usage(results)})
+
+
+async def _sse_choices(choices: Choices, shapers: list, include_usage: bool) -> AsyncIterator[bytes]:
+    results = []
+    try:
+        for each in shapers:
+            head = each.first_chunk()
+            if head is not None:
+                yield sse(head)
+        async for index, event in choices.events():
+            if isinstance(event, ChatResult):
+                results.append(event)
+                for chunk in shapers[index].final_chunks(event, False):
+                    yield sse(chunk)
+            else:
+                chunk = shapers[index].chunk(event)
+                if chunk is not None:
+                    yield sse(chunk)
+        if include_usage:
+            yield sse(shapers[0].usage_chunk(merged_usage(results)))
+    except Exception as exc:  # after the headers: report in the stream
+        yield sse(error_body("/v1/", 400, stream_error_message(exc)))
+    yield sse("[DONE]")
+
+
 # --------------------------------------------------------------------------------------
 # /v1/completions
 # --------------------------------------------------------------------------------------
@@ -201,7 +257,9 @@ async def completions(request: Request) -> Response:
     model = fields.string("model", required=True)
     prompt = _read_prompt(fields)
     stream, include_usage = read_stream(fields)
-    options = read_sampling(fields, 16)  # OpenAI's default max_tokens for completions
+    profile = profiles.profile_of(state_of(request).registry, model)
+    options = read_sampling(fields, 16, profile)  # OpenAI's default max_tokens for completions
+    n = read_n(fields)
     if fields.integer("best_of", 1, low=1, high=128) != 1:
         raise HTTPError(400, "only best_of=1 is supported", param="best_of")
     if fields.string("suffix"):
@@ -214,7 +272,7 @@ async def completions(request: Request) -> Response:
     keep_alive = read_keep_alive(fields)
 
     def start(adapter):
-        return adapter.start_completion(prompt, options=options)
+        return start_choices(lambda opts: adapter.start_completion(prompt, options=opts), options, n)
 
     started = await start_reply(state_of(request), model, start, options=options)
     adapter = started.lease.adapter

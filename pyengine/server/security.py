@@ -28,6 +28,8 @@ LOOPBACK_ORIGIN_RE = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?"
 _SIMPLE_TYPES = ("text/plain", "multipart/form-data", "application/x-www-form-urlencoded")
 PUBLIC_PATHS = frozenset({"/", "/health"})  # /health: probes carry no key (as llama-server's)
 DRAIN_LIMIT_BYTES = 128 * 1024 * 1024  # read (and drop) at most this much of a refused body
+# Bodies streamed to disk by their route, which bounds them itself (config.max_blob_bytes).
+STREAMED_PREFIXES = ("/api/blobs/",)
 
 
 class HostCheck:
@@ -61,7 +63,7 @@ class BodyLimit:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"].startswith(STREAMED_PREFIXES):
             await self.app(scope, receive, send)
             return
         declared = _header(scope, b"content-length")
