@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pyengine {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (_add_pull, _add_list, _add_rm, _add_show, _add_run, _add_serve, _add_bench):
+    for add in (_add_pull, _add_list, _add_rm, _add_cp, _add_show, _add_run, _add_serve, _add_bench):
         add(commands)
     return parser
 
@@ -179,6 +179,30 @@ def _cmd_rm(args) -> int:
         if not store.remove(name):
             raise ModelNotFoundError(f"model {name!r} is not in the store")
         print(f"deleted {store.canonical_name(name)}")
+    return EXIT_OK
+
+
+def _add_cp(commands) -> None:
+    sub = commands.add_parser(
+        "cp", help="copy a model in the local store under another name",
+        description="Store SOURCE again as DESTINATION (as `ollama cp`): a created model's settings are "
+                    "copied, the GGUF file is shared, and removing either leaves the other.",
+    )
+    sub.add_argument("source", metavar="SOURCE", help="model name")
+    sub.add_argument("destination", metavar="DESTINATION", help="the new model's name")
+    sub.set_defaults(handler=_cmd_cp)
+
+
+def _cmd_cp(args) -> int:
+    from pyengine import store
+    from pyengine.errors import ModelNotFoundError
+
+    source = store.canonical_name(args.source)
+    path = store.find_local(source)
+    if path is None:
+        raise ModelNotFoundError(f"model {args.source!r} is not in the store")
+    copy = store.copy_model(source, path, args.destination)
+    print(f"copied {source} to {copy.name}")
     return EXIT_OK
 
 

@@ -280,3 +280,16 @@ def test_copy_refuses_bad_names(server):
                          ({"source": BASE, "destination": BASE}, 400),
                          ({"source": BASE}, 400)]:
         assert httpx.post(f"{server.url}/api/copy", json=body).status_code == status, body
+
+
+def test_cli_cp_copies_in_the_store(home, capsys):
+    from pyengine import cli, store
+
+    assert cli.main(["cp", BASE, "smol-cli"]) == 0
+    assert capsys.readouterr().out == f"copied {BASE} to smol-cli\n"
+    assert store.find_local("smol-cli") == store.find_local(BASE)
+    assert "smol-cli" in [m.name for m in store.list_models()]
+    assert cli.main(["cp", "no-such-model", "y"]) == 1
+    assert cli.main(["cp", BASE, "../y"]) == 1
+    assert cli.main(["rm", "smol-cli"]) == 0
+    assert (home / "models" / f"{BASE}.gguf").is_file() and store.find_local("smol-cli") is None
