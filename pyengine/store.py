@@ -7,8 +7,9 @@ Layout of the cache (``$PYENGINE_HOME``, else ``~/.cache/pyengine``)::
                            a Hugging Face Hub model (hub.py), and .latest: the TAG that
                            ``hf.co/<owner>/<repo>`` without one resolved to
     models/<name>.json     a created model (Ollama's /api/create, /api/copy): the GGUF it
-                           runs (a stored model's file or a blob) and its template, system
-                           prompt, default parameters, messages and license
+                           runs (a blob, or links/<name>.gguf: a hard link of its own to the
+                           stored model it was made from) and its template, system prompt,
+                           default parameters, messages and license
     blobs/sha256-<hex>     uploaded files (Ollama's /api/blobs), named by their digest
     dists/<file>           distributions fetched with fetch_pypi_file (kept)
     tmp/                   downloads in flight; unique names, deleted on failure
@@ -343,8 +344,8 @@ def _listed_created(name: str) -> CreatedModel | None:
 
 
 def remove(name: str) -> bool:
-    """Delete a stored model (a created one: its manifest, never the file it runs);
-    False when it was not there."""
+    """Delete a stored model (a created one: its manifest and its own link, never a blob or
+    another model's file); False when it was not there."""
     canonical = canonical_name(name)
     ref = hub.parse(canonical)
     path = _hub_local(ref) if ref is not None else _model_file(canonical)
@@ -360,6 +361,9 @@ def remove(name: str) -> bool:
         raise StoreError(f"cannot remove {path}: {exc.strerror or exc}") from exc
     if ref is not None:
         _tidy_hub_folder(path.parent)
+    if path == _manifest_file(canonical):
+        with contextlib.suppress(OSError):   # its own link to the file it ran, if it had one
+            _link_file(canonical).unlink()
     return True
 
 
@@ -578,10 +582,41 @@ def _read_manifest(path: str, name: str, mtime_ns: int, size: int) -> CreatedMod
                          "again") from exc
 
 
+def _link_file(name: str) -> Path:
+    return cache_dir() / "links" / f"{name}.gguf"
+
+
+def _own_link(name: str, file: Path) -> Path:
+    """A hard link of its own to a stored model's file (``links/<name>.gguf``), so that removing
+    that model, or the model this one was made from, leaves this one working and the bytes on
+    disk once. Blobs and files outside the store (served paths) are used where they are; so is
+    the file where the file system has no hard links."""
+    root = cache_dir().resolve()
+    try:
+        inside = file.resolve().relative_to(root)
+    except (OSError, ValueError):
+        return file
+    if inside.parts[:1] not in (("models",), ("links",)):
+        return file
+    final = _link_file(name)
+    if final.exists() and os.path.samefile(final, file):
+        return final
+    folder = _subdir("links")
+    temp = folder / f".{name}.{os.getpid()}.{secrets.token_hex(8)}.partial"
+    try:
+        os.link(file, temp)
+        os.replace(temp, final)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        return file
+    return final
+
+
 def save_created(model: CreatedModel) -> Path:
     """Write (or replace) a created model's manifest, atomically."""
     name = created_name(model.name)
-    file = Path(model.file)
+    file = _own_link(name, Path(model.file))
     with contextlib.suppress(ValueError):   # inside the store: kept relative, so the store can move
         file = file.resolve().relative_to(cache_dir().resolve())
     document = {"file": str(file), "base": model.base, "template": model.template, "system": model.system,

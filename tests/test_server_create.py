@@ -293,3 +293,17 @@ def test_cli_cp_copies_in_the_store(home, capsys):
     assert cli.main(["cp", BASE, "../y"]) == 1
     assert cli.main(["rm", "smol-cli"]) == 0
     assert (home / "models" / f"{BASE}.gguf").is_file() and store.find_local("smol-cli") is None
+
+
+def test_removing_the_base_model_leaves_a_created_one_working(server, client, home):
+    import shutil
+
+    shutil.copyfile(SYNTH_GGUF, home / "models" / "synth-base.gguf")
+    client.create(model="derived", from_="synth-base", system="Be brief.", parameters={"num_predict": 2})
+    assert client.delete("synth-base").status == "success"
+    assert not (home / "models" / "synth-base.gguf").exists()
+    assert client.generate(model="derived", prompt="hello").eval_count == 2
+    assert client.show("derived").details.parent_model == "synth-base"
+    client.delete("derived")
+    assert "derived:latest" not in [m.model for m in client.list().models]
+    assert list((home / "links").glob("derived*")) == []
