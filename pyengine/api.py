@@ -8,6 +8,14 @@
     llm.create_completion("Once upon a time", max_tokens=32)   # OpenAI completion dict
     vectors = llm.embed(["first text", "second text"])         # unit vectors of n_embd floats
 
+Sampling defaults depend on the method, as each mirrors an API (see the README's
+table): ``generate``, ``chat`` and ``submit`` take Ollama's (temperature 0.8, top_k 40,
+top_p 0.9, no penalty), ``create_completion`` / ``create_chat_completion``
+llama-cpp-python's (temperature 0.8 / 0.2, top_k 40, top_p 0.95, min_p 0.05); the
+model file's ``general.sampling.*`` values come over those, the options given over
+everything. ``temperature=0`` is greedy: the most likely token, after a repetition
+penalty only where one is in force (given, or set by the file).
+
 Options use Ollama's names (temperature, top_k, top_p, min_p, typical_p,
 repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed,
 num_predict, stop, mirostat, mirostat_tau, mirostat_eta, num_ctx, num_keep,
@@ -36,6 +44,7 @@ from pyengine.runner.engine import DEFAULT_BATCH, DEFAULT_PARALLEL, Engine
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.sequence import Chunk, Completion, TokenLogprob
 from pyengine.sample import Grammar, SamplingOptions
+from pyengine.sample.options import layered_options, model_sampling
 from pyengine.tokenizer import Tokenizer
 
 DEFAULT_CTX = 4096
@@ -58,6 +67,7 @@ class LLM:
         self.gguf = GGUFFile(self.path)
         self.model = load_model(self.gguf)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
+        self.sampling_defaults = model_sampling(self.gguf.metadata)   # the file's general.sampling.*
         cfg = self.model.cfg
         self.n_ctx = _positive_int("n_ctx", n_ctx if n_ctx is not None else min(cfg.n_ctx_train, DEFAULT_CTX))
         self.n_batch = _positive_int("n_batch", n_batch)
@@ -175,10 +185,11 @@ class LLM:
 
     # ---- generation --------------------------------------------------------------
 
-    def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
+    def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float | None = None,
                  stream: bool = False, seed: int | None = None, stop: Sequence[str] | str | None = None,
                  **options) -> str | Iterator[str]:
-        """Continue `prompt` (text or token ids); the text, or an iterator of text pieces."""
+        """Continue `prompt` (text or token ids); the text, or an iterator of text pieces.
+        Ollama's sampling defaults (temperature 0.8); ``temperature=0`` for greedy."""
         handle = self.submit(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
                              **options)
         if stream:
@@ -189,12 +200,13 @@ class LLM:
         """create_completion, as llama-cpp-python's Llama is called."""
         return self.create_completion(prompt, **kwargs)
 
-    def create_completion(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
+    def create_completion(self, prompt: str | Sequence[int], max_tokens: int = 128, temperature: float | None = None,
                           stream: bool = False, seed: int | None = None,
                           stop: Sequence[str] | str | None = None, **options) -> dict | Iterator[dict]:
-        """OpenAI's completion object (`text_completion`), or its chunks when streaming."""
+        """OpenAI's completion object (`text_completion`), or its chunks when streaming;
+        llama-cpp-python's sampling defaults (temperature 0.8, top_p 0.95, top_k 40, min_p 0.05)."""
         handle = self.submit(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
-                             **options)
+                             surface="llama-cpp-python", **options)
         head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion",
                 "created": int(time.time()), "model": self.model_name}
         if stream:
@@ -205,15 +217,24 @@ class LLM:
                   "finish_reason": result.finish_reason}
         return {**head, "choices": [choice], "usage": _usage(result)}
 
-    def submit(self, prompt: str | Sequence[int], *, max_tokens: int | None = 128, temperature: float = 0.0,
-               seed: int | None = None, stop: Sequence[str] | str | None = None, **options) -> RequestHandle:
+    def submit(self, prompt: str | Sequence[int], *, max_tokens: int | None = 128, temperature: float | None = None,
+               seed: int | None = None, stop: Sequence[str] | str | None = None, surface: str = "ollama",
+               parameters: dict | None = None, **options) -> RequestHandle:
         """Queue a generation with Ollama-named options; the handle streams Chunk events and
-        ends with the Completion (counts, timings, finish_reason, logprobs)."""
+        ends with the Completion (counts, timings, finish_reason, logprobs).
+
+        Options not given take `surface`'s defaults ("ollama", "openai", "llama-cpp-python",
+        "llama-cpp-python-chat"), overridden by the file's ``general.sampling.*`` and then
+        by `parameters` (a created model's, Ollama's names): see :meth:`sampling_options`."""
         ids = self.tokenize(prompt, parse_special=True) if isinstance(prompt, str) else prompt
+        created = dict(parameters or {})
+        created_stop = created.pop("stop", None)
+        stop = created_stop if stop is None else stop
         sampling_opts = {k: v for k, v in options.items() if k not in REQUEST_OPTIONS}
-        request_opts = {k: v for k, v in options.items() if k in REQUEST_OPTIONS}
-        sampling_opts.update(temperature=temperature, seed=seed)
-        sampling = SamplingOptions.from_dict(sampling_opts)
+        request_opts = {**{k: v for k, v in created.items() if k in REQUEST_OPTIONS},
+                        **{k: v for k, v in options.items() if k in REQUEST_OPTIONS}}
+        sampling = self.sampling_options(surface, {**sampling_opts, "temperature": temperature, "seed": seed},
+                                         parameters=created)
         if "num_predict" in request_opts:
             max_tokens = request_opts.pop("num_predict")
         grammar = _grammar(request_opts.pop("grammar", None), request_opts.pop("format", None))
@@ -222,6 +243,13 @@ class LLM:
             top = sampling.n_probs
         return self.engine.submit(ids, sampling, max_tokens=max_tokens, stop=stop, grammar=grammar,
                                   top_logprobs=top, **request_opts)
+
+    def sampling_options(self, surface: str, request: dict, parameters: dict | None = None) -> SamplingOptions:
+        """The sampler settings of a request (Ollama's names): `surface`'s defaults < this
+        file's ``general.sampling.*`` < a created model's `parameters` < `request`."""
+        created = {k: v for k, v in (parameters or {}).items() if k not in REQUEST_OPTIONS}
+        return SamplingOptions.from_dict(layered_options(surface, model=self.sampling_defaults, created=created,
+                                                         request=request))
 
     # ---- chat ------------------------------------------------------------------
 

@@ -44,9 +44,9 @@ def run_threads(fn, n: int) -> list:
 
 
 def test_four_concurrent_greedy_generations_equal_each_alone(llm):
-    alone = [llm.submit(p, max_tokens=64, cache_prompt=False).result().tokens for p in PROMPTS]
+    alone = [llm.submit(p, max_tokens=64, temperature=0, cache_prompt=False).result().tokens for p in PROMPTS]
     steps = llm.stats()["steps"]
-    together = run_threads(lambda i: llm.submit(PROMPTS[i], max_tokens=64).result().tokens, 4)
+    together = run_threads(lambda i: llm.submit(PROMPTS[i], max_tokens=64, temperature=0).result().tokens, 4)
     assert together == alone
     assert all(len(t) == 64 for t in alone)
     assert llm.stats()["steps"] - steps < 2 * 64          # they really shared forward passes
@@ -68,14 +68,14 @@ def test_prefix_reuse_reaches_the_first_token_much_sooner(llm):
 
 
 def test_streaming_equals_the_whole_text_and_stops_hold_back(llm):
-    whole = llm.generate(PROMPTS[2], max_tokens=40)
-    assert llm.generate(PROMPTS[2], max_tokens=40, stream=False) == whole
-    pieces = list(llm.generate(PROMPTS[2], max_tokens=40, stream=True))
+    whole = llm.generate(PROMPTS[2], temperature=0, max_tokens=40)
+    assert llm.generate(PROMPTS[2], temperature=0, max_tokens=40, stream=False) == whole
+    pieces = list(llm.generate(PROMPTS[2], temperature=0, max_tokens=40, stream=True))
     assert "".join(pieces) == whole and len(pieces) > 5
     stop = whole[15:19]
     cut = whole.index(stop)
     streamed = ""
-    for piece in llm.generate(PROMPTS[2], max_tokens=40, stream=True, stop=[stop]):
+    for piece in llm.generate(PROMPTS[2], temperature=0, max_tokens=40, stream=True, stop=[stop]):
         streamed += piece
         assert whole.startswith(streamed) and len(streamed) <= cut
     assert streamed == whole[:cut]
@@ -93,7 +93,7 @@ def test_closing_a_stream_cancels_its_request(llm):
 
 
 def test_create_completion_has_the_openai_shape(llm):
-    out = llm.create_completion(PROMPTS[0], max_tokens=8, logprobs=3)
+    out = llm.create_completion(PROMPTS[0], temperature=0, max_tokens=8, logprobs=3)
     assert out["object"] == "text_completion" and out["id"].startswith("cmpl-")
     choice = out["choices"][0]
     assert choice["finish_reason"] == "length" and choice["index"] == 0
@@ -103,7 +103,7 @@ def test_create_completion_has_the_openai_shape(llm):
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 8
     assert all(len(top) <= 3 and max(top.values()) <= 0 for top in lp["top_logprobs"])
     assert "".join(lp["tokens"]) == choice["text"]
-    chunks = list(llm.create_completion(PROMPTS[0], max_tokens=8, stream=True))
+    chunks = list(llm.create_completion(PROMPTS[0], temperature=0, max_tokens=8, stream=True))
     assert "".join(c["choices"][0]["text"] for c in chunks) == choice["text"]
     assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "length"
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
@@ -112,9 +112,9 @@ def test_create_completion_has_the_openai_shape(llm):
 
 def test_calling_the_llm_is_create_completion(llm):
     """llm(prompt, ...) as llama-cpp-python's Llama is called: the completion object."""
-    out = llm(PROMPTS[0], max_tokens=5)
+    out = llm(PROMPTS[0], max_tokens=5, temperature=0)
     assert out["object"] == "text_completion" and out["usage"]["completion_tokens"] == 5
-    assert out["choices"][0]["text"] == llm.create_completion(PROMPTS[0], max_tokens=5)["choices"][0]["text"]
+    assert out["choices"][0]["text"] == llm.create_completion(PROMPTS[0], max_tokens=5, temperature=0)["choices"][0]["text"]
 
 
 def test_sampling_options_use_ollama_names(llm):
@@ -162,7 +162,7 @@ def test_prompt_longer_than_the_context_gives_both_sizes(llm):
 def test_shift_keeps_a_counting_sequence_going(llm):
     count = ", ".join(str(i) for i in range(1, 21)) + ","
     assert len(llm.tokenize(count)) > 64
-    result = llm.submit(count, num_ctx=64, max_tokens=90, repeat_penalty=1.0, num_keep=4, truncate=True).result()
+    result = llm.submit(count, num_ctx=64, max_tokens=90, temperature=0, repeat_penalty=1.0, num_keep=4, truncate=True).result()
     assert result.context_shifts >= 2
     numbers = [int(x) for x in result.text.replace(",", " ").split()]
     assert numbers[:20] == list(range(21, 41))
@@ -179,13 +179,13 @@ def test_grammar_and_format_options(llm):
 def test_methods_are_safe_from_many_threads(llm):
     ids = llm.tokenize(PROMPTS[1])
     want_logits = llm.forward_logits(ids)
-    want_text = llm.generate(PROMPTS[0], max_tokens=8)
+    want_text = llm.generate(PROMPTS[0], max_tokens=8, temperature=0)
 
     def work(i: int):
         if i % 3 == 0:
             return np.array_equal(llm.forward_logits(ids), want_logits)
         if i % 3 == 1:
-            return llm.generate(PROMPTS[0], max_tokens=8) == want_text
+            return llm.generate(PROMPTS[0], max_tokens=8, temperature=0) == want_text
         return llm.detokenize(llm.tokenize(PROMPTS[i % 4], add_special=False)) == PROMPTS[i % 4]
 
     assert all(run_threads(work, 9))

@@ -38,7 +38,7 @@ def log_probs(probs):
 def test_defaults_are_ollamas():
     opts = SamplingOptions()
     assert (opts.temperature, opts.top_k, opts.top_p, opts.min_p, opts.typical_p) == (0.8, 40, 0.9, 0.0, 1.0)
-    assert (opts.repeat_penalty, opts.repeat_last_n, opts.presence_penalty, opts.frequency_penalty) == (1.1, 64, 0, 0)
+    assert (opts.repeat_penalty, opts.repeat_last_n, opts.presence_penalty, opts.frequency_penalty) == (1.0, 64, 0, 0)
     assert (opts.mirostat, opts.mirostat_tau, opts.mirostat_eta, opts.seed) == (0, 5.0, 0.1, None)
     assert opts.dry_sequence_breakers == ["\n", ":", "\"", "*"]
     assert opts.sampler_order() == ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p",

@@ -137,10 +137,10 @@ def test_embed_truncates_to_the_context_or_refuses(smollm2_path):
 
 def test_embed_leaves_no_cells_behind_and_keeps_generations_intact(llm):
     prompt = "Once upon a time"
-    alone = llm.generate(prompt, max_tokens=24)
+    alone = llm.generate(prompt, max_tokens=24, temperature=0)
     reference = llm.embed(CAT)[0]
     used = llm.cache.n_used
-    stream = llm.generate(prompt, max_tokens=24, stream=True)
+    stream = llm.generate(prompt, max_tokens=24, temperature=0, stream=True)
     pieces = [next(stream)]
     vectors = []
     worker = threading.Thread(target=lambda: vectors.extend(llm.embed([CAT, STOCKS])))

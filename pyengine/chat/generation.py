@@ -51,7 +51,7 @@ def check_fits(llm: Any, ids: Sequence[int], options: dict) -> None:
                                  "shorten the conversation or raise num_ctx")
 
 
-def submit(llm: Any, ids: Sequence[int], *, max_tokens: int | None, temperature: float,
+def submit(llm: Any, ids: Sequence[int], *, max_tokens: int | None, temperature: float | None = None,
            seed: int | None = None, stop: Sequence[str] | str | None = None, **options: Any):
     """Start generating after `ids`; returns a handle of chunks then a Completion.
 

@@ -2,6 +2,12 @@
 
 Where Ollama has no option (DRY, XTC, top-n-sigma, dynamic temperature) the name and
 default follow llama.cpp's common sampling parameters.
+
+What a request leaves out depends on the API it came through: :data:`SURFACE_DEFAULTS`
+holds each surface's defaults (Ollama's, OpenAI's, llama-cpp-python's), and
+:func:`layered_options` puts a request's options over them in one order:
+surface defaults < the model file's ``general.sampling.*`` < a created model's
+parameters < the request.
 """
 
 from __future__ import annotations
@@ -23,6 +29,38 @@ _SAMPLER_ALIASES = {
 
 MAX_TOP_LOGPROBS = 20
 
+# The defaults of each API, for the options a request leaves out. Ollama's are
+# api.DefaultOptions (repeat_penalty 1.0 since Ollama stopped applying 1.1 to models
+# that set none); OpenAI applies no top-k, min-p or penalty; llama-cpp-python's are
+# the defaults of Llama.create_completion and Llama.create_chat_completion (0.3.x, with
+# the Llama object's last_n_tokens_size of 64).
+_NO_PENALTIES = {"repeat_penalty": 1.0, "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+SURFACE_DEFAULTS: dict[str, dict[str, object]] = {
+    "ollama": {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "typical_p": 1.0, **_NO_PENALTIES},
+    "openai": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, **_NO_PENALTIES},
+    "llama-cpp-python": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0,
+                         **_NO_PENALTIES},
+    "llama-cpp-python-chat": {"temperature": 0.2, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0,
+                              **_NO_PENALTIES},
+}
+
+# The model file's recommended sampling (llama.cpp reads the same keys, gguf-py's
+# Keys.General.SAMPLING_*), by the option each sets.
+MODEL_SAMPLING_KEYS = {
+    "general.sampling.sequence": "samplers",
+    "general.sampling.top_k": "top_k",
+    "general.sampling.top_p": "top_p",
+    "general.sampling.min_p": "min_p",
+    "general.sampling.xtc_probability": "xtc_probability",
+    "general.sampling.xtc_threshold": "xtc_threshold",
+    "general.sampling.temp": "temperature",
+    "general.sampling.penalty_last_n": "repeat_last_n",
+    "general.sampling.penalty_repeat": "repeat_penalty",
+    "general.sampling.mirostat": "mirostat",
+    "general.sampling.mirostat_tau": "mirostat_tau",
+    "general.sampling.mirostat_eta": "mirostat_eta",
+}
+
 
 def _default_breakers() -> list[str]:
     return ["\n", ":", "\"", "*"]
@@ -37,7 +75,7 @@ class SamplingOptions:
     top_p: float = 0.9
     min_p: float = 0.0
     typical_p: float = 1.0
-    repeat_penalty: float = 1.1
+    repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -80,6 +118,41 @@ class SamplingOptions:
 
 
 OPTION_NAMES = frozenset(spec.name for spec in fields(SamplingOptions))
+
+
+def model_sampling(metadata: Mapping[str, object]) -> dict[str, object]:
+    """The sampling a GGUF recommends (``general.sampling.*``), by option name. A value
+    that is not a valid option is skipped, as llama.cpp skips one it cannot parse."""
+    found: dict[str, object] = {}
+    for key, name in MODEL_SAMPLING_KEYS.items():
+        value = metadata.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "item"):  # a numpy scalar
+            value = value.item()
+        try:
+            found[name] = _VALIDATORS[name](name, value)
+        except InvalidOptionError:
+            continue
+    return found
+
+
+def layered_options(surface: str, *, model: Mapping[str, object] | None = None,
+                    created: Mapping[str, object] | None = None,
+                    request: Mapping[str, object] | None = None) -> dict[str, object]:
+    """A request's options over the defaults, in this order (later wins): the `surface`'s
+    defaults (a key of SURFACE_DEFAULTS), the `model` file's ``general.sampling.*``
+    (:func:`model_sampling`), a `created` model's parameters, the `request` (where a
+    None value means "not given", seed excepted)."""
+    try:
+        defaults = SURFACE_DEFAULTS[surface]
+    except KeyError:
+        raise InvalidOptionError(f"unknown sampling surface {surface!r}; one of {sorted(SURFACE_DEFAULTS)}") from None
+    layered: dict[str, object] = dict(defaults)
+    for layer in (model, created):
+        layered.update({name: value for name, value in (layer or {}).items() if value is not None})
+    layered.update({name: value for name, value in (request or {}).items() if value is not None or name == "seed"})
+    return layered
 
 
 # ---- validators: each returns the normalised value or raises InvalidOptionError naming the option
