@@ -108,7 +108,7 @@ class SamplerChain:
                              opts.frequency_penalty, opts.presence_penalty)
         if name == "dry":
             enabled = opts.dry_multiplier != 0.0 and opts.dry_penalty_last_n != 0
-            breakers = build_breakers(self.token_pieces, opts.dry_sequence_breakers) if enabled else {}
+            breakers = build_breakers(self.token_pieces, opts.dry_sequence_breakers) if enabled else None
             return Dry(opts.dry_multiplier, opts.dry_base, opts.dry_allowed_length,
                        self._last_n(opts.dry_penalty_last_n), breakers)
         if name == "top_n_sigma":

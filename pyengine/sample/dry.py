@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,27 +21,78 @@ _MAX_BREAKER_BYTES = 40   # longer breakers are truncated (as llama.cpp does)
 _MAX_BREAKER_TAIL = 20    # tokens kept of a breaker's continuation
 _LOG_FLOAT_MAX = 88.7228391  # log(float32 max): penalties beyond this exponent saturate
 
-Breakers = dict[int, list[tuple[int, ...]]]
+
+class Breakers:
+    """Sequence breakers in token space: the tokens that hold a whole breaker (`single`),
+    and the token sequences (head, *tail) that spell one across several tokens, indexed by
+    their last token so that the sampler checks only what the newest token can complete."""
+
+    def __init__(self, single: np.ndarray, sequences: Iterable[tuple[int, ...]]) -> None:
+        self.single = np.unique(np.asarray(single, dtype=np.int64))
+        self._single_set = frozenset(self.single.tolist())
+        self.sequences = frozenset(sequences)
+        lengths: dict[int, set[int]] = {}
+        for sequence in self.sequences:
+            lengths.setdefault(sequence[-1], set()).add(len(sequence))
+        # last token -> the lengths of the sequences it ends, shortest first
+        self.lengths_ending = {token: sorted(found) for token, found in lengths.items()}
+
+    @classmethod
+    def from_tails(cls, tails: Mapping[int, Iterable[tuple[int, ...]]]) -> Breakers:
+        """From a map head token -> tails completing a breaker (an empty tail: the head
+        alone holds one)."""
+        single = [head for head, heads_tails in tails.items() if () in heads_tails]
+        sequences = [(head, *tail) for head, heads_tails in tails.items() for tail in heads_tails if tail]
+        return cls(np.array(single, dtype=np.int64), sequences)
+
+    def __bool__(self) -> bool:
+        return bool(self.single.size or self.sequences)
+
+    def tails(self, head: int) -> list[tuple[int, ...]]:
+        """The tails that complete a breaker after `head` (() when it holds one alone)."""
+        found = [()] if head in self._single_set else []
+        found += sorted(sequence[1:] for sequence in self.sequences if sequence[0] == head)
+        return found
+
+    def __getitem__(self, head: int) -> list[tuple[int, ...]]:
+        found = self.tails(head)
+        if not found:
+            raise KeyError(head)
+        return found
+
+    def is_single(self, token: int) -> bool:
+        return token in self._single_set
+
+
+_NO_BREAKERS = Breakers(np.empty(0, np.int64), ())
 
 
 class Dry:
-    """The DRY sampler; `breakers` maps a head token to the token tails completing a breaker."""
+    """The DRY sampler; `breakers` says which token sequences spell a sequence breaker.
+
+    The most recent breaker is found as tokens arrive (each token is checked against the
+    breaker sequences it can end, a bounded number), so a step costs the repeat scan alone:
+    linear in the window, whatever the number of breakers."""
 
     name = "dry"
 
     def __init__(self, multiplier: float, base: float, allowed_length: int, last_n: int | None,
-                 breakers: Breakers) -> None:
+                 breakers: Breakers | Mapping[int, Iterable[tuple[int, ...]]] | None) -> None:
         self.multiplier = multiplier
         self.base = base
         self.allowed_length = allowed_length
         self.last_n = last_n            # None = the whole history
+        if breakers is None:
+            breakers = _NO_BREAKERS
+        elif not isinstance(breakers, Breakers):
+            breakers = Breakers.from_tails(breakers)
         self.breakers = breakers
-        self.single_breakers = np.fromiter(
-            (head for head, tails in breakers.items() if () in tails), dtype=np.int64)
-        self.heads = np.fromiter(breakers.keys(), dtype=np.int64, count=len(breakers))
+        self.single_breakers = breakers.single
         self.max_exponent = int(_LOG_FLOAT_MAX / math.log(base)) if base > 1.000001 else 0
         self._tokens = np.zeros(64, dtype=np.int64)
         self._size = 0
+        # the latest breaker seen: (index of its first token in _tokens, its tail length)
+        self._last_break: tuple[int, int] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -58,15 +109,35 @@ class Dry:
             self._compact_or_grow()
         self._tokens[self._size] = token
         self._size += 1
+        self._note_breaker(token)
 
     def reset(self) -> None:
         self._size = 0
+        self._last_break = None
+
+    def _note_breaker(self, token: int) -> None:
+        """Record a breaker that the token just added completes. A scan back from the end
+        would stop at the latest-starting breaker (and take its longest tail): of those
+        ending here that is the shortest, and it beats the one kept unless it starts earlier."""
+        end = self._size - 1
+        found = (end, 0) if self.breakers.is_single(token) else None
+        if found is None:
+            for length in self.breakers.lengths_ending.get(token, ()):
+                first = end - length + 1
+                if first >= 0 and tuple(self._tokens[first:end + 1].tolist()) in self.breakers.sequences:
+                    found = (first, length - 1)
+                    break
+        if found is not None and (self._last_break is None or found > self._last_break):
+            self._last_break = found
 
     def _compact_or_grow(self) -> None:
         if self.last_n is not None and self._size >= 2 * self.last_n:
-            keep = self._tokens[self._size - self.last_n:self._size].copy()
+            dropped = self._size - self.last_n
+            keep = self._tokens[dropped:self._size].copy()
             self._tokens[: keep.shape[0]] = keep
             self._size = keep.shape[0]
+            if self._last_break is not None:
+                self._last_break = (self._last_break[0] - dropped, self._last_break[1])
         else:
             self._tokens = np.concatenate([self._tokens, np.zeros_like(self._tokens)])
 
@@ -103,18 +174,12 @@ class Dry:
     def _repeat_limit(self, window: np.ndarray) -> int:
         """How many tokens back a repeat may reach: up to the most recent breaker."""
         n = window.shape[0]
-        if self.heads.size == 0:
+        if self._last_break is None:
             return n
-        for position in np.flatnonzero(np.isin(window, self.heads))[::-1].tolist():
-            back = n - 1 - position       # distance from the end
-            longest = -1
-            for tail in self.breakers[int(window[position])]:
-                if longest < len(tail) <= back and \
-                        tuple(window[position + 1:position + 1 + len(tail)].tolist()) == tail:
-                    longest = len(tail)
-            if longest >= 0:
-                return back - longest
-        return n
+        first, tail = self._last_break
+        if first < self._size - n:
+            return n            # the breaker has left the window
+        return self._size - 1 - first - tail
 
     def _repeat_lengths(self, window: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
         """For each token that follows an earlier occurrence of the current suffix, the
@@ -162,38 +227,43 @@ def _max_per_token(tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray,
     return tokens[first], lengths[first]
 
 
-# ---- sequence breakers: strings -> (head token, tail tokens), computed once per vocabulary
+# ---- sequence breakers: strings -> token sequences, computed once per vocabulary
 
 _cache_lock = threading.Lock()
 _breaker_cache: dict[tuple[int, int, tuple[str, ...]], tuple[Sequence[bytes], Breakers]] = {}
+_vocab_cache: dict[int, tuple[Sequence[bytes], _Vocab]] = {}
 
 
 def build_breakers(pieces: Sequence[bytes] | None, breakers: Sequence[str]) -> Breakers:
-    """Map each token that starts (or contains) a breaker to the tails that complete it."""
+    """The token sequences that spell each breaker: every token whose piece contains it
+    (alone), and every token whose piece ends with a proper prefix of it, followed by the
+    greedy tokenization of the rest (at most 20 tokens, as llama.cpp keeps).
+
+    One vectorized pass over the concatenated vocabulary per breaker: about a millisecond
+    per breaker on a 50k vocabulary, whatever the breaker."""
     if pieces is None or not breakers:
-        return {}
+        return _NO_BREAKERS
     key = (id(pieces), len(pieces), tuple(breakers))
     with _cache_lock:
         hit = _breaker_cache.get(key)
         if hit is not None and hit[0] is pieces:
             return hit[1]
-    if any(not isinstance(p, (bytes, bytearray)) for p in pieces):
-        raise InvalidOptionError("token_pieces must be bytes (each token's UTF-8 text, raw bytes for byte tokens)")
-    result: Breakers = {}
-    lookup: dict[bytes, int] | None = None
+    vocab = _vocab_of(pieces)
+    single: list[np.ndarray] = []
+    sequences: set[tuple[int, ...]] = set()
     for text in breakers:
         target = text.encode("utf-8")[:_MAX_BREAKER_BYTES]
-        for token, piece in enumerate(pieces):
-            if not piece:
-                continue
-            if target in piece:
-                _add_tail(result, token, ())
-                continue
-            for start in _overlap_starts(piece, target):
-                if lookup is None:
-                    lookup = _piece_lookup(pieces)
-                tail = _greedy_tokenize(target[len(piece) - start:], lookup)[:_MAX_BREAKER_TAIL]
-                _add_tail(result, token, tuple(tail))
+        if not target:
+            continue
+        holders, partial = vocab.matches(target)
+        single.append(holders)
+        tails = {}   # bytes of the piece that match -> the tokens spelling the rest
+        for token, matched in partial:
+            if matched not in tails:
+                tails[matched] = tuple(vocab.greedy_tokenize(target[matched:])[:_MAX_BREAKER_TAIL])
+            if tails[matched]:
+                sequences.add((token, *tails[matched]))
+    result = Breakers(np.concatenate(single), sequences)
     with _cache_lock:
         if len(_breaker_cache) > 8:
             _breaker_cache.clear()
@@ -201,41 +271,63 @@ def build_breakers(pieces: Sequence[bytes] | None, breakers: Sequence[str]) -> B
     return result
 
 
-def _add_tail(result: Breakers, token: int, tail: tuple[int, ...]) -> None:
-    tails = result.setdefault(token, [])
-    if tail not in tails:
-        tails.append(tail)
+class _Vocab:
+    """A vocabulary's pieces laid end to end, for vectorized searches of short byte strings."""
+
+    def __init__(self, pieces: Sequence[bytes]) -> None:
+        if any(not isinstance(p, (bytes, bytearray)) for p in pieces):
+            raise InvalidOptionError(
+                "token_pieces must be bytes (each token's UTF-8 text, raw bytes for byte tokens)")
+        lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+        self.blob = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        self.owner = np.repeat(np.arange(len(pieces), dtype=np.int64), lengths)   # token of each byte
+        self.piece_end = np.cumsum(lengths)                                       # per token
+        self.lookup: dict[bytes, int] = {}
+        for token, piece in enumerate(pieces):
+            if piece and len(piece) <= _MAX_BREAKER_BYTES:
+                self.lookup.setdefault(bytes(piece), token)
+
+    def matches(self, target: bytes) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """Tokens whose piece contains `target`, and (token, n) for the tokens that do not
+        but end with its first n bytes (n < len(target)), once per distinct n."""
+        starts = np.flatnonzero(self.blob == target[0])
+        left = self.piece_end[self.owner[starts]] - starts     # bytes from the start to the piece's end
+        alive = np.ones(starts.size, dtype=bool)
+        for k in range(1, len(target)):
+            check = alive & (left > k)
+            alive[check] = self.blob[starts[check] + k] == target[k]
+        whole = alive & (left >= len(target))
+        holders = np.unique(self.owner[starts[whole]])
+        part = alive & (left < len(target))
+        tokens, matched = self.owner[starts[part]], left[part]
+        keep = ~np.isin(tokens, holders)
+        pairs = set(zip(tokens[keep].tolist(), matched[keep].tolist()))
+        return holders, sorted(pairs)
+
+    def greedy_tokenize(self, data: bytes) -> list[int]:
+        """Longest-match split of a breaker's remainder into tokens (a stand-in tokenizer)."""
+        tokens: list[int] = []
+        start = 0
+        while start < len(data):
+            for end in range(len(data), start, -1):
+                token = self.lookup.get(data[start:end])
+                if token is not None:
+                    tokens.append(token)
+                    start = end
+                    break
+            else:
+                return tokens  # a byte no piece covers: keep what matched
+        return tokens
 
 
-def _overlap_starts(piece: bytes, target: bytes):
-    """Offsets where the piece ends with a proper prefix of target (a breaker split over tokens)."""
-    start = piece.find(target[:1])
-    while start != -1:
-        rest = piece[start:]
-        if len(rest) < len(target) and target.startswith(rest):
-            yield start
-        start = piece.find(target[:1], start + 1)
-
-
-def _piece_lookup(pieces: Sequence[bytes]) -> dict[bytes, int]:
-    lookup: dict[bytes, int] = {}
-    for token, piece in enumerate(pieces):
-        if piece and len(piece) <= _MAX_BREAKER_BYTES:
-            lookup.setdefault(piece, token)
-    return lookup
-
-
-def _greedy_tokenize(data: bytes, lookup: dict[bytes, int]) -> list[int]:
-    """Longest-match split of a breaker's remainder into tokens (a stand-in tokenizer)."""
-    tokens: list[int] = []
-    start = 0
-    while start < len(data):
-        for end in range(len(data), start, -1):
-            token = lookup.get(data[start:end])
-            if token is not None:
-                tokens.append(token)
-                start = end
-                break
-        else:
-            return tokens  # a byte no piece covers: keep what matched
-    return tokens
+def _vocab_of(pieces: Sequence[bytes]) -> _Vocab:
+    with _cache_lock:
+        hit = _vocab_cache.get(id(pieces))
+        if hit is not None and hit[0] is pieces and len(pieces) == hit[1].piece_end.size:
+            return hit[1]
+    vocab = _Vocab(pieces)
+    with _cache_lock:
+        if len(_vocab_cache) > 4:
+            _vocab_cache.clear()
+        _vocab_cache[id(pieces)] = (pieces, vocab)
+    return vocab

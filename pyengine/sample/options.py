@@ -203,12 +203,28 @@ def _mirostat(name: str, value: object) -> int:
     return _integer(name, value, 0, 2, "0 (off), 1 (Mirostat) or 2 (Mirostat 2.0)")
 
 
+# DRY's sequence breakers: each costs a pass over the vocabulary when the sampler is built,
+# and llama.cpp's sampler keeps only the first 40 bytes of one; more than a few dozen short
+# ones is no longer a list of separators but a way to make a request expensive.
+MAX_DRY_BREAKERS = 32
+MAX_DRY_BREAKER_CHARS = 40
+
+
 def _breakers(name: str, value: object) -> list[str]:
     if isinstance(value, str) or not isinstance(value, Sequence):
-        raise _fail(name, value, "a list of non-empty strings")
+        raise InvalidOptionError(f"option {name!r} must be a list of non-empty strings, "
+                                 f"got {type(value).__name__}")
+    if len(value) > MAX_DRY_BREAKERS:
+        raise InvalidOptionError(
+            f"option {name!r} holds {len(value)} breakers; at most {MAX_DRY_BREAKERS} are allowed")
     breakers = list(value)
-    if any(not isinstance(item, str) or not item for item in breakers):
-        raise _fail(name, value, "a list of non-empty strings")
+    for item in breakers:
+        if not isinstance(item, str) or not item:
+            raise _fail(name, item, "a list of non-empty strings")
+        if len(item) > MAX_DRY_BREAKER_CHARS:
+            raise InvalidOptionError(
+                f"option {name!r}: a breaker of {len(item)} characters (at most {MAX_DRY_BREAKER_CHARS} "
+                f"are allowed): {item[:MAX_DRY_BREAKER_CHARS]!r}...")
     return breakers
 
 
