@@ -13,8 +13,30 @@ GOLDEN = DATA / "golden"
 
 
 # every kernel table the native core may build, and the x86 ones with SIMD
-ISA_NAMES = ("scalar", "avx2", "avxvnni", "avx512", "neon")
+ISA_NAMES = ("scalar", "avx2", "avxvnni", "avx512", "neon_nodot", "neon")
 X86_SIMD_ISAS = ("avx2", "avxvnni", "avx512")
+
+
+# What each built wheel runs (`pytest -m wheel`, pyproject's [tool.cibuildwheel]): the kernels
+# on every table the CPU has, every synthetic model, llama.cpp's tokenizer conformance files.
+# None of them downloads a model or needs a cross compiler.
+WHEEL_SUBSET = frozenset({"test_kernels_legacy.py", "test_kernels_kquants.py", "test_kernels_iquants.py",
+                          "test_gemm.py", "test_rows8.py", "test_models_synth.py",
+                          "test_tokenizer_conformance.py"})
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With -m wheel, the other files are not even imported: a wheel's test environment
+    has pytest and pyengine's dependencies, not the whole test extra."""
+    if config.getoption("markexpr") == "wheel" and collection_path.suffix == ".py":
+        return collection_path.name.startswith("test_") and collection_path.name not in WHEEL_SUBSET
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in WHEEL_SUBSET:
+            item.add_marker(pytest.mark.wheel)
 
 
 def available_isas() -> list[str]:
