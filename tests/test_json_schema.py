@@ -166,7 +166,7 @@ def test_property_order_is_kept_and_optional_ones_may_be_skipped():
                                                "c": {"type": "integer"}}, "required": ["c"]}
     grammar = Grammar.from_json_schema(schema)
     assert grammar.matches('{"b":1,"a":2,"c":3}')
-    assert grammar.matches('{"c":3}') and grammar.matches('{ "a": 2, "c": 3 }')
+    assert grammar.matches('{"c":3}') and grammar.matches('{"a": 2, "c": 3}')
     assert not grammar.matches('{"a":2,"b":1,"c":3}')     # out of order
     assert not grammar.matches('{"b":1}')                  # c is required
     assert not grammar.matches('{"c":3,}') and not grammar.matches('{,"c":3}')
@@ -228,7 +228,8 @@ def test_unsupported_or_invalid_patterns_fail_closed(pattern):
 def test_json_object_grammar():
     grammar = Grammar.json_object()
     assert grammar.matches('{"a": [1, -2.5e3, true, null, {"b": "\\u00e9\\n"}]}')
-    assert grammar.matches("{}") and grammar.matches('{\n  "k": "v"\n}')
+    assert grammar.matches("{}") and grammar.matches('{"k":"v"}')
+    assert not grammar.matches('{\n  "k": "v"\n}')   # compact: no newlines, no indents
     assert not grammar.matches("[1]") and not grammar.matches('{"a" 1}') and not grammar.matches('{"a": 01}')
 
 
@@ -410,7 +411,7 @@ def test_best_first_search_equals_full_masking(options):
 
 
 def test_eog_only_when_the_grammar_can_end():
-    grammar = Grammar.from_gbnf('root ::= "ab"')
+    grammar = Grammar.from_gbnf('root ::= ("a" | "b") "b"')
     pieces = [b"a", b"b", b"ab", b"</s>"]
     chain = SamplerChain(SamplingOptions(temperature=0), 4, pieces, [3], grammar)
     logits = np.array([0.0, 0.0, -1.0, 5.0], dtype=np.float32)
@@ -420,7 +421,7 @@ def test_eog_only_when_the_grammar_can_end():
     chain.accept(1)
     assert chain.sample(logits) == 3
     with pytest.raises(Exception, match="grammar"):
-        SamplerChain(SamplingOptions(), 4, pieces, [3], grammar).accept(1)
+        SamplerChain(SamplingOptions(), 4, pieces, [3], grammar).accept(3)
 
 
 def test_clone_forks_the_grammar_state():

@@ -82,7 +82,8 @@ def test_hermes_grammar_takes_exactly_one_valid_call():
 
 def test_llama3_grammar_is_bare_json_with_parameters():
     assert forced_syntax("llama3") == "llama3"
-    assert forced_syntax("hermes") == forced_syntax("mistral") == forced_syntax(None) == "hermes"
+    assert forced_syntax("hermes") == "hermes"
+    assert forced_syntax("mistral") == forced_syntax(None) == "json"   # bare JSON, "arguments"
     grammar = forced_call_grammar(read_tool_choice(TOOLS, NAMED_CLOCK).forced, "llama3")
     call = '{"name": "get_time", "parameters": {"zone": "UTC"}}'
     assert grammar.matches(call)

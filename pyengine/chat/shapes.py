@@ -8,6 +8,7 @@ shows nothing), and the closing object(s) from the ChatResult.
 
 from __future__ import annotations
 
+import copy
 import json
 import secrets
 import time
@@ -137,7 +138,14 @@ class OpenAIChatShaper:
         self.head = {"id": completion_id or new_id("chatcmpl"), "created": created or int(time.time()),
                      "model": model, "system_fingerprint": "pyengine"}
         self.token_bytes = token_bytes
+        self.index = 0          # the choice's index (n > 1: see for_choice)
         self._n_calls = 0
+
+    def for_choice(self, index: int) -> "OpenAIChatShaper":
+        """A shaper of choice `index` of the same reply (same id and time)."""
+        twin = copy.copy(self)
+        twin.index, twin._n_calls = index, 0
+        return twin
 
     def response(self, result: Any) -> dict:
         message: dict[str, Any] = {"role": "assistant", "content": result.content}
@@ -145,8 +153,9 @@ class OpenAIChatShaper:
             message["reasoning_content"] = result.reasoning
         if result.tool_calls:
             message["tool_calls"] = [dict(call) for call in result.tool_calls]
-            message["content"] = result.content or None
-        choice = {"index": 0, "message": message, "logprobs": self._logprobs(result.logprobs),
+        if result.tool_calls or getattr(result, "forced_call", False):
+            message["content"] = result.content or None   # a forced call cut off: null, as OpenAI's
+        choice = {"index": self.index, "message": message, "logprobs": self._logprobs(result.logprobs),
                   "finish_reason": _finish_reason(result)}
         return {**self.head, "object": "chat.completion", "choices": [choice], "usage": openai_usage(result)}
 
@@ -170,9 +179,11 @@ class OpenAIChatShaper:
     def final_chunks(self, result: Any, include_usage: bool) -> list[dict]:
         chunks = [self._chunk({}, _finish_reason(result))]
         if include_usage:
-            chunks.append({**self.head, "object": "chat.completion.chunk", "choices": [],
-                           "usage": openai_usage(result)})
+            chunks.append(self.usage_chunk(openai_usage(result)))
         return chunks
+
+    def usage_chunk(self, usage: dict) -> dict:
+        return {**self.head, "object": "chat.completion.chunk", "choices": [], "usage": usage}
 
     def _call_delta(self, call: dict) -> dict:
         index, self._n_calls = self._n_calls, self._n_calls + 1
@@ -180,7 +191,7 @@ class OpenAIChatShaper:
                 "function": {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}}
 
     def _chunk(self, delta: dict, finish_reason: str | None, logprobs: dict | None = None) -> dict:
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        choice = {"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
         return {**self.head, "object": "chat.completion.chunk", "choices": [choice]}
 
     def _logprobs(self, items) -> dict | None:
@@ -206,33 +217,44 @@ class OpenAICompletionShaper:
                      "model": model, "system_fingerprint": "pyengine"}
         self.token_bytes = token_bytes
         self.echo_text = echo_text
+        self.index = 0          # the choice's index (n > 1: see for_choice)
         self._offset = len(echo_text)
+
+    def for_choice(self, index: int) -> "OpenAICompletionShaper":
+        """A shaper of choice `index` of the same reply (same id and time)."""
+        twin = copy.copy(self)
+        twin.index, twin._offset = index, len(self.echo_text)
+        return twin
 
     def response(self, result: Any) -> dict:
         self._offset = len(self.echo_text)
-        choice = {"text": self.echo_text + result.content, "index": 0,
+        choice = {"text": self.echo_text + result.content, "index": self.index,
                   "logprobs": self._logprobs(result.logprobs), "finish_reason": _finish_reason(result)}
         return {**self.head, "choices": [choice], "usage": openai_usage(result)}
 
     def first_chunk(self) -> dict | None:
         if not self.echo_text:
             return None
-        return {**self.head, "choices": [{"text": self.echo_text, "index": 0, "logprobs": None,
+        return {**self.head, "choices": [{"text": self.echo_text, "index": self.index, "logprobs": None,
                                           "finish_reason": None}]}
 
     def chunk(self, piece: Any) -> dict | None:
         text = piece.text("content")
         if not text and not piece.logprobs:
             return None
-        choice = {"text": text, "index": 0, "logprobs": self._logprobs(piece.logprobs), "finish_reason": None}
+        choice = {"text": text, "index": self.index, "logprobs": self._logprobs(piece.logprobs),
+                  "finish_reason": None}
         return {**self.head, "choices": [choice]}
 
     def final_chunks(self, result: Any, include_usage: bool) -> list[dict]:
-        chunk = {**self.head, "choices": [{"text": "", "index": 0, "logprobs": None,
+        chunk = {**self.head, "choices": [{"text": "", "index": self.index, "logprobs": None,
                                            "finish_reason": _finish_reason(result)}]}
         if include_usage:
-            return [chunk, {**self.head, "choices": [], "usage": openai_usage(result)}]
+            return [chunk, self.usage_chunk(openai_usage(result))]
         return [chunk]
+
+    def usage_chunk(self, usage: dict) -> dict:
+        return {**self.head, "choices": [], "usage": usage}
 
     def _logprobs(self, items) -> dict | None:
         if not items or self.token_bytes is None:

@@ -6,10 +6,14 @@
   spells one call in the syntax the reply is then parsed with, its arguments following
   the function's parameter schema.
 
-The syntax is the template's own where a grammar can write it: Llama 3's bare JSON
-``{"name": ..., "parameters": {...}}``; every other template (Hermes/Qwen, Mistral,
-whose ``[TOOL_CALLS]`` is a control token a grammar cannot emit, and templates without
-tool syntax) gets the Hermes form ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``.
+The syntax is the template's own where a grammar can write it: Hermes/Qwen's
+``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` and Llama 3's bare JSON
+``{"name": ..., "parameters": {...}}``. Every other template (Mistral, whose
+``[TOOL_CALLS]`` is a control token a grammar cannot emit, and templates without tool
+syntax, such as SmolLM2's) gets bare JSON ``{"name": ..., "arguments": {...}}``: markup
+the model has never seen costs tokens and teaches nothing (``<tool_call>`` and its closer
+are 10 tokens of SmolLM2's vocabulary, more than the call they wrap). The JSON is compact
+(json_schema.py: at most one space after ``:`` and ``,``).
 A function whose parameter schema the grammar converter cannot express gets arguments
 that are any JSON object (the call is still forced, its name still exact). A forced
 reply is exactly one call (``parallel_tool_calls`` does not add more).
@@ -30,7 +34,11 @@ _ANY_OBJECT = {"type": "object"}
 _SYNTAX = {
     "hermes": ('"<tool_call>\\n"', '"\\n</tool_call>"', "arguments"),
     "llama3": ("", "", "parameters"),
+    "json": ("", "", "arguments"),
 }
+# The parser format (chat/parsers.py) that reads each syntax back: a reply that starts with
+# a JSON call is Llama 3's format, whatever the arguments' key.
+_PARSE_FORMAT = {"hermes": "hermes", "llama3": "llama3", "json": "llama3"}
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,12 @@ def _named_function(tool_choice: Any) -> str:
 
 def forced_syntax(template_format: str | None) -> str:
     """The syntax a forced call is written in, given the template's tool format."""
-    return "llama3" if template_format == "llama3" else "hermes"
+    return template_format if template_format in ("hermes", "llama3") else "json"
+
+
+def forced_parse_format(syntax: str) -> str:
+    """The tool format to parse a reply forced into `syntax` with."""
+    return _PARSE_FORMAT[syntax]
 
 
 def forced_call_grammar(functions: tuple[dict, ...], syntax: str) -> Grammar:
@@ -111,4 +124,4 @@ def _fresh_rule_name(grammar_text: str, base: str) -> str:
     return name
 
 
-__all__ = ["ToolChoice", "forced_call_grammar", "forced_syntax", "read_tool_choice"]
+__all__ = ["ToolChoice", "forced_call_grammar", "forced_parse_format", "forced_syntax", "read_tool_choice"]

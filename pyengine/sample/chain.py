@@ -12,7 +12,8 @@ With a grammar, the token is drawn as usual and then checked; only when the gram
 rejects it is the draw repeated over the acceptable tokens. When only the k best of those
 can matter (greedy, or a top-k preceded only by per-token rewrites) they are found by
 checking tokens best-first; otherwise the whole vocabulary is masked (token_mask.py).
-Both give the same token.
+Both give the same token. Text the grammar forces is written in whole tokens, not
+letter by letter (_whole_pieces_of_forced_text).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from pyengine.sample.token_mask import TokenIndex
 _REWRITERS = ("penalties", "dry")
 # Best-first grammar search gives up after checking this many tokens and masks the vocabulary.
 _LAZY_CHECK_LIMIT = 1024
+# Forced text is looked at this many bytes ahead; tokens covering it are checked up to this many.
+_FORCED_LOOKAHEAD = 64
+_COVER_CHECK_LIMIT = 512
 
 
 def _keeps_ranking(sampler) -> bool:
@@ -158,14 +162,16 @@ class SamplerChain:
                 return token
         raw, best = self._checked_best(logits)
         token = self._pick(raw, None, best)
-        if self._matcher is None or self._grammar_allows(token):
+        if self._matcher is None:
             return token
-        allowed = self._grammar_top_allowed(raw)
-        if allowed is None:
-            allowed = self._grammar_allowed_ids()
-        if allowed.size == 0:
-            raise SamplingError("the grammar allows no token of the vocabulary here")
-        return self._pick(raw, allowed)
+        if not self._grammar_allows(token):
+            allowed = self._grammar_top_allowed(raw)
+            if allowed is None:
+                allowed = self._grammar_allowed_ids()
+            if allowed.size == 0:
+                raise SamplingError("the grammar allows no token of the vocabulary here")
+            token = self._pick(raw, allowed)
+        return self._whole_pieces_of_forced_text(raw, token)
 
     def accept(self, token: int) -> None:
         """Record a generated token: penalty/DRY history, mirostat's mu, grammar state."""
@@ -347,6 +353,32 @@ class SamplerChain:
                 return None
             width *= 8
         return np.array(found, dtype=np.int64)
+
+    def _whole_pieces_of_forced_text(self, raw: np.ndarray, token: int) -> int:
+        """Where the grammar forces the next bytes (markup, a property name, a const), the
+        only choice left is how to split them into tokens, and a model that would not write
+        that text on its own splits it into letters, a token each ("arguments" in six). A
+        token that ends inside forced text is replaced: by one that covers the forced text
+        (picked by the chain among those the grammar allows), else by the longest token that
+        is a prefix of it, as a tokenizer splits text. The text is the same either way."""
+        forced = self._matcher.forced_bytes(_FORCED_LOOKAHEAD)
+        piece = self.token_pieces[token]
+        if len(piece) >= len(forced):
+            return token   # nothing forced, or the token covers it: the model's own split
+        index = self._index()
+        starting = index.tokens_starting_with(forced)
+        if starting.size <= _COVER_CHECK_LIMIT:
+            covering = [t for t in starting.tolist() if self._grammar_allows(t)]
+            if covering:
+                try:
+                    return self._pick(raw, np.array(covering, dtype=np.int64))
+                except SamplingError:
+                    pass   # the chain filtered every one of them out: split the text instead
+        for length in range(len(forced) - 1, len(piece), -1):
+            longer = index.token_of(forced[:length])
+            if longer is not None:
+                return longer
+        return token
 
     def _grammar_allowed_ids(self) -> np.ndarray:
         mask = self._index().allowed_mask(self._matcher)

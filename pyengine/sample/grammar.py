@@ -164,6 +164,20 @@ class GrammarMatcher:
         mask = self.grammar.automaton.next_bytes[self.state_id()]
         return [byte for byte in range(256) if (mask >> byte) & 1]
 
+    def forced_bytes(self, limit: int = 64) -> bytes:
+        """The bytes every continuation starts with (at most `limit`): the grammar allows
+        exactly one next byte, and no end, at each of them. Empty where there is a choice."""
+        automaton = self.grammar.automaton
+        state, out = self.state_id(), bytearray()
+        while len(out) < limit and not automaton.can_end[state]:
+            mask = automaton.next_bytes[state]
+            if not mask or mask & (mask - 1):
+                break
+            byte = mask.bit_length() - 1
+            out.append(byte)
+            state = automaton.step(state, byte)
+        return bytes(out)
+
     def is_finished(self) -> bool:
         """Complete, and nothing more may follow."""
         state = self.state_id()

@@ -10,7 +10,7 @@ from pyengine.errors import GrammarError
 UNBOUNDED_DIGITS = 16   # unbounded integers: at most this many digits, like llama.cpp
 
 BUILTINS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "space": (r'| " " | "\n"{1,2} [ \t]{0,20}', ()),
+    "space": ('" "?', ()),
     "boolean": ('"true" | "false"', ()),
     "null": ('"null"', ()),
     "integral-part": ("[0] | [1-9] [0-9]{0,15}", ()),
@@ -22,9 +22,9 @@ BUILTINS: dict[str, tuple[str, tuple[str, ...]]] = {
     "string": (r'"\"" char* "\""', ("char",)),
     "value": ("object | array | string | number | boolean | null",
               ("object", "array", "string", "number", "boolean", "null")),
-    "member": ('string space ":" space value space', ("string", "space", "value")),
-    "object": ('"{" space (member ("," space member)*)? "}"', ("space", "member")),
-    "array": ('"[" space (value space ("," space value space)*)? "]"', ("space", "value")),
+    "member": ('string ":" space value', ("string", "space", "value")),
+    "object": ('"{" (member ("," space member)*)? "}"', ("space", "member")),
+    "array": ('"[" (value ("," space value)*)? "]"', ("space", "value")),
     "date": ('[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1])', ()),
     "time": ('([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{3})? '
              '("Z" | ("+" | "-") ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])', ()),

@@ -10,6 +10,7 @@ Masks are cached per grammar state, because generation keeps revisiting the same
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict
 from typing import Iterable, Sequence
@@ -58,6 +59,7 @@ class TokenIndex:
         self._pairs: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._masks: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._by_text: tuple[list[bytes], np.ndarray, dict[bytes, int]] | None = None
 
     @classmethod
     def for_pieces(cls, pieces: Sequence[bytes], eog_ids: Iterable[int] = ()) -> "TokenIndex":
@@ -78,6 +80,33 @@ class TokenIndex:
 
     def __deepcopy__(self, memo: dict) -> "TokenIndex":
         return self
+
+    def token_of(self, text: bytes) -> int | None:
+        """The (lowest) matchable token whose piece is exactly `text`, or None."""
+        return self._text_order()[2].get(text)
+
+    def tokens_starting_with(self, prefix: bytes) -> np.ndarray:
+        """Matchable tokens whose piece starts with `prefix`, in the pieces' byte order."""
+        texts, ids, _ = self._text_order()
+        low = bisect.bisect_left(texts, prefix)
+        stripped = prefix.rstrip(b"\xff")
+        if not stripped:   # every piece from `low` on starts with 0xff bytes
+            return ids[low:] if prefix else ids
+        above = stripped[:-1] + bytes([stripped[-1] + 1])   # the first text after all that start with prefix
+        return ids[low:bisect.bisect_left(texts, above, lo=low)]
+
+    def _text_order(self) -> tuple[list[bytes], np.ndarray, dict[bytes, int]]:
+        """The matchable pieces sorted by their bytes, their ids, and piece -> lowest id
+        (built on first use: only grammars that force text need them)."""
+        if self._by_text is None:
+            ids = np.flatnonzero(self.matchable)
+            order = sorted(ids.tolist(), key=lambda i: (self.pieces[i], i))
+            texts = [bytes(self.pieces[i]) for i in order]
+            first: dict[bytes, int] = {}
+            for text, i in zip(texts, order):
+                first.setdefault(text, i)
+            self._by_text = (texts, np.asarray(order, dtype=np.int64), first)
+        return self._by_text
 
     def allowed_mask(self, matcher: GrammarMatcher) -> np.ndarray:
         """bool [n_vocab]: tokens (EOG excluded) whose whole piece the grammar accepts next."""
