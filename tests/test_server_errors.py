@@ -161,7 +161,7 @@ OPENAI_BAD = [
     ({"max_tokens": 0}, "max_tokens", "max_tokens"),
     ({"max_tokens": 10**20}, "max_tokens", "max_tokens"),
     ({"temperature": "warm"}, "temperature", "temperature"),
-    ({"n": 2}, "n=1", "n"),
+    ({"n": 9}, "[1, 8]", "n"),
     ({"messages": []}, "messages", "messages"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "image_url",
      None),

@@ -11,6 +11,12 @@ and streams what is safe to show.
     handle = engine.submit(ids, SamplingOptions(temperature=0), max_tokens=64)
     for event in handle: ...            # Chunk ... Completion
 
+Requests with the same prompt (n choices of one OpenAI request, or clients that
+happen to ask the same) compute it once: a request whose prompt equals that of a
+live sequence (waiting for it while it is still in its prompt) starts on its cells
+(shared, not copied) and samples its first token from the logits that sequence kept
+of its prompt's last token.
+
 Batch invariance: a sequence's tokens do not depend on what shares its batch
 or on how its prompt is chunked.  The native matmul treats each row alike
 whatever the batch size, attention visits only the sequence's own cells and
@@ -59,6 +65,8 @@ class _Seq:
     pending: list[int] = field(default_factory=list)        # to feed next
     prefill: bool = True
     valid: int | None = None     # reusable leading tokens after a shift (None: all)
+    twin: "_Seq | None" = None   # a live sequence with the same prompt, computing or computed
+    prompt_row: np.ndarray | None = None   # the logits of the prompt's last token, while live
     t_submit: float = 0.0
     t_start: float = 0.0
     t_first: float = 0.0
@@ -107,6 +115,7 @@ class Engine:
         self._closed = False
         self._next_id = 0
         self.steps = 0
+        self.prompt_tokens_computed = 0   # prompt tokens fed to the model (cached ones are not)
         self._thread = threading.Thread(target=self._run, name="pyengine-engine", daemon=True)
         if background:
             self._thread.start()
@@ -151,7 +160,8 @@ class Engine:
         def read() -> dict:
             return {"live": len(self._live), "waiting": len(self._waiting) + len(self._queue),
                     "cells_used": self.cache.n_used, "cells_live": self.slots.live_cells(),
-                    "cached_slots": len(self.slots.idle_with_cells()), "steps": self.steps}
+                    "cached_slots": len(self.slots.idle_with_cells()), "steps": self.steps,
+                    "prompt_tokens_computed": self.prompt_tokens_computed}
         return self.call(read)
 
     def drop_cache(self) -> None:
@@ -262,6 +272,8 @@ class Engine:
         self.slots.check_epoch()
         self._reap_cancelled()
         while self._waiting and len(self._live) < self.n_parallel:
+            if self._waits_for_twin(self._waiting[0]):
+                break   # in order: the requests behind it wait too (one prompt's time at most)
             seq = self._waiting.popleft()
             try:
                 self._start(seq)
@@ -288,6 +300,7 @@ class Engine:
                 self._finish(seq, "error", error)
             return
         self.steps += 1
+        self.prompt_tokens_computed += sum(len(toks) for seq, toks in batch if seq.prefill)
         for seq, toks, first, count in owners:
             self._advance(seq, toks, logits[first:first + count] if count else None)
 
@@ -319,10 +332,25 @@ class Engine:
         for seq in [s for s in self._live if s.handle.cancel_requested]:
             self._finish(seq, "cancelled")
 
+    def _waits_for_twin(self, seq: _Seq) -> bool:
+        """Whether `seq` waits for a live sequence that is computing the same prompt (its
+        twin, also found when the prompt is computed already)."""
+        if seq.twin is None and seq.req.cache_prompt and not seq.req.all_logits:
+            prompt = seq.req.prompt
+            seq.twin = next((s for s in self._live if (s.prefill or s.prompt_row is not None)
+                             and len(s.req.prompt) == len(prompt) and s.req.prompt == prompt), None)
+        return seq.twin is not None and seq.twin.prefill and seq.twin in self._live
+
     def _start(self, seq: _Seq) -> None:
-        """Give a sequence a slot, reusing the longest cached prefix of its prompt."""
+        """Give a sequence a slot, reusing the longest cached prefix of its prompt (all of
+        it, when a twin computed the prompt and left its last logits)."""
         prompt = seq.req.prompt
-        reuse, n = self.slots.best_prefix(prompt) if seq.req.cache_prompt else (None, 0)
+        row = seq.twin.prompt_row if seq.twin is not None else None
+        seq.twin = None
+        reuse, n = self.slots.best_prefix(prompt, leave=0) if row is not None else (None, 0)
+        if n < len(prompt):
+            row = None
+            reuse, n = self.slots.best_prefix(prompt) if seq.req.cache_prompt else (None, 0)
         if reuse is not None and not reuse.live:
             slot = reuse
             self.cache.remove(slot.id, n)
@@ -342,6 +370,21 @@ class Engine:
         if seq.req.all_logits:
             seq.result.logits = np.empty((len(prompt), self.n_vocab), np.float32)
         self._live.append(seq)
+        if row is not None:
+            self._start_after_prompt(seq, row)
+
+    def _start_after_prompt(self, seq: _Seq, row: np.ndarray) -> None:
+        """A sequence whose whole prompt is in the cache samples its first token at once,
+        from the logits its twin computed for the prompt's last token."""
+        seq.prefill = False
+        seq.t_first = time.perf_counter()
+        if seq.req.max_tokens is not None and seq.req.max_tokens <= 0:
+            self._finish(seq, "length")
+            return
+        try:
+            self._sample(seq, row)
+        except PyEngineError as error:
+            self._finish(seq, "error", error)
 
     def _plan(self) -> list[tuple[_Seq, list[int]]]:
         """One token of each generating sequence, then prompt chunks, n_batch tokens at most."""
@@ -401,6 +444,8 @@ class Engine:
             seq.prefill = False
             seq.t_first = time.perf_counter()
             seq.result.prompt_seconds = seq.t_first - seq.t_start
+            if not seq.req.all_logits:   # for twins (a copy: the step's buffer is reused)
+                seq.prompt_row = np.array(logits[-1], np.float32)
         if seq.req.max_tokens is not None and len(seq.result.tokens) >= seq.req.max_tokens:
             self._finish(seq, "length")
             return
@@ -491,6 +536,7 @@ class Engine:
         seq.handle._put(result)
 
     def _release(self, seq: _Seq, keep: bool) -> None:
+        seq.prompt_row = None
         if seq in self._live:
             self._live.remove(seq)
         slot = seq.slot

@@ -63,10 +63,10 @@ class SlotTable:
         self.evict(idle[0])
         return True
 
-    def best_prefix(self, prompt: list[int]) -> tuple[Slot | None, int]:
+    def best_prefix(self, prompt: list[int], leave: int = 1) -> tuple[Slot | None, int]:
         """The slot sharing the longest reusable prefix with the prompt (leaving at
-        least its last token to compute), idle slots first on ties."""
-        limit = len(prompt) - 1
+        least its last `leave` tokens to compute), idle slots first on ties."""
+        limit = len(prompt) - leave
         best, best_n = None, 0
         head = np.asarray(prompt[:limit], np.int64)
         for slot in sorted(self.slots, key=lambda s: (s.live, -s.last_used)):
