@@ -99,7 +99,8 @@ def test_oversized_or_abandoned_uploads_leave_nothing(server, home):
     response = httpx.post(f"{server.url}/api/blobs/{sha256(big)}", content=big)
     assert response.status_code == 413
     # without a length: chunked, refused when the limit is passed
-    response = httpx.post(f"{server.url}/api/blobs/{sha256(big)}", content=iter([big[:MAX_BLOB // 2], big[MAX_BLOB // 2:]]))
+    halves = iter([big[:MAX_BLOB // 2], big[MAX_BLOB // 2:]])
+    response = httpx.post(f"{server.url}/api/blobs/{sha256(big)}", content=halves)
     assert response.status_code == 413
     assert not (home / "blobs" / sha256(big).replace(":", "-")).exists()
     # a client that goes away halfway through
@@ -164,6 +165,7 @@ def test_create_streams_status_lines(server):
     ({"model": "x", "files": {"../m.gguf": "sha256:" + "0" * 64}}, "relative"),
     ({"model": "x", "from": BASE, "files": {"m.gguf": "sha256:" + "0" * 64}}, "not both"),
     ({"model": "x", "from": BASE, "unknown": 1}, "unknown"),
+    ({"model": "x", "modelfile": f"FROM {BASE}"}, "old form"),
 ])
 def test_create_refuses_bad_requests(server, body, needle):
     response = httpx.post(f"{server.url}/api/create", json=body)
@@ -307,3 +309,11 @@ def test_removing_the_base_model_leaves_a_created_one_working(server, client, ho
     client.delete("derived")
     assert "derived:latest" not in [m.model for m in client.list().models]
     assert list((home / "links").glob("derived*")) == []
+
+
+def test_a_created_num_ctx_sizes_the_models_instance(server, client):
+    client.create(model="roomy", from_=BASE, parameters={"num_ctx": 1024, "num_predict": 1})
+    client.generate(model="roomy", prompt="hello")
+    assert server.state.registry.get_loaded("roomy", 1024) is not None  # the server's default is 512
+    assert server.state.registry.get_loaded("roomy", 512) is None
+    client.delete("roomy")

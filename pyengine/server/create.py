@@ -52,6 +52,9 @@ _GO_TEMPLATE = re.compile(r"\{\{-?\s*(\.|range\b|if\s+\.|end\b)")
 async def api_create(request: Request) -> Response:
     state = state_of(request)
     fields = await read_fields(request)
+    if fields.has("modelfile"):
+        raise HTTPError(400, "'modelfile' is the old form of /api/create; send 'from' (or 'files'), 'system', "
+                             "'template', 'parameters', 'messages' and 'license' as fields", param="modelfile")
     fields.reject_unknown(CREATE_FIELDS)
     for name in UNSUPPORTED_FIELDS:
         if fields.data.get(name) not in (None, "", [], {}):

@@ -19,7 +19,7 @@ _NAME_WIDTH = 30  # the column the values of `parameters` start in, as Ollama al
 
 def profile_of(registry: Any, name: Any) -> store.CreatedModel | None:
     """The created model a request's model name refers to (None for any other model)."""
-    canonical, path = registry.resolve(name)
+    canonical, _ = registry.resolve(name)
     created = store.created_model(canonical)
     if created is None or (canonical in registry.served and registry.served[canonical] != created.file):
         return None  # a file given at start-up under that name wins, as it does for the path
