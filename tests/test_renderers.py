@@ -41,6 +41,7 @@ WITH_SYSTEM = {
     "chatml": ("Qwen-Qwen2.5-7B-Instruct.jinja",),
     "llama3": ("meta-llama-Llama-3.1-8B-Instruct.jinja",),
     "granite": ("ibm-granite-granite-4.1.jinja",),
+    "smollm3": ("HuggingFaceTB-SmolLM3-3B.jinja",),
 }
 
 
@@ -76,6 +77,19 @@ def test_renderer_matches_the_official_template_with_a_system_prompt(name, offic
     assert _render(_bound(BY_NAME[name]), conversation, messages) == want
 
 
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_smollm3_without_thinking_matches_its_template(scenario):
+    """Reasoning switched off (enable_thinking false: empty think blocks, the short default
+    instruction when there is no system prompt), every conversation as recorded."""
+    conversation = SCENARIOS[scenario]
+    official = _bound(GOLDEN["templates"]["HuggingFaceTB-SmolLM3-3B.jinja"]["source"])
+    mine = _bound(BY_NAME["smollm3"])
+    args = dict(tools=conversation.get("tools"), add_generation_prompt=conversation["add_generation_prompt"],
+                enable_thinking=False)
+    assert mine.render(conversation["messages"], **args) == official.render(conversation["messages"], **args)
+    assert mine.supports_thinking
+
+
 def test_gemma_folds_the_system_prompt_into_the_first_user_turn():
     """As Gemma 3's template does (Gemma 2's refuses a system turn)."""
     out = _render(_bound(BY_NAME["gemma"]), SCENARIOS["system_user"])
@@ -101,6 +115,8 @@ WRITTEN = {
     "glm4": "[gMASK]<sop><|system|>\nYou are a terse assistant.<|user|>\nHi<|assistant|>\nHello.<|user|>\nBye<|assistant|>\n",
     "olmo2": ("<BOS><|system|>\nYou are a terse assistant.\n<|user|>\nHi\n<|assistant|>\nHello.<EOS>\n<|user|>\nBye\n"
               "<|assistant|>\n"),
+    "hunyuan-dense": ("<｜hy_begin▁of▁sentence｜>You are a terse assistant.<｜hy_place▁holder▁no▁3｜><｜hy_User｜>Hi"
+                      "<｜hy_Assistant｜>Hello.<｜hy_place▁holder▁no▁2｜><｜hy_User｜>Bye<｜hy_Assistant｜>"),
     "gemma": ("<BOS><start_of_turn>user\nYou are a terse assistant.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
               "Hello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"),
 }
@@ -151,6 +167,10 @@ CHATML_TOKENS = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
     ("exaone4", {"[|system|]", "[|user|]", "[|assistant|]", "[|endofturn|]"}, "exaone4"),
     ("glm4", {"[gMASK]", "<sop>", "<|user|>", "<|assistant|>"}, "glm4"),
     ("olmo2", {"<|endoftext|>", "<|pad|>"}, "olmo2"),
+    ("smollm3", CHATML_TOKENS, "smollm3"),
+    ("hunyuan-dense", {"<｜hy_begin▁of▁sentence｜>", "<｜hy_User｜>", "<｜hy_Assistant｜>", "<｜hy_place▁holder▁no▁2｜>",
+                       "<｜hy_place▁holder▁no▁3｜>"}, "hunyuan-dense"),
+    ("hunyuan-dense", CHATML_TOKENS, "chatml"),
     ("ernie4_5", GEMMA_TOKENS, "gemma"),         # no format of its own here: the vocabulary's
     ("gemma3", CHATML_TOKENS, "chatml"),         # a family's format needs its tokens
 ])
@@ -177,6 +197,8 @@ def test_the_selection_is_one_table():
     ("llama-spm-q4_0.gguf", "llama2"),
     ("llama-bpe-q5_1-tied.gguf", "chatml"),
     ("olmo2-q8_0.gguf", "olmo2"),
+    ("smollm3-q8_0.gguf", "smollm3"),
+    ("glm4-q8_0.gguf", "chatml"),     # SmolLM's vocabulary under GLM-4's blocks: ChatML's tokens, not GLM's
 ])
 def test_synthetic_files_without_templates(file, want):
     """The file's metadata and the loaded tokenizer choose alike."""

@@ -314,8 +314,50 @@ _OLMO2 = r"""
 {%- endfor -%}
 """
 
+# SmolLM3: ChatML under a metadata system block that names the reasoning mode
+# (enable_thinking, or /think and /no_think in the system prompt); without a system
+# prompt the short default instruction. Tools are not shown, as in its GGUF template.
+_SMOLLM3 = r"""
+{%- set ns = namespace(mode='/think' if (enable_thinking is not defined or enable_thinking) else '/no_think',
+                       custom='') -%}
+{%- if messages and messages[0].role == 'system' -%}
+  {%- set system = text(messages[0].content) -%}
+  {%- if '/no_think' in system -%}{%- set ns.mode = '/no_think' -%}
+  {%- elif '/think' in system -%}{%- set ns.mode = '/think' -%}{%- endif -%}
+  {%- set ns.custom = system.replace('/no_think', '').replace('/think', '').rstrip() -%}
+{%- endif -%}
+{%- set empty_think = '' if ns.mode == '/think' else '<think>\n\n</think>\n' -%}
+{{- '<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nReasoning Mode: ' + ns.mode + '\n\n'
+    '## Custom Instructions\n\n' -}}
+{{- (ns.custom or 'You are a helpful AI assistant named SmolLM, trained by Hugging Face.') + '\n\n<|im_end|>\n' -}}
+{%- for message in messages -%}
+  {%- if message.role == 'assistant' -%}
+    {{- '<|im_start|>assistant\n' + empty_think + text(message.content).lstrip('\n') + '<|im_end|>\n' -}}
+  {%- elif message.role != 'system' -%}
+    {{- '<|im_start|>user\n' + text(message.content) + '<|im_end|>\n' -}}
+  {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' + empty_think -}}{%- endif -%}
+"""
+
+# Hunyuan dense (Hunyuan-4B and kin), as llama.cpp's built-in hunyuan-dense format writes it.
+_HUNYUAN_DENSE = r"""
+{%- for message in messages -%}
+  {%- if loop.first -%}
+    {{- '<｜hy_begin▁of▁sentence｜>' -}}
+    {%- if message.role == 'system' -%}{{- text(message.content) + '<｜hy_place▁holder▁no▁3｜>' -}}{%- endif -%}
+  {%- endif -%}
+  {%- if message.role == 'assistant' -%}
+    {{- '<｜hy_Assistant｜>' + text(message.content) + '<｜hy_place▁holder▁no▁2｜>' -}}
+  {%- elif message.role != 'system' -%}
+    {{- '<｜hy_User｜>' + text(message.content) -}}
+  {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<｜hy_Assistant｜>' -}}{%- else -%}{{- '<｜hy_place▁holder▁no▁8｜>' -}}{%- endif -%}
+"""
+
 CHATML = _renderer("chatml", _CHATML, ("<|im_end|>", "<|im_start|>"), ("<|im_start|>", "<|im_end|>"),
-                   ("qwen2", "qwen2moe", "qwen3", "qwen3moe", "smollm3"), by_vocabulary=True)
+                   ("qwen2", "qwen2moe", "qwen3", "qwen3moe"), by_vocabulary=True)
 
 # In order of preference: within an architecture the first whose tokens the vocabulary
 # has wins, so the more specific formats of a family come first.
@@ -340,6 +382,10 @@ RENDERERS: tuple[Renderer, ...] = (
               ("[|system|]", "[|user|]", "[|assistant|]", "[|endofturn|]"), ("exaone4",), by_vocabulary=True),
     _renderer("glm4", _GLM4, ("<|user|>", "<|observation|>"), ("[gMASK]", "<sop>", "<|user|>", "<|assistant|>"),
               ("glm4", "chatglm"), by_vocabulary=True),
+    _renderer("hunyuan-dense", _HUNYUAN_DENSE, ("<｜hy_place▁holder▁no▁2｜>", "<｜hy_User｜>"),
+              ("<｜hy_begin▁of▁sentence｜>", "<｜hy_User｜>", "<｜hy_Assistant｜>", "<｜hy_place▁holder▁no▁2｜>",
+               "<｜hy_place▁holder▁no▁3｜>"), ("hunyuan-dense",), by_vocabulary=True),
+    _renderer("smollm3", _SMOLLM3, ("<|im_end|>", "<|im_start|>"), ("<|im_start|>", "<|im_end|>"), ("smollm3",)),
     CHATML,
     # formats written in ordinary text: chosen by architecture only
     _renderer("olmo2", _OLMO2, ("<|user|>", "<|system|>"), ("<|endoftext|>",), ("olmo2",)),
