@@ -271,7 +271,8 @@ def model_summary(path) -> list[tuple[str, str]]:
         ("tensors", f"{len(tensors)} ({types})"),
         ("tokenizer", tokenizer),
         ("vocabulary", str(len(tokens)) if _is_sequence(tokens) else "-"),
-        ("chat template", f"yes ({len(template)} chars)" if isinstance(template, str) else "no"),
+        ("chat template", f"yes ({len(template)} chars)" if isinstance(template, str) and template
+         else f"no (prompted in the {_renderer_name(meta)} format)"),
         ("size on disk", _human_bytes(os.path.getsize(path))),
         ("path", str(path)),
     ]
@@ -344,6 +345,13 @@ def _read_prompt(args) -> str:
     if not prompt.strip():
         raise InvalidOptionError("the prompt read from stdin is empty")
     return prompt
+
+
+def _renderer_name(meta: dict) -> str:
+    from pyengine.chat.renderers import file_renderer
+
+    renderer = file_renderer(meta)
+    return renderer.name if renderer is not None else "chatml"
 
 
 def _cmd_run(args) -> int:

@@ -253,3 +253,9 @@ def test_gemma3_show_names_the_renderer(gemma3_path):
             "model": "gemma3-270m", "messages": QUESTION, "stream": False,
             "options": {"temperature": 0, "num_predict": 40}}).json()
         assert reply["message"]["content"].strip() and "<|im_" not in reply["message"]["content"]
+
+
+def test_show_on_the_command_line_names_the_format(gemma3_path):
+    from pyengine.cli import model_summary
+
+    assert dict(model_summary(gemma3_path))["chat template"] == "no (prompted in the gemma format)"
