@@ -228,3 +228,16 @@ def test_openai_client_n(server):
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     reply = client.chat.completions.create(model=MODEL, messages=ask("Pick a number."), n=2, max_tokens=4, seed=5)
     assert [c.index for c in reply.choices] == [0, 1]
+
+
+def test_a_client_leaving_a_stream_of_choices_frees_every_sequence(server):
+    from server_support import wait_for
+
+    engine = engine_of(server)
+    body = {"model": MODEL, "messages": ask("Write a long story."), "n": 3, "max_tokens": 400, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120) as response:
+        for line in response.iter_lines():
+            if '"content": "' in line and '"content": ""' not in line:
+                assert engine.stats()["live"] == 3
+                break   # generating: now go away
+    assert wait_for(lambda: engine.stats()["live"] == 0 and engine.stats()["cells_live"] == 0, timeout=10)
