@@ -83,6 +83,18 @@ def test_a_twin_arriving_after_the_prompt_still_skips_it(make):
     assert twin.cached_tokens == len(ids) and twin.tokens == first.result().tokens
 
 
+def test_a_request_behind_a_waiting_twin_starts_at_once(make):
+    engine = make(n_parallel=4, n_batch=8, background=False)
+    opts, ids = never_eog(engine), prompt(7, 40)
+    leader, twin = engine.submit(ids, opts, max_tokens=4), engine.submit(ids, opts, max_tokens=4)
+    other = engine.submit(prompt(8, 5), opts, max_tokens=4)
+    engine.step()
+    assert engine.stats()["live"] == 2 and engine.stats()["waiting"] == 1   # the twin waits, the other runs
+    drive(engine)
+    first, second, third = leader.result(), twin.result(), other.result()
+    assert second.cached_tokens == len(ids) and third.cached_tokens == 0 and second.tokens == first.tokens
+
+
 def test_different_prompts_do_not_wait_for_each_other(make):
     engine = make(n_parallel=2, n_batch=8, background=False)
     opts = never_eog(engine)

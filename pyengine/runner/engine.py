@@ -271,10 +271,12 @@ class Engine:
     def _step(self) -> None:
         self.slots.check_epoch()
         self._reap_cancelled()
-        while self._waiting and len(self._live) < self.n_parallel:
-            if self._waits_for_twin(self._waiting[0]):
-                break   # in order: the requests behind it wait too (one prompt's time at most)
-            seq = self._waiting.popleft()
+        for seq in list(self._waiting) if len(self._live) < self.n_parallel else ():
+            if len(self._live) >= self.n_parallel:
+                break
+            if self._waits_for_twin(seq):
+                continue   # started once its twin has computed the prompt; others go first
+            self._waiting.remove(seq)
             try:
                 self._start(seq)
             except PyEngineError as error:
