@@ -406,3 +406,21 @@ def test_a_failing_stream_ends_with_an_error_event(scripted):
     assert "the model broke" in events[-2].message
     assert events[-1].response.status == "failed" and events[-1].response.error.code == "server_error"
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_output_text_logprobs_when_included(oai, server):
+    reply = oai.responses.create(model=MODEL, input="Name a colour.", max_output_tokens=5, top_logprobs=2,
+                                 include=["message.output_text.logprobs"], **GREEDY)
+    [part] = reply.output[0].content
+    assert len(part.logprobs) == 5
+    assert all(len(entry.top_logprobs) == 2 and entry.logprob <= 0 for entry in part.logprobs)
+    assert "".join(entry.token for entry in part.logprobs).strip() == part.text.strip()
+    events = _sse_events(server, {"model": MODEL, "input": "Name a colour.", "max_output_tokens": 5,
+                                  "include": ["message.output_text.logprobs"], **GREEDY})
+    data = [d for _, d in events]
+    streamed = [entry for d in data if d["type"] == "response.output_text.delta" for entry in d["logprobs"]]
+    done = next(d for d in data if d["type"] == "response.output_text.done")
+    assert len(done["logprobs"]) == 5
+    assert [e["token"] for e in streamed] == [e["token"] for e in done["logprobs"]][:len(streamed)]
+    plain = oai.responses.create(model=MODEL, input="Name a colour.", max_output_tokens=2, **GREEDY)
+    assert plain.output[0].content[0].logprobs is None
