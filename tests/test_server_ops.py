@@ -162,6 +162,8 @@ def test_metrics_count_requests_tokens_and_latencies():
         for _ in range(2):
             assert http.post("/api/chat", json={**CHAT, "stream": False}).status_code == 200
         assert http.post("/v1/chat/completions", json={**CHAT, "stream": True}).status_code == 200
+        two = http.post("/v1/chat/completions", json={**CHAT, "n": 2})   # the prompt once, both choices' tokens
+        assert two.status_code == 200 and len(two.json()["choices"]) == 2
         assert http.post("/api/chat", json={"model": FAKE, "messages": "nope"}).status_code == 400
         assert http.get("/no/such/path/1234").status_code == 404
         assert http.get("/v1/models/nothing-here").status_code in (400, 404)
@@ -173,16 +175,16 @@ def test_metrics_count_requests_tokens_and_latencies():
 
         assert moved("pyengine_requests_total", route="/api/chat", method="POST", status="200") == 2
         assert moved("pyengine_requests_total", route="/api/chat", method="POST", status="400") == 1
-        assert moved("pyengine_requests_total", route="/v1/chat/completions", method="POST", status="200") == 1
+        assert moved("pyengine_requests_total", route="/v1/chat/completions", method="POST", status="200") == 2
         assert moved("pyengine_requests_total", route="other", method="GET", status="404") == 1
         status = "400" if value(after, "pyengine_requests_total", route="/v1/models/{model}", method="GET",
                                 status="400") else "404"
         assert moved("pyengine_requests_total", route="/v1/models/{model}", method="GET", status=status) == 1
         assert moved("pyengine_requests_total", route="/metrics", method="GET", status="200") == 1
-        assert moved("pyengine_prompt_tokens_total") == 9
-        assert moved("pyengine_generated_tokens_total") == 12
-        assert moved("pyengine_time_to_first_token_seconds_count") == 3
-        assert moved("pyengine_time_per_output_token_seconds_count") == 3
+        assert moved("pyengine_prompt_tokens_total") == 4 * 3
+        assert moved("pyengine_generated_tokens_total") == 5 * 4
+        assert moved("pyengine_time_to_first_token_seconds_count") == 5
+        assert moved("pyengine_time_per_output_token_seconds_count") == 5
         check_histogram(after, "pyengine_time_to_first_token_seconds")
         check_histogram(after, "pyengine_time_per_output_token_seconds")
         assert value(after, "pyengine_requests_in_flight") == 0

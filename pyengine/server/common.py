@@ -52,7 +52,8 @@ class Started:
             self.ticket.release()
             self.lease.release(keep_alive)
             if self.metrics is not None:
-                self.metrics.observe_reply(getattr(self.run, "result", None))
+                runs = getattr(self.run, "runs", None) or [self.run]  # n > 1: each choice's run
+                self.metrics.observe_replies([getattr(run, "result", None) for run in runs])
                 self.metrics = None  # counted once
 
 

@@ -90,11 +90,19 @@ class Metrics:
         with self._lock:
             self.requests.inc(1, route, method, str(status))
 
-    def observe_reply(self, result: Any) -> None:
+    def observe_replies(self, results: list[Any]) -> None:
+        """Count the finished choices of one reply (ChatResults; None for one that ended before
+        it had one); their shared prompt is counted once."""
+        finished = [result for result in results if result is not None]
+        for index, result in enumerate(finished):
+            self.observe_reply(result, count_prompt=index == 0)
+
+    def observe_reply(self, result: Any, count_prompt: bool = True) -> None:
         """Count a finished reply (a ChatResult; None when it ended before it had one)."""
         if result is None:
             return
-        prompt, generated = int(result.prompt_tokens or 0), int(result.completion_tokens or 0)
+        prompt = int(getattr(result, "prompt_tokens", 0) or 0) if count_prompt else 0
+        generated = int(getattr(result, "completion_tokens", 0) or 0)
         generation = float(getattr(result, "generation_seconds", 0.0) or 0.0)
         total = float(getattr(result, "total_seconds", 0.0) or 0.0)
         with self._lock:
