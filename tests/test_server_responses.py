@@ -21,7 +21,8 @@ from pyengine.chat.session import ChatPiece, ChatResult
 from pyengine.server import ServerConfig
 from pyengine.server.errors import HTTPError
 from pyengine.server.fields import Fields
-from pyengine.server.responses import input_messages, read_messages
+from pyengine.server.response_store import ResponseStore
+from pyengine.server.responses import input_messages, read_history, with_instructions
 from server_support import FakeAdapter, fake_loader, running_server
 
 MODEL = "smollm2-135m"
@@ -45,7 +46,27 @@ CALL = {"id": "call_abc", "type": "function", "function": {"name": "get_weather"
 
 def test_input_string_and_instructions_come_first():
     fields = Fields({"input": "Hi", "instructions": "Be brief."})
-    assert read_messages(fields) == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert with_instructions(fields, read_history(fields)) == [{"role": "system", "content": "Be brief."},
+                                                               {"role": "user", "content": "Hi"}]
+    earlier = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [CALL]}]
+    answer = Fields({"input": [{"type": "function_call_output", "call_id": "call_abc", "output": "sun"}]})
+    history = read_history(answer, earlier)
+    assert history[:2] == earlier and history[2]["name"] == "get_weather"   # the call was in the earlier turns
+
+
+def test_store_is_bounded_by_count_and_size():
+    store = ResponseStore(max_responses=3, max_bytes=2000)
+    for n in range(5):
+        store.put({"id": f"resp_{n}"}, [{"role": "user", "content": "x" * 100}])
+    assert len(store) == 3 and store.get("resp_0") is None and store.get("resp_4") is not None
+    store.get("resp_2")   # used: kept over resp_3
+    store.put({"id": "resp_big"}, [{"role": "user", "content": "y" * 1500}])
+    assert [store.get(f"resp_{n}") is not None for n in (2, 3, 4)] == [True, False, True]
+    assert store.get("resp_big") is not None
+    store.put({"id": "resp_big2"}, [{"role": "user", "content": "w" * 1500}])   # the size bound drops the oldest
+    assert store.get("resp_big2") is not None and store.get("resp_big") is None and len(store) < 3
+    store.put({"id": "resp_huge"}, [{"role": "user", "content": "z" * 5000}])
+    assert store.get("resp_huge") is None and store._bytes <= 2000
 
 
 def test_input_items_become_chat_turns():
@@ -273,6 +294,37 @@ def test_function_call_output_round_trip(oai):
     short, long = follow_up("rain"), follow_up("rain all day, 11 degrees Celsius, strong wind from the north")
     assert short.output[0].type == "message" and short.output_text.strip()
     assert long.usage.input_tokens > short.usage.input_tokens > first.usage.input_tokens  # the result is rendered
+    # the same turn, continuing the stored first response instead of sending it back
+    continued = oai.responses.create(model=MODEL, previous_response_id=first.id, tools=[WEATHER], tool_choice="none",
+                                     input=[{"type": "function_call_output", "call_id": call.call_id,
+                                             "output": "rain"}], max_output_tokens=5, **GREEDY)
+    assert continued.previous_response_id == first.id
+    assert continued.usage.input_tokens == short.usage.input_tokens and continued.output_text == short.output_text
+
+
+def test_stored_responses_continue_and_can_be_read_and_deleted(oai, server):
+    first = oai.responses.create(model=MODEL, input="My name is Ann.", max_output_tokens=4, **GREEDY)
+    kept = oai.responses.retrieve(first.id)
+    assert kept.id == first.id and kept.output_text == first.output_text
+    second = oai.responses.create(model=MODEL, input="What is my name?", previous_response_id=first.id,
+                                  max_output_tokens=4, **GREEDY)
+    alone = oai.responses.create(model=MODEL, input="What is my name?", max_output_tokens=4, **GREEDY)
+    grown = second.usage.input_tokens - alone.usage.input_tokens
+    assert grown >= first.usage.output_tokens   # the first turn and its reply come before the question
+    events = list(oai.responses.create(model=MODEL, input="And mine?", previous_response_id=second.id,
+                                       max_output_tokens=3, stream=True, **GREEDY))
+    streamed = events[-1].response
+    assert oai.responses.retrieve(streamed.id).output_text == streamed.output_text
+    assert streamed.usage.input_tokens > second.usage.input_tokens + second.usage.output_tokens
+    unkept = oai.responses.create(model=MODEL, input="Hi", max_output_tokens=2, store=False, **GREEDY)
+    with pytest.raises(openai.NotFoundError):
+        oai.responses.retrieve(unkept.id)
+    with pytest.raises(openai.BadRequestError, match="was not found"):
+        oai.responses.create(model=MODEL, input="x", previous_response_id=unkept.id)
+    oai.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        oai.responses.retrieve(first.id)
+    assert httpx.delete(server.url + f"/v1/responses/{first.id}").status_code == 404
 
 
 class City(BaseModel):

@@ -9,9 +9,11 @@ template's thinking switch. The reply is shaped by
 :class:`~pyengine.chat.responses.ResponsesShaper`, streamed as server-sent events with
 ``event:`` names.
 
-This server keeps no responses: ``store`` is accepted (true or false) and nothing is
-stored, so ``previous_response_id`` and ``conversation`` are refused with a 400 (send the
-whole conversation in ``input``). Unknown fields are refused, naming the field.
+Responses are kept as OpenAI keeps them (``store``, true unless the request says false),
+in memory and bounded (:mod:`pyengine.server.response_store`: the last 256, 64 MiB in
+all): ``previous_response_id`` continues the conversation of one of them, ``GET`` and
+``DELETE /v1/responses/{id}`` read and drop one. ``conversation`` objects and item
+references are refused with a 400. Unknown fields are refused, naming the field.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pyengine.server.common import read_fields, start_reply, state_of
 from pyengine.server.errors import HTTPError
 from pyengine.server.fields import Fields
 from pyengine.server.openai import EXTRA_OPTIONS, MAX_TOKENS, REASONING_EFFORTS, read_keep_alive, read_sampling
+from pyengine.server.response_store import ResponseStore, reply_message
 from pyengine.server.streaming import SSE, GenerationResponse, collect, stream_error_message
 
 router = APIRouter()
@@ -43,7 +46,7 @@ RESPONSE_FIELDS = frozenset({
     "service_tier", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "top_logprobs",
     "keep_alive", *EXTRA_OPTIONS})
 # Fields of the API this server cannot honour: refused rather than ignored.
-_NOT_KEPT = "this server keeps no responses; send the whole conversation in 'input'"
+_NOT_KEPT = "this server keeps no conversation objects; send the turns in 'input' or name a previous_response_id"
 EFFORTS = {**REASONING_EFFORTS, "xhigh": "high"}
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -56,23 +59,33 @@ MAX_METADATA = 16
 # --------------------------------------------------------------------------------------
 
 
-def read_messages(fields: Fields) -> list[dict]:
-    """The conversation the template renders: `instructions` first, then the input."""
+def read_history(fields: Fields, prior: list[dict] | None = None) -> list[dict]:
+    """The turns so far: a previous response's conversation (`prior`), then the input."""
+    prior = prior or []
     value = fields.data.get("input")
     if isinstance(value, str) and value:
-        messages = [{"role": "user", "content": value}]
-    elif isinstance(value, list) and value:
-        messages = input_messages(value)
-    else:
-        raise HTTPError(400, "'input' must be a non-empty string or a non-empty array of input items",
-                        param="input")
+        return prior + [{"role": "user", "content": value}]
+    if isinstance(value, list) and value:
+        return prior + input_messages(value, _call_names(prior))
+    raise HTTPError(400, "'input' must be a non-empty string or a non-empty array of input items", param="input")
+
+
+def with_instructions(fields: Fields, history: list[dict]) -> list[dict]:
+    """The conversation the template renders: `instructions` first (a previous response's
+    are not carried over, as OpenAI does), then the turns."""
     instructions = fields.string("instructions")
-    return ([{"role": "system", "content": instructions}] if instructions else []) + messages
+    return ([{"role": "system", "content": instructions}] if instructions else []) + history
 
 
-def input_messages(items: list) -> list[dict]:
+def _call_names(turns: list[dict]) -> dict[str, str]:
+    return {call["id"]: call["function"]["name"] for turn in turns for call in turn.get("tool_calls") or ()
+            if isinstance(call.get("id"), str)}
+
+
+def input_messages(items: list, names: dict[str, str] | None = None) -> list[dict]:
+    """Input items as chat turns; `names` maps earlier call ids to their functions."""
     messages: list[dict] = []
-    names: dict[str, str] = {}   # call_id -> the function it called, for the tool turns
+    names = dict(names or {})   # call_id -> the function it called, for the tool turns
     for index, item in enumerate(items):
         where = f"input[{index}]"
         if not isinstance(item, dict):
@@ -87,11 +100,12 @@ def input_messages(items: list) -> list[dict]:
         elif kind == "reasoning":
             _add_reasoning(messages, item, where)
         elif kind == "item_reference":
-            raise HTTPError(400, f"'{where}': item references need stored responses; {_NOT_KEPT}", param=where)
+            raise HTTPError(400, f"'{where}': item references are not supported; send the item itself or name "
+                            "a previous_response_id", param=where)
         else:
             raise HTTPError(400, f"'{where}.type' {kind!r} is not supported (message, function_call, "
                             "function_call_output, reasoning)", param=f"{where}.type")
-    return messages
+    return _finish_messages(messages)
 
 
 def _add_message(messages: list[dict], item: dict, where: str) -> None:
@@ -271,11 +285,22 @@ def read_metadata(fields: Fields) -> dict:
     return metadata
 
 
+def previous_turns(store: ResponseStore, fields: Fields) -> list[dict]:
+    """The conversation of the response `previous_response_id` names (none: [])."""
+    previous = fields.string("previous_response_id", non_empty=True)
+    if previous is None:
+        return []
+    entry = store.get(previous)
+    if entry is None:
+        raise HTTPError(400, f"previous response {previous!r} was not found (this server keeps the last "
+                        f"{store.max_responses} stored responses, in memory)", param="previous_response_id")
+    return [dict(turn) for turn in entry[1]]
+
+
 def refuse_unkept(fields: Fields) -> None:
-    """What needs responses kept on the server, or running in the background."""
-    for name in ("previous_response_id", "conversation"):
-        if fields.has(name):
-            raise HTTPError(400, f"'{name}' is not supported: {_NOT_KEPT}", param=name)
+    """What needs conversation objects, or running in the background."""
+    if fields.has("conversation"):
+        raise HTTPError(400, f"'conversation' is not supported: {_NOT_KEPT}", param="conversation")
     if fields.boolean("background", False):
         raise HTTPError(400, "'background' responses are not supported: this server answers in the request",
                         param="background")
@@ -307,8 +332,10 @@ async def create_response(request: Request) -> Response:
     fields.reject_unknown(RESPONSE_FIELDS)
     model = fields.string("model", required=True)
     refuse_unkept(fields)
+    store, keep = store_of(request), bool(fields.boolean("store", True))
+    history = read_history(fields, previous_turns(store, fields))
     profile = profiles.profile_of(state_of(request).registry, model)
-    messages = profiles.conversation(profile, _finish_messages(read_messages(fields)))
+    messages = profiles.conversation(profile, with_instructions(fields, history))
     stream = bool(fields.boolean("stream", False))
     options = read_sampling(fields, None, profile)
     options["num_predict"] = fields.integer("max_output_tokens", options.get("num_predict"), low=1, high=MAX_TOKENS)
@@ -330,8 +357,13 @@ async def create_response(request: Request) -> Response:
     started = await start_reply(state_of(request), model, start, options=options)
     shaper = ResponsesShaper(model, echo, token_bytes=started.lease.adapter.token_bytes,
                              logprobs=logprobs or bool(top_logprobs))
+
+    def finished(response: dict, result: ChatResult) -> None:
+        if keep:
+            store.put(response, history + [reply_message(result)])
+
     if stream:
-        return GenerationResponse(_event_stream(started.run, shaper), SSE,
+        return GenerationResponse(_event_stream(started.run, shaper, finished), SSE,
                                   on_close=lambda: started.close(keep_alive), headers={"Cache-Control": "no-cache"})
     try:
         result = await collect(started.run, request.receive)
@@ -339,7 +371,36 @@ async def create_response(request: Request) -> Response:
         started.close(keep_alive)
     if result is None:
         return Response(status_code=499)
-    return JSONResponse(shaper.response(result))
+    response = shaper.response(result)
+    finished(response, result)
+    return JSONResponse(response)
+
+
+def store_of(request: Request) -> ResponseStore:
+    """The app's response store (made on first use)."""
+    store = getattr(request.app.state, "responses", None)
+    if store is None:
+        store = request.app.state.responses = ResponseStore()
+    return store
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(request: Request, response_id: str) -> Response:
+    return JSONResponse(_stored(request, response_id)[0])
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(request: Request, response_id: str) -> Response:
+    _stored(request, response_id)
+    store_of(request).delete(response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+def _stored(request: Request, response_id: str) -> tuple[dict, list[dict]]:
+    entry = store_of(request).get(response_id)
+    if entry is None:
+        raise HTTPError(404, f"no stored response with id {response_id!r}", param="response_id")
+    return entry
 
 
 def _echo(fields: Fields, options: dict, text: dict, reasoning: dict | None) -> dict:
@@ -347,7 +408,8 @@ def _echo(fields: Fields, options: dict, text: dict, reasoning: dict | None) -> 
     data = fields.data
     return {
         "instructions": data.get("instructions"), "max_output_tokens": data.get("max_output_tokens"),
-        "parallel_tool_calls": fields.boolean("parallel_tool_calls", True), "previous_response_id": None,
+        "parallel_tool_calls": fields.boolean("parallel_tool_calls", True),
+        "previous_response_id": data.get("previous_response_id"),
         "reasoning": reasoning or {"effort": None, "summary": None}, "store": bool(data.get("store", True)),
         "temperature": _effective(options, "temperature"), "text": text,
         "tool_choice": data.get("tool_choice") or "auto", "tools": data.get("tools") or [],
@@ -362,13 +424,18 @@ def _effective(options: dict, name: str) -> float:
     return 1.0 if value is None else value   # OpenAI's default for both
 
 
-async def _event_stream(run, shaper: ResponsesShaper) -> AsyncIterator[bytes]:
+async def _event_stream(run, shaper: ResponsesShaper, finished) -> AsyncIterator[bytes]:
+    """The reply's events; `finished(response, result)` is told of the whole response."""
     events = shaper.start_events()
     try:
         for event in events:
             yield _sse(event)
         async for step in run:
-            events = shaper.final_events(step) if isinstance(step, ChatResult) else shaper.piece_events(step)
+            if isinstance(step, ChatResult):
+                events = shaper.final_events(step)
+                finished(events[-1]["response"], step)
+            else:
+                events = shaper.piece_events(step)
             for event in events:
                 yield _sse(event)
     except Exception as exc:  # after the headers: report in the stream
@@ -380,4 +447,4 @@ def _sse(event: dict) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
 
 
-__all__ = ["RESPONSE_FIELDS", "create_response", "input_messages", "router"]
+__all__ = ["RESPONSE_FIELDS", "create_response", "input_messages", "read_history", "router", "with_instructions"]
