@@ -337,34 +337,44 @@ async def create_response(request: Request) -> Response:
     profile = profiles.profile_of(state_of(request).registry, model)
     messages = profiles.conversation(profile, with_instructions(fields, history))
     stream = bool(fields.boolean("stream", False))
-    options = read_sampling(fields, None, profile)
-    options["num_predict"] = fields.integer("max_output_tokens", options.get("num_predict"), low=1, high=MAX_TOKENS)
-    logprobs = read_include(fields)
-    top_logprobs = fields.integer("top_logprobs", 0, low=0, high=min(20, MAX_TOP_LOGPROBS))
-    if logprobs or top_logprobs:
-        options.update(logprobs=True, top_logprobs=top_logprobs)
+    options = read_options(fields, profile)
     tools, choice = read_choice(fields, read_tools(fields))
     fmt, text = read_format(fields)
     think, reasoning = read_reasoning(fields)
     echo = _echo(fields, options, text, reasoning)
-    fields.integer("max_tool_calls", low=1, high=1 << 16)
     keep_alive = read_keep_alive(fields)
 
     def start(adapter):
         return adapter.start_chat(messages, tools=tools, tool_choice=choice, format=fmt, think=think,
                                   options=options)
 
-    started = await start_reply(state_of(request), model, start, options=options)
-    shaper = ResponsesShaper(model, echo, token_bytes=started.lease.adapter.token_bytes,
-                             logprobs=logprobs or bool(top_logprobs))
-
     def finished(response: dict, result: ChatResult) -> None:
         if keep:
             store.put(response, history + [reply_message(result)])
 
+    started = await start_reply(state_of(request), model, start, options=options)
+    shaper = ResponsesShaper(model, echo, token_bytes=started.lease.adapter.token_bytes,
+                             logprobs=bool(options.get("logprobs")))
     if stream:
         return GenerationResponse(_event_stream(started.run, shaper, finished), SSE,
                                   on_close=lambda: started.close(keep_alive), headers={"Cache-Control": "no-cache"})
+    return await _whole_reply(request, started, shaper, finished, keep_alive)
+
+
+def read_options(fields: Fields, profile: Any) -> dict:
+    """Sampling options by Ollama's names (the chat route's reader), the output limit and
+    the log-probabilities."""
+    options = read_sampling(fields, None, profile)
+    options["num_predict"] = fields.integer("max_output_tokens", options.get("num_predict"), low=1, high=MAX_TOKENS)
+    top_logprobs = fields.integer("top_logprobs", 0, low=0, high=min(20, MAX_TOP_LOGPROBS))
+    if read_include(fields) or top_logprobs:
+        options.update(logprobs=True, top_logprobs=top_logprobs)
+    fields.integer("max_tool_calls", low=1, high=1 << 16)   # a forced reply is one call; others stop at will
+    return options
+
+
+async def _whole_reply(request: Request, started, shaper: ResponsesShaper, finished, keep_alive) -> Response:
+    """The response object once the reply is done (499 when the client went away first)."""
     try:
         result = await collect(started.run, request.receive)
     finally:
