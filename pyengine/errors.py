@@ -59,3 +59,24 @@ class NativeError(PyEngineError, RuntimeError):
 
 class SamplingError(PyEngineError, ValueError):
     """Logits the sampler cannot draw from (NaN, +inf, nothing finite) or a grammar dead end."""
+
+
+class UnsupportedCapabilityError(InvalidOptionError):
+    """A request that needs a capability the model lacks (tools, thinking, insert, ...),
+    worded as Ollama words it: ``"<model>" does not support <what>``."""
+
+    def __init__(self, model: str, capability: str, what: str | None = None) -> None:
+        self.model = model
+        self.capability = capability
+        self.what = what or capability
+        super().__init__(f"{_go_quoted(model)} does not support {self.what}")
+
+    def for_model(self, model: str) -> "UnsupportedCapabilityError":
+        """The same error naming the model as the request named it."""
+        return UnsupportedCapabilityError(model, self.capability, self.what)
+
+
+def _go_quoted(text: str) -> str:
+    """`text` in double quotes with quotes and backslashes escaped (Go's %q for plain names)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'

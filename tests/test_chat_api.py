@@ -151,14 +151,13 @@ def test_bad_options_raise_before_generating(llm):
         session.chat(llm, [], num_predict=1)
 
 
-def test_tools_are_accepted_by_a_template_without_tool_syntax(llm):
-    # SmolLM2's template has no tool syntax: the tools are rendered away and nothing is parsed.
+def test_tools_are_refused_by_a_template_without_tools(llm):
+    # SmolLM2's template never shows the tools: asking it to choose one is refused, as Ollama does.
     prepared = session.prepare_chat(llm, QUESTION, tools=[WEATHER_TOOL])
     assert prepared.tool_format is None
-    reply = session.create_chat_completion(llm, QUESTION, tools=[WEATHER_TOOL], tool_choice="auto",
-                                           max_tokens=3, temperature=0)
-    assert reply["choices"][0]["message"]["content"]
-    assert "tool_calls" not in reply["choices"][0]["message"]
+    with pytest.raises(InvalidOptionError, match='"smollm2-135m" does not support tools'):
+        session.create_chat_completion(llm, QUESTION, tools=[WEATHER_TOOL], tool_choice="auto",
+                                       max_tokens=3, temperature=0)
 
 
 def test_json_format(llm):

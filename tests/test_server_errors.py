@@ -112,7 +112,7 @@ def test_ollama_unknown_model_and_endpoint(client):
 
 GENERATE_BAD = [
     ({"template": "{{ .Prompt }}"}, "template"),
-    ({"suffix": "end"}, "suffix"),
+    ({"suffix": "end"}, "does not support insert"),
     ({"images": ["aGk="]}, "images"),
     ({"context": ["a"]}, "context"),
     ({"context": [10**9]}, "token"),
