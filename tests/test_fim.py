@@ -149,6 +149,16 @@ def test_api_generate_with_suffix(server):
     assert again.json()["response"] == data["response"]
 
 
+def test_openai_completions_with_suffix(server):
+    body = {"model": "coder", "prompt": "def f(x):\n", "suffix": "\n    return y\n", "max_tokens": 8,
+            "temperature": 0}
+    reply = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["prompt_tokens"] == len(expected_prompt())
+    bad = httpx.post(f"{server.url}/v1/completions", json={**body, "prompt": [1, 2]}, timeout=60)
+    assert bad.status_code == 400 and "suffix" in bad.json()["error"]["message"]
+
+
 def test_infill_whole_and_stops(server):
     body = {"input_prefix": "def f(x):\n", "input_suffix": "\n    return y\n", "n_predict": 5,
             "temperature": 0, "input_extra": [{"filename": "a.py", "text": "x = 1\n"}],

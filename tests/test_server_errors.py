@@ -199,7 +199,7 @@ def test_openai_overflowing_number(client):
     ({"prompt": ["a", "b"]}, "one prompt"),
     ({"prompt": [1, "a"]}, "prompt"),
     ({"logprobs": 10}, "logprobs"),
-    ({"suffix": "x"}, "suffix"),
+    ({"suffix": "x"}, "does not support insert"),
     ({"best_of": 3}, "best_of"),
     ({"echo": "yes"}, "echo"),
 ])

@@ -263,8 +263,9 @@ async def completions(request: Request) -> Response:
     n = read_n(fields)
     if fields.integer("best_of", 1, low=1, high=128) != 1:
         raise HTTPError(400, "only best_of=1 is supported", param="best_of")
-    if fields.string("suffix"):
-        raise HTTPError(400, "'suffix' (fill-in-the-middle) is not supported", param="suffix")
+    suffix = fields.string("suffix")  # fill-in-the-middle between prompt and suffix, as Ollama's /v1 takes it
+    if suffix and not isinstance(prompt, str):
+        raise HTTPError(400, "a 'suffix' needs the prompt as text", param="suffix")
     n_logprobs = fields.integer("logprobs", low=0, high=5)
     if n_logprobs is not None:
         options["logprobs"] = True
@@ -273,6 +274,8 @@ async def completions(request: Request) -> Response:
     keep_alive = read_keep_alive(fields)
 
     def start(adapter):
+        if suffix:
+            return start_choices(lambda opts: adapter.start_infill(prompt, suffix, options=opts), options, n)
         return start_choices(lambda opts: adapter.start_completion(prompt, options=opts), options, n)
 
     started = await start_reply(state_of(request), model, start, options=options)
