@@ -5,6 +5,7 @@ no reasoning, its vocabulary no FIM tokens; the synthetic FIM model has all but 
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import httpx
@@ -33,6 +34,19 @@ def test_template_capabilities():
     assert template_capabilities("{% if enable_thinking %}x{% endif %}") == ("thinking",)
     assert template_capabilities("{{ '<think>\\n' }}{{ m }}{{ '</think>' }}") == ("thinking",)
     assert template_capabilities("{{ '<think>' }}") == ()   # an opener alone marks no block
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("Qwen-Qwen2.5-7B-Instruct.jinja", ("tools",)),
+    ("Qwen-Qwen3-0.6B.jinja", ("tools", "thinking")),
+    ("meta-llama-Llama-3.1-8B-Instruct.jinja", ("tools",)),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", ("thinking",)),
+    ("google-gemma-2-2b-it.jinja", ()),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", ("tools", "thinking")),
+])
+def test_real_templates(name, expected):
+    golden = json.loads((pathlib.Path(__file__).parent / "data" / "templates_golden.json").read_text())
+    assert template_capabilities(golden["templates"][name]["source"]) == expected
 
 
 def test_capabilities_from_metadata_and_vocab():
