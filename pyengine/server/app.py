@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pyengine import store
 from pyengine.errors import InvalidOptionError, PyEngineError
-from pyengine.server import create, embeddings, metrics, ollama, openai, responses
+from pyengine.server import create, embeddings, infill, metrics, ollama, openai, page, responses
 from pyengine.server.common import ServerState
 from pyengine.server.config import ServerConfig, check_bind, is_loopback_host
 from pyengine.server.errors import HTTPError, error_response, from_engine_error
@@ -73,8 +73,10 @@ def create_app(config: ServerConfig | None = None, *, loader: Loader | None = No
     app.include_router(openai.router)
     app.include_router(responses.router)
     app.include_router(embeddings.router)
+    app.include_router(infill.router)
     app.include_router(create.router)
     app.include_router(metrics.router)
+    app.include_router(page.router)
     _add_error_handlers(app)
     # Added innermost first: requests pass the origin check, CORS, then the host check, the key,
     # the body limit.

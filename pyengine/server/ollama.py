@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 
 from pyengine import __version__, store
 from pyengine.chat.session import ChatResult
@@ -409,8 +409,5 @@ async def api_version() -> Response:
     """The Ollama release whose API this server follows (clients gate features on it), and pyengine's own."""
     return JSONResponse({"version": OLLAMA_API_VERSION, "pyengine_version": __version__})
 
-
-@router.api_route("/", methods=["GET", "HEAD"])
-async def root() -> Response:
-    return PlainTextResponse("pyengine is running")
+# `GET /` (the "is running" probe, and the chat page for browsers) is in page.py.
 

@@ -3,8 +3,8 @@
 * :class:`HostCheck`: on a loopback bind, requests must name a loopback host (a web
   page cannot reach the server through DNS rebinding).
 * :class:`BodyLimit`: bodies over the limit get 413 before the app sees them.
-* :class:`ApiKeyAuth`: with an API key set, every request but ``GET /``, ``GET /health`` and CORS
-  preflights must carry ``Authorization: Bearer <key>``.
+* :class:`ApiKeyAuth`: with an API key set, every request but ``GET /`` (and the chat page's files),
+  ``GET /health`` and CORS preflights must carry ``Authorization: Bearer <key>``.
 * :class:`OriginCheck`: a request that a browser sent from a page of another origin
   gets 403 on every route and method, preflighted or not: a page cannot make the
   server generate or pull through a "simple" (text/plain, form) POST either.
@@ -27,6 +27,8 @@ LOOPBACK_ORIGIN_RE = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?"
 # Content types a browser sends cross-site without asking first (no CORS preflight).
 _SIMPLE_TYPES = ("text/plain", "multipart/form-data", "application/x-www-form-urlencoded")
 PUBLIC_PATHS = frozenset({"/", "/health"})  # /health: probes carry no key (as llama-server's)
+# The chat page and its files carry no secrets; the API calls the page makes need the key.
+PUBLIC_PATHS |= {"/static/chat.js", "/static/chat.css"}
 DRAIN_LIMIT_BYTES = 128 * 1024 * 1024  # read (and drop) at most this much of a refused body
 # Bodies streamed to disk by their route, which bounds them itself (config.max_blob_bytes).
 STREAMED_PREFIXES = ("/api/blobs/",)
