@@ -31,6 +31,7 @@ from server_support import FakeAdapter, fake_loader, running_server, wait_for
 
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
 KEY = "page-test-key"
+LAN_HOST = "chat.pyengine.test"  # the browser resolves it to 127.0.0.1
 SYNTH_MODEL = Path(__file__).parent / "data" / "synth" / "llama-f16.gguf"
 FAKE = "scripted"
 FAKE_TAG = "scripted:latest"  # /api/tags names carry their tag
@@ -101,7 +102,8 @@ def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for argument in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1100,900",
-                     "--no-first-run", "--disable-extensions", "--disable-background-networking"):
+                     "--no-first-run", "--disable-extensions", "--disable-background-networking",
+                     f"--host-resolver-rules=MAP {LAN_HOST} 127.0.0.1"):
         options.add_argument(argument)
     if os.geteuid() == 0:
         options.add_argument("--no-sandbox")  # Chromium's sandbox refuses to run as root
@@ -189,9 +191,11 @@ def test_browsers_get_the_page_and_programs_the_text():
 
 
 def test_page_renders_markdown_safely_keeps_history_and_shows_errors(browser):
+    # As on a LAN address with a key: the page's own origin (not a loopback one) may call the API.
     adapter = ScriptedAdapter()
-    with running_server(ServerConfig(api_key=KEY), loader=fake_loader(adapter), served={FAKE: SYNTH_MODEL}) as server:
-        browser.get(server.url + "/")
+    config = ServerConfig(host=LAN_HOST, api_key=KEY)
+    with running_server(config, loader=fake_loader(adapter), served={FAKE: SYNTH_MODEL}) as server:
+        browser.get(f"http://{LAN_HOST}:{server.port}/")
         # The server wants a key: the page says so and opens its settings; with the key, the models come.
         until(browser, lambda: browser.find_element(By.ID, "error").is_displayed())
         assert "API key" in browser.find_element(By.ID, "error-text").text
