@@ -148,9 +148,10 @@ def _cmd_list(args) -> int:
     import time
 
     from pyengine import store
+    from pyengine.summary import human_bytes
 
     rows = [
-        (m.name, _human_bytes(m.size_bytes),
+        (m.name, human_bytes(m.size_bytes),
          time.strftime("%Y-%m-%d %H:%M", time.localtime(m.modified)))
         for m in store.list_models()
     ]
@@ -224,82 +225,10 @@ def _cmd_show(args) -> int:
     from pyengine import store
 
     path = store.resolve_model(args.model, pull=False)
+    from pyengine.summary import model_summary
+
     _print_table(None, model_summary(path))
     return EXIT_OK
-
-
-def model_summary(path) -> list[tuple[str, str]]:
-    """(label, value) rows describing a GGUF file, read from its header only."""
-    import collections
-    import os
-
-    from pyengine.gguf import GGUFFile
-
-    with GGUFFile(path) as gguf:
-        meta = dict(gguf.metadata)
-        tensors = list(gguf.tensors.values())
-    # Read leniently: show should describe a file even when it lacks keys a model needs.
-    arch = meta.get("general.architecture")
-
-    def hparam(name: str) -> str:
-        return _format_value(meta.get(f"{arch}.{name}"))
-
-    n_params = sum(t.n_elements for t in tensors)
-    type_counts = collections.Counter(t.type_name for t in tensors)
-    types = ", ".join(f"{name} x{count}" for name, count in type_counts.most_common())
-    tokens = meta.get("tokenizer.ggml.tokens")
-    tokenizer = _format_value(meta.get("tokenizer.ggml.model"))
-    if meta.get("tokenizer.ggml.pre") is not None:
-        tokenizer += f" (pre: {meta['tokenizer.ggml.pre']})"
-    template = meta.get("tokenizer.chat_template")
-    experts = hparam("expert_count")
-    if experts != "-":
-        experts += f" ({hparam('expert_used_count')} used)"
-    rows = [
-        ("name", _format_value(meta.get("general.name"))),
-        ("architecture", _format_value(arch)),
-        ("parameters", _human_count(n_params)),
-        ("context length", hparam("context_length")),
-        ("embedding length", hparam("embedding_length")),
-        ("feed-forward length", hparam("feed_forward_length")),
-        ("layers", hparam("block_count")),
-        ("heads", hparam("attention.head_count")),
-        ("kv heads", hparam("attention.head_count_kv")),
-        ("head dim", hparam("attention.key_length")),
-        ("sliding window", hparam("attention.sliding_window")),
-        ("experts", experts),
-        ("tensors", f"{len(tensors)} ({types})"),
-        ("tokenizer", tokenizer),
-        ("vocabulary", str(len(tokens)) if _is_sequence(tokens) else "-"),
-        ("chat template", f"yes ({len(template)} chars)" if isinstance(template, str) and template
-         else f"no (prompted in the {_renderer_name(meta)} format)"),
-        ("size on disk", _human_bytes(os.path.getsize(path))),
-        ("path", str(path)),
-    ]
-    # Rows of features the model does not have (no experts, no window) say nothing.
-    return [(label, value) for label, value in rows if value != "-"]
-
-
-def _is_sequence(value) -> bool:
-    # Arrays may come as lists, tuples or numpy arrays, depending on the reader.
-    return hasattr(value, "__len__") and not isinstance(value, (str, bytes, dict))
-
-
-def _format_value(value) -> str:
-    if value is None:
-        return "-"
-    if _is_sequence(value):
-        # Per-layer values (e.g. kv heads of some models): show the spread, not 30 numbers.
-        import numbers
-
-        values = [v for v in value if isinstance(v, numbers.Real) and not isinstance(v, bool)]
-        distinct = sorted(set(values)) if len(values) == len(value) else []
-        if len(distinct) == 1:
-            return str(distinct[0])
-        if distinct:
-            return f"{distinct[0]}-{distinct[-1]} (per layer)"
-        return f"[{len(value)} values]"
-    return str(value)
 
 
 # --------------------------------------------------------------------------------------
@@ -345,13 +274,6 @@ def _read_prompt(args) -> str:
     if not prompt.strip():
         raise InvalidOptionError("the prompt read from stdin is empty")
     return prompt
-
-
-def _renderer_name(meta: dict) -> str:
-    from pyengine.chat.renderers import file_renderer
-
-    renderer = file_renderer(meta)
-    return renderer.name if renderer is not None else "chatml"
 
 
 def _cmd_run(args) -> int:
@@ -520,24 +442,6 @@ def _print_table(header: tuple[str, ...] | None, rows: list[tuple[str, ...]]) ->
     for line in lines:
         cells = [cell.ljust(width) for cell, width in zip(line, widths)]
         print("  ".join(cells).rstrip())
-
-
-def _human_bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    size = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        size /= 1024
-        if size < 1024 or unit == "TiB":
-            break
-    return f"{size:.1f} {unit}"
-
-
-def _human_count(n: int) -> str:
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f}{unit} ({n:,})"
-    return str(n)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -128,7 +128,7 @@ class ChatRepl:
             self._say("Usage: /show info  or  /show parameters")
             return
         if words[1] == "info":
-            from pyengine.cli import model_summary
+            from pyengine.summary import model_summary
 
             rows = model_summary(self.model_path)
             width = max(len(label) for label, _ in rows)

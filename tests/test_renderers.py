@@ -256,6 +256,6 @@ def test_gemma3_show_names_the_renderer(gemma3_path):
 
 
 def test_show_on_the_command_line_names_the_format(gemma3_path):
-    from pyengine.cli import model_summary
+    from pyengine.summary import model_summary
 
     assert dict(model_summary(gemma3_path))["chat template"] == "no (prompted in the gemma format)"

@@ -23,6 +23,7 @@ from pyengine.server.errors import HTTPError
 from pyengine.server.fields import Fields
 from pyengine.server.registry import KEEP, parse_keep_alive
 from pyengine.server.streaming import NDJSON, GenerationResponse, collect, ndjson, stream_error_message
+from pyengine.summary import model_summary
 
 router = APIRouter()
 
@@ -272,8 +273,6 @@ async def api_show(request: Request) -> Response:
     details = info.details(facts)
     if profile is not None:
         details["parent_model"] = profile.base
-    from pyengine.cli import model_summary
-
     return JSONResponse({
         "license": facts.metadata.get("general.license", "") if isinstance(facts.metadata.get("general.license"), str)
         else "",
