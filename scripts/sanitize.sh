@@ -26,11 +26,20 @@ python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$site/o
 runtime=""
 case "$SANITIZERS" in *address*) runtime=$(gcc -print-file-name=libasan.so) ;; esac
 # Python's own allocations at exit are not leaks of ours; everything else aborts the test.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:strict_string_checks=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Reports go to files: pytest captures the test's stderr, and an abort would lose it there.
+reports="$PWD/build/sanitize-reports"
+rm -rf "$reports" && mkdir -p "$reports"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:strict_string_checks=1:log_path=$reports/asan}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan}
 if [ "$#" -eq 0 ]; then set -- "${TESTS[@]}"; fi
 root=$PWD
 # pytest from outside the source tree, so the sanitized copy in the venv is the one imported
 cd "$VENV"
+status=0
 LD_PRELOAD="$runtime" bin/python -m pytest -q -p no:cacheprovider --rootdir="$root" \
-  "${@/#tests\//$root/tests/}"
+  "${@/#tests\//$root/tests/}" || status=$?
+if compgen -G "$reports/*" > /dev/null; then
+  cat "$reports"/* >&2
+  if [ "$status" -eq 0 ]; then status=1; fi   # a report the tests did not notice still fails the run
+fi
+exit "$status"
