@@ -1,12 +1,18 @@
 """Per-render limits for chat templates: a deadline, a size cap and a call-depth cap.
 
 A chat template is code written by whoever published the model, so rendering one must
-stop on its own. Jinja cannot be interrupted from outside without threads, so the
+stop on its own, in time and in memory. Jinja cannot be interrupted from outside without threads, so the
 sandbox (see :mod:`pyengine.chat.sandbox`) calls :func:`tick` at every place a template
 can spend time: each loop iteration, each call, each attribute or item lookup, each
 piece of output. :func:`tick` raises :class:`~pyengine.errors.TemplateError` once the
 deadline has passed. The size helpers refuse an operation *before* it builds a value
 larger than the cap, so a single ``'x' * 10**12`` never allocates.
+
+Memory: every value the sandbox sees built (call and filter results, operators, output
+pieces, in any buffer) is charged by its size; each few MiB charged, and every few
+milliseconds of a render, the process's anonymous resident memory is read, and a render
+that grew it by more than :data:`MAX_MEMORY_GROWTH` stops. Charges alone never stop a
+render (most of what is charged is garbage soon freed); the measured growth does.
 
 The active budget lives in a :class:`contextvars.ContextVar`, so renders on several
 threads (a server) each see their own.
@@ -15,7 +21,9 @@ threads (a server) each see their own.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import sys
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -33,6 +41,16 @@ DEFAULT_MAX_OUTPUT_CHARS = 1_000_000
 MAX_CALL_DEPTH = 48
 # A format width or precision written with this many digits asks for >= 1 MB of padding.
 _HUGE_WIDTH = re.compile(r"\d{7,}")
+# Output written into set blocks, macros and the result together, per character of the output cap.
+WRITTEN_FACTOR = 16
+# How much a render may grow the process's memory, and how often that is measured.
+MAX_MEMORY_GROWTH = 64 * 2**20
+_MEMORY_CHECK_BYTES = 4 * 2**20    # after this many bytes charged
+_MEMORY_CHECK_S = 0.01             # or this long, once the render has built 1 MiB
+_MEMORY_CHECK_MIN_CHARGED = 2**20
+# Where the process's resident memory cannot be read, charges count as growth, with room
+# for the garbage among them.
+_CHARGED_LIMIT_WITHOUT_RSS = 4 * MAX_MEMORY_GROWTH
 
 
 @dataclass
@@ -44,6 +62,13 @@ class RenderBudget:
     depth: int = 0
     output_chars: int = 0
     time_limit_s: float = field(default=DEFAULT_TIME_LIMIT_S)
+    written_chars: int = 0                # output pieces, in every buffer (set blocks, macros)
+    # printed sizes of the containers checked so far: id -> (the container, kept alive; size)
+    printed: dict[int, tuple[Any, int]] = field(default_factory=dict)
+    memory_at_start: int | None = None    # anonymous resident bytes, None where unknown
+    charged: int = 0                      # bytes of values built so far
+    next_check_charge: int = _MEMORY_CHECK_BYTES
+    next_check_time: float = 0.0
 
 
 _ACTIVE: ContextVar[RenderBudget | None] = ContextVar("pyengine_template_budget", default=None)
@@ -52,7 +77,9 @@ _ACTIVE: ContextVar[RenderBudget | None] = ContextVar("pyengine_template_budget"
 @contextlib.contextmanager
 def active_budget(time_limit_s: float, max_chars: int) -> Iterator[RenderBudget]:
     """Make a fresh budget the active one for the duration of the block."""
-    budget = RenderBudget(time.monotonic() + time_limit_s, max_chars, time_limit_s=time_limit_s)
+    now = time.monotonic()
+    budget = RenderBudget(now + time_limit_s, max_chars, time_limit_s=time_limit_s,
+                          memory_at_start=_anonymous_rss(), next_check_time=now + _MEMORY_CHECK_S)
     token = _ACTIVE.set(budget)
     try:
         yield budget
@@ -66,10 +93,73 @@ def current() -> RenderBudget | None:
 
 
 def tick() -> None:
-    """Raise TemplateError when the active render has run out of time."""
+    """Raise TemplateError when the active render has run out of time (or memory)."""
     budget = _ACTIVE.get()
-    if budget is not None and time.monotonic() > budget.deadline:
+    if budget is None:
+        return
+    now = time.monotonic()
+    if now > budget.deadline:
         raise TemplateError(f"chat template took longer than {budget.time_limit_s:g} s to render")
+    if now > budget.next_check_time and budget.charged >= _MEMORY_CHECK_MIN_CHARGED:
+        budget.next_check_time = now + _MEMORY_CHECK_S
+        _check_memory(budget)
+
+
+def charge(value: Any) -> None:
+    """Count a value the render built towards its memory; measure the memory now and then."""
+    budget = _ACTIVE.get()
+    if budget is None:
+        return
+    budget.charged += _size_of(value)
+    if budget.charged >= budget.next_check_charge:
+        budget.next_check_charge = budget.charged + _MEMORY_CHECK_BYTES
+        _check_memory(budget)
+
+
+def count_written(piece: str) -> None:
+    """Account for one piece of output in any buffer. Pieces can all be the same big
+    string, so their sum, not the memory they hold, is what a set block or a macro
+    joins: the sum over the render is capped at WRITTEN_FACTOR times the output cap
+    (macros nest, and each level writes its callee's output again)."""
+    budget = _ACTIVE.get()
+    if budget is None:
+        return
+    budget.written_chars += len(piece)
+    limit = WRITTEN_FACTOR * budget.max_chars
+    if budget.written_chars > limit:
+        raise TemplateError(f"chat template wrote more than {limit} characters into its output, "
+                            f"blocks and macros")
+
+
+def _size_of(value: Any) -> int:
+    if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)):
+        return sys.getsizeof(value)
+    return 0
+
+
+def _check_memory(budget: RenderBudget) -> None:
+    if budget.memory_at_start is None:
+        grown = budget.charged - _CHARGED_LIMIT_WITHOUT_RSS + MAX_MEMORY_GROWTH
+    else:
+        now = _anonymous_rss()
+        grown = 0 if now is None else now - budget.memory_at_start
+    if grown > MAX_MEMORY_GROWTH:
+        raise TemplateError(
+            f"chat template used more than {MAX_MEMORY_GROWTH // 2**20} MiB of memory to render")
+
+
+def _anonymous_rss() -> int | None:
+    """The process's resident memory less the file-backed pages (the model's mapped
+    weights come and go with the page cache); None where /proc is not there."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def max_chars() -> int:
@@ -85,10 +175,69 @@ def refuse_size(size: int, what: str) -> None:
 
 
 def check_value(value: Any, what: str) -> Any:
-    """Pass `value` through, refusing strings and sequences over the size cap."""
-    if isinstance(value, (str, bytes, list, tuple)):
+    """Pass `value` through, refusing strings over the size cap, and containers whose text
+    (what printing them would write, shared items counted each time) would pass it."""
+    if isinstance(value, (str, bytes)):
         refuse_size(len(value), what)
+    elif isinstance(value, _CONTAINERS):
+        limit = max_chars()
+        refuse_size(printed_size(value, limit + 1), what)
+    charge(value)
     return value
+
+
+def check_joined(left: Any, right: Any, what: str) -> None:
+    """Refuse left + right of two containers by their known printed sizes (a list grown
+    one item at a time in a loop is not walked again each time)."""
+    refuse_size(printed_size(left, max_chars() + 1) + printed_size(right, max_chars() + 1), what)
+
+
+def remember_sum(result: Any, left: Any, right: Any) -> None:
+    budget = _ACTIVE.get()
+    if budget is not None:
+        size = printed_size(left, budget.max_chars + 1) + printed_size(right, budget.max_chars + 1)
+        _remember(budget, result, size)
+
+
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def printed_size(value: Any, limit: int) -> int:
+    """About how many characters str(value) has, counted up to `limit` (no recursion:
+    containers nest; each item once per place it appears, as printing repeats it)."""
+    budget = _ACTIVE.get()
+    known = budget.printed if budget is not None else {}
+    total, pending = 0, [value]
+    while pending and total < limit:
+        item = pending.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item) + 2
+        elif id(item) in known and known[id(item)][0] is item:
+            total += known[id(item)][1]
+        elif isinstance(item, dict):
+            total += 2 + 4 * len(item)
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, _CONTAINERS):
+            total += 2 + 2 * len(item)
+            pending.extend(item)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            total += item.bit_length() // 3 + 1
+        else:
+            total += 4
+    if budget is not None and isinstance(value, _CONTAINERS) and total < limit:
+        _remember(budget, value, total)
+    return total
+
+
+_REMEMBERED = 64   # containers kept alive for their sizes: the latest few are the ones reused
+
+
+def _remember(budget: RenderBudget, value: Any, size: int) -> None:
+    known = budget.printed
+    if len(known) >= _REMEMBERED:
+        del known[next(iter(known))]
+    known[id(value)] = (value, size)
 
 
 def check_int_args(args: tuple, kwargs: dict, what: str) -> None:

@@ -20,6 +20,23 @@ _SIZED = (str, bytes, list, tuple)
 # A big integer costs time to multiply and to print; 10**30000 is already absurd.
 _MAX_POWER_BITS = 100_000
 
+# Filters that loop in Python over their input's words or characters, with no tick inside:
+# one call on a capped-size value could still outlast the deadline (wordwrap of 1M
+# characters took 3.7 s), so their input is capped at what a call does in ~0.1 s. Chat
+# templates give them role names and short texts.
+_TEXT_FILTER_LIMITS = {
+    "wordwrap": 20_000, "urlize": 20_000, "pprint": 20_000,
+    "title": 100_000, "striptags": 100_000, "wordcount": 100_000, "urlencode": 100_000,
+    "xmlattr": 10_000,
+}
+# Filters that do Python work per item (a key function, a group, a batch); a string's items
+# are its characters.
+_ITEM_FILTER_LIMIT = 100_000
+_ITEM_FILTERS = frozenset({
+    "sort", "unique", "dictsort", "groupby", "batch", "slice", "sum", "min", "max", "list",
+    "map", "select", "reject", "selectattr", "rejectattr",
+})
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -28,6 +45,7 @@ def _is_int(value: Any) -> bool:
 def check_binop(operator: str, left: Any, right: Any) -> None:
     """Refuse `left operator right` when it would build a huge value."""
     if operator == "*":
+        _check_product(left, right)
         _check_repeat(left, right)
         _check_repeat(right, left)
     elif operator == "+":
@@ -37,6 +55,14 @@ def check_binop(operator: str, left: Any, right: Any) -> None:
         _check_power(left, right)
     elif operator == "%" and isinstance(left, str):
         _check_percent_format(left, right)
+
+
+def _check_product(left: Any, right: Any) -> None:
+    """Repeated squaring doubles an integer's size each time: refuse huge products."""
+    if _is_int(left) and _is_int(right):
+        bits = left.bit_length() + right.bit_length()
+        if bits > _MAX_POWER_BITS:
+            raise TemplateError(f"chat template computed a number of about {bits} bits with '*'")
 
 
 def _check_repeat(sequence: Any, count: Any) -> None:
@@ -121,11 +147,18 @@ def check_str_method(method: Callable[..., Any], args: tuple, kwargs: dict) -> t
 
 
 def check_filter(name: str, args: tuple, kwargs: dict) -> None:
-    """Refuse a filter call (args[0] is the filtered value) that would build a huge value."""
+    """Refuse a filter call (args[0] is the filtered value) that would build a huge value
+    or loop in Python for long."""
     value, extra = (args[0], args[1:]) if args else (None, ())
+    _check_filter_work(name, value)
     budget.check_int_args(extra, kwargs, f"filter {name!r}")
     if name == "attr" and extra and isinstance(extra[0], str) and extra[0].startswith("__"):
         raise TemplateSecurityError(f"access to attribute {extra[0]!r} is not allowed in a chat template")
+    if name == "sum":
+        start = extra[1] if len(extra) > 1 else kwargs.get("start", 0)
+        if not isinstance(start, (int, float)):
+            # summing lists copies the total so far at every item: quadratic
+            raise TemplateError(f"chat template asked filter 'sum' to start from a {type(start).__name__}")
     if name == "replace" and isinstance(value, str) and len(extra) >= 2:
         budget.refuse_size(replace_size(value, *extra[:3]), "filter 'replace'")
     elif name == "join" and isinstance(value, Sized):
@@ -139,6 +172,36 @@ def check_filter(name: str, args: tuple, kwargs: dict) -> None:
         budget.check_format_string(value, "filter 'format'")
     elif name == "tojson":
         _check_tojson(value, extra, kwargs)
+
+
+def _check_filter_work(name: str, value: Any) -> None:
+    limit = _TEXT_FILTER_LIMITS.get(name)
+    if limit is None and name in _ITEM_FILTERS:
+        limit = _ITEM_FILTER_LIMIT
+    if limit is None:
+        return
+    size = _nodes_up_to(value, limit + 1) if name == "pprint" else len(value) if isinstance(value, Sized) else 0
+    if size > limit:
+        raise TemplateError(f"chat template gave filter {name!r} a value of more than {limit} items or characters")
+
+
+def _nodes_up_to(value: Any, limit: int) -> int:
+    """Items and characters in a nested value, counted up to `limit`."""
+    total, pending = 0, [value]
+    while pending and total < limit:
+        item = pending.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item) + 1
+        elif isinstance(item, dict):
+            total += 1
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += 1
+            pending.extend(item)
+        else:
+            total += 1
+    return total
 
 
 def _check_tojson(value: Any, extra: tuple, kwargs: dict) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pyengine.chat.renderers import select_renderer
 from pyengine.chat.template import ChatTemplate
 
@@ -16,7 +18,8 @@ def model_template(gguf, tokenizer, source: str | None = None) -> ChatTemplate:
     if not source:
         renderer = select_renderer(gguf.architecture, tokenizer.vocab.token_to_id)
         return ChatTemplate.from_renderer(renderer, bos_token=bos, eos_token=eos)
-    return ChatTemplate(source, bos_token=bos, eos_token=eos)
+    name = gguf.get_str("general.name", "") or os.path.basename(str(gguf.path))
+    return ChatTemplate(source, bos_token=bos, eos_token=eos, name=name)
 
 
 def encode_rendered(tokenizer, template: ChatTemplate, text: str) -> list[int]:

@@ -13,11 +13,18 @@ templates render byte for byte as they do there, with these additions:
 * Every loop, call, lookup and output piece checks the render's deadline, calls that
   run template code count towards a nesting cap, and operators, string methods and
   filters that could build a huge value are refused beforehand (see
-  :mod:`pyengine.chat.budget` and :mod:`pyengine.chat.growth`).
+  :mod:`pyengine.chat.budget` and :mod:`pyengine.chat.growth`). What a filter or a call
+  returns lazily (``map``, ``batch``, ...) checks the deadline at each item, so work done
+  inside another filter's loop (``join``, ``list``) stops in time too; filters that loop
+  in Python over words or items get inputs of bounded size; every value built, output
+  pieces of set blocks and macros included, counts towards the render's memory.
+* Jinja's ``lipsum`` global (paragraphs of lorem ipsum, unbounded) is gone; ``range``
+  is capped at :data:`MAX_RANGE` items, as Jinja's sandbox caps it, with a TemplateError.
 
 Loops are guarded by rewriting the parsed template: the iterable of each ``for`` is
-wrapped in :meth:`GuardedEnvironment.guard_iter`, and each ``~`` concatenation becomes
-a call of :meth:`GuardedEnvironment.guard_concat`. Both are reached through
+wrapped in :meth:`GuardedEnvironment.guard_iter`, each ``~`` concatenation becomes
+a call of :meth:`GuardedEnvironment.guard_concat`, and each piece of output (in any
+buffer: set blocks, macros, filter blocks) passes :meth:`GuardedEnvironment.guard_output`. Both are reached through
 ``environment.<name>`` in the compiled code, which no template can rebind.
 """
 
@@ -26,6 +33,8 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterator as AnyIterator
+from collections.abc import Sized
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator
 
@@ -48,7 +57,9 @@ _FORBIDDEN_NAMES = frozenset(
 )  # fmt: skip
 
 
-_OWN_GUARDS = ("guard_iter", "guard_concat")
+_OWN_GUARDS = ("guard_iter", "guard_concat", "guard_output", "guard_literal")
+# As Jinja's sandbox caps range().
+MAX_RANGE = 100_000
 
 
 class _GuardedUndefined(Undefined):
@@ -63,9 +74,36 @@ class _GuardedUndefined(Undefined):
         super().__init__(hint, obj, name, exc)
 
 
+def guarded_range(*args: Any) -> range:
+    """range() of at most MAX_RANGE items."""
+    try:
+        items = range(*args)
+    except (TypeError, ValueError) as exc:
+        raise TemplateError(f"chat template called range{args}: {exc}") from None
+    if len(items) > MAX_RANGE:
+        raise TemplateError(f"chat template asked for a range of {len(items)} items (at most {MAX_RANGE})")
+    return items
+
+
+def _ticking(items: Iterable[Any]) -> Iterator[Any]:
+    """The items of a lazy result, checking the deadline (and memory) at each one."""
+    for item in items:
+        budget.tick()
+        budget.charge(item)
+        yield item
+
+
+def _lazy(value: Any) -> bool:
+    return isinstance(value, AnyIterator) and not isinstance(value, Sized)
+
+
+class TemplateRefusal(TemplateError):
+    """A template's own refusal of a conversation (raise_exception): its message is the template's."""
+
+
 def raise_exception(message: Any) -> None:
     """The global templates call to refuse a conversation (as in transformers)."""
-    raise TemplateError(str(message))
+    raise TemplateRefusal(str(message))
 
 
 def strftime_now(format: str) -> str:  # noqa: A002 - the name templates use
@@ -126,7 +164,10 @@ def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
             value_args = (growth.sized(value_args[0]), *value_args[1:])
             args = (*args[: len(args) - len(value_args)], *value_args)
         growth.check_filter(name, value_args, kwargs)
-        return budget.check_value(func(*args, **kwargs), f"filter {name!r}")
+        result = func(*args, **kwargs)
+        if _lazy(result):
+            return _ticking(result)
+        return budget.check_value(result, f"filter {name!r}")
 
     return guarded
 
@@ -147,6 +188,8 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
         self.globals["raise_exception"] = raise_exception
         self.globals["strftime_now"] = strftime_now
+        self.globals["range"] = guarded_range
+        del self.globals["lipsum"]   # chat templates never need it; lipsum(10**9) ran for minutes
 
     # -- parsing: wrap loops and concatenations --------------------------------
 
@@ -157,6 +200,10 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
             loop.iter = self._env_call("guard_iter", [loop.iter], loop.iter.lineno)
         for parent in list(tree.find_all(nodes.Node)):
             _replace_concats(parent, self._env_call)
+        for parent in list(tree.find_all(nodes.Node)):
+            _replace_literals(parent, self._env_call)
+        for output in tree.find_all(nodes.Output):
+            output.nodes = [self._env_call("guard_output", [node], node.lineno) for node in output.nodes]
         return tree
 
     @staticmethod
@@ -171,11 +218,26 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
             budget.tick()
             yield item
 
+    def guard_literal(self, value: Any) -> Any:
+        """A list, tuple or dict written in the template: nested ones can hold a big
+        string many times over (printing it would write every copy)."""
+        return budget.check_value(value, "a literal")
+
+    def guard_output(self, value: Any) -> str:
+        """One piece of output, in any buffer: the deadline, and its size towards memory."""
+        budget.tick()
+        text = str(value)
+        budget.count_written(text)
+        budget.charge(text)
+        return text
+
     def guard_concat(self, *parts: Any) -> str:
         """The ``~`` operator (str_join) with a size check before joining."""
         texts = [str(part) for part in parts]
         budget.refuse_size(sum(len(text) for text in texts), "'~'")
-        return "".join(texts)
+        joined = "".join(texts)
+        budget.charge(joined)
+        return joined
 
     # -- runtime hooks of the sandbox ------------------------------------------
 
@@ -193,11 +255,19 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
                 result = super().call(__context, __obj, *args, **kwargs)
         else:
             result = super().call(__context, __obj, *args, **kwargs)
+        if _lazy(result):
+            return _ticking(result)
         return budget.check_value(result, "call result")
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         budget.tick()
         growth.check_binop(operator, left, right)
+        if operator == "+" and isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+            budget.check_joined(left, right, "'+'")
+            result = super().call_binop(context, operator, left, right)
+            budget.remember_sum(result, left, right)
+            budget.charge(result)
+            return result
         return budget.check_value(super().call_binop(context, operator, left, right), repr(operator))
 
     def getattr(self, obj: Any, attribute: str) -> Any:
@@ -263,6 +333,21 @@ def _runs_template_code(obj: Any) -> bool:
     return isinstance(obj, (Macro, LoopContext))
 
 
+def _is_literal(node: Any) -> bool:
+    return isinstance(node, (nodes.List, nodes.Tuple, nodes.Dict)) and getattr(node, "ctx", "load") == "load"
+
+
+def _replace_literals(parent: nodes.Node, make_call: Callable[..., nodes.Call]) -> None:
+    """Wrap every direct list/tuple/dict literal child of `parent` in a guard_literal call."""
+    for field_name, value in parent.iter_fields():
+        if _is_literal(value):
+            setattr(parent, field_name, make_call("guard_literal", [value], value.lineno))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if _is_literal(item):
+                    value[index] = make_call("guard_literal", [item], item.lineno)
+
+
 def _replace_concats(parent: nodes.Node, make_call: Callable[..., nodes.Call]) -> None:
     """Replace every direct ``nodes.Concat`` child of `parent` by a guarded call.
 
@@ -277,4 +362,4 @@ def _replace_concats(parent: nodes.Node, make_call: Callable[..., nodes.Call]) -
                     value[index] = make_call("guard_concat", item.nodes, item.lineno)
 
 
-__all__ = ["GuardedEnvironment", "hf_tojson", "raise_exception", "strftime_now"]
+__all__ = ["GuardedEnvironment", "TemplateRefusal", "hf_tojson", "raise_exception", "strftime_now"]

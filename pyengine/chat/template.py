@@ -9,10 +9,12 @@ with ``trim_blocks`` and ``lstrip_blocks``, the loop-controls extension
 ``messages``, ``tools``, ``documents``, ``add_generation_prompt``, ``bos_token``,
 ``eos_token`` plus any extra keyword (``enable_thinking``, ``date_string``, ...).
 
-Limits: a render stops with :class:`~pyengine.errors.TemplateError` after 2 seconds or
-once its output passes ``1_000_000 + 4 * (characters in the inputs)`` characters; a
-template reaching outside the sandbox raises
-:class:`~pyengine.errors.TemplateSecurityError` (see :mod:`pyengine.chat.sandbox`).
+Limits: a render stops with :class:`~pyengine.errors.TemplateError` after 1.5 seconds,
+once its output passes ``1_000_000 + 4 * (characters in the inputs)`` characters, or once
+it grew the process by 64 MiB, whatever global, filter or operator it uses; a template
+reaching outside the sandbox raises :class:`~pyengine.errors.TemplateSecurityError` (see
+:mod:`pyengine.chat.sandbox`). Given a ``name`` (a model's), errors say whose template
+failed: "the chat template of NAME took longer than 1.5 s to render".
 Any other failure (a syntax error, ``raise_exception``, an undefined value used where
 transformers fails too) raises TemplateError carrying the template's message.
 
@@ -26,8 +28,9 @@ plain text when its turn ends.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jinja2
@@ -35,7 +38,7 @@ import jinja2.meta
 from jinja2.sandbox import SecurityError
 
 from pyengine.chat import budget, renderers
-from pyengine.chat.sandbox import GuardedEnvironment
+from pyengine.chat.sandbox import GuardedEnvironment, TemplateRefusal
 from pyengine.errors import InvalidOptionError, TemplateError, TemplateSecurityError
 
 MAX_TEMPLATE_CHARS = 1_000_000
@@ -59,12 +62,14 @@ class ChatTemplate:
         *,
         time_limit_s: float = budget.DEFAULT_TIME_LIMIT_S,
         max_output_chars: int | None = None,
+        name: str | None = None,
     ) -> None:
         if not isinstance(template, str):
             raise InvalidOptionError(f"a chat template must be a string, not {type(template).__name__}")
         if len(template) > MAX_TEMPLATE_CHARS:
             raise TemplateError(f"chat template is too long ({len(template)} > {MAX_TEMPLATE_CHARS} characters)")
         self.source = template
+        self.name = name   # whose template it is (a model's name), for error messages
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.time_limit_s = time_limit_s
@@ -72,7 +77,8 @@ class ChatTemplate:
         self.stops: tuple[str, ...] = ()   # texts that end a reply (a renderer's turn markers)
         self.renderer: str | None = None   # the renderer's name, when the file has no template
         self._environment = GuardedEnvironment()
-        self._compiled = _compile(self._environment, template)
+        with _naming(name):
+            self._compiled = _compile(self._environment, template)
 
     @classmethod
     def fallback(cls, bos_token: str = "", eos_token: str = "") -> ChatTemplate:
@@ -108,7 +114,7 @@ class ChatTemplate:
         limit = self.max_output_chars
         if limit is None:
             limit = budget.DEFAULT_MAX_OUTPUT_CHARS + 4 * _input_chars(variables)
-        with budget.active_budget(self.time_limit_s, limit):
+        with _naming(self.name), budget.active_budget(self.time_limit_s, limit):
             return _render(self._compiled, variables)
 
     @property
@@ -171,6 +177,27 @@ def _thinking_switches(template: str) -> tuple[str, ...]:
 
 
 # -- internals ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _naming(name: str | None) -> Iterator[None]:
+    """Say whose template failed: "chat template took too long" becomes "the chat template
+    of MODEL took too long" (a message raise_exception gave is the template's own: kept)."""
+    try:
+        yield
+    except TemplateError as exc:
+        if not name or isinstance(exc, TemplateRefusal):
+            raise
+        message = str(exc)
+        if message.startswith(_OUR_PREFIX):
+            message = message[len(_OUR_PREFIX):]
+        else:
+            message = ": " + message
+        named = type(exc)(f"the chat template of {name}{message}")
+        raise named.with_traceback(None) from exc
+
+
+_OUR_PREFIX = "chat template"
 
 
 def _compile(environment: GuardedEnvironment, template: str) -> jinja2.Template:
