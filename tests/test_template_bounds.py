@@ -64,6 +64,12 @@ BOMBS = {
     "nested loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
     "recursion through a macro": "{% macro f(n) %}{{ f(n) ~ f(n) }}{% endmacro %}{{ f(1) }}",
     "mutual recursion": "{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{{ a() }}{% endmacro %}{{ a() }}",
+    "namespaces repeated": BIG + "{% set ns = namespace(s=big) %}{% set l = [ns] * 100000 %}{{ l }}",
+    "dict views repeated": BIG + "{% set d = {'a': big} %}{% set l = [d.values()] * 1000 %}{{ l | string | length }}",
+    "format fields": BIG + "{{ ('{0}' * 250000).format(big) | length }}",
+    "named format fields": BIG + "{{ ('{a}' * 250000).format_map({'a': big}) | length }}",
+    "percent fields": BIG + "{{ ('%(a)s' * 200000) % {'a': big} }}",
+    "format filter fields": BIG + "{{ ('%s' * 200000) | format(big) }}",
     "split in a loop": BIG + "{% for i in range(1000) %}{% set x = big.split() %}{% endfor %}",
     "replace in a loop": BIG + "{% for i in range(100000) %}{% set x = big | replace('a', 'b') %}{% endfor %}",
 }

@@ -25,9 +25,12 @@ import os
 import re
 import sys
 import time
+from collections.abc import ItemsView, KeysView, ValuesView
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+from jinja2.utils import Namespace
 
 from pyengine.errors import TemplateError
 
@@ -179,7 +182,7 @@ def check_value(value: Any, what: str) -> Any:
     (what printing them would write, shared items counted each time) would pass it."""
     if isinstance(value, (str, bytes)):
         refuse_size(len(value), what)
-    elif isinstance(value, _CONTAINERS):
+    elif isinstance(value, (*_CONTAINERS, *_VIEWS, Namespace)):
         limit = max_chars()
         refuse_size(printed_size(value, limit + 1), what)
     charge(value)
@@ -200,6 +203,18 @@ def remember_sum(result: Any, left: Any, right: Any) -> None:
 
 
 _CONTAINERS = (list, tuple, dict, set, frozenset)
+# printed with all their items, like the containers
+_VIEWS = (KeysView, ValuesView, ItemsView)
+
+
+def _namespace_items(item: Any) -> dict | None:
+    """The attributes of a Jinja namespace() (printed by its repr), else None."""
+    if isinstance(item, Namespace):
+        try:
+            return object.__getattribute__(item, "_Namespace__attrs")
+        except AttributeError:
+            return None
+    return None
 
 
 def printed_size(value: Any, limit: int) -> int:
@@ -218,9 +233,14 @@ def printed_size(value: Any, limit: int) -> int:
             total += 2 + 4 * len(item)
             pending.extend(item.keys())
             pending.extend(item.values())
-        elif isinstance(item, _CONTAINERS):
+        elif isinstance(item, (*_CONTAINERS, *_VIEWS)):
             total += 2 + 2 * len(item)
             pending.extend(item)
+        elif isinstance(item, Namespace):
+            total += 16
+            attrs = _namespace_items(item)
+            if attrs is not None:
+                pending.append(attrs)
         elif isinstance(item, int) and not isinstance(item, bool):
             total += item.bit_length() // 3 + 1
         else:

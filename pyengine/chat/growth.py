@@ -77,8 +77,30 @@ def _check_power(base: Any, exponent: Any) -> None:
             raise TemplateError(f"chat template computed a number of about {bits} bits with '**'")
 
 
+def check_format_expansion(fmt: Any, values: tuple, marker: str, what: str) -> None:
+    """Refuse a format whose fields, each at most the largest value's text, would pass the
+    cap: '{0}' written 250000 times over a 1 MB string asks for 250 GB."""
+    if not isinstance(fmt, str):
+        return
+    fields = fmt.count(marker)
+    if fields == 0:
+        return
+    limit = budget.max_chars() + 1
+    largest = max((budget.printed_size(value, limit) for value in values), default=0)
+    budget.refuse_size(len(fmt) + fields * largest, what)
+
+
+def _format_values(values: Any) -> tuple:
+    if isinstance(values, tuple):
+        return values
+    if isinstance(values, dict):
+        return tuple(values.values())
+    return (values,)
+
+
 def _check_percent_format(fmt: str, values: Any) -> None:
     budget.check_format_string(fmt, "'%'")
+    check_format_expansion(fmt, _format_values(values), "%", "'%'")
     if isinstance(values, tuple):
         budget.check_int_args(values, {}, "'%'")
     elif isinstance(values, dict):
@@ -140,6 +162,9 @@ def check_str_method(method: Callable[..., Any], args: tuple, kwargs: dict) -> t
             budget.refuse_size(len(owner) + owner.count("\t") * tab_size, "str.expandtabs")
     elif name in ("format", "format_map"):
         budget.check_format_string(owner, f"str.{name}")
+        values = tuple(args) + tuple(kwargs.values())
+        values += tuple(v for arg in args if isinstance(arg, dict) for v in arg.values())
+        check_format_expansion(owner, values, "{", f"str.{name}")
         for arg in args:
             if isinstance(arg, dict):
                 budget.check_int_args((), arg, f"str.{name}")
@@ -170,6 +195,7 @@ def check_filter(name: str, args: tuple, kwargs: dict) -> None:
         budget.refuse_size(len(value) + (value.count("\n") + 1) * width_chars, "filter 'indent'")
     elif name == "format":
         budget.check_format_string(value, "filter 'format'")
+        check_format_expansion(value, tuple(extra) + tuple(kwargs.values()), "%", "filter 'format'")
     elif name == "tojson":
         _check_tojson(value, extra, kwargs)
 

@@ -226,6 +226,8 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
     def guard_output(self, value: Any) -> str:
         """One piece of output, in any buffer: the deadline, and its size towards memory."""
         budget.tick()
+        if not isinstance(value, str):
+            budget.check_value(value, "output")   # a container's text can be far bigger than itself
         text = str(value)
         budget.count_written(text)
         budget.charge(text)
@@ -233,6 +235,9 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
 
     def guard_concat(self, *parts: Any) -> str:
         """The ``~`` operator (str_join) with a size check before joining."""
+        for part in parts:
+            if not isinstance(part, str):
+                budget.check_value(part, "'~'")
         texts = [str(part) for part in parts]
         budget.refuse_size(sum(len(text) for text in texts), "'~'")
         joined = "".join(texts)
