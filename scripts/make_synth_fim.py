@@ -1,6 +1,7 @@
 """Make the synthetic fill-in-the-middle model: a tiny code model's vocabulary and keys.
 
-Writes tests/data/synth/llama-fim-q8_0.gguf: `general.architecture = llama`, 2 layers,
+Writes tests/data/fim/llama-fim-q8_0.gguf (beside, not among, the parity models of
+tests/data/synth: it has no llama.cpp golden): `general.architecture = llama`, 2 layers,
 n_embd 64, 4 heads over 2 KV heads, n_ff 128, seeded random weights (2-D tensors in
 Q8_0, norms in F32), and the tokenizer of llama-bpe-q5_1-tied.gguf (512 tokens) with
 Qwen2.5-Coder's six FIM tokens appended as control tokens (ids 512-517:
@@ -86,7 +87,8 @@ def write_model(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    model, _ = common.model_paths(STEM)
+    model = common.ROOT / "tests" / "data" / "fim" / f"{STEM}.gguf"
+    model.parent.mkdir(parents=True, exist_ok=True)
     write_model(model)
     print(f"{model.relative_to(common.ROOT)}: {model.stat().st_size} B")
     sys.exit(0)

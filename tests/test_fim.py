@@ -17,7 +17,7 @@ from pyengine.server import ServerConfig
 from server_support import running_server
 
 SYNTH = pathlib.Path(__file__).parent / "data" / "synth"
-FIM_MODEL = SYNTH / "llama-fim-q8_0.gguf"
+FIM_MODEL = SYNTH.parent / "fim" / "llama-fim-q8_0.gguf"
 PLAIN_MODEL = SYNTH / "llama-bpe-q5_1-tied.gguf"   # a <reponame> token, but no prefix/suffix/middle
 PRE, SUF, MID, PAD, REP, SEP = 512, 513, 514, 515, 516, 517
 

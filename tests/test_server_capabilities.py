@@ -18,7 +18,7 @@ from pyengine.server import ServerConfig
 from server_support import running_server
 
 SYNTH = pathlib.Path(__file__).parent / "data" / "synth"
-FIM_MODEL = SYNTH / "llama-fim-q8_0.gguf"
+FIM_MODEL = SYNTH.parent / "fim" / "llama-fim-q8_0.gguf"
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
