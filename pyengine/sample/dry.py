@@ -93,6 +93,7 @@ class Dry:
         self._size = 0
         # the latest breaker seen: (index of its first token in _tokens, its tail length)
         self._last_break: tuple[int, int] | None = None
+        self._matches: np.ndarray | None = None   # see _suffix_matches
 
     @property
     def enabled(self) -> bool:
@@ -114,6 +115,7 @@ class Dry:
     def reset(self) -> None:
         self._size = 0
         self._last_break = None
+        self._matches = None
 
     def _note_breaker(self, token: int) -> None:
         """Record a breaker that the token just added completes. A scan back from the end
@@ -138,6 +140,7 @@ class Dry:
             self._size = keep.shape[0]
             if self._last_break is not None:
                 self._last_break = (self._last_break[0] - dropped, self._last_break[1])
+            self._matches = None
         else:
             self._tokens = np.concatenate([self._tokens, np.zeros_like(self._tokens)])
 
@@ -189,33 +192,57 @@ class Dry:
         # (with base 1 every counted repeat gets exactly the multiplier).
         saturation = self.allowed_length + self.max_exponent if self.max_exponent > 0 else self.allowed_length
         cap = min(limit, max(saturation, 1))
-        ends = np.flatnonzero(window[: n - 1] == window[n - 1]) if cap > 0 else np.empty(0, np.int64)
-        found_ends, found_lengths = [], []
-        length = 1
-        while ends.size:
-            if length >= cap:
-                found_ends.append(ends)
-                found_lengths.append(np.full(ends.size, cap))
-                break
-            # extend every match one more token back in time
-            room = ends - length >= 0
-            extends = np.zeros(ends.size, dtype=bool)
-            extends[room] = window[ends[room] - length] == window[n - 1 - length]
-            found_ends.append(ends[~extends])
-            found_lengths.append(np.full(int(np.count_nonzero(~extends)), length))
-            ends = ends[extends]
-            length += 1
-        if not found_ends:
+        if cap <= 0 or n < 2:
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        all_ends = np.concatenate(found_ends)
-        all_lengths = np.concatenate(found_lengths)
-        wanted = all_lengths >= self.allowed_length
-        next_tokens = window[all_ends[wanted] + 1]
-        lengths = all_lengths[wanted]
+        # the common suffix ending at each position, bounded by the window's start and the cap
+        lengths = np.minimum(self._suffix_matches()[self._size - n:], np.arange(1, n, dtype=np.int64))
+        np.minimum(lengths, cap, out=lengths)
+        ends = np.flatnonzero(lengths >= max(self.allowed_length, 1))
+        next_tokens = window[ends + 1]
+        lengths = lengths[ends]
         if self.single_breakers.size:
             keep = ~np.isin(next_tokens, self.single_breakers)
             next_tokens, lengths = next_tokens[keep], lengths[keep]
         return _max_per_token(next_tokens, lengths)
+
+    def _suffix_matches(self) -> np.ndarray:
+        """For each position j before the last, how many tokens ending at j equal the
+        last ones (the longest common suffix of history[:j+1] and history). Kept from step
+        to step: one more token turns it into the next in one vectorized pass (a match
+        grows by one where the new token repeats, else ends), so a step is linear in the
+        window however long the repeats; computed afresh (Z-algorithm) after a prompt or
+        a compaction."""
+        size = self._size
+        if self._matches is not None and self._matches.shape[0] == size - 1:
+            return self._matches
+        if self._matches is not None and self._matches.shape[0] == size - 2:
+            previous, tokens = self._matches, self._tokens
+            updated = np.zeros(size - 1, dtype=np.int64)
+            repeats = tokens[:size - 1] == tokens[size - 1]
+            updated[0] = repeats[0]
+            updated[1:] = np.where(repeats[1:], previous + 1, 0)
+        else:
+            updated = _common_suffixes(self._tokens[:size])
+        self._matches = updated
+        return updated
+
+
+def _common_suffixes(tokens: np.ndarray) -> np.ndarray:
+    """out[j] = the longest common suffix of tokens[:j+1] and tokens, for j < n - 1 (the
+    Z-algorithm over the reversed tokens: linear)."""
+    reversed_tokens = tokens[::-1].tolist()
+    n = len(reversed_tokens)
+    z = [0] * n
+    left = right = 0
+    for i in range(1, n):
+        length = min(right - i, z[i - left]) if i < right else 0
+        while i + length < n and reversed_tokens[length] == reversed_tokens[i + length]:
+            length += 1
+        z[i] = length
+        if i + length > right:
+            left, right = i, i + length
+    # position j of tokens is index n - 1 - j of the reversed ones
+    return np.array(z[:0:-1], dtype=np.int64) if n > 1 else np.empty(0, np.int64)
 
 
 def _max_per_token(tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
