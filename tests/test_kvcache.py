@@ -123,7 +123,7 @@ def test_an_idle_engine_faults_its_cache_in(smollm2_path):
 
     with LLM(str(smollm2_path), n_ctx=2048, n_parallel=2) as llm:
         cache = llm.engine.cache
-        assert llm.generate("The capital of France is", max_tokens=4)
+        assert llm.generate("The capital of France is", max_tokens=4, temperature=0)
         deadline = time.monotonic() + 60
         while not cache.prefault.done and time.monotonic() < deadline:
             time.sleep(0.05)
