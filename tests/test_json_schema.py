@@ -218,6 +218,14 @@ def test_pattern_grammar_accepts_and_rejects():
     assert grammar.matches('"AB12"') and not grammar.matches('"Ab12"') and not grammar.matches('"AB"')
 
 
+def test_a_pattern_without_a_type_is_kept():
+    """Found by fuzz/: {"pattern": ...} without "type" allowed any value, strings that
+    do not match the pattern included."""
+    grammar = Grammar.from_json_schema({"pattern": "^[a-c]{2}x?$"})
+    assert grammar.matches('"abx"') and grammar.matches('"cc"')
+    assert not grammar.matches('"[Fwy"') and not grammar.matches('"abxx"')
+
+
 @pytest.mark.parametrize("pattern", [r"(?=a)b", r"(a)\1", r"\bword", r"a{3,1}", r"(ab", r"ab)", r"a**", r"(?i)abc",
                                      r"a++", r"x^y", r"[z-a]", "abc\\"])
 def test_unsupported_or_invalid_patterns_fail_closed(pattern):

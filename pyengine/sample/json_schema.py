@@ -434,7 +434,9 @@ def _infer_type(schema: Mapping) -> str | None:
         return "object"
     if any(k in schema for k in ("items", "prefixItems", "minItems", "maxItems")):
         return "array"
-    if any(k in schema for k in ("minLength", "maxLength", "format")):
+    # as llama.cpp does, an untyped pattern is a string's: else any value would be allowed
+    # and the pattern ignored
+    if any(k in schema for k in ("minLength", "maxLength", "format", "pattern")):
         return "string"
     if any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")):
         return "number"
