@@ -1,0 +1,41 @@
+"""Every stored fuzz input (tests/data/fuzz/<surface>/seeds/ and crashes/) replayed through
+its harness (fuzz/harnesses.py), without atheris: none may show a defect again.
+
+The crashes/ folders keep every input a fuzzer ever failed on (scripts/fuzz.sh writes them);
+each was fixed at its cause, and this keeps it fixed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "fuzz"))
+import harnesses  # noqa: E402
+
+INPUTS = sorted(path for surface in harnesses.SURFACES
+                for kind in ("seeds", "crashes")
+                for path in (harnesses.FUZZ_DATA / surface / kind).glob("*") if path.is_file())
+
+
+def test_every_surface_has_seeds():
+    for surface in harnesses.SURFACES:
+        assert list((harnesses.FUZZ_DATA / surface / "seeds").iterdir()), surface
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
+def test_stored_input_shows_no_defect(path):
+    harnesses.HARNESSES[path.parent.parent.name](path.read_bytes())
+
+
+def test_a_harness_reports_a_defect(monkeypatch):
+    """The harnesses can fail: a one-shot parse that loses text differs from the streamed one."""
+    from pyengine.chat import parsers
+
+    real = parsers.parse_output
+    monkeypatch.setattr(parsers, "parse_output", lambda text, **kw: real(text[:-1], **kw))
+    with pytest.raises(harnesses.Defect, match="streamed"):
+        harnesses.one_parsers(b"\0\0plain text")
