@@ -34,7 +34,7 @@ from pyengine.server.common import read_fields, start_reply, state_of
 from pyengine.server.errors import HTTPError
 from pyengine.server.fields import Fields
 from pyengine.server.registry import KEEP, parse_keep_alive
-from pyengine.server.streaming import SSE, GenerationResponse, collect, sse, stream_error_message
+from pyengine.server.streaming import SSE, collect_started, sse, stream_error_message, streamed_reply
 
 router = APIRouter()
 
@@ -87,12 +87,8 @@ async def infill(request: Request) -> Response:
     adapter = started.lease.adapter
     shaper = _Shaper(model, adapter, options, return_tokens)
     if stream:
-        return GenerationResponse(_stream(started.run, shaper), SSE, on_close=lambda: started.close(keep_alive),
-                                  headers={"Cache-Control": "no-cache"})
-    try:
-        result = await collect(started.run, request.receive)
-    finally:
-        started.close(keep_alive)
+        return streamed_reply(_stream(started.run, shaper), SSE, started, keep_alive)
+    result = await collect_started(started, request.receive, keep_alive)
     if result is None:
         return Response(status_code=499)  # the client is gone
     return JSONResponse(shaper.final(result, content=result.content))

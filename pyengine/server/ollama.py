@@ -22,7 +22,8 @@ from pyengine.server.common import read_fields, start_reply, state_of
 from pyengine.server.errors import HTTPError
 from pyengine.server.fields import Fields
 from pyengine.server.registry import KEEP, parse_keep_alive
-from pyengine.server.streaming import NDJSON, GenerationResponse, collect, ndjson, stream_error_message
+from pyengine.server.streaming import (NDJSON, GenerationResponse, collect_started, ndjson, stream_error_message,
+                                      streamed_reply)
 from pyengine.summary import model_summary
 
 router = APIRouter()
@@ -189,12 +190,8 @@ async def _reply(request: Request, common: dict, start, kind: str) -> Response:
                           load_seconds=started.lease.load_seconds, with_context=(kind == "generate"))
     keep_alive = common["keep_alive"]
     if common["stream"]:
-        return GenerationResponse(_stream(started.run, shaper), NDJSON,
-                                  on_close=lambda: started.close(keep_alive))
-    try:
-        result = await collect(started.run, request.receive)
-    finally:
-        started.close(keep_alive)
+        return streamed_reply(_stream(started.run, shaper), NDJSON, started, keep_alive)
+    result = await collect_started(started, request.receive, keep_alive)
     if result is None:
         return Response(status_code=499)  # the client is gone; nobody reads this
     return JSONResponse(shaper.final(result, streamed=False))

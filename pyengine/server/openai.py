@@ -23,7 +23,7 @@ from pyengine.server.common import read_fields, start_reply, state_of
 from pyengine.server.errors import HTTPError, error_body
 from pyengine.server.fields import Fields
 from pyengine.server.registry import KEEP, parse_keep_alive
-from pyengine.server.streaming import SSE, GenerationResponse, collect, sse, stream_error_message
+from pyengine.server.streaming import SSE, collect_started, sse, stream_error_message, streamed_reply
 
 router = APIRouter()
 
@@ -174,13 +174,8 @@ async def _reply(request, started, shaper, *, stream: bool, include_usage: bool,
         return await _reply_choices(request, started, shaper, stream=stream, include_usage=include_usage,
                                     keep_alive=keep_alive)
     if stream:
-        body = _sse_stream(started.run, shaper, include_usage)
-        return GenerationResponse(body, SSE, on_close=lambda: started.close(keep_alive),
-                                  headers={"Cache-Control": "no-cache"})
-    try:
-        result = await collect(started.run, request.receive)
-    finally:
-        started.close(keep_alive)
+        return streamed_reply(_sse_stream(started.run, shaper, include_usage), SSE, started, keep_alive)
+    result = await collect_started(started, request.receive, keep_alive)
     if result is None:
         return Response(status_code=499)
     return JSONResponse(shaper.response(result))
@@ -209,13 +204,9 @@ async def _reply_choices(request, started, shaper, *, stream: bool, include_usag
     choices: Choices = started.run
     shapers = [shaper.for_choice(i) for i in range(len(choices.runs))]
     if stream:
-        body = _sse_choices(choices, shapers, include_usage)
-        return GenerationResponse(body, SSE, on_close=lambda: started.close(keep_alive),
-                                  headers={"Cache-Control": "no-cache"})
-    try:
-        results = await choices.collect(request.receive)
-    finally:
-        started.close(keep_alive)
+        return streamed_reply(_sse_choices(choices, shapers, include_usage), SSE, started, keep_alive)
+    results = await collect_started(started, request.receive, keep_alive,
+                                    gather=lambda run, receive: run.collect(receive))
     if results is None:
         return Response(status_code=499)
     replies = [each.response(result) for each, result in zip(shapers, results)]

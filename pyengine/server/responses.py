@@ -35,7 +35,7 @@ from pyengine.server.errors import HTTPError
 from pyengine.server.fields import Fields
 from pyengine.server.openai import EXTRA_OPTIONS, MAX_TOKENS, REASONING_EFFORTS, read_keep_alive, read_sampling
 from pyengine.server.response_store import ResponseStore, reply_message
-from pyengine.server.streaming import SSE, GenerationResponse, collect, stream_error_message
+from pyengine.server.streaming import SSE, collect_started, stream_error_message, streamed_reply
 
 router = APIRouter()
 
@@ -356,8 +356,7 @@ async def create_response(request: Request) -> Response:
     shaper = ResponsesShaper(model, echo, token_bytes=started.lease.adapter.token_bytes,
                              logprobs=bool(options.get("logprobs")))
     if stream:
-        return GenerationResponse(_event_stream(started.run, shaper, finished), SSE,
-                                  on_close=lambda: started.close(keep_alive), headers={"Cache-Control": "no-cache"})
+        return streamed_reply(_event_stream(started.run, shaper, finished), SSE, started, keep_alive)
     return await _whole_reply(request, started, shaper, finished, keep_alive)
 
 
@@ -375,10 +374,7 @@ def read_options(fields: Fields, profile: Any) -> dict:
 
 async def _whole_reply(request: Request, started, shaper: ResponsesShaper, finished, keep_alive) -> Response:
     """The response object once the reply is done (499 when the client went away first)."""
-    try:
-        result = await collect(started.run, request.receive)
-    finally:
-        started.close(keep_alive)
+    result = await collect_started(started, request.receive, keep_alive)
     if result is None:
         return Response(status_code=499)
     response = shaper.response(result)

@@ -88,6 +88,23 @@ async def collect(run: Any, receive) -> Any | None:
     return result
 
 
+def streamed_reply(body: AsyncIterator[bytes], media_type: str, started: Any, keep_alive: Any) -> GenerationResponse:
+    """A started reply streamed as NDJSON or SSE; its end, however it comes, gives back
+    what the reply holds (`started.close`)."""
+    headers = {"Cache-Control": "no-cache"} if media_type == SSE else None
+    return GenerationResponse(body, media_type, on_close=lambda: started.close(keep_alive), headers=headers)
+
+
+async def collect_started(started: Any, receive, keep_alive: Any, gather=collect) -> Any | None:
+    """The whole result of a started reply (None: the client left first, and the route
+    answers 499), what the reply holds given back whatever happens. `gather(run, receive)`
+    runs it: `collect` by default."""
+    try:
+        return await gather(started.run, receive)
+    finally:
+        started.close(keep_alive)
+
+
 def ndjson(obj: dict) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode() + b"\n"
 
