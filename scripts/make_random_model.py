@@ -1,0 +1,439 @@
+"""Random-weight GGUF models at real shapes, for measuring speed at size without real checkpoints.
+
+    python scripts/make_random_model.py llama-3.2-1b q4_k_m            # -> ./llama-3.2-1b-q4_k_m.gguf
+    python scripts/make_random_model.py llama-3.1-8b q4_0 -o /tmp/models/
+    python scripts/make_random_model.py --list
+
+A file times like the real model of that shape and type mix: the same tensors, shapes
+and quantization types (Q4_K_M follows llama.cpp's choice of Q6_K per tensor), the same
+vocabulary size.  The weights are random codes written straight into the quantized
+blocks, with block scales set so that each matrix has entries of standard deviation
+1/sqrt(inputs): every matmul roughly keeps the RMS of its input, so activations stay
+finite through the whole depth (norm weights are 1, biases 0).  The output is noise.
+
+The tokenizer is a real one (by default the 512-token BPE vocabulary of
+tests/data/synth/llama-bpe-q5_1-tied.gguf; --tokenizer takes any GGUF's), padded with
+unused control tokens <|reserved_N|> up to the shape's vocabulary size, so the embedding
+and output matrices have the real model's shape.
+
+Tensors are generated and written in chunks of rows, so writing an 8B file takes about
+a hundred megabytes of memory, not gigabytes; the random bytes are slices at random
+offsets of one pool drawn at the start, which makes it take seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
+
+T = GGMLQuantizationType
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TOKENIZER = ROOT / "tests" / "data" / "synth" / "llama-bpe-q5_1-tied.gguf"
+CHUNK_BYTES = 16 << 20      # bytes of one tensor generated at a time
+FILLER_TOKEN_TYPE = 3       # CONTROL: never produced by tokenizing text
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A model's architecture and hyper-parameters (the GGUF keys and tensor shapes)."""
+
+    arch: str                   # general.architecture: llama, qwen2 or gemma3
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    tied: bool                  # the output projection is token_embd (no output.weight)
+    n_ctx: int = 8192
+    rope_base: float = 10000.0
+    eps: float = 1e-5
+    llama3_rope_factor: float = 0.0   # Llama 3.1+'s rope scaling, stored as a rope_freqs tensor; 0 = none
+    sliding_window: int = 0           # Gemma 3's local attention window
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_head * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_head_kv * self.head_dim
+
+
+SHAPES: dict[str, Shape] = {
+    "llama-3.2-1b": Shape("llama", 128256, 2048, 16, 8192, 32, 8, 64, tied=True, n_ctx=131072,
+                          rope_base=500000.0, llama3_rope_factor=32.0),
+    "llama-3.2-3b": Shape("llama", 128256, 3072, 28, 8192, 24, 8, 128, tied=True, n_ctx=131072,
+                          rope_base=500000.0, llama3_rope_factor=32.0),
+    "llama-3.1-8b": Shape("llama", 128256, 4096, 32, 14336, 32, 8, 128, tied=False, n_ctx=131072,
+                          rope_base=500000.0, llama3_rope_factor=8.0),
+    "qwen2.5-7b": Shape("qwen2", 152064, 3584, 28, 18944, 28, 4, 128, tied=False, n_ctx=32768,
+                        rope_base=1000000.0, eps=1e-6),
+    "qwen2.5-0.5b": Shape("qwen2", 151936, 896, 24, 4864, 14, 2, 64, tied=True, n_ctx=32768,
+                          rope_base=1000000.0, eps=1e-6),
+    "gemma-3-270m": Shape("gemma3", 262144, 640, 18, 2048, 4, 1, 256, tied=True, n_ctx=32768,
+                          rope_base=1000000.0, eps=1e-6, sliding_window=512),
+    "smollm2-135m": Shape("llama", 49152, 576, 30, 1536, 9, 3, 64, tied=True, n_ctx=8192, rope_base=100000.0),
+}
+SHAPES["qwen2.5-coder-0.5b"] = SHAPES["qwen2.5-0.5b"]   # the same shape
+
+# mix -> (the type of most matrices, general.file_type)
+MIXES: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
+    "q4_k_m": (T.Q4_K, LlamaFileType.MOSTLY_Q4_K_M),
+    "q4_0": (T.Q4_0, LlamaFileType.MOSTLY_Q4_0),
+    "q8_0": (T.Q8_0, LlamaFileType.MOSTLY_Q8_0),
+    "f16": (T.F16, LlamaFileType.MOSTLY_F16),
+}
+
+# llama.cpp's replacement for a type whose block does not divide a row
+FALLBACK = {T.Q4_K: T.Q5_0, T.Q6_K: T.Q8_0}
+
+
+# ---------------------------------------------------------------- which type each matrix gets
+
+def use_more_bits(layer: int, n_layer: int) -> bool:
+    """The layers whose attn_v and ffn_down Q4_K_M stores in Q6_K (llama.cpp's rule):
+    the first and last eighth, and every third layer between them."""
+    return layer < n_layer // 8 or layer >= 7 * n_layer // 8 or (layer - n_layer // 8) % 3 == 2
+
+
+def block_size(qtype: GGMLQuantizationType) -> int:
+    return GGML_QUANT_SIZES[qtype][0]
+
+
+def matrix_type(mix: str, role: str, n_in: int, layer: int = 0, n_layer: int = 1) -> GGMLQuantizationType:
+    """The type llama-quantize gives a matrix of `n_in` columns for `mix`.
+
+    role: "output" (output.weight, or token_embd when it is also the output), "attn_v",
+    "ffn_down" (with their layer), or anything else for the rest."""
+    base = MIXES[mix][0]
+    if base == T.F16:                 # llama.cpp converts every matrix alike for a float type
+        return T.F16
+    qtype = base
+    if role == "output":
+        qtype = T.Q8_0 if n_in % block_size(base) or base == T.Q8_0 else T.Q6_K
+    elif mix == "q4_k_m" and role in ("attn_v", "ffn_down") and use_more_bits(layer, n_layer):
+        qtype = T.Q6_K
+    if n_in % block_size(qtype):
+        qtype = FALLBACK.get(qtype, T.F16)
+        if n_in % block_size(qtype):
+            qtype = T.F16
+    return qtype
+
+
+# ---------------------------------------------------------------- random blocks
+
+def fp16_bytes(value: float) -> np.ndarray:
+    return np.array([value], dtype=np.float16).view(np.uint8)
+
+
+def q4_k_scale_bytes(scale: int, minimum: int) -> np.ndarray:
+    """The 12 bytes of Q4_K's 6-bit scales and mins, the same pair for all 8 sub-blocks.
+    Sub-blocks 0-3 keep theirs in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins);
+    sub-blocks 4-7 put the low 4 bits in bytes 8-11 and the top 2 in the top bits of 0-7."""
+    out = np.zeros(12, dtype=np.uint8)
+    out[0:4] = (scale & 63) | ((scale >> 4) << 6)
+    out[4:8] = (minimum & 63) | ((minimum >> 4) << 6)
+    out[8:12] = (scale & 15) | ((minimum & 15) << 4)
+    return out
+
+
+def block_header(qtype: GGMLQuantizationType, sigma: float) -> list[tuple[int, np.ndarray]]:
+    """(offset, bytes) to write into every block of `qtype` so that its values, with random
+    codes elsewhere, have mean ~0 and standard deviation ~sigma."""
+    if qtype in (T.Q4_0, T.Q5_0, T.Q8_0):
+        # code - offset is uniform over 16 / 32 / 256 values: RMS sqrt((n^2 - 1)/12 + 1/4)
+        levels = {T.Q4_0: 16, T.Q5_0: 32, T.Q8_0: 256}[qtype]
+        return [(0, fp16_bytes(sigma / math.sqrt((levels ** 2 - 1) / 12 + 0.25)))]
+    if qtype == T.Q4_K:
+        # value = d * 16 * q - dmin * 30 with dmin = 4 d: 16 * (q - 7.5), q uniform in 0..15
+        d = np.float16(sigma / (16 * math.sqrt(255 / 12)))
+        return [(0, fp16_bytes(d)), (2, fp16_bytes(4 * float(d))), (4, q4_k_scale_bytes(16, 30))]
+    if qtype == T.Q6_K:
+        # ql[128] qh[64] scales[16] d: value = d * 4 * (q - 32), q uniform in 0..63
+        d = sigma / (4 * math.sqrt(4095 / 12 + 0.25))
+        return [(192, np.full(16, 4, dtype=np.uint8)), (208, fp16_bytes(d))]
+    raise ValueError(f"no random blocks for {qtype.name}")
+
+
+class RandomBytes:
+    """Random bytes, fast: slices at random offsets of one pool drawn once (drawing fresh
+    bytes for every block took most of the time of writing an 8B file)."""
+
+    def __init__(self, rng: np.random.Generator, size: int = 4 * CHUNK_BYTES) -> None:
+        self.rng, self.size = rng, size
+        self.pool = rng.integers(0, 256, size, dtype=np.uint8)
+        self.normal_pools: dict[float, np.ndarray] = {}   # sigma -> float16 N(0, sigma^2) values
+
+    def slice(self, pool: np.ndarray, n: int) -> np.ndarray:
+        start = int(self.rng.integers(0, pool.size - n + 1))
+        return pool[start:start + n].copy()
+
+    def take(self, n: int) -> np.ndarray:
+        """n random bytes."""
+        if n > self.pool.size // 2:
+            return self.rng.integers(0, 256, n, dtype=np.uint8)
+        return self.slice(self.pool, n)
+
+    def normal_f16(self, n: int, sigma: float) -> np.ndarray:
+        """n float16 values of N(0, sigma^2)."""
+        if sigma not in self.normal_pools:   # (a small model's need makes a small pool)
+            normal = self.rng.standard_normal(min(self.size // 2, 4 * n), dtype=np.float32) * sigma
+            self.normal_pools[sigma] = normal.astype(np.float16)
+        pool = self.normal_pools[sigma]
+        if n > pool.size // 2:
+            return (self.rng.standard_normal(n, dtype=np.float32) * sigma).astype(np.float16)
+        return self.slice(pool, n)
+
+
+def random_rows(qtype: GGMLQuantizationType, n_rows: int, n_in: int, sigma: float,
+                random: RandomBytes) -> np.ndarray:
+    """n_rows rows of n_in random weights of standard deviation ~sigma, as the bytes of `qtype`."""
+    if qtype == T.F16:
+        return random.normal_f16(n_rows * n_in, sigma).view(np.uint8).reshape(n_rows, -1)
+    block, block_bytes = GGML_QUANT_SIZES[qtype]
+    blocks = random.take(n_rows * n_in // block * block_bytes).reshape(-1, block_bytes)
+    for offset, header in block_header(qtype, sigma):
+        blocks[:, offset:offset + header.size] = header
+    return blocks.reshape(n_rows, -1)
+
+
+def row_bytes(qtype: GGMLQuantizationType, n_in: int) -> int:
+    block, block_bytes = GGML_QUANT_SIZES[qtype]
+    return n_in // block * block_bytes
+
+
+class StreamedMatrix:
+    """A random [n_out, n_in] matrix that GGUFWriter.write_tensor_data writes without
+    holding it whole: the writer asks only for nbytes and tofile(file)."""
+
+    def __init__(self, qtype: GGMLQuantizationType, n_out: int, n_in: int, sigma: float, random: RandomBytes):
+        self.qtype, self.n_out, self.n_in, self.sigma, self.random = qtype, n_out, n_in, sigma, random
+        self.nbytes = n_out * row_bytes(qtype, n_in)
+
+    def tofile(self, fout) -> None:
+        rows_per_chunk = max(1, CHUNK_BYTES // row_bytes(self.qtype, self.n_in))
+        for start in range(0, self.n_out, rows_per_chunk):
+            n_rows = min(rows_per_chunk, self.n_out - start)
+            random_rows(self.qtype, n_rows, self.n_in, self.sigma, self.random).tofile(fout)
+
+
+# ---------------------------------------------------------------- the model's tensors
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]          # numpy order: [n_out, n_in] for a matrix
+    role: str = "matrix"            # matrix type rule (see matrix_type); "norm", "zeros" or "data" for F32 vectors
+    layer: int = 0
+    data: np.ndarray | None = None  # a "data" vector's values
+
+
+def llama3_rope_factors(shape: Shape) -> np.ndarray:
+    """Llama 3.1's per-frequency rope divisors (original context 8192, low / high
+    frequency factors 1 and 4): long wavelengths are slowed by the factor, short ones
+    kept, those between blended."""
+    old_ctx, low, high, factor = 8192, 1.0, 4.0, shape.llama3_rope_factor
+    freqs = shape.rope_base ** -(np.arange(0, shape.head_dim, 2, dtype=np.float64) / shape.head_dim)
+    wavelen = 2 * math.pi / freqs
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    blended = 1 / ((1 - smooth) / factor + smooth)
+    out = np.where(wavelen < old_ctx / high, 1.0, np.where(wavelen > old_ctx / low, factor, blended))
+    return out.astype(np.float32)
+
+
+def model_tensors(shape: Shape) -> Iterator[TensorSpec]:
+    """The tensors of `shape`'s architecture, in llama.cpp's usual file order."""
+    s = shape
+    yield TensorSpec("token_embd.weight", (s.n_vocab, s.n_embd), "output" if s.tied else "token_embd")
+    if s.llama3_rope_factor:
+        yield TensorSpec("rope_freqs.weight", (s.head_dim // 2,), "data", data=llama3_rope_factors(s))
+    yield TensorSpec("output_norm.weight", (s.n_embd,), "norm")
+    if not s.tied:
+        yield TensorSpec("output.weight", (s.n_vocab, s.n_embd), "output")
+    for i in range(s.n_layer):
+        p = f"blk.{i}."
+        yield TensorSpec(p + "attn_norm.weight", (s.n_embd,), "norm")
+        yield TensorSpec(p + "attn_q.weight", (s.q_dim, s.n_embd), layer=i)
+        yield TensorSpec(p + "attn_k.weight", (s.kv_dim, s.n_embd), layer=i)
+        yield TensorSpec(p + "attn_v.weight", (s.kv_dim, s.n_embd), "attn_v", layer=i)
+        if s.arch == "qwen2":
+            yield TensorSpec(p + "attn_q.bias", (s.q_dim,), "zeros")
+            yield TensorSpec(p + "attn_k.bias", (s.kv_dim,), "zeros")
+            yield TensorSpec(p + "attn_v.bias", (s.kv_dim,), "zeros")
+        if s.arch == "gemma3":
+            yield TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "norm")
+            yield TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "norm")
+        yield TensorSpec(p + "attn_output.weight", (s.n_embd, s.q_dim), layer=i)
+        if s.arch == "gemma3":
+            yield TensorSpec(p + "post_attention_norm.weight", (s.n_embd,), "norm")
+        yield TensorSpec(p + "ffn_norm.weight", (s.n_embd,), "norm")
+        yield TensorSpec(p + "ffn_gate.weight", (s.n_ff, s.n_embd), layer=i)
+        yield TensorSpec(p + "ffn_up.weight", (s.n_ff, s.n_embd), layer=i)
+        yield TensorSpec(p + "ffn_down.weight", (s.n_embd, s.n_ff), "ffn_down", layer=i)
+        if s.arch == "gemma3":
+            yield TensorSpec(p + "post_ffw_norm.weight", (s.n_embd,), "norm")
+
+
+def vector_data(spec: TensorSpec) -> np.ndarray:
+    if spec.role == "data":
+        return spec.data
+    fill = 1.0 if spec.role == "norm" else 0.0
+    return np.full(spec.shape, fill, dtype=np.float32)
+
+
+# ---------------------------------------------------------------- keys and tokenizer
+
+def add_hyper_parameters(writer: GGUFWriter, shape: Shape, name: str, mix: str) -> None:
+    s = shape
+    writer.add_name(name)
+    writer.add_block_count(s.n_layer)
+    writer.add_context_length(s.n_ctx)
+    writer.add_embedding_length(s.n_embd)
+    writer.add_feed_forward_length(s.n_ff)
+    writer.add_head_count(s.n_head)
+    writer.add_head_count_kv(s.n_head_kv)
+    writer.add_key_length(s.head_dim)
+    writer.add_value_length(s.head_dim)
+    writer.add_layer_norm_rms_eps(s.eps)
+    writer.add_rope_freq_base(s.rope_base)
+    writer.add_rope_dimension_count(s.head_dim)
+    if s.sliding_window:
+        writer.add_sliding_window(s.sliding_window)
+    writer.add_vocab_size(s.n_vocab)
+    writer.add_file_type(int(MIXES[mix][1]))
+    writer.add_quantization_version(2)
+
+
+def add_tokenizer(writer: GGUFWriter, source: Path, n_vocab: int) -> None:
+    """Every tokenizer.* key of the GGUF `source`, its per-token arrays padded with unused
+    control tokens <|reserved_N|> to n_vocab entries."""
+    reader = GGUFReader(source)
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    if len(tokens) > n_vocab:
+        raise ValueError(f"{source}: its {len(tokens)} tokens do not fit a vocabulary of {n_vocab}")
+    known = set(tokens)
+    fillers = [t for t in (f"<|reserved_{i}|>" for i in range(len(tokens), 2 * n_vocab)) if t not in known]
+    fillers = fillers[:n_vocab - len(tokens)]
+    padding = {"tokenizer.ggml.tokens": fillers,
+               "tokenizer.ggml.token_type": [FILLER_TOKEN_TYPE] * len(fillers),
+               "tokenizer.ggml.scores": [0.0] * len(fillers)}
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        value_type = field.types[0]
+        element_type = field.types[1] if value_type == GGUFValueType.ARRAY else None
+        value = field.contents()
+        if key in padding:
+            value = list(value) + padding[key]
+        writer.add_key_value(key, value, value_type, sub_type=element_type)
+
+
+# ---------------------------------------------------------------- writing
+
+def write_model(path: str | os.PathLike, shape: Shape, mix: str, *, name: str = "random",
+                tokenizer: str | os.PathLike = DEFAULT_TOKENIZER, seed: int = 0) -> Path:
+    """Write a random-weight GGUF of `shape` in type mix `mix` to `path`."""
+    if mix not in MIXES:
+        raise ValueError(f"unknown type mix {mix!r}; choose one of {', '.join(MIXES)}")
+    path = Path(path)
+    random = RandomBytes(np.random.default_rng(seed))
+    writer = GGUFWriter(path, shape.arch)
+    add_hyper_parameters(writer, shape, name, mix)
+    add_tokenizer(writer, Path(tokenizer), shape.n_vocab)
+    data = []
+    n_layer = shape.n_layer
+    for spec in model_tensors(shape):
+        if len(spec.shape) == 1:
+            vector = vector_data(spec)
+            writer.add_tensor_info(spec.name, vector.shape, vector.dtype, vector.nbytes)
+            data.append(vector)
+            continue
+        n_out, n_in = spec.shape
+        qtype = matrix_type(mix, spec.role, n_in, spec.layer, n_layer)
+        matrix = StreamedMatrix(qtype, n_out, n_in, 1.0 / math.sqrt(n_in), random)
+        writer.add_tensor_info(spec.name, (n_out, row_bytes(qtype, n_in)), np.dtype(np.uint8), matrix.nbytes,
+                               raw_dtype=qtype)
+        data.append(matrix)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for tensor in data:
+        writer.write_tensor_data(tensor)
+    writer.close()
+    return path
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """'llama-3.2-1b:q4_k_m' -> (shape name, mix); the mix defaults to q4_k_m."""
+    shape_name, _, mix = spec.partition(":")
+    mix = mix.lower() or "q4_k_m"
+    if shape_name not in SHAPES:
+        raise ValueError(f"unknown shape {shape_name!r}; choose one of {', '.join(SHAPES)}")
+    if mix not in MIXES:
+        raise ValueError(f"unknown type mix {mix!r}; choose one of {', '.join(MIXES)}")
+    return shape_name, mix
+
+
+def cached_model(spec: str, out_dir: str | os.PathLike | None = None) -> Path:
+    """The file of `spec` ('shape:mix') under out_dir (default <pyengine cache>/random/),
+    written there first if it is not yet (atomically: a half-written file is never seen)."""
+    shape_name, mix = parse_spec(spec)
+    if out_dir is None:
+        from pyengine.store import cache_dir
+        out_dir = cache_dir() / "random"
+    out_dir = Path(out_dir)
+    path = out_dir / f"{shape_name}-{mix}.gguf"
+    if path.exists():
+        return path
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=path.name, suffix=".part")
+    os.close(fd)
+    try:
+        write_model(tmp, SHAPES[shape_name], mix, name=f"random {shape_name}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shape", nargs="?", help="a shape name (see --list)")
+    ap.add_argument("mix", nargs="?", default="q4_k_m", help=f"type mix: {', '.join(MIXES)} (default q4_k_m)")
+    ap.add_argument("-o", "--out", help="output file, or a directory for <shape>-<mix>.gguf (default: here)")
+    ap.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER), help="GGUF whose tokenizer to copy")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--list", action="store_true", help="list the shapes and exit")
+    args = ap.parse_args(argv)
+    if args.list or not args.shape:
+        for name, s in SHAPES.items():
+            print(f"{name:<20} {s.arch:<7} layers {s.n_layer:>2}  embd {s.n_embd:>5}  ff {s.n_ff:>5}  "
+                  f"heads {s.n_head}/{s.n_head_kv}  vocab {s.n_vocab}{'  tied' if s.tied else ''}")
+        return 0
+    try:
+        shape_name, mix = parse_spec(f"{args.shape}:{args.mix}")
+    except ValueError as e:
+        ap.error(str(e))
+    out = Path(args.out or ".")
+    if out.is_dir() or not out.suffix:
+        out = out / f"{shape_name}-{mix}.gguf"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_model(out, SHAPES[shape_name], mix, name=f"random {shape_name}", tokenizer=args.tokenizer, seed=args.seed)
+    print(f"{out}: {out.stat().st_size / 1e9:.3f} GB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""scripts/make_random_model.py: random-weight GGUFs at real shapes load, keep finite
+activations through the depth, and carry llama.cpp's type mixes."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+from pyengine import LLM
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "make_random_model.py"
+spec = importlib.util.spec_from_file_location("make_random_model", SCRIPT)
+mrm = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = mrm   # dataclasses look their module up there
+spec.loader.exec_module(mrm)
+
+# 8 layers: use_more_bits picks 0 (first eighth), 7 (last eighth), 3 and 6 (every third between)
+LLAMA8 = mrm.Shape("llama", 600, 256, 8, 512, 4, 2, 64, tied=True, rope_base=500000.0, llama3_rope_factor=32.0)
+# rows of 160 do not split into 256-blocks: llama.cpp's fallbacks (Q5_0, Q8_0) take over
+QWEN2_NARROW = mrm.Shape("qwen2", 512, 160, 2, 256, 5, 1, 32, tied=False, eps=1e-6)
+GEMMA3 = mrm.Shape("gemma3", 700, 256, 2, 512, 2, 1, 128, tied=True, eps=1e-6, sliding_window=64)
+PROMPT = [1, 40, 80, 120, 300, 7, 9]
+
+
+def tensor_types(path: Path) -> dict[str, str]:
+    return {t.name: t.tensor_type.name for t in GGUFReader(path).tensors}
+
+
+def check_runs(path: Path, n_vocab: int) -> None:
+    llm = LLM(str(path), n_ctx=64)
+    try:
+        logits = llm.forward_logits(PROMPT)
+        assert logits.shape == (len(PROMPT), n_vocab)
+        assert np.isfinite(logits).all()
+        assert 0.3 < logits.std() < 3.0            # the RMS survived the depth: neither vanished nor grew
+        done = llm.create_completion(PROMPT, max_tokens=4, temperature=0)
+        assert done["usage"]["completion_tokens"] == 4     # the random weights never chose EOS here
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("mix", ["q4_k_m", "q4_0", "q8_0", "f16"])
+def test_llama_mixes_load_and_stay_finite(tmp_path, mix):
+    path = mrm.write_model(tmp_path / f"llama-{mix}.gguf", LLAMA8, mix)
+    types = tensor_types(path)
+    more_bits = {0, 3, 6, 7}
+    if mix == "q4_k_m":
+        expected = {f"blk.{i}.{n}.weight": "Q6_K" if i in more_bits else "Q4_K"
+                    for i in range(8) for n in ("attn_v", "ffn_down")}
+        expected |= {f"blk.{i}.{n}.weight": "Q4_K" for i in range(8)
+                     for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up")}
+        expected["token_embd.weight"] = "Q6_K"          # tied: quantized as the output
+    else:
+        main_type = {"q4_0": "Q4_0", "q8_0": "Q8_0", "f16": "F16"}[mix]
+        expected = {name: main_type for name in types if name.endswith(".weight") and "norm" not in name
+                    and name != "rope_freqs.weight"}
+        expected["token_embd.weight"] = {"q4_0": "Q6_K"}.get(mix, main_type)
+    assert {n: t for n, t in types.items() if n in expected} == expected
+    assert all(types[n] == "F32" for n in types if n not in expected)
+    assert "output.weight" not in types
+    check_runs(path, LLAMA8.n_vocab)
+
+
+def test_fallback_types_and_biases(tmp_path):
+    path = mrm.write_model(tmp_path / "qwen2.gguf", QWEN2_NARROW, "q4_k_m")
+    types = tensor_types(path)
+    assert types["output.weight"] == "Q8_0"            # 160 columns: Q6_K's fallback
+    assert types["token_embd.weight"] == "Q5_0"        # untied: Q4_K, whose fallback is Q5_0
+    assert types["blk.0.attn_q.weight"] == "Q5_0"
+    assert types["blk.0.attn_v.weight"] == "Q5_0"      # layer 0 of 2 is not picked for more bits
+    assert types["blk.1.attn_v.weight"] == "Q8_0"      # layer 1 of 2 is (Q6_K, whose fallback is Q8_0)
+    assert types["blk.0.ffn_down.weight"] == "Q4_K"    # 256 columns: no fallback
+    assert types["blk.1.ffn_down.weight"] == "Q6_K"
+    assert types["blk.0.attn_k.bias"] == "F32"
+    check_runs(path, QWEN2_NARROW.n_vocab)
+
+
+def test_gemma3_shape_runs(tmp_path):
+    path = mrm.write_model(tmp_path / "gemma3.gguf", GEMMA3, "q4_k_m")
+    assert "blk.1.post_ffw_norm.weight" in tensor_types(path)
+    check_runs(path, GEMMA3.n_vocab)
+
+
+def test_weights_have_the_chosen_spread(tmp_path):
+    """Every block type's random codes and scales give entries of mean ~0 and standard
+    deviation ~1/sqrt(columns): what keeps each matmul's output at its input's RMS."""
+    path = mrm.write_model(tmp_path / "narrow.gguf", QWEN2_NARROW, "q4_k_m")
+    seen = set()
+    for t in GGUFReader(path).tensors:
+        if t.tensor_type.name == "F32":
+            continue
+        w = dequantize(t.data, t.tensor_type).astype(np.float64)
+        sigma = 1 / math.sqrt(w.shape[-1])
+        assert abs(w.mean()) < 0.1 * sigma, t.name
+        assert 0.9 * sigma < w.std() < 1.1 * sigma, t.name
+        seen.add(t.tensor_type.name)
+    assert seen == {"Q4_K", "Q6_K", "Q5_0", "Q8_0"}
+    for qtype in (T.Q4_0, T.F16):
+        rows = mrm.random_rows(qtype, 64, 512, 0.05, mrm.RandomBytes(np.random.default_rng(1)))
+        w = dequantize(rows, qtype)
+        assert abs(w.mean()) < 0.005 and 0.045 < w.std() < 0.055
+
+
+def test_tokenizer_padded_to_the_shape(tmp_path):
+    path = mrm.write_model(tmp_path / "llama.gguf", LLAMA8, "q8_0")
+    reader = GGUFReader(path)
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    token_types = reader.fields["tokenizer.ggml.token_type"].contents()
+    source = GGUFReader(mrm.DEFAULT_TOKENIZER).fields["tokenizer.ggml.tokens"].contents()
+    assert len(tokens) == len(token_types) == LLAMA8.n_vocab == reader.fields["llama.vocab_size"].contents()
+    assert tokens[:len(source)] == source
+    assert tokens[len(source)] == f"<|reserved_{len(source)}|>" and len(set(tokens)) == len(tokens)
+    assert set(token_types[len(source):]) == {3}
+    llm = LLM(str(path), n_ctx=64)
+    try:
+        assert llm.detokenize(llm.tokenize("hello world", add_special=False)) == "hello world"
+    finally:
+        llm.close()
+
+
+def test_llama3_rope_factors():
+    factors = mrm.llama3_rope_factors(LLAMA8)
+    assert factors.shape == (32,)
+    assert factors[0] == 1.0 and factors[-1] == 32.0   # short wavelengths kept, long ones slowed
+    assert np.all(np.diff(factors) >= 0)
+
+
+def test_mix_rule_at_real_depths():
+    def more_bits(n_layer):
+        return [i for i in range(n_layer) if mrm.matrix_type("q4_k_m", "ffn_down", 4096, i, n_layer) == T.Q6_K]
+
+    assert more_bits(16) == [0, 1, 4, 7, 10, 13, 14, 15]                               # Llama 3.2 1B
+    assert more_bits(32) == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]   # Llama 3.1 8B
+    assert mrm.matrix_type("q4_k_m", "output", 4096) == T.Q6_K
+    assert mrm.matrix_type("q4_k_m", "token_embd", 4096) == T.Q4_K
+    assert mrm.matrix_type("q4_0", "output", 896) == T.Q8_0     # Q6_K does not fit 896 columns
+    assert mrm.matrix_type("q8_0", "output", 4096) == T.Q8_0
+
+
+def test_specs():
+    assert mrm.parse_spec("llama-3.2-1b") == ("llama-3.2-1b", "q4_k_m")
+    assert mrm.parse_spec("qwen2.5-7b:Q8_0") == ("qwen2.5-7b", "q8_0")
+    with pytest.raises(ValueError, match="unknown shape"):
+        mrm.parse_spec("llama-9b:q4_0")
+    with pytest.raises(ValueError, match="unknown type mix"):
+        mrm.parse_spec("llama-3.2-1b:q3_k")
+    with pytest.raises(ValueError, match="do not fit"):
+        mrm.write_model("unused.gguf", mrm.Shape("llama", 100, 256, 1, 256, 4, 4, 64, tied=True), "q8_0")
