@@ -2,6 +2,11 @@
 when it is installed) on the same GGUF files and thread count.
 
     python benchmarks/compare.py smollm2-135m gemma3-270m --threads 2 --rounds 3
+    python benchmarks/compare.py --random llama-3.2-1b:q4_k_m --random llama-3.1-8b
+
+--random SHAPE[:MIX] measures a random-weight model of a real shape (see
+scripts/make_random_model.py --list; the mix defaults to q4_k_m), written once
+into <pyengine cache>/random/ (or --random-dir) and reused after.
 
 To compare the AVX2 paths, point --llamacpp-path at a llama-cpp-python
 built without AVX-512 (e.g. pip install --target DIR with CMAKE_ARGS
@@ -103,9 +108,21 @@ def llamacpp_available(args) -> bool:
     return True
 
 
+def random_model(spec: str, out_dir: str | None):
+    """The random-weight GGUF of 'shape[:mix]', written by scripts/make_random_model.py
+    unless already there."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+    from make_random_model import cached_model
+
+    return cached_model(spec, out_dir)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="+", help="catalog names or .gguf paths")
+    ap.add_argument("models", nargs="*", help="catalog names or .gguf paths")
+    ap.add_argument("--random", action="append", default=[], metavar="SHAPE[:MIX]",
+                    help="also a random-weight model of this shape and type mix, e.g. llama-3.2-1b:q4_k_m")
+    ap.add_argument("--random-dir", help="where --random models are written (default <pyengine cache>/random)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-prompt", type=int, default=512)
@@ -122,6 +139,14 @@ def main() -> int:
 
     from pyengine.store import resolve_model
 
+    if not args.models and not args.random:
+        ap.error("name a model or give --random SHAPE[:MIX]")
+    targets = [(name, str(resolve_model(name))) for name in args.models]
+    for spec in args.random:
+        try:
+            targets.append((spec, str(random_model(spec, args.random_dir))))
+        except ValueError as e:
+            ap.error(str(e))
     reference = "llama-bench" if args.llama_bench else "llama.cpp" if llamacpp_available(args) else None
     engines = ["pyengine"] + ([reference] if reference else [])
     if len(engines) == 1:
@@ -129,8 +154,7 @@ def main() -> int:
               "(CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python)")
     print(f"{'model':<22} {'engine':<10} {'pp' + str(args.n_prompt):>9} {'tg' + str(args.n_gen):>9} "
           f"{'peak MiB':>9}   (tokens/s, median of {args.rounds}, {args.threads} threads)")
-    for name in args.models:
-        path = str(resolve_model(name))
+    for name, path in targets:
         runs: dict[str, list[dict]] = {e: [] for e in engines}
         for _ in range(args.rounds):
             for engine in engines:

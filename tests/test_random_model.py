@@ -154,3 +154,20 @@ def test_specs():
         mrm.parse_spec("llama-3.2-1b:q3_k")
     with pytest.raises(ValueError, match="do not fit"):
         mrm.write_model("unused.gguf", mrm.Shape("llama", 100, 256, 1, 256, 4, 4, 64, tied=True), "q8_0")
+
+
+def test_compare_takes_a_random_shape(tmp_path):
+    """benchmarks/compare.py --random writes the shape's file once into --random-dir and measures it."""
+    import subprocess
+
+    compare = SCRIPT.parent.parent / "benchmarks" / "compare.py"
+    cmd = [sys.executable, str(compare), "--random", "smollm2-135m:q4_0", "--random-dir", str(tmp_path),
+           "--rounds", "1", "--n-prompt", "8", "--n-gen", "2", "--threads", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "smollm2-135m-q4_0.gguf").stat().st_size > 50_000_000
+    row = next(line for line in out.stdout.splitlines() if line.startswith("smollm2-135m:q4_0") and "pyengine" in line)
+    assert float(row.split()[2]) > 0                    # a prompt rate was measured
+    bad = subprocess.run([sys.executable, str(compare), "--random", "llama-9b"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "unknown shape 'llama-9b'" in bad.stderr
