@@ -356,6 +356,14 @@ def _add_serve(commands) -> None:
                      help="how long an idle model stays loaded: 30s, 5m, 1h, -1 = forever (default 5m)")
     sub.add_argument("--max-body-mb", type=_int_at_least(1), default=8,
                      help="largest request body in MiB (default 8)")
+    sub.add_argument("--ray", action="store_true",
+                     help="serve on a Ray cluster with Ray Serve (needs pyengine[ray] and --model)")
+    sub.add_argument("--address", default=None,
+                     help="with --ray: the cluster to join (default: start a local one)")
+    sub.add_argument("--replicas", type=_int_at_least(1), default=1,
+                     help="with --ray: engine replicas, each with its own copy of the model (default 1)")
+    sub.add_argument("--autoscale", metavar="MIN:MAX", default=None,
+                     help="with --ray: scale between MIN and MAX replicas on the requests in flight")
     _add_kv_type(sub)
     sub.set_defaults(handler=_cmd_serve)
 
@@ -378,8 +386,25 @@ def _cmd_serve(args) -> int:
     )
     check_bind(config)  # before pulling anything
     _use_kv_type(args)
+    if args.ray:
+        return _serve_on_ray(config, args)
+    if args.address or args.autoscale or args.replicas != 1:
+        raise InvalidOptionError("--address, --replicas and --autoscale go with --ray")
     print(f"pyengine serving on http://{_url_host(config.host)}:{config.port}", file=sys.stderr, flush=True)
     serve(config)
+    return EXIT_OK
+
+
+def _serve_on_ray(config, args) -> int:
+    from pyengine.errors import InvalidOptionError
+
+    try:
+        from pyengine.serve import ray as on_ray
+    except ImportError as exc:
+        raise InvalidOptionError(f'--ray needs Ray Serve: pip install "pyengine[ray]" ({exc})') from None
+    autoscale = on_ray.parse_autoscale(args.autoscale) if args.autoscale else None
+    print(f"pyengine serving on Ray at http://{_url_host(config.host)}:{config.port}", file=sys.stderr, flush=True)
+    on_ray.serve_cluster(config, address=args.address, replicas=args.replicas, autoscale=autoscale)
     return EXIT_OK
 
 
