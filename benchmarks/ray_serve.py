@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import socket
 import statistics
@@ -24,23 +23,6 @@ import httpx
 
 SYSTEM = ("You are a careful assistant for a library. You answer questions about opening hours, "
           "loans, renewals, fines, rooms and events. ") * 6  # a long shared start, as real system prompts
-
-
-def round_robin_router():
-    from ray.serve.request_router import FIFOMixin, RequestRouter
-
-    class RoundRobin(FIFOMixin, RequestRouter):
-        def initialize_state(self, **kwargs):
-            self._turn = itertools.count()
-
-        async def choose_replicas(self, candidate_replicas, pending_request=None):
-            if not candidate_replicas:
-                return []
-            ordered = sorted(candidate_replicas, key=lambda r: r.replica_id.unique_id)
-            start = next(self._turn) % len(ordered)
-            return [[r] for r in ordered[start:] + ordered[:start]]
-
-    return RoundRobin
 
 
 async def throughput(url: str, model: str, tokens: int, count: int = 16) -> float:
@@ -120,12 +102,14 @@ def main() -> None:
         args.url = f"http://127.0.0.1:{probe.getsockname()[1]}"
     serve.start(http_options={"host": "127.0.0.1", "port": int(args.url.rsplit(":", 1)[1])})
     try:
+        from pyengine.serve.ray import RoundRobinRouter
+
         single = asyncio.run(throughput(deploy(args, 1), name, args.tokens))
         many = asyncio.run(throughput(deploy(args, args.replicas), name, args.tokens))
         print(f"throughput, 16 chats: 1 replica {single:.1f} tok/s, {args.replicas} replicas {many:.1f} tok/s "
-              f"({many / single:.2f}x)")
+              f"({many / single:.2f}x)", flush=True)
         prefix, prefix_same = asyncio.run(second_turn_ttft(deploy(args, args.replicas), name))
-        robin, robin_same = asyncio.run(second_turn_ttft(deploy(args, args.replicas, round_robin_router()), name))
+        robin, robin_same = asyncio.run(second_turn_ttft(deploy(args, args.replicas, RoundRobinRouter), name))
         print(f"second-turn TTFT, median: prefix routing {statistics.median(prefix) * 1000:.0f} ms "
               f"({prefix_same}/8 on the first turn's replica), round-robin {statistics.median(robin) * 1000:.0f} ms "
               f"({robin_same}/8); {statistics.median(robin) / statistics.median(prefix):.1f}x")

@@ -78,7 +78,7 @@ def cluster(smollm2_path):
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(deployment(str(smollm2_path), replicas=2, threads=1, parallel=4, ctx=1024),
+        serve.run(deployment(str(smollm2_path), replicas=2, threads=1, parallel=4, max_queue=24, ctx=1024),
                   name="pyengine", route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -147,6 +147,25 @@ def test_each_second_turn_lands_on_its_first_turns_replica(cluster):
     firsts, seconds = asyncio.run(main())
     assert len(set(firsts)) == 2, firsts  # the first turns spread
     assert seconds == firsts
+
+
+def test_requests_beyond_the_slots_and_the_line_get_503(cluster):
+    async def main():
+        async with httpx.AsyncClient(base_url=cluster, timeout=120) as client:
+            async def one(i):
+                response = await client.post("/api/generate", json={
+                    "model": MODEL, "prompt": f"Tell a story. ({i})", "stream": False, "options": {"num_predict": 16}})
+                return response.status_code, response.json(), response.headers
+            return await asyncio.gather(*[one(i) for i in range(64)])
+
+    results = asyncio.run(main())
+    statuses = [status for status, _, _ in results]
+    assert set(statuses) == {200, 503}, statuses
+    assert statuses.count(200) >= 8  # 2 replicas x 4 slots, then the line of 24
+    assert statuses.count(503) >= 64 - 8 - 24, statuses
+    for status, body, headers in results:
+        if status == 503:  # in Ollama's shape, as the single server's
+            assert isinstance(body["error"], str) and headers["retry-after"] == "1"
 
 
 def _replica_pids() -> dict[str, int]:

@@ -107,6 +107,21 @@ class PrefixAffinityRouter(FIFOMixin, RequestRouter):
         return None
 
 
+class RoundRobinRouter(FIFOMixin, RequestRouter):
+    """Each request to the next replica in turn, whatever its prompt (a baseline to compare
+    :class:`PrefixAffinityRouter` with: ``deployment(..., router=RoundRobinRouter)``)."""
+
+    def initialize_state(self, **kwargs) -> None:
+        self._turn = 0
+
+    async def choose_replicas(self, candidate_replicas: list[RunningReplica],
+                              pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
+        ordered = sorted(candidate_replicas, key=lambda r: r.replica_id.unique_id)
+        self._turn += 1
+        start = self._turn % max(len(ordered), 1)
+        return [[r] for r in ordered[start:] + ordered[:start]]
+
+
 def _keys_of(pending_request: PendingRequest | None) -> list[int]:
     if pending_request is None:
         return []
@@ -352,4 +367,4 @@ def serve_cluster(config: ServerConfig, *, address: str | None = None, replicas:
         ray.shutdown()
 
 
-__all__ = ["PrefixAffinityRouter", "REPLICA_HEADER", "deployment", "parse_autoscale", "serve_cluster"]
+__all__ = ["PrefixAffinityRouter", "REPLICA_HEADER", "RoundRobinRouter", "deployment", "parse_autoscale", "serve_cluster"]
