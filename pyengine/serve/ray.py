@@ -29,6 +29,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import asdict
@@ -351,12 +353,13 @@ def serve_cluster(config: ServerConfig, *, address: str | None = None, replicas:
     local one), serve HTTP on ``config.host:config.port`` and block until interrupted."""
     if not config.models:
         raise InvalidOptionError("--ray needs the models to serve: pass --model NAME|PATH")
-    ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": config.host, "port": config.port})
     app = deployment(list(config.models), replicas=replicas, autoscale=autoscale, threads=config.n_threads,
                      parallel=config.parallel, max_queue=config.max_queue, ctx=config.n_ctx, config=config)
-    serve.run(app, name="pyengine", route_prefix="/")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a stop request tidies up as Ctrl-C does
     try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        serve.start(http_options={"host": config.host, "port": config.port})
+        serve.run(app, name="pyengine", route_prefix="/")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
