@@ -24,11 +24,11 @@ for surface in "${surfaces[@]}"; do
   mkdir -p "$data/crashes" "$work/$surface"
   echo "== fuzz $surface: ${seconds}s" >&2
   # the fresh corpus first (libFuzzer adds to the first folder), then the stored inputs
-  timeout --kill-after=30 "$((seconds + 120))" python fuzz/run.py "$surface" \
+  timeout --kill-after=30 "$((seconds + 300))" python fuzz/run.py "$surface" \
     -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$data/crashes/" \
     "$work/$surface" "$data/seeds" "$data/crashes" 2>"$work/$surface.log"
   status=$?
-  grep -E "^#[0-9]+ +DONE|^stat::number_of_executed_units|^stat::peak_rss_mb|ERROR|Traceback|Defect|==[0-9]+==" \
+  grep -E "^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|^stat::peak_rss_mb|ERROR: libFuzzer|Traceback|Defect|==[0-9]+==" \
     "$work/$surface.log" | tail -20 >&2
   if [ "$status" != 0 ]; then
     failed+=("$surface")
