@@ -80,13 +80,14 @@ def test_a_built_wheel_is_manylinux_and_runs_without_a_compiler(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    # the dependencies from this environment, after the venv's own packages: a plain path in
-    # a .pth file, so that no editable install of pyengine here is activated in the venv
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(fixed)], check=True,
+                   capture_output=True, timeout=300)
+    # then the dependencies from this environment, after the venv's own packages: a plain path
+    # in a .pth file (written after the install, or pip would find pyengine there and skip it),
+    # so that no editable install of pyengine here is activated in the venv either
     site_dir = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               check=True, capture_output=True, text=True).stdout.strip()
     (pathlib.Path(site_dir) / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(fixed)], check=True,
-                   capture_output=True, timeout=300)
     code = ("import pyengine, sys; from pyengine import LLM; "
             "assert pyengine.__file__.startswith(sys.prefix), pyengine.__file__; "
             f"print(LLM({str(ROOT / 'tests/data/synth/llama-spm-q4_0.gguf')!r}, n_ctx=64)"
