@@ -533,3 +533,14 @@ def one_server(data: bytes) -> None:
 
 
 HARNESSES = {name: globals()[f"one_{name}"] for name in SURFACES}
+
+
+def load_modules() -> None:
+    """Import what the harnesses import lazily, without running anything (fuzz/run.py
+    instruments the loaded modules before any thread, such as the test client's, runs them)."""
+    import importlib
+
+    for name in ("pyengine.gguf", "pyengine.api", "pyengine.tokenizer", "pyengine.sample.grammar",
+                 "pyengine.sample.json_schema", "pyengine.chat.template", "pyengine.chat.parsers",
+                 "pyengine.server", "server_support", "tokenizer_vocabs", "starlette.testclient", "jsonschema"):
+        importlib.import_module(name)
