@@ -80,9 +80,8 @@ if __name__ == "__main__":
         sys.exit(f"usage: run.py {{{','.join(harnesses.SURFACES)}}} [libFuzzer flags] [corpus dirs]")
     SURFACE = sys.argv[1]
     one = harnesses.HARNESSES[SURFACE]
-    harnesses.load_modules()
-    print(f"INFO: instrumented {instrument_loaded(INSTRUMENTED)} functions", file=sys.stderr)
     warm_up(one)
+    print(f"INFO: instrumented {instrument_loaded(INSTRUMENTED)} functions", file=sys.stderr)
     flags = sys.argv[2:]
     if not any(flag.startswith("-timeout=") for flag in flags):
         flags.append(f"-timeout={int(harnesses.SLOW_S)}")
