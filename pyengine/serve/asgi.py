@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 log = logging.getLogger("pyengine.server")
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
