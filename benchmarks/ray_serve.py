@@ -91,11 +91,12 @@ def main() -> None:
     import ray
     from ray import serve
 
+    from pyengine.serve.ray import connect
     from pyengine.store import resolve_model
 
     args.model = str(resolve_model(args.model, progress=False))
     name = args.model.rsplit("/", 1)[-1].removesuffix(".gguf")
-    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, object_store_memory=200 << 20,
+    connect("local", num_cpus=args.cpus, include_dashboard=False, object_store_memory=200 << 20,
              _node_ip_address="127.0.0.1", log_to_driver=False)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -29,8 +29,6 @@ FUZZ_DATA = TESTS / "data" / "fuzz"
 SLOW_S = 2.0            # libFuzzer's -timeout: no one input may take longer
 MAX_FORWARD_FILE = 1 << 20   # a GGUF that loads is run for one token only below this size
 
-# An isolated store for the server's /api/create and /api/delete (set before pyengine reads it).
-os.environ.setdefault("PYENGINE_HOME", tempfile.mkdtemp(prefix="pyengine-fuzz-home-"))
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
@@ -500,6 +498,25 @@ ROUTES = ("/api/chat", "/api/generate", "/api/embed", "/v1/chat/completions", "/
           "/v1/embeddings", "/api/show", "/api/create", "/v1/responses", "/api/embeddings", "/api/copy",
           "/api/delete", "/infill")
 _client = None
+_home: str | None = None
+
+
+@contextlib.contextmanager
+def _private_store():
+    """The server's /api/create and /api/delete write to a store of their own while a
+    request is handled (the process's own PYENGINE_HOME, the tests' models, stays as is)."""
+    global _home
+    if _home is None:
+        _home = tempfile.mkdtemp(prefix="pyengine-fuzz-home-")
+    before = os.environ.get("PYENGINE_HOME")
+    os.environ["PYENGINE_HOME"] = _home
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYENGINE_HOME"]
+        else:
+            os.environ["PYENGINE_HOME"] = before
 
 
 def _server_client():
@@ -523,11 +540,10 @@ def one_server(data: bytes) -> None:
     fake model: any answer below 500 is fine."""
     if not data:
         return
-    client = _server_client()
     route = ROUTES[data[0] % len(ROUTES)]
     method = "DELETE" if route == "/api/delete" else "POST"
-    with _bounded(f"{method} {route}"):
-        response = client.request(method, route, content=data[1:], headers={"content-type": "application/json"})
+    with _bounded(f"{method} {route}"), _private_store():
+        response = _server_client().request(method, route, content=data[1:], headers={"content-type": "application/json"})
     if response.status_code >= 500:
         raise Defect(f"{method} {route} answered {response.status_code}: {response.text[:500]}")
 

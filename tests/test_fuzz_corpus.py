@@ -7,12 +7,14 @@ each was fixed at its cause, and this keeps it fixed.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+HOME = os.environ.get("PYENGINE_HOME")
 sys.path.insert(0, str(ROOT / "fuzz"))
 import harnesses  # noqa: E402
 
@@ -39,3 +41,10 @@ def test_a_harness_reports_a_defect(monkeypatch):
     monkeypatch.setattr(parsers, "parse_output", lambda text, **kw: real(text[:-1], **kw))
     with pytest.raises(harnesses.Defect, match="streamed"):
         harnesses.one_parsers(b"\0\0plain text")
+
+
+def test_the_server_harness_keeps_its_store_to_itself():
+    """Its /api/create writes go to a private store only while it handles a request: the
+    tests run after it find their models where they were (PYENGINE_HOME unchanged)."""
+    harnesses.one_server(bytes([harnesses.ROUTES.index("/api/create")]) + b'{"model": "x", "from": "fake"}')
+    assert os.environ.get("PYENGINE_HOME") == HOME

@@ -69,9 +69,9 @@ def cluster(smollm2_path):
     import ray
     from ray import serve
 
-    from pyengine.serve.ray import deployment
+    from pyengine.serve.ray import connect, deployment
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
+    connect("local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
              _node_ip_address="127.0.0.1", log_to_driver=False)
     try:
         with socket.socket() as probe:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -44,6 +45,7 @@ from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, Reque
 from starlette.requests import Request
 from starlette.responses import Response
 
+import pyengine
 from pyengine.errors import InvalidOptionError
 from pyengine.serve.asgi import Lifespan, call_app
 from pyengine.serve.prefix import prefix_keys
@@ -347,6 +349,19 @@ def parse_autoscale(text: str) -> tuple[int, int]:
     return bounds
 
 
+def connect(address: str | None = None, **options: Any) -> None:
+    """``ray.init(address, **options)`` from the folder pyengine is imported from. Ray puts
+    the driver's working directory first on its workers' import path: started from a source
+    checkout, the replicas would import its ``pyengine/`` (with no built core) in place of the
+    installed package."""
+    here = os.getcwd()
+    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(pyengine.__file__))))
+    try:
+        ray.init(address=address, **options)
+    finally:
+        os.chdir(here)
+
+
 def serve_cluster(config: ServerConfig, *, address: str | None = None, replicas: int = 1,
                   autoscale: tuple[int, int] | None = None) -> None:
     """What ``pyengine serve --ray`` runs: join the cluster at `address` (default: start a
@@ -357,7 +372,7 @@ def serve_cluster(config: ServerConfig, *, address: str | None = None, replicas:
                      parallel=config.parallel, max_queue=config.max_queue, ctx=config.n_ctx, config=config)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a stop request tidies up as Ctrl-C does
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        connect(address, include_dashboard=False, log_to_driver=False)
         serve.start(http_options={"host": config.host, "port": config.port})
         serve.run(app, name="pyengine", route_prefix="/")
         while True:
@@ -370,4 +385,4 @@ def serve_cluster(config: ServerConfig, *, address: str | None = None, replicas:
         ray.shutdown()
 
 
-__all__ = ["PrefixAffinityRouter", "REPLICA_HEADER", "RoundRobinRouter", "deployment", "parse_autoscale", "serve_cluster"]
+__all__ = ["PrefixAffinityRouter", "REPLICA_HEADER", "RoundRobinRouter", "connect", "deployment", "parse_autoscale", "serve_cluster"]
