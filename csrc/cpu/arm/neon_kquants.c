@@ -1,11 +1,14 @@
-/* neon_kquants.c - NEON kernels of the k-quants and IQ4 types.
+/* neon_kquants.c - NEON kernels of the k-quants and IQ4 types, giving the
+ * x86 AVX2 table's bits (issue #25).
  *
- * Each 16 weight levels meet 16 activations in one sdot (vdotq_s32, or a
- * widening multiply where the dot-product extension is missing), which
- * leaves four 32-bit partial sums of one sub-block; a multiply-accumulate by
- * the sub-block's scale (a vector lane) adds them to the super-block's sum.
- * Biased levels (Q3_K: +4, Q6_K: +32) come back out through the activations'
- * per-16 sums, as in the x86 kernels.  Horizontal sums only at the end. */
+ * Each 16 weight levels meet 16 activations in one sdot (vdotq_s32, or
+ * widening multiplies where the dot-product extension is missing): lane t
+ * gets the products of elements 4t..4t+3, the integer lanes x86's kernels
+ * form, so the two int32x4 of a 32-element run are x86's 8 lanes; a
+ * multiply-accumulate by the sub-block's scale (a vector lane) adds them to
+ * the super-block's lanes.  The float steps are x86's, per type (see
+ * avx2_kquants.c and x86_gemm_kquants.h): the same products, fused
+ * multiply-adds and reductions, on the 8 lanes held as two float32x4. */
 #include <math.h>
 
 #include "internal.h"
@@ -16,6 +19,13 @@
 
 #include "neon_common.h"
 
+/* only the explicit fused multiply-adds (vfmaq, fmaf) may fuse */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 /* ---- helpers ------------------------------------------------------------------ */
 
 /* levels of one sub-block of 16 (or the first / second 16 of one of 32) */
@@ -25,31 +35,42 @@ static inline float f16(pe_f16 h) {
     return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
 }
 
-/* sum_j s_j * p_j over 8 sub-blocks, the scales in lanes of s0 (0..3), s1 (4..7);
- * two chains to halve the multiply-accumulate latency */
-static inline int32x4_t scale8(const int32x4_t p[8], int32x4_t s0, int32x4_t s1) {
-    int32x4_t even = vmulq_laneq_s32(p[0], s0, 0), odd = vmulq_laneq_s32(p[1], s0, 1);
+/* sum_j s_j * p_j over 8 runs of 16, the scales in lanes of s0 (0..3), s1
+ * (4..7), added to out: the even runs (the first 16 of a 32) to out[0],
+ * x86's lanes 0..3, the odd ones to out[1], lanes 4..7 */
+static inline void scale8(const int32x4_t p[8], int32x4_t s0, int32x4_t s1, int32x4_t out[2]) {
+    int32x4_t even = vmlaq_laneq_s32(out[0], p[0], s0, 0), odd = vmlaq_laneq_s32(out[1], p[1], s0, 1);
     even = vmlaq_laneq_s32(even, p[2], s0, 2);
     odd = vmlaq_laneq_s32(odd, p[3], s0, 3);
     even = vmlaq_laneq_s32(even, p[4], s1, 0);
     odd = vmlaq_laneq_s32(odd, p[5], s1, 1);
     even = vmlaq_laneq_s32(even, p[6], s1, 2);
     odd = vmlaq_laneq_s32(odd, p[7], s1, 3);
-    return vaddq_s32(even, odd);
+    out[0] = even;
+    out[1] = odd;
+}
+
+/* sum_j sc[j] * p_j over 8 runs of 32 (p[2j]: its first 16, p[2j + 1]: the
+ * second): x86's 8 lanes as out[0], out[1] */
+static inline void scale8x32(const int32x4_t p[16], const int32_t sc[8], int32x4_t out[2]) {
+    out[0] = vmulq_n_s32(p[0], sc[0]);
+    out[1] = vmulq_n_s32(p[1], sc[0]);
+    for (int j = 1; j < 8; j++) {
+        out[0] = vmlaq_n_s32(out[0], p[2 * j], sc[j]);
+        out[1] = vmlaq_n_s32(out[1], p[2 * j + 1], sc[j]);
+    }
+}
+
+/* x86's float step acc = fma(d, lanes, acc) on the 8 lanes */
+static inline void fma8(float32x4_t acc[2], const int32x4_t lanes[2], float d) {
+    acc[0] = vfmaq_n_f32(acc[0], vcvtq_f32_s32(lanes[0]), d);
+    acc[1] = vfmaq_n_f32(acc[1], vcvtq_f32_s32(lanes[1]), d);
 }
 
 /* 8 signed 16-bit values as two int32 vectors */
 static inline void widen8(int16x8_t v, int32x4_t *lo, int32x4_t *hi) {
     *lo = vmovl_s16(vget_low_s16(v));
     *hi = vmovl_high_s16(v);
-}
-
-/* sum over 16 sub-blocks of scale_s * bsum_s */
-static inline int32x4_t scales_dot_bsums(int16x8_t s_lo, int16x8_t s_hi, const int16_t *bsums) {
-    int32x4_t r = vmull_s16(vget_low_s16(s_lo), vld1_s16(bsums));
-    r = vmlal_high_s16(r, s_lo, vld1q_s16(bsums));
-    r = vmlal_s16(r, vget_low_s16(s_hi), vld1_s16(bsums + 8));
-    return vmlal_high_s16(r, s_hi, vld1q_s16(bsums + 8));
 }
 
 /* ---- Q8_K: quantize the activations (bit-exact with the reference) ------------- */
@@ -115,20 +136,24 @@ static void dequantize_q8_K(const void *vx, float *y, int64_t n) {
 
 /* ---- Q2_K ------------------------------------------------------------------------ */
 
+/* x86's lanes: per 128-element half h and chunk k of 32, scale 8h + 2k on
+ * the chunk's first 16 products, 8h + 2k + 1 on the second; the min term's
+ * lanes mins[2t] * bsum[2t] + mins[2t + 1] * bsum[2t + 1].  Per
+ * super-block acc = fma(-da * dmin, min lanes, acc), then
+ * acc = fma(da * d, lanes, acc); x86_sum_ps8 at the end. */
 static void vec_dot_q2_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q2_K *x = vw;
     const block_q8_K *a = va;
     const uint8x16_t m3 = vdupq_n_u8(3), m4 = vdupq_n_u8(0xF);
-    float32x4_t acc = vdupq_n_f32(0);
+    float32x4_t acc[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float dall = a[i].d * f16(x[i].d), dmin = a[i].d * f16(x[i].dmin);
+        const float dall = a[i].d * f16(x[i].d), dmin = -a[i].d * f16(x[i].dmin);
         const uint8x16_t sc = vld1q_u8(x[i].scales);
         const uint8x16_t mins = vshrq_n_u8(sc, 4), scl = vandq_u8(sc, m4);
-        const int16x8_t mlo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mins)));
-        const int16x8_t mhi = vreinterpretq_s16_u16(vmovl_high_u8(mins));
-        const int32x4_t msum = scales_dot_bsums(mlo, mhi, a[i].bsums);
+        int32x4_t msum[2], isum[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+        madd16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(mins))), vreinterpretq_s16_u16(vmovl_high_u8(mins)),
+               a[i].bsums, &msum[0], &msum[1]);
         const int8_t *q8 = a[i].qs;
-        int32x4_t isum = vdupq_n_s32(0);
         for (int h = 0; h < 2; h++) {
             uint8x16_t q0 = vld1q_u8(x[i].qs + 32 * h), q1 = vld1q_u8(x[i].qs + 32 * h + 16);
             int32x4_t p[8];
@@ -141,39 +166,39 @@ static void vec_dot_q2_K(int64_t n, float *s, const void *vw, const void *va) {
             const int16x8_t s16 = vreinterpretq_s16_u16(h ? vmovl_high_u8(scl) : vmovl_u8(vget_low_u8(scl)));
             int32x4_t s0, s1;
             widen8(s16, &s0, &s1);
-            isum = vaddq_s32(isum, scale8(p, s0, s1));
+            scale8(p, s0, s1, isum);
         }
-        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(isum), dall);
-        acc = vmlsq_n_f32(acc, vcvtq_f32_s32(msum), dmin);
+        fma8(acc, msum, dmin);
+        fma8(acc, isum, dall);
     }
-    *s = vaddvq_f32(acc);
+    *s = neon_sum8(acc[0], acc[1]);
 }
 
 /* ---- Q3_K ------------------------------------------------------------------------ */
 
-/* levels stored as lo | hbit << 2 (0..7) stand for lo + 4 hbit - 4 */
+/* x86's lanes: the signed levels lo + 4 hbit - 4 times the activations,
+ * scales as Q2_K's; acc = fma(da * d, lanes, acc), x86_sum_ps8. */
 static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q3_K *x = vw;
     const block_q8_K *a = va;
-    const uint8x16_t one = vdupq_n_u8(1);
-    float32x4_t acc = vdupq_n_f32(0);
+    const uint8x16_t one = vdupq_n_u8(1), four = vdupq_n_u8(4);
+    float32x4_t acc[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = a[i].d * f16(x[i].d);
         uint32_t words[4];
         pe_q3k_unpack_words(x[i].scales, words);
         const int8x16_t sc = vsubq_s8(vreinterpretq_s8_u32(vld1q_u32(words)), vdupq_n_s8(32));
         const int16x8_t slo = vmovl_s8(vget_low_s8(sc)), shi = vmovl_high_s8(sc);
-        const int32x4_t bias = scales_dot_bsums(slo, shi, a[i].bsums);
         uint8x16_t hm0 = vld1q_u8(x[i].hmask), hm1 = vld1q_u8(x[i].hmask + 16);
         const int8_t *q8 = a[i].qs;
-        int32x4_t isum = vdupq_n_s32(0);
+        int32x4_t isum[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
         for (int h = 0; h < 2; h++) {
             uint8x16_t q0 = vld1q_u8(x[i].qs + 32 * h), q1 = vld1q_u8(x[i].qs + 32 * h + 16);
             int32x4_t p[8];
             for (int k = 0; k < 4; k++, q8 += 32) {
                 /* insert keeps the low 2 bits of the levels, puts hmask bit 4h + k above */
-                p[2 * k] = dot_sub16(vsliq_n_u8(q0, vandq_u8(hm0, one), 2), q8);
-                p[2 * k + 1] = dot_sub16(vsliq_n_u8(q1, vandq_u8(hm1, one), 2), q8 + 16);
+                p[2 * k] = dot_sub16(vsubq_u8(vsliq_n_u8(q0, vandq_u8(hm0, one), 2), four), q8);
+                p[2 * k + 1] = dot_sub16(vsubq_u8(vsliq_n_u8(q1, vandq_u8(hm1, one), 2), four), q8 + 16);
                 q0 = vshrq_n_u8(q0, 2);
                 q1 = vshrq_n_u8(q1, 2);
                 hm0 = vshrq_n_u8(hm0, 1);
@@ -181,97 +206,109 @@ static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
             }
             int32x4_t s0, s1;
             widen8(h ? shi : slo, &s0, &s1);
-            isum = vaddq_s32(isum, scale8(p, s0, s1));
+            scale8(p, s0, s1, isum);
         }
-        isum = vsubq_s32(isum, vshlq_n_s32(bias, 2));
-        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(isum), d);
+        fma8(acc, isum, d);
     }
-    *s = vaddvq_f32(acc);
+    *s = neon_sum8(acc[0], acc[1]);
 }
 
 /* ---- Q4_K / Q5_K ----------------------------------------------------------------- */
 
-/* The eight scales as int32 lanes and sum_j min_j * (bsum_2j + bsum_2j+1). */
-static inline int32x4_t k4_scales(const uint8_t *packed, const int16_t *bsums, int32x4_t *s0, int32x4_t *s1) {
+/* The eight scales and sum_j min_j * (bsum_2j + bsum_2j+1) in lanes. */
+static inline int32x4_t k4_scales(const uint8_t *packed, const int16_t *bsums, int32_t scales[8]) {
     uint32_t sc[2], mn[2];
     pe_k4_unpack_words(packed, sc, mn);
     const uint8x8_t scv = vcreate_u8((uint64_t)sc[0] | ((uint64_t)sc[1] << 32));
     const uint8x8_t mnv = vcreate_u8((uint64_t)mn[0] | ((uint64_t)mn[1] << 32));
-    widen8(vreinterpretq_s16_u16(vmovl_u8(scv)), s0, s1);
+    const uint16x8_t s16 = vmovl_u8(scv);
+    vst1q_s32(scales, vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(s16))));
+    vst1q_s32(scales + 4, vreinterpretq_s32_u32(vmovl_high_u16(s16)));
     const int16x8_t pairs = vpaddq_s16(vld1q_s16(bsums), vld1q_s16(bsums + 8));
     const int16x8_t m16 = vreinterpretq_s16_u16(vmovl_u8(mnv));
     return vmlal_high_s16(vmull_s16(vget_low_s16(m16), vget_low_s16(pairs)), m16, pairs);
 }
 
-/* one sub-block of 32: two runs of 16 levels */
-static inline int32x4_t dot_sub32(uint8x16_t q0, uint8x16_t q1, const int8_t *y) {
-    return dot16(dot16(vdupq_n_s32(0), s8(q0), vld1q_s8(y)), s8(q1), vld1q_s8(y + 16));
-}
-
+/* Q4_K as x86 computes it (llama.cpp's repacked product): the super-block's
+ * whole integer sum and min term multiply-added into one float each,
+ * whole = fma(sum, dw * da, whole), whole_mins likewise with dmin; the
+ * result 0 + (whole - whole_mins) (x86 adds its empty lane sums first). */
 static void vec_dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q4_K *x = vw;
     const block_q8_K *a = va;
     const uint8x16_t m4 = vdupq_n_u8(0xF);
-    float32x4_t acc = vdupq_n_f32(0), accm = vdupq_n_f32(0);
+    float whole = 0.0f, whole_mins = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = a[i].d * f16(x[i].d), dmin = a[i].d * f16(x[i].dmin);
-        int32x4_t s0, s1;
-        const int32x4_t msum = k4_scales(x[i].scales, a[i].bsums, &s0, &s1);
-        int32x4_t p[8];
+        const float d = f16(x[i].d) * a[i].d, dmin = f16(x[i].dmin) * a[i].d;
+        int32_t sc[8];
+        const int32x4_t msum = k4_scales(x[i].scales, a[i].bsums, sc);
+        int32x4_t p[16], lanes[2];
         for (int j = 0; j < 4; j++) {
             const uint8x16_t q0 = vld1q_u8(x[i].qs + 32 * j), q1 = vld1q_u8(x[i].qs + 32 * j + 16);
-            p[2 * j] = dot_sub32(vandq_u8(q0, m4), vandq_u8(q1, m4), a[i].qs + 64 * j);
-            p[2 * j + 1] = dot_sub32(vshrq_n_u8(q0, 4), vshrq_n_u8(q1, 4), a[i].qs + 64 * j + 32);
+            const int8_t *y = a[i].qs + 64 * j;
+            p[4 * j] = dot_sub16(vandq_u8(q0, m4), y);
+            p[4 * j + 1] = dot_sub16(vandq_u8(q1, m4), y + 16);
+            p[4 * j + 2] = dot_sub16(vshrq_n_u8(q0, 4), y + 32);
+            p[4 * j + 3] = dot_sub16(vshrq_n_u8(q1, 4), y + 48);
         }
-        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(scale8(p, s0, s1)), d);
-        accm = vmlsq_n_f32(accm, vcvtq_f32_s32(msum), dmin);
+        scale8x32(p, sc, lanes);
+        whole = fmaf((float)vaddvq_s32(vaddq_s32(lanes[0], lanes[1])), d, whole);
+        whole_mins = fmaf((float)vaddvq_s32(msum), dmin, whole_mins);
     }
-    *s = vaddvq_f32(vaddq_f32(acc, accm));
+    *s = 0.0f + (whole - whole_mins);
 }
 
+/* Q5_K as x86's row product: lanes (sub-block scale times the products of
+ * elements 4t..4t+3), acc = fma(da * d, lanes, acc); the min term as one
+ * float chain, chain + (-da * dmin) * mins; x86_sum_ps8(acc) + 0 + chain + 0
+ * (x86's empty accumulators of the other paths). */
 static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q5_K *x = vw;
     const block_q8_K *a = va;
     const uint8x16_t one = vdupq_n_u8(1);
-    float32x4_t acc = vdupq_n_f32(0), accm = vdupq_n_f32(0);
+    float32x4_t acc[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
+    float chain = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = a[i].d * f16(x[i].d), dmin = a[i].d * f16(x[i].dmin);
-        int32x4_t s0, s1;
-        const int32x4_t msum = k4_scales(x[i].scales, a[i].bsums, &s0, &s1);
+        const float d = a[i].d * f16(x[i].d), dmin = -a[i].d * f16(x[i].dmin);
+        int32_t sc[8];
+        const int32x4_t msum = k4_scales(x[i].scales, a[i].bsums, sc);
         uint8x16_t h0 = vld1q_u8(x[i].qh), h1 = vld1q_u8(x[i].qh + 16);
-        int32x4_t p[8];
+        int32x4_t p[16], lanes[2];
         for (int j = 0; j < 4; j++) {
             const uint8x16_t q0 = vld1q_u8(x[i].qs + 32 * j), q1 = vld1q_u8(x[i].qs + 32 * j + 16);
+            const int8_t *y = a[i].qs + 64 * j;
             /* insert keeps a nibble and puts qh bit 2j (low nibbles) or 2j + 1 above it */
-            const uint8x16_t l0 = vsliq_n_u8(q0, vandq_u8(h0, one), 4);
-            const uint8x16_t l1 = vsliq_n_u8(q1, vandq_u8(h1, one), 4);
-            const uint8x16_t u0 = vsliq_n_u8(vshrq_n_u8(q0, 4), vandq_u8(vshrq_n_u8(h0, 1), one), 4);
-            const uint8x16_t u1 = vsliq_n_u8(vshrq_n_u8(q1, 4), vandq_u8(vshrq_n_u8(h1, 1), one), 4);
-            p[2 * j] = dot_sub32(l0, l1, a[i].qs + 64 * j);
-            p[2 * j + 1] = dot_sub32(u0, u1, a[i].qs + 64 * j + 32);
+            p[4 * j] = dot_sub16(vsliq_n_u8(q0, vandq_u8(h0, one), 4), y);
+            p[4 * j + 1] = dot_sub16(vsliq_n_u8(q1, vandq_u8(h1, one), 4), y + 16);
+            p[4 * j + 2] = dot_sub16(vsliq_n_u8(vshrq_n_u8(q0, 4), vandq_u8(vshrq_n_u8(h0, 1), one), 4), y + 32);
+            p[4 * j + 3] = dot_sub16(vsliq_n_u8(vshrq_n_u8(q1, 4), vandq_u8(vshrq_n_u8(h1, 1), one), 4), y + 48);
             h0 = vshrq_n_u8(h0, 2);
             h1 = vshrq_n_u8(h1, 2);
         }
-        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(scale8(p, s0, s1)), d);
-        accm = vmlsq_n_f32(accm, vcvtq_f32_s32(msum), dmin);
+        scale8x32(p, sc, lanes);
+        fma8(acc, lanes, d);
+        chain += dmin * (float)vaddvq_s32(msum);
     }
-    *s = vaddvq_f32(vaddq_f32(acc, accm));
+    *s = neon_sum8(acc[0], acc[1]) + 0.0f + chain + (0.0f - 0.0f);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------------ */
 
-/* levels stored as 0..63 stand for level - 32 */
+/* x86's lanes: the stored levels 0..63 times the activations, scale per 16;
+ * the levels' offset of 32 comes off as 32 * (sc[2t] bsum[2t] + sc[2t + 1]
+ * bsum[2t + 1]) in lane t (where llama.cpp puts it); acc = fma(da * d,
+ * lanes, acc); x86_sum_ps8(acc) + 0 + 0 + 0 as x86's result. */
 static void vec_dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q6_K *x = vw;
     const block_q8_K *a = va;
     const uint8x16_t m3 = vdupq_n_u8(3);
-    float32x4_t acc = vdupq_n_f32(0);
+    float32x4_t acc[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = a[i].d * f16(x[i].d);
         const int8x16_t sc = vld1q_s8(x[i].scales);
         const int16x8_t slo = vmovl_s8(vget_low_s8(sc)), shi = vmovl_high_s8(sc);
-        const int32x4_t bias = scales_dot_bsums(slo, shi, a[i].bsums);
-        int32x4_t isum = vdupq_n_s32(0);
+        int32x4_t bias[2], isum[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+        madd16(slo, shi, a[i].bsums, &bias[0], &bias[1]);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
             const int8_t *q8 = a[i].qs + 128 * h;
@@ -288,56 +325,66 @@ static void vec_dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
             }
             int32x4_t s0, s1;
             widen8(h ? shi : slo, &s0, &s1);
-            isum = vaddq_s32(isum, scale8(p, s0, s1));
+            scale8(p, s0, s1, isum);
         }
-        isum = vsubq_s32(isum, vshlq_n_s32(bias, 5));
-        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(isum), d);
+        isum[0] = vsubq_s32(isum[0], vshlq_n_s32(bias[0], 5));
+        isum[1] = vsubq_s32(isum[1], vshlq_n_s32(bias[1], 5));
+        fma8(acc, isum, d);
     }
-    *s = vaddvq_f32(acc);
+    *s = neon_sum8(acc[0], acc[1]) + 0.0f + 0.0f + (0.0f - 0.0f);
 }
 
 /* ---- IQ4_NL / IQ4_XS -------------------------------------------------------------- */
 
-/* one block of 32 grid indices (16 bytes) against 32 activations */
-static inline int32x4_t iq4_dot32(const uint8_t *qs, int8x16_t grid, const int8_t *y) {
+/* one block of 32 grid indices (16 bytes) against 32 activations: x86's
+ * lanes (elements 4t..4t+3) as p[0], p[1] */
+static inline void iq4_dot32(const uint8_t *qs, int8x16_t grid, const int8_t *y, int32x4_t p[2]) {
     const uint8x16_t q = vld1q_u8(qs);
     const int8x16_t lo = vqtbl1q_s8(grid, vandq_u8(q, vdupq_n_u8(0xF)));
     const int8x16_t hi = vqtbl1q_s8(grid, vshrq_n_u8(q, 4));
-    return dot16(dot16(vdupq_n_s32(0), lo, vld1q_s8(y)), hi, vld1q_s8(y + 16));
+    p[0] = dot16(vdupq_n_s32(0), lo, vld1q_s8(y));
+    p[1] = dot16(vdupq_n_s32(0), hi, vld1q_s8(y + 16));
 }
 
+/* as x86: two accumulators, blocks 2j and 2j + 1 (a last odd block to the
+ * first), x86_sum_ps8 of their sum */
 static void vec_dot_iq4_nl(int64_t n, float *s, const void *vw, const void *va) {
     const block_iq4_nl *x = vw;
     const block_q8_0 *a = va;
     const int8x16_t grid = vld1q_s8(pe_iq4nl_values);
-    float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);
+    float32x4_t acc0[2] = {vdupq_n_f32(0), vdupq_n_f32(0)}, acc1[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
     const int64_t nb = n / QK4_NL;
     int64_t i = 0;
+    int32x4_t p[2];
     for (; i + 1 < nb; i += 2) {
-        const int32x4_t p0 = iq4_dot32(x[i].qs, grid, a[i].qs);
-        const int32x4_t p1 = iq4_dot32(x[i + 1].qs, grid, a[i + 1].qs);
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), f16(a[i].d) * f16(x[i].d));
-        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1), f16(a[i + 1].d) * f16(x[i + 1].d));
+        iq4_dot32(x[i].qs, grid, a[i].qs, p);
+        fma8(acc0, p, f16(a[i].d) * f16(x[i].d));
+        iq4_dot32(x[i + 1].qs, grid, a[i + 1].qs, p);
+        fma8(acc1, p, f16(a[i + 1].d) * f16(x[i + 1].d));
     }
-    for (; i < nb; i++)
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(iq4_dot32(x[i].qs, grid, a[i].qs)), f16(a[i].d) * f16(x[i].d));
-    *s = vaddvq_f32(vaddq_f32(acc0, acc1));
+    for (; i < nb; i++) {
+        iq4_dot32(x[i].qs, grid, a[i].qs, p);
+        fma8(acc0, p, f16(a[i].d) * f16(x[i].d));
+    }
+    *s = neon_sum8(vaddq_f32(acc0[0], acc1[0]), vaddq_f32(acc0[1], acc1[1]));
 }
 
+/* lanes: sub-block scale times the 4-element products; acc = fma(da * d,
+ * lanes, acc), x86_sum_ps8 */
 static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) {
     const block_iq4_xs *x = vw;
     const block_q8_K *a = va;
     const int8x16_t grid = vld1q_s8(pe_iq4nl_values);
-    float32x4_t acc = vdupq_n_f32(0);
+    float32x4_t acc[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
     for (int64_t i = 0; i < n / QK_K; i++) {
         int32_t sc[8];
         for (int ib = 0; ib < 8; ib++) sc[ib] = pe_iq4xs_scale(&x[i], ib);
-        int32x4_t p[8];
-        for (int ib = 0; ib < 8; ib++) p[ib] = iq4_dot32(x[i].qs + 16 * ib, grid, a[i].qs + 32 * ib);
-        const int32x4_t isum = scale8(p, vld1q_s32(sc), vld1q_s32(sc + 4));
-        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(isum), a[i].d * f16(x[i].d));
+        int32x4_t p[16], lanes[2];
+        for (int ib = 0; ib < 8; ib++) iq4_dot32(x[i].qs + 16 * ib, grid, a[i].qs + 32 * ib, p + 2 * ib);
+        scale8x32(p, sc, lanes);
+        fma8(acc, lanes, a[i].d * f16(x[i].d));
     }
-    *s = vaddvq_f32(acc);
+    *s = neon_sum8(acc[0], acc[1]);
 }
 
 /* ---- to_float (embedding rows) ---------------------------------------------------- */

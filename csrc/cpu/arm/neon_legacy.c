@@ -3,16 +3,21 @@
  * activation format), with the dot-product instructions (sdot) when the
  * compiler targets them.
  *
- * Quantizers and dequantizers give the reference's bits exactly (vcvtaq
- * rounds halves away from zero, like roundf); dot products form the same
- * integer sums per block and differ from the reference only in the order of
- * the float additions.  Two blocks per iteration, their four f16 scales
- * converted by one instruction, two float accumulators, one reduction. */
+ * Every kernel gives the x86 AVX2 table's bits (issue #25).  Dequantizers
+ * and the F16 / BF16 conversions are exact or round to nearest even, as
+ * x86's; the activation quantizers multiply by 127 / amax and round half to
+ * even, as x86's do.  The dot products form x86's integer lanes per block
+ * (lane t: elements 4t..4t+3), as two int32x4, and multiply-add them into
+ * x86's one 8-lane float chain, held as two float32x4; two blocks'
+ * f16 scales convert in one instruction.
+ */
 #include "blocks.h"
 #include "internal.h"
 
 #if defined(__ARM_NEON) && defined(__aarch64__)
 #include <arm_neon.h>
+
+#include "neon_common.h"
 
 /* The quantizers need a multiply and an add rounded separately. */
 #if defined(__clang__)
@@ -27,18 +32,6 @@ static inline uint32_t load_u32(const void *p) {
     uint32_t v;
     memcpy(&v, p, sizeof v);
     return v;
-}
-
-/* Sum of a[i] * b[i] over groups of four bytes, added to acc (lane order of
- * the groups is unspecified: callers only use the total). */
-static inline int32x4_t dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b) {
-#if defined(__ARM_FEATURE_DOTPROD)
-    return vdotq_s32(acc, a, b);
-#else
-    const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
-    const int16x8_t hi = vmull_high_s8(a, b);
-    return vpadalq_s16(vpadalq_s16(acc, lo), hi);
-#endif
 }
 
 /* The first two halves of two weight blocks and their activation blocks
@@ -102,33 +95,41 @@ static inline codes32 codes_q8_0(const block_q8_0 *b) {
 
 /* ---- dot products ------------------------------------------------------------------ */
 
-static inline float32x4_t block_sums(codes32 w, const int8_t *a) {
-    const int32x4_t p = dot_s8(dot_s8(vdupq_n_s32(0), w.lo, vld1q_s8(a)), w.hi, vld1q_s8(a + 16));
-    return vcvtq_f32_s32(p);
+/* x86's per-block step: lane t of the codes' products with the activations
+ * (elements 4t..4t+3) to float, acc = fma(dw * da, lanes, acc), the 8
+ * lanes in [acc[0] | acc[1]] */
+static inline void block_step(float32x4_t acc[2], codes32 w, const int8_t *a, float32x4_t sc, int lane) {
+    const int32x4_t lo = dot16(vdupq_n_s32(0), w.lo, vld1q_s8(a));
+    const int32x4_t hi = dot16(vdupq_n_s32(0), w.hi, vld1q_s8(a + 16));
+    const float d = lane ? vgetq_lane_f32(sc, 2) : vgetq_lane_f32(sc, 0);
+    acc[0] = vfmaq_n_f32(acc[0], vcvtq_f32_s32(lo), d);
+    acc[1] = vfmaq_n_f32(acc[1], vcvtq_f32_s32(hi), d);
 }
 
+/* The _1 types' min terms run as one float chain, mins + mw * sa, each
+ * product and sum rounded; the result is x86_sum_ps8 of the lanes + mins
+ * (+ 0.0f for the _0 types, as x86 adds it). */
 #define DEFINE_VEC_DOT(NAME, WBLOCK, ABLOCK, CODES, WITH_MIN)                                 \
     static void NAME(int64_t n, float *s, const void *vw, const void *va) {                   \
         const WBLOCK *w = vw;                                                                  \
         const ABLOCK *a = va;                                                                  \
         const int64_t nb = n / 32;                                                             \
-        float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f), mins = vdupq_n_f32(0.0f); \
+        float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};                           \
+        float mins = 0.0f;                                                                     \
         int64_t ib = 0;                                                                        \
         for (; ib + 2 <= nb; ib += 2) {                                                        \
             const float32x4_t sc = scale_pairs(&w[ib], &w[ib + 1], &a[ib], &a[ib + 1]);       \
-            if (WITH_MIN) mins = vaddq_f32(mins, sc);                                          \
-            acc0 = vfmaq_laneq_f32(acc0, block_sums(CODES(&w[ib]), a[ib].qs), sc, 0);         \
-            acc1 = vfmaq_laneq_f32(acc1, block_sums(CODES(&w[ib + 1]), a[ib + 1].qs), sc, 2); \
+            block_step(acc, CODES(&w[ib]), a[ib].qs, sc, 0);                                   \
+            if (WITH_MIN) mins += vgetq_lane_f32(sc, 1);                                       \
+            block_step(acc, CODES(&w[ib + 1]), a[ib + 1].qs, sc, 1);                           \
+            if (WITH_MIN) mins += vgetq_lane_f32(sc, 3);                                       \
         }                                                                                      \
-        float tail_min = 0.0f;                                                                 \
         if (ib < nb) {                                                                         \
             const float32x4_t sc = scale_pairs(&w[ib], &w[ib], &a[ib], &a[ib]);               \
-            if (WITH_MIN) tail_min = vgetq_lane_f32(sc, 1);                                    \
-            acc0 = vfmaq_laneq_f32(acc0, block_sums(CODES(&w[ib]), a[ib].qs), sc, 0);         \
+            block_step(acc, CODES(&w[ib]), a[ib].qs, sc, 0);                                   \
+            if (WITH_MIN) mins += vgetq_lane_f32(sc, 1);                                       \
         }                                                                                      \
-        float sum = vaddvq_f32(vaddq_f32(acc0, acc1));                                         \
-        if (WITH_MIN) sum += vgetq_lane_f32(mins, 1) + vgetq_lane_f32(mins, 3) + tail_min;    \
-        *s = sum;                                                                              \
+        *s = neon_sum8(acc[0], acc[1]) + mins;                                                 \
     }
 
 DEFINE_VEC_DOT(vec_dot_q4_0_q8_0, block_q4_0, block_q8_0, codes_q4_0, 0)
@@ -171,27 +172,26 @@ DEFINE_TO_FLOAT(dequantize_q8_0, block_q8_0, codes_q8_0, 0)
 
 /* ---- activation quantizers ---------------------------------------------------------- */
 
-/* One block of 32 floats: returns d; the codes (roundf of x/d, clamped to
- * +-127, NaN to -127 as in the reference) go to q. */
+/* One block of 32 floats as x86 quantizes it: codes = x * (127 / amax)
+ * rounded half to even (the FPCR default, vcvtnq), to q; returns
+ * d = amax / 127. */
 static inline float quantize_block_q8(const float *x, int8_t *q, int *sum) {
     float32x4_t v[8], amax = vdupq_n_f32(0.0f);
     for (int k = 0; k < 8; k++) {
         v[k] = vld1q_f32(x + 4 * k);
         amax = vmaxq_f32(amax, vabsq_f32(v[k]));
     }
-    const float d = vmaxvq_f32(amax) / 127;
-    const float id = d ? 1.0f / d : 0.0f;
-    const float32x4_t lo = vdupq_n_f32(-127.0f), hi = vdupq_n_f32(127.0f);
+    const float max_abs = vmaxvq_f32(amax);
+    const float mul = max_abs != 0.0f ? 127.0f / max_abs : 0.0f;
     int32x4_t total = vdupq_n_s32(0);
     for (int k = 0; k < 8; k += 2) {
-        const int32x4_t q0 = vcvtaq_s32_f32(vminnmq_f32(vmaxnmq_f32(vmulq_n_f32(v[k], id), lo), hi));
-        const int32x4_t q1 = vcvtaq_s32_f32(vminnmq_f32(vmaxnmq_f32(vmulq_n_f32(v[k + 1], id), lo), hi));
+        const int32x4_t q0 = vcvtnq_s32_f32(vmulq_n_f32(v[k], mul));
+        const int32x4_t q1 = vcvtnq_s32_f32(vmulq_n_f32(v[k + 1], mul));
         total = vaddq_s32(total, vaddq_s32(q0, q1));
-        const int16x8_t h = vcombine_s16(vmovn_s32(q0), vmovn_s32(q1));
-        vst1_s8(q + 4 * k, vmovn_s16(h));
+        vst1_s8(q + 4 * k, vqmovn_s16(vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1))));
     }
     *sum = vaddvq_s32(total);
-    return d;
+    return max_abs / 127.0f;
 }
 
 static void quantize_q8_0(const float *x, void *vy, int64_t n) {
@@ -266,24 +266,30 @@ static void bf16_from_float(const float *x, void *vy, int64_t n) {
     for (; i < n; i++) y[i] = pe_f32_to_bf16(x[i]);
 }
 
-/* Float dot loops: 16 elements per iteration in four accumulators. */
-#define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD4, SCALAR)                                             \
+/* Float dot products as x86's: four 8-lane accumulators over 32 elements
+ * (here acc[2j], acc[2j + 1] for x86's acc_j), acc_j = fma(x, y, acc_j),
+ * folded (acc0 + acc2) + (acc1 + acc3) and reduced by REDUCE8 (F32 F16:
+ * hadd8's order, BF16: x86_sum_ps8's); elements past the last 32 add in
+ * double, each product rounded to float first. */
+#define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD4, SCALAR, REDUCE8)                                    \
     static void NAME(int64_t n, float *s, const void *vw, const void *va) {                     \
         const ELEM *x = vw, *y = va;                                                             \
-        float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; \
+        float32x4_t acc[8];                                                                      \
+        for (int k = 0; k < 8; k++) acc[k] = vdupq_n_f32(0.0f);                                  \
         int64_t i = 0;                                                                           \
-        for (; i + 16 <= n; i += 16)                                                             \
-            for (int k = 0; k < 4; k++)                                                          \
+        for (; i + 32 <= n; i += 32)                                                             \
+            for (int k = 0; k < 8; k++)                                                          \
                 acc[k] = vfmaq_f32(acc[k], LOAD4(x + i + 4 * k), LOAD4(y + i + 4 * k));          \
-        for (; i + 4 <= n; i += 4) acc[0] = vfmaq_f32(acc[0], LOAD4(x + i), LOAD4(y + i));       \
-        float sum = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]))); \
-        for (; i < n; i++) sum += SCALAR(x[i]) * SCALAR(y[i]);                                   \
-        *s = sum;                                                                                \
+        const float32x4_t lo = vaddq_f32(vaddq_f32(acc[0], acc[4]), vaddq_f32(acc[2], acc[6]));  \
+        const float32x4_t hi = vaddq_f32(vaddq_f32(acc[1], acc[5]), vaddq_f32(acc[3], acc[7]));  \
+        double sum = REDUCE8(lo, hi);                                                            \
+        for (; i < n; i++) sum += (double)(SCALAR(x[i]) * SCALAR(y[i]));                         \
+        *s = (float)sum;                                                                         \
     }
 
-DEFINE_FLOAT_DOT(f32_vec_dot, float, load_f32x4, f32_id)
-DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16x4, pe_f16_to_f32)
-DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x4, pe_bf16_to_f32)
+DEFINE_FLOAT_DOT(f32_vec_dot, float, load_f32x4, f32_id, neon_hadd8)
+DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16x4, pe_f16_to_f32, neon_hadd8)
+DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x4, pe_bf16_to_f32, neon_sum8)
 
 void PE_NEON_NAME(pe_fill_neon_legacy)(pe_kernels *k) {
     k->type[PE_TYPE_F32].vec_dot = f32_vec_dot;
