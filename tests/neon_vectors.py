@@ -13,6 +13,8 @@ The file: the 8 bytes "PEVEC01\\0", then records, little-endian:
     TO_FLOAT  (to_float of type):   blocks in, -, the floats out
     VEC_DOT   (vec_dot of type):    weight blocks, activation blocks (of the
                                     type's partner, quantized by x86), the float
+    GRID      (pe_iq_grid_set):     type is the grid's PE_IQ_GRID_* id, its bytes
+                                    (the lattice grids, as the engine has them)
 Only kernels the NEON table has are recorded: the check fails on a record
 whose kernel it lacks."""
 
@@ -25,23 +27,26 @@ import sys
 import numpy as np
 
 MAGIC = b"PEVEC01\0"
-QUANTIZE, TO_FLOAT, VEC_DOT = 1, 2, 3
+QUANTIZE, TO_FLOAT, VEC_DOT, GRID = 1, 2, 3, 4
 
 # type ids (csrc/include/pe.h)
 F32, F16, BF16 = 0, 1, 30
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 = 2, 3, 6, 7, 8, 9
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K = 10, 11, 12, 13, 14, 15
 IQ4_NL, IQ4_XS = 20, 23
+IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M = 16, 17, 18, 19, 21, 22, 29
+LATTICE = (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M)
 
 # byte offsets of each block's f16 scales: random blocks get finite ones there
 F16_FIELDS = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), Q8_0: (0,),
               Q2_K: (80, 82), Q3_K: (108,), Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,),
-              IQ4_NL: (0,), IQ4_XS: (0,)}
+              IQ4_NL: (0,), IQ4_XS: (0,), **{t: (0,) for t in LATTICE if t != IQ1_M}}
 
 # the kernels of csrc/cpu/arm/*.c
 NEON_QUANTIZE = (Q8_0, Q8_1, Q8_K, F16, BF16)
 NEON_TO_FLOAT = (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K)
-NEON_VEC_DOT = (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)
+NEON_VEC_DOT = (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+                *LATTICE)
 
 
 class Writer:
@@ -111,19 +116,28 @@ def specials(rng: np.random.Generator, n: int) -> np.ndarray:
     return x
 
 
+def f16_bits(rng: np.random.Generator, moderate: bool) -> int:
+    """A finite f16 scale: within +-0.05 when moderate, else any."""
+    if moderate:
+        return int(np.float16(rng.uniform(-0.05, 0.05)).view(np.uint16))
+    h = int(rng.integers(0, 1 << 16))
+    return h & 0xFBFF if (h & 0x7C00) == 0x7C00 else h
+
+
 def random_blocks(rng: np.random.Generator, c, type_id: int, n: int, moderate: bool) -> np.ndarray:
     """Blocks of every bit pattern, their f16 scales finite (small when moderate)."""
     data = rng.integers(0, 256, c.row_bytes(type_id, n), dtype=np.uint8)
     bb = c.block_bytes(type_id)
     for b in range(len(data) // bb):
+        block = data[b * bb:(b + 1) * bb]
+        if type_id == IQ1_M:   # its f16: the top nibbles of the four scale words (bytes 49, 51, 53, 55)
+            h = f16_bits(rng, moderate)
+            for k in range(4):
+                block[49 + 2 * k] = (block[49 + 2 * k] & 0x0F) | ((h >> 4 * k & 0xF) << 4)
+            continue
         for off in F16_FIELDS[type_id]:
-            if moderate:
-                h = np.float16(rng.uniform(-0.05, 0.05)).view(np.uint16)
-            else:
-                h = np.uint16(rng.integers(0, 1 << 16))
-                if (h & 0x7C00) == 0x7C00:
-                    h &= np.uint16(0xFBFF)
-            data[b * bb + off:b * bb + off + 2] = np.frombuffer(np.uint16(h).tobytes(), np.uint8)
+            h = f16_bits(rng, moderate)
+            block[off:off + 2] = (h & 0xFF, h >> 8)
     return data
 
 
@@ -154,6 +168,13 @@ def write(path: str) -> int:
 
 def write_records(c, rng: np.random.Generator, out: Writer) -> int:
 
+    from pyengine import iq_grids
+
+    for grid_id, class_name, dtype in iq_grids.GRIDS:
+        values = iq_grids.levels(class_name, dtype)
+        assert values is not None, f"the gguf package lacks the {class_name} grid"
+        out.record(GRID, grid_id, 0, values.view(np.uint8).tobytes())
+
     for t in NEON_QUANTIZE:
         for n in lengths(c, Q8_K if t == Q8_K else Q8_0):
             rows = [activations(rng, n, kind) for kind in range(7)]
@@ -180,7 +201,7 @@ def write_records(c, rng: np.random.Generator, out: Writer) -> int:
                 if t in (F32, F16, BF16):
                     w, a = float_row(rng, t, n), float_row(rng, t, n)
                 else:
-                    if case == 0:
+                    if case == 0 and t not in LATTICE:
                         w = c.quantize(t, activations(rng, n, 0))
                     else:
                         w = random_blocks(rng, c, t, n, True)

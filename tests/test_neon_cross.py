@@ -1,7 +1,8 @@
 """The arm64 build: every native source compiles for aarch64, and the NEON
 kernels give the x86 AVX2 table's bits (issue #25), checked under qemu
 against vectors recorded on this machine (tests/neon_vectors.py); the
-lattice types' kernels against the scalar reference.
+lattice types' prompt tiles (gemm16) also against the scalar reference's
+and against the NEON vec_dot.
 
 Needs the Debian packages gcc-aarch64-linux-gnu and qemu-user (.ci/run
 installs them)."""
@@ -79,9 +80,9 @@ CHECK_SETUP = {"neon_iquants_check.c": iq_grids_header}
 
 
 # the NEON kernels the vectors check runs, and what they link against
-NEON_SOURCES = ["csrc/cpu/arm/neon_legacy.c", "csrc/cpu/arm/neon_kquants.c", "csrc/quant/ref_kquants.c",
-                "csrc/quant/ref_kquants_quantize.c", "csrc/quant/ref_iq4.c", "csrc/quant/ref_legacy.c",
-                "csrc/quant/ref_float.c"]
+NEON_SOURCES = ["csrc/cpu/arm/neon_legacy.c", "csrc/cpu/arm/neon_kquants.c", "csrc/cpu/arm/neon_iquants.c",
+                "csrc/quant/ref_kquants.c", "csrc/quant/ref_kquants_quantize.c", "csrc/quant/ref_iq4.c",
+                "csrc/quant/ref_legacy.c", "csrc/quant/ref_float.c", "csrc/quant/ref_iquants.c", "csrc/core/error.c"]
 
 
 @pytest.fixture(scope="module")

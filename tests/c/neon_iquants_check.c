@@ -24,8 +24,9 @@
  * with the codes.  The tiles: 16 rows of 256..2048 (random, all-ones or
  * all-zero blocks) packed by pack16, against 1..8 activation rows (mixed
  * kinds, or all -128, or all +127), through the NEON table's gemm16 and the
- * reference's, and each element against the reference's vec_dot of its
- * pair.  Every result must have the reference's bits. */
+ * reference's, and each element against the NEON vec_dot of its pair (a
+ * row's result may not depend on its batch).  Every result must have the
+ * reference's bits; neon_vectors_check.c holds the NEON vec_dot to x86's. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -183,7 +184,8 @@ static int row_kind(int p, int j, int rep) {
 }
 
 /* one gemm16 call: the NEON table's against the reference's, every element
- * also against the reference's vec_dot of its pair */
+ * also against the NEON vec_dot of its pair (which neon_vectors_check.c
+ * holds to x86's bits) */
 static void check_gemm_call(const pe_kernels *ref, const pe_kernels *neon, const layout *l, const uint8_t *w,
                             size_t bw, const void *packed, const block_q8_K *a, size_t ba, int64_t n, int nc,
                             const char *what) {
@@ -199,7 +201,7 @@ static void check_gemm_call(const pe_kernels *ref, const pe_kernels *neon, const
         for (int r = 0; r < PE_PACK_ROWS; r++) {
             const float g_ref = s_ref[j * TILE_BS + r], g_neon = s_neon[j * TILE_BS + r];
             float dot;
-            ref->type[l->type].vec_dot(n, &dot, w + (size_t)r * bw, (const uint8_t *)a + (size_t)j * ba);
+            neon->type[l->type].vec_dot(n, &dot, w + (size_t)r * bw, (const uint8_t *)a + (size_t)j * ba);
             gemm_elements++;
             gemm_informative += isfinite(g_ref) && g_ref != 0;
             CHECK(memcmp(&g_ref, &g_neon, sizeof g_ref) == 0,

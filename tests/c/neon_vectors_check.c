@@ -16,8 +16,9 @@
 #include <string.h>
 
 #include "internal.h"
+#include "iquants.h"
 
-enum { QUANTIZE = 1, TO_FLOAT = 2, VEC_DOT = 3 };
+enum { QUANTIZE = 1, TO_FLOAT = 2, VEC_DOT = 3, GRID = 4 };
 
 typedef struct { uint64_t len; uint8_t *bytes; } part;
 
@@ -91,10 +92,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: not a vectors file\n", argv[1]);
         return 2;
     }
-    pe_kernels neon;
-    memset(&neon, 0, sizeof neon);
+    /* the reference's fill makes the sign tables the lattice kernels share,
+     * as the engine's start-up does before the NEON fills; its kernels are
+     * not used */
+    static pe_kernels ref, neon;
+    pe_fill_ref_iquants(&ref);
     PE_NEON_NAME(pe_fill_neon_legacy)(&neon);
     PE_NEON_NAME(pe_fill_neon_kquants)(&neon);
+    PE_NEON_NAME(pe_fill_neon_iquants)(&neon);
 
     int records = 0, failures = 0, per_type[PE_TYPE_COUNT][4] = {{0}};
     for (;;) {
@@ -103,12 +108,17 @@ int main(int argc, char **argv) {
         if (fread(head, sizeof head, 1, f) != 1) break;
         part p[3];
         if (fread(&n, sizeof n, 1, f) != 1 || !read_part(f, &p[0]) || !read_part(f, &p[1]) || !read_part(f, &p[2]) ||
-            head[1] >= PE_TYPE_COUNT || head[0] < QUANTIZE || head[0] > VEC_DOT) {
+            head[1] >= PE_TYPE_COUNT || head[0] < QUANTIZE || head[0] > GRID) {
             fprintf(stderr, "%s: truncated or bad record %d\n", argv[1], records);
             return 2;
         }
         records++;
-        if (!run_record(&neon, head[0], head[1], n, p, &p[2])) {
+        if (head[0] == GRID) {   /* the lattice grids, before the records that use them */
+            if (pe_iq_grid_set((int)head[1], p[0].bytes, p[0].len) != 0) {
+                fprintf(stderr, "grid %u: %s\n", head[1], pe_last_error());
+                return 2;
+            }
+        } else if (!run_record(&neon, head[0], head[1], n, p, &p[2])) {
             failures++;
             per_type[head[1]][head[0]]++;
         }
