@@ -67,7 +67,9 @@ def activations(rng: np.random.Generator, n: int, kind: int) -> np.ndarray:
     """Floats to quantize: gaussian; with spikes; halves and integers (ties
     of the rounding once scaled by 127 / amax = 1); tiny and huge values;
     a few nonzero; products with the scale that round to a tie as floats
-    while the exact product is no tie (a fused multiply would differ)."""
+    while the exact product is no tie (a fused multiply would differ);
+    gaussian with infinities and NaNs (a quiet one and one with a payload)
+    here and there."""
     if kind == 0:
         x = rng.standard_normal(n)
     elif kind == 1:
@@ -83,8 +85,14 @@ def activations(rng: np.random.Generator, n: int, kind: int) -> np.ndarray:
     elif kind == 5:
         x = np.zeros(n)
         x[rng.integers(0, n, 3)] = rng.standard_normal(3)
-    else:
+    elif kind == 6:
         x = near_ties(rng, n)
+    else:
+        x = rng.standard_normal(n).astype(np.float32)
+        odd = np.array([np.inf, -np.inf, np.nan, np.uint32(0x7FA00001).view(np.float32),
+                        np.uint32(0xFFC00000).view(np.float32)], np.float32)
+        at = rng.integers(0, n, max(1, n // 100))
+        x[at] = rng.choice(odd, at.size)
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
@@ -177,7 +185,7 @@ def write_records(c, rng: np.random.Generator, out: Writer) -> int:
 
     for t in NEON_QUANTIZE:
         for n in lengths(c, Q8_K if t == Q8_K else Q8_0):
-            rows = [activations(rng, n, kind) for kind in range(7)]
+            rows = [activations(rng, n, kind) for kind in range(8)]
             if t in (F16, BF16):
                 rows.append(specials(rng, n))
             for x in rows:
@@ -197,15 +205,22 @@ def write_records(c, rng: np.random.Generator, out: Writer) -> int:
     for t in NEON_VEC_DOT:
         partner = c.vec_dot_type(t)
         for n in lengths(c, t):
-            for case in range(4):
+            # weights: quantized (where the reference quantizes the type), random
+            # with moderate scales, random with any finite scales (infinities
+            # and NaNs in the sums); activations of several kinds, with NaNs
+            # but for Q8_0 partners: x86 quantizes a NaN to -128, and its
+            # products of -128 with signed codes wrap (sign_epi8) or saturate
+            # (maddubs), an edge the NEON kernels do not copy (it would cost
+            # every block)
+            for case in range(5 if partner != Q8_0 else 4):
                 if t in (F32, F16, BF16):
                     w, a = float_row(rng, t, n), float_row(rng, t, n)
                 else:
                     if case == 0 and t not in LATTICE:
                         w = c.quantize(t, activations(rng, n, 0))
                     else:
-                        w = random_blocks(rng, c, t, n, True)
-                    a = c.quantize(partner, activations(rng, n, (0, 1, 2, 4)[case]), reference=False)
+                        w = random_blocks(rng, c, t, n, case < 4)
+                    a = c.quantize(partner, activations(rng, n, (0, 1, 2, 4, 7)[case]), reference=False)
                 s = np.float32(c.vec_dot_blocks(t, w, a, n))
                 out.record(VEC_DOT, t, n, w.tobytes(), a.tobytes(), s.tobytes())
     return out.count

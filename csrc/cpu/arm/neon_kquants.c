@@ -77,9 +77,13 @@ static inline void widen8(int16x8_t v, int32x4_t *lo, int32x4_t *hi) {
 
 static float absmax_256(const float *x) {
     float32x4_t m = vdupq_n_f32(0);
-    /* maxnm returns the number when the other operand is NaN: NaNs are skipped */
-    for (int v = 0; v < QK_K / 4; v++) m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(x + 4 * v)));
-    return vmaxnmvq_f32(m);
+    /* |x| > m is false for NaN: NaNs, signaling ones too (where maxnm would
+     * give NaN), are skipped as x86's max_ps(|x|, m) skips them */
+    for (int v = 0; v < QK_K / 4; v++) {
+        const float32x4_t ax = vabsq_f32(vld1q_f32(x + 4 * v));
+        m = vbslq_f32(vcgtq_f32(ax, m), ax, m);
+    }
+    return vmaxvq_f32(m);
 }
 
 static int first_absmax(const float *x, float amax) {
@@ -91,13 +95,14 @@ static int first_absmax(const float *x, float amax) {
     return 0;
 }
 
-/* pe_nearest_int on 4 lanes then min(v, 127); the product stays a rounded float */
+/* pe_nearest_int on 4 lanes then min(v, 127); the product stays a rounded
+ * float; NaN gives 0, as x86's cvtps (INT_MIN, whose low byte is 0) */
 static inline int32x4_t round_lanes(float32x4_t x, float32x4_t scale) {
     float32x4_t v = vmulq_f32(x, scale);
     PE_NO_FUSE(v);
     const int32x4_t bits = vreinterpretq_s32_f32(vaddq_f32(v, vdupq_n_f32(12582912.f)));
     const int32x4_t i = vsubq_s32(vandq_s32(bits, vdupq_n_s32(0x007fffff)), vdupq_n_s32(0x00400000));
-    return vminq_s32(i, vdupq_n_s32(127));
+    return vandq_s32(vminq_s32(i, vdupq_n_s32(127)), vreinterpretq_s32_u32(vceqq_f32(v, v)));
 }
 
 static void quantize_q8_K(const float *x, void *vy, int64_t n) {

@@ -172,21 +172,32 @@ DEFINE_TO_FLOAT(dequantize_q8_0, block_q8_0, codes_q8_0, 0)
 
 /* ---- activation quantizers ---------------------------------------------------------- */
 
-/* One block of 32 floats as x86 quantizes it: codes = x * (127 / amax)
- * rounded half to even (the FPCR default, vcvtnq), to q; returns
- * d = amax / 127. */
+/* x86's max_ps: a where a > b, else b (b when either is NaN) */
+static inline float32x4_t x86_max(float32x4_t a, float32x4_t b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
+
+/* x86's cvtps: round half to even (the FPCR default), INT_MIN for NaN */
+static inline int32x4_t x86_cvt(float32x4_t v) {
+    return vbslq_s32(vceqq_f32(v, v), vcvtnq_s32_f32(v), vdupq_n_s32(INT32_MIN));
+}
+
+/* One block of 32 floats as x86 quantizes it: amax by x86's max order (NaNs
+ * land where its max_ps puts them), codes = x * (127 / amax) rounded half to
+ * even, saturated to bytes, to q; *sum adds the int32 codes before the
+ * saturation, as x86 does; returns d = amax / 127. */
 static inline float quantize_block_q8(const float *x, int8_t *q, int *sum) {
-    float32x4_t v[8], amax = vdupq_n_f32(0.0f);
+    float32x4_t v[8], amax[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
     for (int k = 0; k < 8; k++) {
         v[k] = vld1q_f32(x + 4 * k);
-        amax = vmaxq_f32(amax, vabsq_f32(v[k]));
+        amax[k & 1] = x86_max(amax[k & 1], vabsq_f32(v[k]));
     }
-    const float max_abs = vmaxvq_f32(amax);
+    const float32x4_t m4 = x86_max(amax[0], amax[1]);
+    const float32x2_t m2 = vget_low_f32(x86_max(m4, vcombine_f32(vget_high_f32(m4), vget_high_f32(m4))));
+    const float max_abs = vgetq_lane_f32(x86_max(vdupq_n_f32(vget_lane_f32(m2, 0)), vdupq_n_f32(vget_lane_f32(m2, 1))), 0);
     const float mul = max_abs != 0.0f ? 127.0f / max_abs : 0.0f;
     int32x4_t total = vdupq_n_s32(0);
     for (int k = 0; k < 8; k += 2) {
-        const int32x4_t q0 = vcvtnq_s32_f32(vmulq_n_f32(v[k], mul));
-        const int32x4_t q1 = vcvtnq_s32_f32(vmulq_n_f32(v[k + 1], mul));
+        const int32x4_t q0 = x86_cvt(vmulq_n_f32(v[k], mul));
+        const int32x4_t q1 = x86_cvt(vmulq_n_f32(v[k + 1], mul));
         total = vaddq_s32(total, vaddq_s32(q0, q1));
         vst1_s8(q + 4 * k, vqmovn_s16(vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1))));
     }
