@@ -50,15 +50,18 @@ static inline void scale8(const int32x4_t p[8], int32x4_t s0, int32x4_t s1, int3
     out[1] = odd;
 }
 
-/* sum_j sc[j] * p_j over 8 runs of 32 (p[2j]: its first 16, p[2j + 1]: the
- * second): x86's 8 lanes as out[0], out[1] */
-static inline void scale8x32(const int32x4_t p[16], const int32_t sc[8], int32x4_t out[2]) {
-    out[0] = vmulq_n_s32(p[0], sc[0]);
-    out[1] = vmulq_n_s32(p[1], sc[0]);
-    for (int j = 1; j < 8; j++) {
-        out[0] = vmlaq_n_s32(out[0], p[2 * j], sc[j]);
-        out[1] = vmlaq_n_s32(out[1], p[2 * j + 1], sc[j]);
-    }
+/* sum_j s_j * p_j over 8 runs of 32 (p[2j]: its first 16, p[2j + 1]: the
+ * second), the scales in lanes of s0 (0..3), s1 (4..7): x86's 8 lanes as
+ * out[0], out[1] (multiplies by lane, no broadcasts) */
+static inline void scale8x32(const int32x4_t p[16], int32x4_t s0, int32x4_t s1, int32x4_t out[2]) {
+#define PE_SCALE_RUN(J, S, L)                                  \
+    out[0] = vmlaq_laneq_s32(out[0], p[2 * (J)], S, L);        \
+    out[1] = vmlaq_laneq_s32(out[1], p[2 * (J) + 1], S, L);
+    out[0] = vmulq_laneq_s32(p[0], s0, 0);
+    out[1] = vmulq_laneq_s32(p[1], s0, 0);
+    PE_SCALE_RUN(1, s0, 1) PE_SCALE_RUN(2, s0, 2) PE_SCALE_RUN(3, s0, 3)
+    PE_SCALE_RUN(4, s1, 0) PE_SCALE_RUN(5, s1, 1) PE_SCALE_RUN(6, s1, 2) PE_SCALE_RUN(7, s1, 3)
+#undef PE_SCALE_RUN
 }
 
 /* x86's float step acc = fma(d, lanes, acc) on the 8 lanes */
@@ -220,15 +223,19 @@ static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
 
 /* ---- Q4_K / Q5_K ----------------------------------------------------------------- */
 
-/* The eight scales and sum_j min_j * (bsum_2j + bsum_2j+1) in lanes. */
-static inline int32x4_t k4_scales(const uint8_t *packed, const int16_t *bsums, int32_t scales[8]) {
+/* one sub-block of 32: two runs of 16 levels, their lanes added (where only
+ * the whole sum counts) */
+static inline int32x4_t dot_sub32(uint8x16_t q0, uint8x16_t q1, const int8_t *y) {
+    return dot16(dot16(vdupq_n_s32(0), s8(q0), vld1q_s8(y)), s8(q1), vld1q_s8(y + 16));
+}
+
+/* The eight scales as int32 lanes and sum_j min_j * (bsum_2j + bsum_2j+1) in lanes. */
+static inline int32x4_t k4_scales(const uint8_t *packed, const int16_t *bsums, int32x4_t *s0, int32x4_t *s1) {
     uint32_t sc[2], mn[2];
     pe_k4_unpack_words(packed, sc, mn);
     const uint8x8_t scv = vcreate_u8((uint64_t)sc[0] | ((uint64_t)sc[1] << 32));
     const uint8x8_t mnv = vcreate_u8((uint64_t)mn[0] | ((uint64_t)mn[1] << 32));
-    const uint16x8_t s16 = vmovl_u8(scv);
-    vst1q_s32(scales, vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(s16))));
-    vst1q_s32(scales + 4, vreinterpretq_s32_u32(vmovl_high_u16(s16)));
+    widen8(vreinterpretq_s16_u16(vmovl_u8(scv)), s0, s1);
     const int16x8_t pairs = vpaddq_s16(vld1q_s16(bsums), vld1q_s16(bsums + 8));
     const int16x8_t m16 = vreinterpretq_s16_u16(vmovl_u8(mnv));
     return vmlal_high_s16(vmull_s16(vget_low_s16(m16), vget_low_s16(pairs)), m16, pairs);
@@ -245,19 +252,17 @@ static void vec_dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
     float whole = 0.0f, whole_mins = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = f16(x[i].d) * a[i].d, dmin = f16(x[i].dmin) * a[i].d;
-        int32_t sc[8];
-        const int32x4_t msum = k4_scales(x[i].scales, a[i].bsums, sc);
-        int32x4_t p[16], lanes[2];
+        int32x4_t s0, s1;
+        const int32x4_t msum = k4_scales(x[i].scales, a[i].bsums, &s0, &s1);
+        /* only the whole sum counts: each sub-block's 32 products in one vector */
+        int32x4_t p[8], total[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
         for (int j = 0; j < 4; j++) {
             const uint8x16_t q0 = vld1q_u8(x[i].qs + 32 * j), q1 = vld1q_u8(x[i].qs + 32 * j + 16);
-            const int8_t *y = a[i].qs + 64 * j;
-            p[4 * j] = dot_sub16(vandq_u8(q0, m4), y);
-            p[4 * j + 1] = dot_sub16(vandq_u8(q1, m4), y + 16);
-            p[4 * j + 2] = dot_sub16(vshrq_n_u8(q0, 4), y + 32);
-            p[4 * j + 3] = dot_sub16(vshrq_n_u8(q1, 4), y + 48);
+            p[2 * j] = dot_sub32(vandq_u8(q0, m4), vandq_u8(q1, m4), a[i].qs + 64 * j);
+            p[2 * j + 1] = dot_sub32(vshrq_n_u8(q0, 4), vshrq_n_u8(q1, 4), a[i].qs + 64 * j + 32);
         }
-        scale8x32(p, sc, lanes);
-        whole = fmaf((float)vaddvq_s32(vaddq_s32(lanes[0], lanes[1])), d, whole);
+        scale8(p, s0, s1, total);
+        whole = fmaf((float)vaddvq_s32(vaddq_s32(total[0], total[1])), d, whole);
         whole_mins = fmaf((float)vaddvq_s32(msum), dmin, whole_mins);
     }
     *s = 0.0f + (whole - whole_mins);
@@ -275,8 +280,8 @@ static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
     float chain = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = a[i].d * f16(x[i].d), dmin = -a[i].d * f16(x[i].dmin);
-        int32_t sc[8];
-        const int32x4_t msum = k4_scales(x[i].scales, a[i].bsums, sc);
+        int32x4_t s0, s1;
+        const int32x4_t msum = k4_scales(x[i].scales, a[i].bsums, &s0, &s1);
         uint8x16_t h0 = vld1q_u8(x[i].qh), h1 = vld1q_u8(x[i].qh + 16);
         int32x4_t p[16], lanes[2];
         for (int j = 0; j < 4; j++) {
@@ -290,7 +295,7 @@ static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
             h0 = vshrq_n_u8(h0, 2);
             h1 = vshrq_n_u8(h1, 2);
         }
-        scale8x32(p, sc, lanes);
+        scale8x32(p, s0, s1, lanes);
         fma8(acc, lanes, d);
         chain += dmin * (float)vaddvq_s32(msum);
     }
@@ -386,7 +391,7 @@ static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) 
         for (int ib = 0; ib < 8; ib++) sc[ib] = pe_iq4xs_scale(&x[i], ib);
         int32x4_t p[16], lanes[2];
         for (int ib = 0; ib < 8; ib++) iq4_dot32(x[i].qs + 16 * ib, grid, a[i].qs + 32 * ib, p + 2 * ib);
-        scale8x32(p, sc, lanes);
+        scale8x32(p, vld1q_s32(sc), vld1q_s32(sc + 4), lanes);
         fma8(acc, lanes, a[i].d * f16(x[i].d));
     }
     *s = neon_sum8(acc[0], acc[1]);
