@@ -29,17 +29,16 @@ static inline int8x16_t s8(uint8x16_t v) { return vreinterpretq_s8_u8(v); }
  * i + 2, then the last two */
 static inline float neon_sum8(float32x4_t lo, float32x4_t hi) {
     const float32x4_t v = vaddq_f32(hi, lo);
-    return vpadds_f32(vadd_f32(vget_low_f32(v), vget_high_f32(v)));
+    const float32x2_t h = vadd_f32(vget_low_f32(v), vget_high_f32(v));
+    return vget_lane_f32(h, 0) + vget_lane_f32(h, 1);
 }
-
-/* x86_sum_ps4 of 4 lanes */
-static inline float neon_sum4(float32x4_t v) { return vpadds_f32(vadd_f32(vget_low_f32(v), vget_high_f32(v))); }
 
 /* lanes i and i + 4, then two horizontal adds: neighbours, then the two
  * pair sums (the x86 float dot products' hadd8) */
 static inline float neon_hadd8(float32x4_t lo, float32x4_t hi) {
     const float32x4_t v = vaddq_f32(lo, hi);
-    return vpadds_f32(vpadd_f32(vget_low_f32(v), vget_high_f32(v)));
+    const float32x2_t h = vpadd_f32(vget_low_f32(v), vget_high_f32(v));
+    return vget_lane_f32(h, 0) + vget_lane_f32(h, 1);
 }
 
 /* The 8 int32 lanes m[2t] * b[2t] + m[2t + 1] * b[2t + 1] of 16 int16

@@ -8,7 +8,9 @@
  * multiply-accumulate by the sub-block's scale (a vector lane) adds them to
  * the super-block's lanes.  The float steps are x86's, per type (see
  * avx2_kquants.c and x86_gemm_kquants.h): the same products, fused
- * multiply-adds and reductions, on the 8 lanes held as two float32x4. */
+ * multiply-adds and reductions, on the 8 lanes held as two float32x4.
+ * IQ4_NL shares neon_legacy.c's one edge off x86's bits: Q8_0 activations
+ * of -128 (a NaN quantized by x86's rule). */
 #include <math.h>
 
 #include "internal.h"
@@ -66,8 +68,8 @@ static inline void scale8x32(const int32x4_t p[16], int32x4_t s0, int32x4_t s1, 
 
 /* x86's float step acc = fma(d, lanes, acc) on the 8 lanes */
 static inline void fma8(float32x4_t acc[2], const int32x4_t lanes[2], float d) {
-    acc[0] = vfmaq_n_f32(acc[0], vcvtq_f32_s32(lanes[0]), d);
-    acc[1] = vfmaq_n_f32(acc[1], vcvtq_f32_s32(lanes[1]), d);
+    acc[0] = vfmaq_f32(acc[0], vcvtq_f32_s32(lanes[0]), vdupq_n_f32(d));
+    acc[1] = vfmaq_f32(acc[1], vcvtq_f32_s32(lanes[1]), vdupq_n_f32(d));
 }
 
 /* 8 signed 16-bit values as two int32 vectors */

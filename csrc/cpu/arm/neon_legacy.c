@@ -10,7 +10,11 @@
  * (lane t: elements 4t..4t+3), as two int32x4, and multiply-add them into
  * x86's one 8-lane float chain, held as two float32x4; two blocks'
  * f16 scales convert in one instruction.
- */
+ *
+ * One edge is not x86's: a NaN activation quantizes to -128 (x86's cvtps),
+ * and x86's products of -128 with negative codes wrap (sign_epi8) where
+ * sdot's do not, so such a row's dots differ (copying that would cost every
+ * block; the row is garbage either way). */
 #include "blocks.h"
 #include "internal.h"
 
@@ -98,12 +102,11 @@ static inline codes32 codes_q8_0(const block_q8_0 *b) {
 /* x86's per-block step: lane t of the codes' products with the activations
  * (elements 4t..4t+3) to float, acc = fma(dw * da, lanes, acc), the 8
  * lanes in [acc[0] | acc[1]] */
-static inline void block_step(float32x4_t acc[2], codes32 w, const int8_t *a, float32x4_t sc, int lane) {
-    const int32x4_t lo = dot16(vdupq_n_s32(0), w.lo, vld1q_s8(a));
-    const int32x4_t hi = dot16(vdupq_n_s32(0), w.hi, vld1q_s8(a + 16));
-    const float d = lane ? vgetq_lane_f32(sc, 2) : vgetq_lane_f32(sc, 0);
-    acc[0] = vfmaq_n_f32(acc[0], vcvtq_f32_s32(lo), d);
-    acc[1] = vfmaq_n_f32(acc[1], vcvtq_f32_s32(hi), d);
+static inline void block_step(float32x4_t acc[2], codes32 w, const int8_t *a, float32x4_t sc, int second) {
+    const float32x4_t lo = vcvtq_f32_s32(dot16(vdupq_n_s32(0), w.lo, vld1q_s8(a)));
+    const float32x4_t hi = vcvtq_f32_s32(dot16(vdupq_n_s32(0), w.hi, vld1q_s8(a + 16)));
+    acc[0] = second ? vfmaq_laneq_f32(acc[0], lo, sc, 2) : vfmaq_laneq_f32(acc[0], lo, sc, 0);
+    acc[1] = second ? vfmaq_laneq_f32(acc[1], hi, sc, 2) : vfmaq_laneq_f32(acc[1], hi, sc, 0);
 }
 
 /* The _1 types' min terms run as one float chain, mins + mw * sa, each
@@ -278,21 +281,27 @@ static void bf16_from_float(const float *x, void *vy, int64_t n) {
 }
 
 /* Float dot products as x86's: four 8-lane accumulators over 32 elements
- * (here acc[2j], acc[2j + 1] for x86's acc_j), acc_j = fma(x, y, acc_j),
+ * (here a[2j], a[2j + 1] for x86's acc_j), acc_j = fma(x, y, acc_j),
  * folded (acc0 + acc2) + (acc1 + acc3) and reduced by REDUCE8 (F32 F16:
  * hadd8's order, BF16: x86_sum_ps8's); elements past the last 32 add in
  * double, each product rounded to float first. */
 #define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD4, SCALAR, REDUCE8)                                    \
     static void NAME(int64_t n, float *s, const void *vw, const void *va) {                     \
         const ELEM *x = vw, *y = va;                                                             \
-        float32x4_t acc[8];                                                                      \
-        for (int k = 0; k < 8; k++) acc[k] = vdupq_n_f32(0.0f);                                  \
+        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0; \
         int64_t i = 0;                                                                           \
-        for (; i + 32 <= n; i += 32)                                                             \
-            for (int k = 0; k < 8; k++)                                                          \
-                acc[k] = vfmaq_f32(acc[k], LOAD4(x + i + 4 * k), LOAD4(y + i + 4 * k));          \
-        const float32x4_t lo = vaddq_f32(vaddq_f32(acc[0], acc[4]), vaddq_f32(acc[2], acc[6]));  \
-        const float32x4_t hi = vaddq_f32(vaddq_f32(acc[1], acc[5]), vaddq_f32(acc[3], acc[7]));  \
+        for (; i + 32 <= n; i += 32) {   /* spelt out: kept in registers at any -O */           \
+            a0 = vfmaq_f32(a0, LOAD4(x + i), LOAD4(y + i));                                      \
+            a1 = vfmaq_f32(a1, LOAD4(x + i + 4), LOAD4(y + i + 4));                              \
+            a2 = vfmaq_f32(a2, LOAD4(x + i + 8), LOAD4(y + i + 8));                              \
+            a3 = vfmaq_f32(a3, LOAD4(x + i + 12), LOAD4(y + i + 12));                            \
+            a4 = vfmaq_f32(a4, LOAD4(x + i + 16), LOAD4(y + i + 16));                            \
+            a5 = vfmaq_f32(a5, LOAD4(x + i + 20), LOAD4(y + i + 20));                            \
+            a6 = vfmaq_f32(a6, LOAD4(x + i + 24), LOAD4(y + i + 24));                            \
+            a7 = vfmaq_f32(a7, LOAD4(x + i + 28), LOAD4(y + i + 28));                            \
+        }                                                                                        \
+        const float32x4_t lo = vaddq_f32(vaddq_f32(a0, a4), vaddq_f32(a2, a6));                  \
+        const float32x4_t hi = vaddq_f32(vaddq_f32(a1, a5), vaddq_f32(a3, a7));                  \
         double sum = REDUCE8(lo, hi);                                                            \
         for (; i < n; i++) sum += (double)(SCALAR(x[i]) * SCALAR(y[i]));                         \
         *s = (float)sum;                                                                         \
