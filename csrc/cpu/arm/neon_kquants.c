@@ -78,7 +78,7 @@ static inline void widen8(int16x8_t v, int32x4_t *lo, int32x4_t *hi) {
     *hi = vmovl_high_s16(v);
 }
 
-/* ---- Q8_K: quantize the activations (bit-exact with the reference) ------------- */
+/* ---- Q8_K: quantize the activations (x86's bits, NaN and infinity included) -- */
 
 static float absmax_256(const float *x) {
     float32x4_t m = vdupq_n_f32(0);
