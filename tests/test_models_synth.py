@@ -303,7 +303,7 @@ def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
 
     shifted = run(tokens)
     before = keys(shifted, np.arange(keep + drop, n))
-    shifted.shift(0, keep, drop, KeyRotator(model, backend()))
+    shifted.shift(0, keep, drop, KeyRotator(model, backend(), n_ctx_seq=n_cells))
     kept = np.r_[tokens[:keep], tokens[keep + drop:]]
     fresh = run(kept)
     got = keys(shifted, shifted.layer_group[0].cells.cells_of(0))
