@@ -70,8 +70,10 @@ class Phi3(common.Decoder):
     def shift_keys(self, ctx: Context, k: Tensor, positions: Tensor, layer: int,
                    n_ctx_seq: int | None = None) -> Tensor:
         """The factors the forward pass used, and no attn_factor, which the keys already carry."""
-        if n_ctx_seq is None and self.rope_factors(1) is not self.rope_factors(1 << 30):
-            raise ModelError("re-roping Phi-3's keys needs the context per sequence: its LongRoPE "
-                             "factors depend on it")
-        ff = self.chosen_factors(ctx, n_ctx_seq or 1)
+        if n_ctx_seq is None:
+            if self.rope_factors_short is not self.rope_factors_long:
+                raise ModelError("re-roping Phi-3's keys needs the context per sequence: its LongRoPE "
+                                 "factors depend on it")
+            n_ctx_seq = self.cfg.n_ctx_orig   # (no factors: any context ropes alike)
+        ff = self.chosen_factors(ctx, n_ctx_seq)
         return self.cfg.rotation_only().layer_rope(ctx, k, positions, layer, ff)
