@@ -255,13 +255,13 @@ class LLM:
 
     def chat(self, messages, tools=None, format=None, think=None, stream=False, **options):
         """Ollama-style chat: the model's template, reasoning and tool-call parsing."""
-        from pyengine.chat.session import chat
+        from pyengine.session import chat
 
         return chat(self, messages, tools=tools, format=format, think=think, stream=stream, **options)
 
     def create_chat_completion(self, messages, **kwargs):
         """OpenAI-style chat completion (llama-cpp-python's method of the same name)."""
-        from pyengine.chat.session import create_chat_completion
+        from pyengine.session import create_chat_completion
 
         return create_chat_completion(self, messages, **kwargs)
 

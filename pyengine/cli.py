@@ -290,7 +290,7 @@ def _cmd_run(args) -> int:
         return _chat_loop(args, llm, path)
     stop = None
     if not args.raw:
-        from pyengine.chat.session import prepare_chat
+        from pyengine.session import prepare_chat
 
         prepared = prepare_chat(llm, [{"role": "user", "content": prompt}])
         prompt, stop = prepared.ids, list(prepared.stops) or None   # the fallback template's tags

@@ -145,7 +145,7 @@ class ChatRepl:
         return system + self.history + [{"role": "user", "content": text}]
 
     def reply(self, text: str) -> None:
-        from pyengine.chat.session import chat
+        from pyengine.session import chat
 
         stream = None
         content: list[str] = []

@@ -6,25 +6,44 @@ from __future__ import annotations
 import collections
 import numbers
 import os
+from dataclasses import dataclass
 
 from pyengine.chat.renderers import file_renderer
 from pyengine.gguf import GGUFFile
 
 
+@dataclass(frozen=True)
+class Header:
+    """A GGUF file's metadata and tensor descriptions (no tensor data is read)."""
+
+    metadata: dict
+    tensors: list
+
+    @property
+    def n_params(self) -> int:
+        return sum(t.n_elements for t in self.tensors)
+
+    def type_counts(self) -> collections.Counter:
+        """Tensors per block type name."""
+        return collections.Counter(t.type_name for t in self.tensors)
+
+
+def read_header(path) -> Header:
+    with GGUFFile(path) as gguf:
+        return Header(dict(gguf.metadata), list(gguf.tensors.values()))
+
+
 def model_summary(path) -> list[tuple[str, str]]:
     """(label, value) rows describing a GGUF file, read from its header only."""
-    with GGUFFile(path) as gguf:
-        meta = dict(gguf.metadata)
-        tensors = list(gguf.tensors.values())
+    header = read_header(path)
+    meta, tensors = header.metadata, header.tensors
     # Read leniently: show should describe a file even when it lacks keys a model needs.
     arch = meta.get("general.architecture")
 
     def hparam(name: str) -> str:
         return format_value(meta.get(f"{arch}.{name}"))
 
-    n_params = sum(t.n_elements for t in tensors)
-    type_counts = collections.Counter(t.type_name for t in tensors)
-    types = ", ".join(f"{name} x{count}" for name, count in type_counts.most_common())
+    types = ", ".join(f"{name} x{count}" for name, count in header.type_counts().most_common())
     tokens = meta.get("tokenizer.ggml.tokens")
     tokenizer = format_value(meta.get("tokenizer.ggml.model"))
     if meta.get("tokenizer.ggml.pre") is not None:
@@ -36,7 +55,7 @@ def model_summary(path) -> list[tuple[str, str]]:
     rows = [
         ("name", format_value(meta.get("general.name"))),
         ("architecture", format_value(arch)),
-        ("parameters", human_count(n_params)),
+        ("parameters", human_count(header.n_params)),
         ("context length", hparam("context_length")),
         ("embedding length", hparam("embedding_length")),
         ("feed-forward length", hparam("feed_forward_length")),
@@ -101,4 +120,4 @@ def human_count(n: int) -> str:
     return str(n)
 
 
-__all__ = ["format_value", "human_bytes", "human_count", "model_summary"]
+__all__ = ["Header", "format_value", "human_bytes", "human_count", "model_summary", "read_header"]

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import uvicorn
 
 from pyengine.chat.parsers import Delta
-from pyengine.chat.session import ChatPiece, ChatResult
 from pyengine.server import ServerConfig, create_app
+from pyengine.session import ChatPiece, ChatResult
 
 
 @dataclass

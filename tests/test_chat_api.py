@@ -1,4 +1,4 @@
-"""The chat API (pyengine.chat.session): rendering, generation, parsing and the
+"""The chat API (pyengine.session): rendering, generation, parsing and the
 Ollama/OpenAI shapes, on the real SmolLM2 and on scripted generations."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pyengine.chat import session
-from pyengine.chat.generation import TextChunk
+from pyengine import session
 from pyengine.chat.messages import normalize_messages, normalize_tools
 from pyengine.chat.shapes import OllamaShaper, OpenAIChatShaper
 from pyengine.errors import ContextLengthError, InvalidOptionError, UnsupportedError
+from pyengine.generation import TextChunk
 from pyengine.runner.sequence import Completion
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

@@ -24,7 +24,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from pyengine.chat.parsers import Delta
-from pyengine.chat.session import ChatPiece, ChatResult
+from pyengine.session import ChatPiece, ChatResult
 from pyengine.errors import ModelError
 from pyengine.server import ServerConfig
 from server_support import FakeAdapter, fake_loader, running_server, wait_for

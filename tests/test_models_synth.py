@@ -35,9 +35,10 @@ from conftest import available_isas, forced_isa
 from model_parity import (DATA, EXACT_ISA, EXACT_TOP10, CaseRun, compare, golden, load, prompt_logits, rewrite,
                           run_case)
 from model_reference import Reference
+from pyengine.errors import ModelError
 from pyengine.kvcache import KeyRotator, KVCache
 from pyengine.ml.context import Backend
-from pyengine.runner.forward import Forward
+from pyengine.runner.forward import BatchGraph, Forward
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,31 @@ def test_phi3_longrope_factors(tmp_path):
     assert np.abs(ours[48] - runs("phi3-q5_0")[1][1].logits).max() > 0.5
 
 
+def test_phi3_longrope_follows_the_context_per_sequence(tmp_path, monkeypatch):
+    """llama.cpp picks LongRoPE's set by the context one sequence may fill (n_ctx_seq,
+    llama_model::get_rope_factors), not by the cache's size: 4 sequences of up to 48
+    tokens in 192 cells rope with the short set (the original context is 64), as one
+    sequence in 48 cells does.  A graph reads it from its batch (the cache's width
+    when the batch does not say); a shift must be told it."""
+    path = phi3_longrope(tmp_path)
+    model = load(path)
+    assert model.rope_factors(64) is model.rope_factors_short
+    assert model.rope_factors(65) is model.rope_factors_long
+    ids = runs("phi3-q5_0")[0][1]["ids"]                       # 41 tokens
+
+    def logits(n_cells):
+        return prompt_logits(Forward(model, backend(), KVCache(model.cache_layout(), n_cells)), ids)
+
+    lone, wide = logits(48), logits(4 * 48)
+    assert np.abs(lone - wide).max() > 0.5                     # the cache's width: the long set
+    monkeypatch.setattr(BatchGraph, "n_ctx_seq", 48, raising=False)
+    assert np.array_equal(logits(4 * 48), lone)
+    cache = KVCache(model.cache_layout(), 48)
+    Forward(model, backend(), cache)(np.array(ids[:12], np.int32), np.arange(12), np.zeros(12), np.array([11]))
+    with pytest.raises(ModelError, match="context per sequence"):
+        cache.shift(0, 2, 3, KeyRotator(model, backend()))
+
+
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
                                      "mistral3-q8_0",
@@ -303,7 +329,7 @@ def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
 
     shifted = run(tokens)
     before = keys(shifted, np.arange(keep + drop, n))
-    shifted.shift(0, keep, drop, KeyRotator(model, backend()))
+    shifted.shift(0, keep, drop, KeyRotator(model, backend(), n_ctx_seq=n_cells))
     kept = np.r_[tokens[:keep], tokens[keep + drop:]]
     fresh = run(kept)
     got = keys(shifted, shifted.layer_group[0].cells.cells_of(0))

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pyengine.chat import renderers, session
+from pyengine import session
+from pyengine.chat import renderers
 from pyengine.chat.parsers import detect_tool_format
 from pyengine.chat.prompt import model_template
 from pyengine.chat.renderers import BY_NAME, select_renderer

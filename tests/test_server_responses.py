@@ -17,7 +17,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from pyengine.chat.parsers import Delta
 from pyengine.chat.responses import ResponsesShaper
-from pyengine.chat.session import ChatPiece, ChatResult
+from pyengine.session import ChatPiece, ChatResult
 from pyengine.server import ServerConfig
 from pyengine.server.errors import HTTPError
 from pyengine.server.fields import Fields

@@ -1,7 +1,7 @@
 """The JSON shapes replies take: Ollama's (``/api/chat``, ``/api/generate``) and
 OpenAI's (``chat.completion``, ``chat.completion.chunk``, ``text_completion``).
 
-Each shaper turns the events of one :class:`~pyengine.chat.session.ChatStream` into
+Each shaper turns the events of one :class:`~pyengine.session.ChatStream` into
 the dicts its API sends: ``piece``/``chunk`` for a streamed step (None when the step
 shows nothing), and the closing object(s) from the ChatResult.
 """

@@ -6,30 +6,33 @@ The cache hands the rows over as float32 (decoded from F16 or Q8_0), they go
 through a small graph built for the shift (shifts are rare, so the graph is
 not kept) and the cache stores them back in its own type (kvcache/rows.py).
 
-How a layer ropes is the model's business: `model.rope_for_layer(ctx, x,
-positions, layer)` when the model has it, else the config's `layer_rope`
-(per-layer bases), else the config's `rope` with the model's frequency
-factors when it has them -- asked of `cfg.rotation_only()`, since the keys
-already carry the rope's magnitude (attention factor, YaRN's mscale).
+How a layer ropes is the model's business: its `shift_keys` (the model
+protocol, models/common.py) builds the re-rotation of one layer's keys.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from pyengine.errors import ModelError
 from pyengine.ml.context import Backend, Context, Tensor
 
+if TYPE_CHECKING:
+    from pyengine.models.common import CausalLM
+
 
 class KeyRotator:
-    """Callable for KVCache.shift: re-ropes K rows of the given layers by `delta`."""
+    """Callable for KVCache.shift: re-ropes K rows of the given layers by `delta`.
+    n_ctx_seq: the context one sequence may fill, for models whose RoPE depends on
+    it (Phi-3's LongRoPE); the forward graphs must have been built for the same."""
 
-    def __init__(self, model, backend: Backend) -> None:
+    def __init__(self, model: CausalLM, backend: Backend, n_ctx_seq: int | None = None) -> None:
         self.model = model
         self.backend = backend
         self.head_dim = model.cfg.head_dim
+        self.n_ctx_seq = n_ctx_seq
 
     def __call__(self, layers: Sequence[int], rows: Sequence[np.ndarray], delta: int) -> list[np.ndarray]:
         ctx = Context(self.backend)
@@ -44,20 +47,8 @@ class KeyRotator:
             keep += [x, positions]
             heads = ctx.input(x, f"k.{layer}", (self.head_dim, k_dim // self.head_dim, n))
             pos = ctx.input(positions, f"pos.{layer}")
-            out = self._rope(ctx, heads, pos, layer)
+            out = self.model.shift_keys(ctx, heads, pos, layer, self.n_ctx_seq)
             ctx.set_output(out)
             outputs.append(out)
         ctx.compute()
         return [ctx.read(out).reshape(x.shape) for out, x in zip(outputs, rows)]
-
-    def _rope(self, ctx: Context, x: Tensor, positions: Tensor, layer: int) -> Tensor:
-        model, cfg = self.model, self.model.cfg.rotation_only()
-        hook = getattr(model, "rope_for_layer", None)
-        if hook is not None:
-            return hook(ctx, x, positions, layer)
-        factors = getattr(model, "rope_freqs", None)
-        ff = ctx.weight(factors.weight) if factors is not None else None
-        layer_rope = getattr(cfg, "layer_rope", None)
-        if layer_rope is not None:
-            return layer_rope(ctx, x, positions, layer, ff)
-        return cfg.rope(ctx, x, positions, freq_factors=ff)

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pyengine.errors import UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.nn import F32Param
-from pyengine.models import qwen2
+from pyengine.models import common
 from pyengine.models.config import ROPE_NORMAL
 from pyengine.models.registry import register
 
 
 @dataclass(frozen=True)
-class Ernie45Config(qwen2.AttentionConfig):
+class Ernie45Config(common.AttentionConfig):
     ROPE_WHOLE_HEADS = True
 
     @classmethod
@@ -38,9 +38,9 @@ class Ernie45Config(qwen2.AttentionConfig):
 
 @register("ernie4_5")
 @dataclass(eq=False)
-class Ernie45(qwen2.Qwen2):
-    """Qwen2's model and blocks (q/k/v with optional biases, rope asked of the config)
-    with ERNIE's config; `rope_freqs` is not bound (llama.cpp ropes without it)."""
+class Ernie45(common.Decoder):
+    """The shared decoder and blocks (q/k/v with optional biases, rope asked of the
+    config) with ERNIE's config; `rope_freqs` is not bound (llama.cpp ropes without it)."""
 
     Config = Ernie45Config
 

@@ -24,7 +24,7 @@ import numpy as np
 from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
-from pyengine.models import olmo2, qwen2, qwen3
+from pyengine.models import common
 from pyengine.models.binding import blocks, module
 from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
@@ -36,7 +36,7 @@ DEFAULT_PATTERN = 4      # three sliding layers, then a global one
 
 
 @dataclass(frozen=True)
-class Exaone4Config(qwen2.AttentionConfig):
+class Exaone4Config(common.AttentionConfig):
     ROPE_WHOLE_HEADS = True   # (llama.cpp asserts it)
 
     sliding_window: int = 0                # tokens a sliding layer sees (its own included)
@@ -73,7 +73,7 @@ class Exaone4Config(qwen2.AttentionConfig):
                                  f"layer ({n_layer}), got {len(value)} of {value.dtype}")
             return tuple(bool(v) for v in value[:n_layer])
         period = f.get_int(name, DEFAULT_PATTERN)
-        qwen2.check_range(name, period, 0, 1 << 16)
+        common.check_range(name, period, 0, 1 << 16)
         return tuple(period == 0 or i % period < period - 1 for i in range(n_layer))
 
     def __post_init__(self) -> None:
@@ -83,7 +83,7 @@ class Exaone4Config(qwen2.AttentionConfig):
             raise ModelError(f"head_count {self.n_head} x head size {self.head_dim} = {self.q_dim} must equal "
                              f"embedding_length {self.n_embd} in an exaone4 model")
         if self.sliding:
-            qwen2.check_range("attention.sliding_window", self.sliding_window, 1, 1 << 24)
+            common.check_range("attention.sliding_window", self.sliding_window, 1, 1 << 24)
             if len(self.sliding) != self.n_layer:
                 raise ModelError(f"sliding-window pattern has {len(self.sliding)} layers, the model {self.n_layer}")
 
@@ -101,16 +101,16 @@ class Exaone4Config(qwen2.AttentionConfig):
 
 
 @dataclass(eq=False)
-class Block(olmo2.Block):
+class Block(common.PostNormBlock):
     """x + norm(attention(x)), then + norm(mlp(.)); q and k normed per head before RoPE."""
 
-    attn: qwen3.Attention = module()
+    attn: common.HeadNormAttention = module()
 
 
 @register("exaone4")
 @dataclass(eq=False)
-class Exaone4(qwen2.Qwen2):
-    """Llama's model (optional rope_freqs, output tied when missing) with EXAONE 4's
+class Exaone4(common.Decoder):
+    """The shared decoder (optional rope_freqs, output tied when missing) with EXAONE 4's
     blocks; the KV cache takes each layer's window from the config."""
 
     Config = Exaone4Config

@@ -25,11 +25,10 @@ import numpy as np
 
 from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
-from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import Embedding, Linear, RMSNorm
-from pyengine.models import gemma2, phi3, qwen2
-from pyengine.models.binding import Module, blocks, module, tensor
+from pyengine.ml.nn import F32Param, Linear
+from pyengine.models import common
+from pyengine.models.binding import blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX, ROPE_NORMAL
 from pyengine.models.registry import register
 
@@ -37,7 +36,7 @@ QKV_BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_qkv.bias")
 
 
 @dataclass(frozen=True)
-class Glm4Config(qwen2.AttentionConfig):
+class Glm4Config(common.AttentionConfig):
     n_nextn: int = 0    # trailing multi-token-prediction blocks: in the file, not in n_layer, never run
 
     @classmethod
@@ -97,19 +96,11 @@ class Glm4Config(qwen2.AttentionConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        qwen2.check_range("feed_forward_length", self.n_ff, 1, 1 << 20)
-
-    @property
-    def qkv_dim(self) -> int:
-        return self.q_dim + 2 * self.kv_dim
-
-    @property
-    def n_ff_pair(self) -> int:
-        return 2 * self.n_ff
+        common.check_range("feed_forward_length", self.n_ff, 1, 1 << 20)
 
 
 @dataclass(eq=False)
-class Attention(qwen2.SelfAttention):
+class Attention(common.SelfAttention):
     """q, k and v from the fused projection when the file has it, else from three;
     every one with an optional bias."""
 
@@ -119,34 +110,23 @@ class Attention(qwen2.SelfAttention):
     attn_v: Linear | None = tensor("attn_v", optional=True, shape=("n_embd", "kv_dim"))
 
     def project(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        fused = self.attn_qkv is not None   # (the config checked that one form is complete)
-        return (phi3.Attention if fused else qwen2.Attention).project(self, ctx, x)   # [hd, H|Hkv, T], [hd*Hkv, T]
+        if self.attn_qkv is not None:   # (the config checked that one form is complete)
+            return common.project_fused(ctx, self.cfg, self.attn_qkv, x)
+        return common.project_separate(ctx, self.cfg, self.attn_q, self.attn_k, self.attn_v, x)
 
 
 @dataclass(eq=False)
-class Block(gemma2.Block):
-    """x + post_norm(attention(pre_norm(x))), then the same around the MLP (Gemma 2's block)."""
+class Block(common.SandwichBlock):
+    """x + post_norm(attention(pre_norm(x))), then the same around the MLP."""
 
     attn: Attention = module()
-    mlp: phi3.MLP = module()      # down(silu(gate) * up), gate and up from one ffn_up
+    mlp: common.FusedMLP = module()      # down(silu(gate) * up), gate and up from one ffn_up
 
 
 @register("glm4")
 @dataclass(eq=False)
-class Glm4(Module):
+class Glm4(common.Decoder):
     Config = Glm4Config
 
-    token_embd: Embedding = tensor("token_embd", shape=("n_embd", "n_vocab"))
+    rope_freqs: F32Param | None = None           # refused by the config: GLM-4's RoPE takes none
     layers: list[Block] = blocks("blk")          # the config's n_layer: the nextn blocks are left out
-    output_norm: RMSNorm = tensor("output_norm", shape=("n_embd",))
-    output: Linear = tensor("output", alt="token_embd", shape=("n_embd", "n_vocab"))
-
-    def forward(self, ctx: Context, batch) -> Tensor:
-        x = self.token_embd(ctx, batch.tokens)                                     # [n_embd, T]
-        for i, block in enumerate(self.layers):
-            x = block(ctx, x, batch, i)
-        x = ctx.get_rows(x, batch.out_ids)                                         # [n_embd, n_out]
-        return self.output(ctx, self.output_norm(ctx, x, self.cfg.eps))           # [n_vocab, n_out]
-
-    def cache_layout(self) -> list[nn.CacheSpec]:
-        return self.cfg.cache_layout()

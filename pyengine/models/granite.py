@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
-from pyengine.models import llama, qwen2
-from pyengine.models.binding import blocks, module
+from pyengine.models import common
+from pyengine.models.binding import blocks
 from pyengine.models.config import ROPE_NORMAL
 from pyengine.models.registry import register
 
 
 @dataclass(frozen=True)
-class GraniteConfig(qwen2.AttentionConfig):
+class GraniteConfig(common.AttentionConfig):
     embedding_scale: float = 1.0   # multiplies the token embeddings
     residual_scale: float = 1.0    # multiplies attention and MLP outputs before each residual add
     logit_scale: float = 1.0       # divides the logits
@@ -57,34 +57,26 @@ class GraniteConfig(qwen2.AttentionConfig):
         return super().layer_rope(ctx, x, positions, layer, freq_factors) if self.use_rope else x
 
 
-def scaled(ctx: Context, x: Tensor, s: float) -> Tensor:
-    return x if s == 1.0 else ctx.scale(x, s)
-
-
 @dataclass(eq=False)
-class Block(llama.Block):
-    attn: qwen2.Attention = module()     # rope and score scale asked of the config
+class Block(common.PreNormBlock):
+    """Llama's block with the attention and MLP outputs scaled before each residual add."""
 
-    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None) -> Tensor:
+    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, inputs: common.LayerInputs) -> Tensor:
         eps, s = self.cfg.eps, self.cfg.residual_scale
-        h = self.attn(ctx, self.attn_norm(ctx, x, eps), batch, layer, freq_factors)    # [n_embd, T]
-        x = ctx.add(x, scaled(ctx, h, s))
-        return ctx.add(x, scaled(ctx, self.mlp(ctx, self.ffn_norm(ctx, x, eps)), s))
+        h = self.attn(ctx, self.attn_norm(ctx, x, eps), batch, layer, inputs)         # [n_embd, T]
+        x = ctx.add(x, common.scaled(ctx, h, s))
+        return ctx.add(x, common.scaled(ctx, self.mlp(ctx, self.ffn_norm(ctx, x, eps)), s))
 
 
 @register("granite")
 @dataclass(eq=False)
-class Granite(llama.Llama):
+class Granite(common.Decoder):
     Config = GraniteConfig
 
     layers: list[Block] = blocks("blk")
 
-    def forward(self, ctx: Context, batch) -> Tensor:
-        c = self.cfg
-        ff = ctx.weight(self.rope_freqs.weight) if self.rope_freqs else None
-        x = scaled(ctx, self.token_embd(ctx, batch.tokens), c.embedding_scale)       # [n_embd, T]
-        for i, block in enumerate(self.layers):
-            x = block(ctx, x, batch, i, ff)
-        x = ctx.get_rows(x, batch.out_ids)                                         # [n_embd, n_out]
-        logits = self.output(ctx, self.output_norm(ctx, x, c.eps))                 # [n_vocab, n_out]
-        return scaled(ctx, logits, 1.0 / c.logit_scale)
+    def embed(self, ctx: Context, tokens: Tensor) -> Tensor:
+        return common.scaled(ctx, self.token_embd(ctx, tokens), self.cfg.embedding_scale)   # [n_embd, T]
+
+    def head(self, ctx: Context, x: Tensor) -> Tensor:
+        return common.scaled(ctx, self.output(ctx, x), 1.0 / self.cfg.logit_scale)         # [n_vocab, n_out]

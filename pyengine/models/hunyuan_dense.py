@@ -23,17 +23,16 @@ import numpy as np
 
 from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
-from pyengine.ml import nn
 from pyengine.ml.context import F32, Context, Tensor
 from pyengine.ml.nn import F32Param, RMSNorm, Weight
-from pyengine.models import llama, qwen2
+from pyengine.models import common
 from pyengine.models.binding import blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
 
 
 @dataclass(frozen=True)
-class HunyuanDenseConfig(qwen2.AttentionConfig):
+class HunyuanDenseConfig(common.AttentionConfig):
     ROPE_WHOLE_HEADS = True
 
     @classmethod
@@ -57,7 +56,7 @@ class HunyuanDenseConfig(qwen2.AttentionConfig):
 
 
 @dataclass(eq=False)
-class Attention(qwen2.Attention):
+class Attention(common.Attention):
     """q/k/v projections (optional biases), RoPE, then each q and k head RMS-normed."""
 
     attn_q_norm: RMSNorm = tensor("attn_q_norm", shape=("head_dim",))
@@ -76,25 +75,23 @@ class Attention(qwen2.Attention):
         k = ctx.mul(k, ctx.weight(self.k_norm_inverse))                             # the normed head
         return self.attn_k_norm(ctx, c.layer_rope(ctx, k, positions, layer), c.eps)
 
-    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None = None) -> Tensor:
+    def position(self, ctx: Context, q: Tensor, k: Tensor, positions: Tensor, layer: int,
+                 freq_factors: Tensor | None) -> tuple[Tensor, Tensor]:
         c = self.cfg
-        q, k, v = self.project(ctx, x)                                              # [hd, H|Hkv, T], [hd*Hkv, T]
-        q = self.attn_q_norm(ctx, c.layer_rope(ctx, q, batch.positions, layer), c.eps)   # [hd, H, T]
-        k = self.attn_k_norm(ctx, c.layer_rope(ctx, k, batch.positions, layer), c.eps)   # [hd, Hkv, T]
-        o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, -1)), v,
-                         n_head_kv=c.n_head_kv, scale=c.attn_scale)                  # [hd*H, T]
-        return self.attn_output(ctx, o)
+        q = self.attn_q_norm(ctx, c.layer_rope(ctx, q, positions, layer), c.eps)       # [hd, H, T]
+        k = self.attn_k_norm(ctx, c.layer_rope(ctx, k, positions, layer), c.eps)       # [hd, Hkv, T]
+        return q, k
 
 
 @dataclass(eq=False)
-class Block(llama.Block):
+class Block(common.PreNormBlock):
     attn: Attention = module()
 
 
 @register("hunyuan-dense")
 @dataclass(eq=False)
-class HunyuanDense(qwen2.Qwen2):
-    """Qwen2's model with Hunyuan's blocks; `rope_freqs` is not bound (llama.cpp
+class HunyuanDense(common.Decoder):
+    """The shared decoder with Hunyuan's blocks; `rope_freqs` is not bound (llama.cpp
     ropes Hunyuan without frequency factors)."""
 
     Config = HunyuanDenseConfig
@@ -102,6 +99,6 @@ class HunyuanDense(qwen2.Qwen2):
     rope_freqs: F32Param | None = None
     layers: list[Block] = blocks("blk")
 
-    def rope_for_layer(self, ctx: Context, x: Tensor, positions: Tensor, layer: int) -> Tensor:
-        """Rotate cached keys further (a context shift, kvcache/rotate.py)."""
-        return self.layers[layer].attn.rerope(ctx, x, positions, layer)
+    def shift_keys(self, ctx: Context, k: Tensor, positions: Tensor, layer: int,
+                   n_ctx_seq: int | None = None) -> Tensor:
+        return self.layers[layer].attn.rerope(ctx, k, positions, layer)

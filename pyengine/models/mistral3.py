@@ -34,8 +34,7 @@ import numpy as np
 from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
-from pyengine.models import llama
-from pyengine.models.binding import blocks
+from pyengine.models import common
 from pyengine.models.config import F32, ROPE_NORMAL, YARN_BETA_FAST, YARN_BETA_SLOW, yarn_attn_factor
 from pyengine.models.registry import register
 
@@ -54,7 +53,7 @@ def temperature_table(beta: float, floor_scale: int, n: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Mistral3Config(llama.LlamaConfig):
+class Mistral3Config(common.AttentionConfig):
     ROPE_WHOLE_HEADS = True
     temp_scale: float = 0.0                  # attention.temperature_scale (beta); 0 = no temperature
     temp_floor: int = 0                      # positions per temperature step (the original context)
@@ -65,7 +64,8 @@ class Mistral3Config(llama.LlamaConfig):
         if f.get_int(key("expert_count"), 0) > 0:
             raise UnsupportedError(f"{f.path}: mistral3 files with experts (MoE) are not supported yet; "
                                    "only the dense Mistral 3 models run")
-        kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL, eps_default=None)   # q/k permuted: normal layout
+        kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL, eps_default=None,   # q/k permuted: normal layout
+                                  equal_heads=False)   # (checked below, as llama.cpp words it)
         value_dim = f.get_int(key("attention.value_length"), kw["head_dim"])
         if value_dim != kw["head_dim"]:   # llama.cpp asserts equal head sizes for mistral3
             raise ModelError(f"{f.path}: value head size {value_dim} differs from key head size {kw['head_dim']}")
@@ -88,21 +88,10 @@ class Mistral3Config(llama.LlamaConfig):
             raise ModelError(f"attention temperature step {self.temp_floor} is out of range (1..{MAX_CONTEXT})")
 
 
-@dataclass(eq=False)
-class Block(llama.Block):
-    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None,
-                 temperature: Tensor | None = None) -> Tensor:
-        eps = self.cfg.eps
-        x = ctx.add(x, self.attn(ctx, self.attn_norm(ctx, x, eps), batch, layer, freq_factors, temperature))
-        return ctx.add(x, self.mlp(ctx, self.ffn_norm(ctx, x, eps)))
-
-
 @register("mistral3")
 @dataclass(eq=False)
-class Mistral3(llama.Llama):
+class Mistral3(common.Decoder):
     Config = Mistral3Config
-
-    layers: list[Block] = blocks("blk")
 
     def temperature(self, ctx: Context, batch) -> Tensor | None:
         """[1, 1, T] each token's query factor, looked up by its position (None without
@@ -115,11 +104,6 @@ class Mistral3(llama.Llama):
         table = ctx.input(temperature_table(c.temp_scale, c.temp_floor, n), "attn_temp", (1, n))
         return ctx.reshape(ctx.get_rows(table, batch.positions), (1, 1, -1))
 
-    def forward(self, ctx: Context, batch) -> Tensor:
-        ff = ctx.weight(self.rope_freqs.weight) if self.rope_freqs else None
-        temperature = self.temperature(ctx, batch)                                 # [1, 1, T]
-        x = self.token_embd(ctx, batch.tokens)                                     # [n_embd, T]
-        for i, block in enumerate(self.layers):
-            x = block(ctx, x, batch, i, ff, temperature)
-        x = ctx.get_rows(x, batch.out_ids)                                         # [n_embd, n_out]
-        return self.output(ctx, self.output_norm(ctx, x, self.cfg.eps))           # [n_vocab, n_out]
+    def layer_inputs(self, ctx: Context, batch) -> common.LayerInputs:
+        ff = self.freq_factors(ctx)
+        return common.LayerInputs(freq_factors=ff, q_factor=self.temperature(ctx, batch))   # [1, 1, T]

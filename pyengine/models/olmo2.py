@@ -16,14 +16,14 @@ from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import Linear, RMSNorm
-from pyengine.models import llama, qwen2
-from pyengine.models.binding import Module, blocks, module, tensor
+from pyengine.models import common
+from pyengine.models.binding import blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
 
 
 @dataclass(frozen=True)
-class Olmo2Config(qwen2.AttentionConfig):
+class Olmo2Config(common.AttentionConfig):
     ROPE_WHOLE_HEADS = True
 
     @classmethod
@@ -43,7 +43,7 @@ class Olmo2Config(qwen2.AttentionConfig):
 
 
 @dataclass(eq=False)
-class Attention(qwen2.Attention):
+class Attention(common.Attention):
     """q/k/v projections, then q and k each RMS-normed over all of a token's values."""
 
     attn_q_norm: RMSNorm = tensor("attn_q_norm", shape=("q_dim",))
@@ -54,25 +54,17 @@ class Attention(qwen2.Attention):
         q, k, v = nn.linears(ctx, (self.attn_q, self.attn_k, self.attn_v), x)      # [q_dim|kv_dim, T]
         q = self.attn_q_norm(ctx, q, c.eps)                                         # [hd*H, T]
         k = self.attn_k_norm(ctx, k, c.eps)                                         # [hd*Hkv, T]
-        return qwen2.split_heads(ctx, q, c.head_dim), qwen2.split_heads(ctx, k, c.head_dim), v
+        return common.split_heads(ctx, q, c.head_dim), common.split_heads(ctx, k, c.head_dim), v
 
 
 @dataclass(eq=False)
-class Block(Module):
+class Block(common.PostNormBlock):
     attn: Attention = module()
-    post_attention_norm: RMSNorm = tensor("post_attention_norm", shape=("n_embd",))
-    mlp: llama.MLP = module()
-    post_ffw_norm: RMSNorm = tensor("post_ffw_norm", shape=("n_embd",))
-
-    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, freq_factors: Tensor | None = None) -> Tensor:
-        eps = self.cfg.eps
-        x = ctx.add(x, self.post_attention_norm(ctx, self.attn(ctx, x, batch, layer, freq_factors), eps))
-        return ctx.add(x, self.post_ffw_norm(ctx, self.mlp(ctx, x), eps))
 
 
 @register("olmo2")
 @dataclass(eq=False)
-class Olmo2(llama.Llama):
+class Olmo2(common.Decoder):
     Config = Olmo2Config
 
     layers: list[Block] = blocks("blk")

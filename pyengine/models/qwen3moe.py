@@ -13,7 +13,7 @@ from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import Linear, Param
-from pyengine.models import qwen2, qwen3
+from pyengine.models import common
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
@@ -22,7 +22,7 @@ MAX_EXPERTS = 1024
 
 
 @dataclass(frozen=True)
-class Qwen3MoeConfig(qwen2.AttentionConfig):
+class Qwen3MoeConfig(common.AttentionConfig):
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_exp: int = 0              # hidden size of one expert's MLP
@@ -48,9 +48,9 @@ class Qwen3MoeConfig(qwen2.AttentionConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        qwen2.check_range("expert_count", self.n_expert, 1, MAX_EXPERTS)
-        qwen2.check_range("expert_used_count", self.n_expert_used, 1, self.n_expert)
-        qwen2.check_range("expert_feed_forward_length", self.n_ff_exp, 1, 1 << 20)
+        common.check_range("expert_count", self.n_expert, 1, MAX_EXPERTS)
+        common.check_range("expert_used_count", self.n_expert_used, 1, self.n_expert)
+        common.check_range("expert_feed_forward_length", self.n_ff_exp, 1, 1 << 20)
         if not math.isfinite(self.expert_weights_scale):
             raise ModelError(f"expert_weights_scale must be finite, got {self.expert_weights_scale}")
 
@@ -77,13 +77,14 @@ class MoE(Module):
 
 
 @dataclass(eq=False)
-class Block(qwen3.Block):
+class Block(common.PreNormBlock):
+    attn: common.HeadNormAttention = module()
     mlp: MoE = module()
 
 
 @register("qwen3moe")
 @dataclass(eq=False)
-class Qwen3Moe(qwen2.Qwen2):
+class Qwen3Moe(common.Decoder):
     Config = Qwen3MoeConfig
 
     layers: list[Block] = blocks("blk")

@@ -6,7 +6,7 @@ attends without any position encoding ("NoPE").  GGUF `smollm3`.
 llama.cpp hard-codes the step (`hparams.n_no_rope_layer_step = 4`, read from
 no GGUF key) and ropes without frequency factors, so neither comes from the
 file here.  Which layers rope is asked of the config (`layer_rope`), so the
-attention is Qwen2's shared one and a context shift leaves the NoPE layers'
+attention is the shared one and a context shift leaves the NoPE layers'
 keys alone (they carry no position to move)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import F32Param
-from pyengine.models import qwen2
+from pyengine.models import common
 from pyengine.models.config import MAX_LAYERS, ROPE_NORMAL
 from pyengine.models.registry import register
 
@@ -24,7 +24,7 @@ NO_ROPE_LAYER_STEP = 4   # llama.cpp's value for SmolLM3; GGUF does not store it
 
 
 @dataclass(frozen=True)
-class SmolLM3Config(qwen2.AttentionConfig):
+class SmolLM3Config(common.AttentionConfig):
     ROPE_WHOLE_HEADS = True
     no_rope_step: int = NO_ROPE_LAYER_STEP   # layer i attends without RoPE when (i + 1) % step == 0
 
@@ -35,7 +35,7 @@ class SmolLM3Config(qwen2.AttentionConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        qwen2.check_range("no-RoPE layer step", self.no_rope_step, 1, MAX_LAYERS)
+        common.check_range("no-RoPE layer step", self.no_rope_step, 1, MAX_LAYERS)
 
     def uses_rope(self, layer: int) -> bool:
         return (layer + 1) % self.no_rope_step != 0
@@ -48,8 +48,8 @@ class SmolLM3Config(qwen2.AttentionConfig):
 
 @register("smollm3")
 @dataclass(eq=False)
-class SmolLM3(qwen2.Qwen2):
-    """Qwen2's model and blocks (optional q/k/v biases, as llama.cpp's graph allows)
+class SmolLM3(common.Decoder):
+    """The shared decoder and blocks (optional q/k/v biases, as llama.cpp's graph allows)
     with SmolLM3's config; `rope_freqs` is not bound (llama.cpp ropes without it)."""
 
     Config = SmolLM3Config

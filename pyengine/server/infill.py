@@ -28,7 +28,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from pyengine.chat.fim import read_extra
-from pyengine.chat.session import ChatResult
+from pyengine.session import ChatResult
 from pyengine.errors import InvalidOptionError
 from pyengine.server.common import read_fields, start_reply, state_of
 from pyengine.server.errors import HTTPError

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import collections
 import functools
 import os
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pyengine.gguf import StringArray
 from pyengine.chat.capabilities import capabilities as chat_capabilities
 from pyengine.chat.renderers import file_renderer
 from pyengine.errors import PyEngineError
+from pyengine.summary import Header, read_header
 
 
 @dataclass(frozen=True)
@@ -40,26 +40,23 @@ def model_facts(path: Path) -> ModelFacts:
 
 @functools.lru_cache(maxsize=32)
 def _read_facts(path: str, mtime_ns: int, size: int) -> ModelFacts:
-    from pyengine.gguf import GGUFFile
-
-    with GGUFFile(path) as gguf:
-        metadata = dict(gguf.metadata)
-        tensors = list(gguf.tensors.values())
+    header = read_header(path)
+    metadata = header.metadata
     arch = metadata.get("general.architecture")
     renderer = file_renderer(metadata)
     return ModelFacts(
         path=Path(path), size=size, modified=mtime_ns / 1e9,
         architecture=arch if isinstance(arch, str) else "unknown",
-        n_params=sum(t.n_elements for t in tensors),
-        quantization=_quantization(metadata, tensors),
+        n_params=header.n_params,
+        quantization=_quantization(header),
         template=renderer.template if renderer is not None else metadata.get("tokenizer.chat_template") or "",
         metadata=metadata,
         renderer=renderer.name if renderer is not None else "",
     )
 
 
-def _quantization(metadata: dict, tensors: list) -> str:
-    file_type = metadata.get("general.file_type")
+def _quantization(header: Header) -> str:
+    file_type = header.metadata.get("general.file_type")
     if isinstance(file_type, int):
         try:
             import gguf
@@ -67,7 +64,7 @@ def _quantization(metadata: dict, tensors: list) -> str:
             return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_")
         except (ValueError, ImportError):
             pass
-    counts = collections.Counter(t.type_name for t in tensors)
+    counts = header.type_counts()
     return counts.most_common(1)[0][0] if counts else "unknown"
 
 

@@ -1,7 +1,7 @@
 """One loaded model as the server sees it: :class:`ModelAdapter`.
 
 The routes never touch an `LLM` directly; they ask an adapter to start a reply and
-get a :class:`~pyengine.chat.session.ChatStream` back. Tests swap in a fake adapter
+get a :class:`~pyengine.session.ChatStream` back. Tests swap in a fake adapter
 with the same methods to make timing deterministic.
 """
 
@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from pyengine import store
-from pyengine.chat import session
-from pyengine.chat.generation import context_limit
+from pyengine import session, store
+from pyengine.generation import context_limit
 from pyengine.server import info
 from pyengine.server.config import ServerConfig
 

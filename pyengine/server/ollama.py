@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from pyengine import __version__, store
-from pyengine.chat.session import ChatResult
+from pyengine.session import ChatResult
 from pyengine.chat.shapes import OllamaShaper, now_rfc3339
 from pyengine.errors import ModelNotFoundError, StoreError
 from pyengine.sample.options import MAX_TOP_LOGPROBS, OPTION_NAMES

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from pyengine.chat.session import ChatResult, response_format_to_format
+from pyengine.session import ChatResult, response_format_to_format
 from pyengine.chat.shapes import OpenAIChatShaper, OpenAICompletionShaper
 from pyengine.chat.tool_choice import read_tool_choice
 from pyengine.errors import InvalidOptionError

@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from pyengine.chat.responses import ResponsesShaper
-from pyengine.chat.session import ChatResult, response_format_to_format
+from pyengine.session import ChatResult, response_format_to_format
 from pyengine.chat.tool_choice import read_tool_choice
 from pyengine.errors import InvalidOptionError
 from pyengine.sample.options import MAX_TOP_LOGPROBS

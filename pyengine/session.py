@@ -1,6 +1,6 @@
 """Chatting with an `LLM`: render, tokenize, generate, parse, and shape the reply.
 
-    from pyengine.chat.session import chat, create_chat_completion
+    from pyengine.session import chat, create_chat_completion
     reply = chat(llm, [{"role": "user", "content": "Hi"}])            # Ollama /api/chat shape
     print(reply["message"]["content"])
     for chunk in create_chat_completion(llm, messages, stream=True):  # OpenAI chunks
@@ -26,13 +26,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Iterator, Sequence
 
 from pyengine.chat import capabilities, fim, shapes
-from pyengine.chat.generation import submit
 from pyengine.chat.messages import normalize_messages, normalize_tools
 from pyengine.chat.parsers import Delta, StreamParser, collect, detect_tool_format, prompt_opens_reasoning
 from pyengine.chat.prompt import encode_rendered, model_template
 from pyengine.chat.template import ChatTemplate, thinking_kwargs
 from pyengine.chat.tool_choice import forced_call_grammar, forced_parse_format, forced_syntax, read_tool_choice
 from pyengine.errors import InvalidOptionError
+from pyengine.generation import submit
 from pyengine.runner.sequence import Completion
 
 THINK_LEVELS = ("low", "medium", "high")

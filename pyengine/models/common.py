@@ -1,0 +1,422 @@
+"""What the architectures share: the attention config, the attention, MLP and
+block variants, the decoder every architecture is, and the model protocol the
+runner and the context shift call.
+
+An architecture file (models/<arch>.py) imports this module and the shared
+config, binding and registry modules, never another architecture's file: it
+declares its config, picks the pieces here (or adds one of its own) and says
+what differs.
+
+The shapes follow GGML: x [n_embd, T] for T tokens; q [head_dim, n_head, T];
+k [head_dim, n_head_kv, T]; v [head_dim * n_head_kv, T]."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from pyengine.errors import ModelError, UnsupportedError
+from pyengine.gguf import GGUFFile
+from pyengine.ml import nn
+from pyengine.ml.context import Context, Tensor
+from pyengine.ml.nn import Embedding, F32Param, Linear, RMSNorm
+from pyengine.models.binding import Module, blocks, module, tensor
+from pyengine.models.config import ROPE_NEOX, TransformerConfig
+
+F32_BYTES = 4
+
+
+# ---- the protocol ---------------------------------------------------------------------
+
+
+@runtime_checkable
+class CausalLM(Protocol):
+    """What the runner (runner/forward.py, runner/engine.py) and the context shift
+    (kvcache/rotate.py) ask of a model; every registered architecture implements it."""
+
+    cfg: TransformerConfig
+
+    def hidden(self, ctx: Context, batch) -> Tensor:
+        """[n_embd, n_out] the final-norm hidden rows of the batch's output rows."""
+
+    def head(self, ctx: Context, x: Tensor) -> Tensor:
+        """[n_vocab, n_out] the logits of hidden rows x (whatever the model adds after
+        the output projection, a soft-cap or a scale, included)."""
+
+    def forward(self, ctx: Context, batch) -> Tensor:
+        """head(hidden(batch))."""
+
+    def shift_keys(self, ctx: Context, k: Tensor, positions: Tensor, layer: int,
+                   n_ctx_seq: int | None = None) -> Tensor:
+        """Cached keys k [head_dim, n_head_kv, n] of `layer` moved `positions` further (a
+        context shift).  n_ctx_seq: the context one sequence may fill, for a model whose
+        RoPE depends on it (Phi-3's LongRoPE); None where the caller does not know."""
+
+    def cache_layout(self) -> list[nn.CacheSpec]:
+        """What each layer keeps in the KV cache."""
+
+
+def check_range(name: str, value: int, low: int, high: int) -> None:
+    """A hyper-parameter outside [low, high] is a broken model, not a crash later."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ModelError(f"hyper-parameter {name} = {value} is out of range ({low}..{high})")
+
+
+def gemma_query_scale(kw: dict, layers_27b: int) -> float:
+    """Gemma's query factor 1/sqrt(query_pre_attn_scalar), which GGUF does not store:
+    the scalar is the head size except in the 27B models (recognised, as llama.cpp
+    does, by their layer count `layers_27b`), where it is n_embd / n_head."""
+    if kw["n_layer"] == layers_27b and kw["n_embd"] % kw["n_head"] == 0:
+        return 1.0 / math.sqrt(kw["n_embd"] // kw["n_head"])
+    return 1.0 / math.sqrt(max(kw["head_dim"], 1))
+
+
+# ---- config ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionConfig(TransformerConfig):
+    """Shared hyper-parameters plus the per-layer attention knobs: what differs per
+    layer (rope base, window) is asked of the config, so no layer class branches on
+    the architecture."""
+
+    attn_scale: float = 0.0     # multiplies q.k before the softmax
+    attn_softcap: float = 0.0   # cap * tanh(score / cap) on the scores; 0 = none
+    scale_query: bool = False   # apply attn_scale to the query instead (Gemma, as llama.cpp does)
+
+    @classmethod
+    def common_from_gguf(cls, f: GGUFFile, *, rope_mode: int = ROPE_NEOX, eps_default: float | None = 1e-5,
+                         equal_heads: bool = True) -> dict:
+        """equal_heads: refuse a file whose value heads differ from its key heads (an
+        architecture that checks them itself, or lets the tensor shapes do it, says False)."""
+        kw = super().common_from_gguf(f, rope_mode=rope_mode, eps_default=eps_default)
+        head_dim = kw["head_dim"]
+        value_dim = f.get_int(f.arch_key("attention.value_length"), head_dim)
+        if equal_heads and head_dim > 0 and value_dim != head_dim:   # (an invalid head_dim fails in __post_init__)
+            raise UnsupportedError(f"{f.path}: value head size {value_dim} differs from key head size "
+                                   f"{head_dim}; pyengine needs them equal")
+        kw["attn_scale"] = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 0.0
+        return kw
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
+            raise ModelError(f"attention scale must be positive, got {self.attn_scale}")
+        if not (self.attn_softcap >= 0 and math.isfinite(self.attn_softcap)):
+            raise ModelError(f"attention soft-capping must be >= 0, got {self.attn_softcap}")
+
+    @property
+    def qkv_dim(self) -> int:
+        """Rows of a fused q/k/v projection."""
+        return self.q_dim + 2 * self.kv_dim
+
+    @property
+    def n_ff_pair(self) -> int:
+        """Rows of a fused gate/up projection."""
+        return 2 * self.n_ff
+
+    def layer_rope(self, ctx: Context, x: Tensor, positions: Tensor, layer: int,
+                   freq_factors: Tensor | None = None) -> Tensor:
+        """RoPE as layer `layer` applies it (the same for every layer here)."""
+        return self.rope(ctx, x, positions, freq_factors=freq_factors)
+
+    def layer_window(self, layer: int) -> int:
+        """Sliding-window size of layer `layer` in tokens; 0 = it sees everything."""
+        return 0
+
+    def cache_layout(self) -> list[nn.CacheSpec]:
+        return [nn.CacheSpec(k_dim=self.kv_dim, v_dim=self.kv_dim, window=self.layer_window(i))
+                for i in range(self.n_layer)]
+
+
+@dataclass(frozen=True)
+class SlidingWindowConfig(AttentionConfig):
+    """Layers in groups of `swa_pattern`: all but the last of each group see only
+    the last `sliding_window` tokens and rope with their own base and scale."""
+
+    sliding_window: int = 0        # tokens a sliding layer sees (its own included)
+    swa_pattern: int = 2           # in each group of this many layers, all but the last slide
+    rope_base_local: float = 0.0   # RoPE of the sliding layers
+    rope_scale_local: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("attention.sliding_window", self.sliding_window, 1, 1 << 24)
+        check_range("sliding-window layer pattern", self.swa_pattern, 1, 1 << 16)
+
+    def is_sliding(self, layer: int) -> bool:
+        return layer % self.swa_pattern < self.swa_pattern - 1
+
+    def layer_window(self, layer: int) -> int:
+        return self.sliding_window if self.is_sliding(layer) else 0
+
+    def layer_rope(self, ctx: Context, x: Tensor, positions: Tensor, layer: int,
+                   freq_factors: Tensor | None = None) -> Tensor:
+        local = self.is_sliding(layer)
+        return self.rope(ctx, x, positions, base=self.rope_base_local if local else self.rope_base,
+                         scale=self.rope_scale_local if local else self.rope_scale, freq_factors=freq_factors)
+
+
+# ---- attention ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerInputs:
+    """What every layer reads besides x that the model makes once per batch."""
+
+    freq_factors: Tensor | None = None   # RoPE frequency factors [rope_dims / 2]
+    q_factor: Tensor | None = None       # [1, 1, T] a factor per token on the roped queries
+
+
+def split_heads(ctx: Context, x: Tensor, head_dim: int) -> Tensor:
+    """[head_dim * heads, T] -> [head_dim, heads, T]."""
+    return ctx.reshape(x, (head_dim, -1, x.shape[1]))
+
+
+def project_separate(ctx: Context, cfg: AttentionConfig, attn_q: Linear, attn_k: Linear, attn_v: Linear,
+                     x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v from three projections (each with an optional bias)."""
+    q, k, v = nn.linears(ctx, (attn_q, attn_k, attn_v), x)
+    return split_heads(ctx, q, cfg.head_dim), split_heads(ctx, k, cfg.head_dim), v   # [hd, H|Hkv, T], [hd*Hkv, T]
+
+
+def project_fused(ctx: Context, cfg: AttentionConfig, attn_qkv: Linear, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v as strided views into one fused projection: each token's row holds
+    its q heads, then its k heads, then v."""
+    c, n_tokens = cfg, x.shape[1]
+    qkv = attn_qkv(ctx, x)                                                          # [q_dim + 2*kv_dim, T]
+    row, head = c.qkv_dim * F32_BYTES, c.head_dim * F32_BYTES
+    q = ctx.view(qkv, (c.head_dim, c.n_head, n_tokens), (F32_BYTES, head, row))                    # [hd, H, T]
+    k = ctx.view(qkv, (c.head_dim, c.n_head_kv, n_tokens), (F32_BYTES, head, row), c.q_dim * F32_BYTES)  # [hd, Hkv, T]
+    v = ctx.rows_slice(qkv, c.q_dim + c.kv_dim, c.kv_dim)                                          # [hd*Hkv, T]
+    return q, k, v
+
+
+@dataclass(eq=False)
+class SelfAttention(Module):
+    """Project, rope q and k (as the config's layer ropes), optionally scale the roped
+    queries per token, attend over this layer's cache, project out.  A subclass says
+    how q, k and v are projected (`project`) and may norm around the rope (`position`)."""
+
+    attn_output: Linear = tensor("attn_output", shape=("q_dim", "n_embd"))
+
+    def project(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [hd, H, T], k [hd, Hkv, T], v [hd*Hkv, T] of the normed input x [n_embd, T]."""
+        raise NotImplementedError
+
+    def position(self, ctx: Context, q: Tensor, k: Tensor, positions: Tensor, layer: int,
+                 freq_factors: Tensor | None) -> tuple[Tensor, Tensor]:
+        c = self.cfg
+        return (c.layer_rope(ctx, q, positions, layer, freq_factors),              # [hd, H, T]
+                c.layer_rope(ctx, k, positions, layer, freq_factors))              # [hd, Hkv, T]
+
+    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, inputs: LayerInputs) -> Tensor:
+        c = self.cfg
+        q, k, v = self.project(ctx, x)
+        q, k = self.position(ctx, q, k, batch.positions, layer, inputs.freq_factors)
+        if inputs.q_factor is not None:
+            q = ctx.mul(q, inputs.q_factor)                                        # [hd, H, T] x [1, 1, T]
+        scale = c.attn_scale
+        if c.scale_query:
+            q, scale = ctx.scale(q, scale), 1.0
+        o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, -1)), v,
+                         n_head_kv=c.n_head_kv, scale=scale, softcap=c.attn_softcap)  # [hd*H, T]
+        return self.attn_output(ctx, o)
+
+
+@dataclass(eq=False)
+class Attention(SelfAttention):
+    """Separate q/k/v projections, each with an optional bias."""
+
+    attn_q: Linear = tensor("attn_q", shape=("n_embd", "q_dim"))
+    attn_k: Linear = tensor("attn_k", shape=("n_embd", "kv_dim"))
+    attn_v: Linear = tensor("attn_v", shape=("n_embd", "kv_dim"))
+
+    def project(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return project_separate(ctx, self.cfg, self.attn_q, self.attn_k, self.attn_v, x)
+
+
+@dataclass(eq=False)
+class FusedAttention(SelfAttention):
+    """One fused q/k/v projection."""
+
+    attn_qkv: Linear = tensor("attn_qkv", shape=("n_embd", "qkv_dim"))
+
+    def project(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return project_fused(ctx, self.cfg, self.attn_qkv, x)
+
+
+@dataclass(eq=False)
+class HeadNormAttention(Attention):
+    """Separate projections, then each q and k head RMS-normed over its head_dim
+    values before RoPE (Qwen3's; normed after RoPE: models/hunyuan_dense.py)."""
+
+    attn_q_norm: RMSNorm = tensor("attn_q_norm", shape=("head_dim",))
+    attn_k_norm: RMSNorm = tensor("attn_k_norm", shape=("head_dim",))
+
+    def project(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        eps = self.cfg.eps
+        q, k, v = super().project(ctx, x)                                           # [hd, H|Hkv, T]
+        return self.attn_q_norm(ctx, q, eps), self.attn_k_norm(ctx, k, eps), v
+
+
+# ---- MLP ------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class MLP(Module):
+    """down(silu(gate x) * up x)."""
+
+    ffn_gate: Linear = tensor("ffn_gate", shape=("n_embd", "n_ff"))
+    ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff"))
+    ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
+
+    def gate(self, ctx: Context, gate: Tensor, up: Tensor) -> Tensor:
+        return ctx.swiglu(gate, up)
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        return self.ffn_down(ctx, self.gate(ctx, *nn.linears(ctx, (self.ffn_gate, self.ffn_up), x)))
+
+
+@dataclass(eq=False)
+class GeluMLP(MLP):
+    """down(gelu_tanh(gate x) * up x)."""
+
+    def gate(self, ctx: Context, gate: Tensor, up: Tensor) -> Tensor:
+        return ctx.geglu(gate, up)
+
+
+@dataclass(eq=False)
+class FusedMLP(Module):
+    """down(silu(gate) * up), gate and up stacked in one `ffn_up` (gate first)."""
+
+    ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff_pair"))
+    ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        n_ff = self.cfg.n_ff
+        gate_up = self.ffn_up(ctx, x)                                               # [2*n_ff, T]
+        gate, up = ctx.rows_slice(gate_up, 0, n_ff), ctx.rows_slice(gate_up, n_ff, n_ff)
+        return self.ffn_down(ctx, ctx.swiglu(gate, up))
+
+
+# ---- blocks ---------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class PreNormBlock(Module):
+    """x + attn(norm(x)), then + mlp(norm(.)) (Llama's)."""
+
+    attn_norm: RMSNorm = tensor("attn_norm", shape=("n_embd",))
+    attn: Attention = module()
+    ffn_norm: RMSNorm = tensor("ffn_norm", shape=("n_embd",))
+    mlp: MLP = module()
+
+    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, inputs: LayerInputs) -> Tensor:
+        eps = self.cfg.eps
+        x = ctx.add(x, self.attn(ctx, self.attn_norm(ctx, x, eps), batch, layer, inputs))
+        return ctx.add(x, self.mlp(ctx, self.ffn_norm(ctx, x, eps)))
+
+
+@dataclass(eq=False)
+class SandwichBlock(Module):
+    """x + post_norm(attn(pre_norm(x))), then the same around the MLP (Gemma 2's)."""
+
+    attn_norm: RMSNorm = tensor("attn_norm", shape=("n_embd",))
+    attn: Attention = module()
+    post_attention_norm: RMSNorm = tensor("post_attention_norm", shape=("n_embd",))
+    ffn_norm: RMSNorm = tensor("ffn_norm", shape=("n_embd",))
+    mlp: MLP = module()
+    post_ffw_norm: RMSNorm = tensor("post_ffw_norm", shape=("n_embd",))
+
+    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, inputs: LayerInputs) -> Tensor:
+        eps = self.cfg.eps
+        h = self.attn(ctx, self.attn_norm(ctx, x, eps), batch, layer, inputs)
+        x = ctx.add(x, self.post_attention_norm(ctx, h, eps))
+        h = self.mlp(ctx, self.ffn_norm(ctx, x, eps))
+        return ctx.add(x, self.post_ffw_norm(ctx, h, eps))
+
+
+@dataclass(eq=False)
+class PostNormBlock(Module):
+    """x + norm(attn(x)), then + norm(mlp(.)): no norm on the way in (OLMo 2's)."""
+
+    attn: Attention = module()
+    post_attention_norm: RMSNorm = tensor("post_attention_norm", shape=("n_embd",))
+    mlp: MLP = module()
+    post_ffw_norm: RMSNorm = tensor("post_ffw_norm", shape=("n_embd",))
+
+    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, inputs: LayerInputs) -> Tensor:
+        eps = self.cfg.eps
+        x = ctx.add(x, self.post_attention_norm(ctx, self.attn(ctx, x, batch, layer, inputs), eps))
+        return ctx.add(x, self.post_ffw_norm(ctx, self.mlp(ctx, x), eps))
+
+
+# ---- the decoder ----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Decoder(Module):
+    """Token embeddings, the blocks, a final RMS norm and the output projection (tied
+    to the token embedding when the file has no `output.weight`), with Llama-3 style
+    `rope_freqs` where the file has them.  An architecture overrides a step: `embed`,
+    `layer_inputs`, `head`, `shift_keys`; it unbinds `rope_freqs` by declaring the
+    field `= None`.  Implements CausalLM."""
+
+    token_embd: Embedding = tensor("token_embd", shape=("n_embd", "n_vocab"))
+    rope_freqs: F32Param | None = tensor("rope_freqs", optional=True)
+    layers: list[PreNormBlock] = blocks("blk")
+    output_norm: RMSNorm = tensor("output_norm", shape=("n_embd",))
+    output: Linear = tensor("output", alt="token_embd", shape=("n_embd", "n_vocab"))
+
+    def freq_factors(self, ctx: Context) -> Tensor | None:
+        return ctx.weight(self.rope_freqs.weight) if self.rope_freqs is not None else None
+
+    def layer_inputs(self, ctx: Context, batch) -> LayerInputs:
+        return LayerInputs(freq_factors=self.freq_factors(ctx))
+
+    def embed(self, ctx: Context, tokens: Tensor) -> Tensor:
+        return self.token_embd(ctx, tokens)                                        # [n_embd, T]
+
+    def hidden(self, ctx: Context, batch) -> Tensor:
+        inputs = self.layer_inputs(ctx, batch)
+        x = self.embed(ctx, batch.tokens)                                          # [n_embd, T]
+        for i, block in enumerate(self.layers):
+            x = block(ctx, x, batch, i, inputs)
+        x = ctx.get_rows(x, batch.out_ids)                                         # [n_embd, n_out]
+        return self.output_norm(ctx, x, self.cfg.eps)
+
+    def head(self, ctx: Context, x: Tensor) -> Tensor:
+        return self.output(ctx, x)                                                 # [n_vocab, n_out]
+
+    def forward(self, ctx: Context, batch) -> Tensor:
+        return self.head(ctx, self.hidden(ctx, batch))
+
+    def shift_keys(self, ctx: Context, k: Tensor, positions: Tensor, layer: int,
+                   n_ctx_seq: int | None = None) -> Tensor:
+        """The layer's rope with the forward pass's factors, as a pure rotation: the keys
+        already carry the rope's magnitude (attention factor, YaRN's mscale)."""
+        ff = self.freq_factors(ctx)
+        return self.cfg.rotation_only().layer_rope(ctx, k, positions, layer, ff)
+
+    def cache_layout(self) -> list[nn.CacheSpec]:
+        return self.cfg.cache_layout()
+
+
+def context_per_sequence(batch) -> int:
+    """The context one sequence of the batch may fill (llama.cpp's n_ctx_seq): what the
+    runner says (`batch.n_ctx_seq`), else the width of layer 0's cache, which a lone
+    sequence may fill (for a model whose layers all attend globally)."""
+    n_ctx_seq = getattr(batch, "n_ctx_seq", None)
+    return n_ctx_seq if n_ctx_seq is not None else batch.attn_inputs(0).k.shape[1]
+
+
+def scaled(ctx: Context, x: Tensor, s: float) -> Tensor:
+    """x * s, or x itself for s = 1."""
+    return x if s == 1.0 else ctx.scale(x, s)
+
+
+__all__ = ["CausalLM", "AttentionConfig", "SlidingWindowConfig", "LayerInputs", "SelfAttention", "Attention", "FusedAttention",
+           "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "PreNormBlock", "SandwichBlock", "PostNormBlock",
+           "Decoder", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]
