@@ -8,6 +8,14 @@
 #include "kquants.h"
 #include "ref_lanes.h"
 
+/* The reference must not depend on compile flags: keep a*b+c two roundings
+ * (fmaf() where the canonical arithmetic fuses). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 const int8_t pe_iq4nl_values[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
@@ -33,9 +41,8 @@ static void lanes_32(const uint8_t *qs, const int8_t *a, int scale, int32_t lane
         w[j + 16] = pe_iq4nl_values[qs[j] >> 4];
     }
     for (int t = 0; t < REF_LANES; t++) {
-        int32_t sum = 0;
-        for (int e = 4 * t; e < 4 * t + 4; e++) sum += w[e] * a[e];
-        lanes[t] = scale * sum;
+        const int e = 4 * t;
+        lanes[t] = scale * (w[e] * a[e] + w[e + 1] * a[e + 1] + w[e + 2] * a[e + 2] + w[e + 3] * a[e + 3]);
     }
 }
 

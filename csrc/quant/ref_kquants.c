@@ -13,6 +13,14 @@
 #include "kquants.h"
 #include "ref_lanes.h"
 
+/* The reference must not depend on compile flags: keep a*b+c two roundings
+ * (fmaf() where the canonical arithmetic fuses). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 /* ---- Q8_K: the activations ------------------------------------------------ */
 
 /* ggml's quantize_row_q8_K_ref: scale by -127 / (the value of largest
@@ -49,20 +57,18 @@ static void dequantize_q8_K(const void *vx, float *y, int64_t n) {
         for (int j = 0; j < QK_K; j++) *y++ = x[i].d * x[i].qs[j];
 }
 
-/* The lane of element e in the lane sums of Q2_K, Q3_K, Q5_K, Q6_K and
- * IQ4_XS: each 32 elements' products go to lanes by 4 (elements 4t..4t+3
- * of every 32 to lane t). */
-static inline int lane_of(int e) { return (e % 32) / 4; }
-
-/* lanes[lane_of(e)] += scale(e) * q[e] * a[e], with the scale per 16
- * elements (sc16) or per 32 (sc32, when sc16 is NULL) */
+/* The lane sums of Q2_K, Q3_K, Q5_K and Q6_K: the products of each 32
+ * elements go to the lanes by 4 (elements 4t..4t+3 of every 32 to lane t),
+ * times the scale of their 16 elements (sc16) or 32 (sc32, sc16 NULL). */
 static void scaled_lanes(const int8_t *q, const int8_t *a, const int8_t *sc16, const uint8_t *sc32,
                          int32_t lanes[REF_LANES]) {
     for (int t = 0; t < REF_LANES; t++) lanes[t] = 0;
-    for (int e = 0; e < QK_K; e++) {
-        const int scale = sc16 ? sc16[e / 16] : sc32[e / 32];
-        lanes[lane_of(e)] += scale * q[e] * a[e];
-    }
+    for (int c = 0; c < QK_K / 32; c++)
+        for (int t = 0; t < REF_LANES; t++) {
+            const int e = 32 * c + 4 * t;
+            const int scale = sc16 ? sc16[e / 16] : sc32[c];
+            lanes[t] += scale * (q[e] * a[e] + q[e + 1] * a[e + 1] + q[e + 2] * a[e + 2] + q[e + 3] * a[e + 3]);
+        }
 }
 
 /* How the k-quant row products end: the lanes folded, the min chain, and

@@ -249,11 +249,11 @@ static void dequantize_q8_1(const void *vx, float *y, int64_t n) {
  * mins = mins + mw * sa (two roundings); the result is the lanes folded by
  * halves, plus mins. */
 
-/* lane t += w[e] * a[e] over elements 4t..4t+3 of a block */
+/* lane t = the products of elements 4t..4t+3 of a block */
 static void block_lanes(const int w[32], const int8_t *a, int32_t lanes[REF_LANES]) {
     for (int t = 0; t < REF_LANES; t++) {
-        lanes[t] = 0;
-        for (int e = 4 * t; e < 4 * t + 4; e++) lanes[t] += w[e] * a[e];
+        const int e = 4 * t;
+        lanes[t] = w[e] * a[e] + w[e + 1] * a[e + 1] + w[e + 2] * a[e + 2] + w[e + 3] * a[e + 3];
     }
 }
 
