@@ -19,9 +19,23 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-/* ---- F32 ------------------------------------------------------------------ */
+/* ---- the dot products ------------------------------------------------------ */
 
-static inline float f32_value(float v) { return v; }
+/* One step of 32 elements: acc[j][t] = fma(x[8j + t], y[8j + t], acc[j][t]). */
+static void dot_step32(const float x[32], const float y[32], float acc[4][REF_LANES]) {
+    for (int j = 0; j < 4; j++)
+        for (int t = 0; t < REF_LANES; t++) acc[j][t] = fmaf(x[REF_LANES * j + t], y[REF_LANES * j + t], acc[j][t]);
+}
+
+/* The accumulators folded lane by lane, (acc0 + acc2) + (acc1 + acc3), then
+ * across the lanes by halves (BF16) or by halves then pairs (F32, F16). */
+static float dot_fold(float acc[4][REF_LANES], int by_halves) {
+    float v[REF_LANES];
+    for (int t = 0; t < REF_LANES; t++) v[t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
+    return by_halves ? lanes_sum_halves(v) : lanes_sum_pairs(v);
+}
+
+/* ---- F32 ------------------------------------------------------------------ */
 
 static void f32_copy_to_float(const void *x, float *y, int64_t n) {
     memcpy(y, x, (size_t)n * sizeof(float));
@@ -35,16 +49,9 @@ static void f32_vec_dot(int64_t n, float *s, const void *w, const void *a) {
     const float *x = w, *y = a;
     float acc[4][REF_LANES] = {{0}};
     int64_t i = 0;
-    for (; i + 4 * REF_LANES <= n; i += 4 * REF_LANES)
-        for (int j = 0; j < 4; j++)
-            for (int t = 0; t < REF_LANES; t++) {
-                const int64_t e = i + REF_LANES * j + t;
-                acc[j][t] = fmaf(f32_value(x[e]), f32_value(y[e]), acc[j][t]);
-            }
-    float v[REF_LANES];
-    for (int t = 0; t < REF_LANES; t++) v[t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
-    double sum = lanes_sum_pairs(v);
-    for (; i < n; i++) sum += (double)(f32_value(x[i]) * f32_value(y[i]));
+    for (; i + 32 <= n; i += 32) dot_step32(x + i, y + i, acc);
+    double sum = dot_fold(acc, 0);
+    for (; i < n; i++) sum += (double)(x[i] * y[i]);
     *s = (float)sum;
 }
 
@@ -64,15 +71,13 @@ static void f16_vec_dot(int64_t n, float *s, const void *w, const void *a) {
     const pe_f16 *x = w, *y = a;
     float acc[4][REF_LANES] = {{0}};
     int64_t i = 0;
-    for (; i + 4 * REF_LANES <= n; i += 4 * REF_LANES)
-        for (int j = 0; j < 4; j++)
-            for (int t = 0; t < REF_LANES; t++) {
-                const int64_t e = i + REF_LANES * j + t;
-                acc[j][t] = fmaf(pe_f16_to_f32(x[e]), pe_f16_to_f32(y[e]), acc[j][t]);
-            }
-    float v[REF_LANES];
-    for (int t = 0; t < REF_LANES; t++) v[t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
-    double sum = lanes_sum_pairs(v);
+    for (; i + 32 <= n; i += 32) {
+        float xf[32], yf[32];
+        f16_to_float(x + i, xf, 32);
+        f16_to_float(y + i, yf, 32);
+        dot_step32(xf, yf, acc);
+    }
+    double sum = dot_fold(acc, 0);
     for (; i < n; i++) sum += (double)(pe_f16_to_f32(x[i]) * pe_f16_to_f32(y[i]));
     *s = (float)sum;
 }
@@ -93,15 +98,13 @@ static void bf16_vec_dot(int64_t n, float *s, const void *w, const void *a) {
     const pe_bf16 *x = w, *y = a;
     float acc[4][REF_LANES] = {{0}};
     int64_t i = 0;
-    for (; i + 4 * REF_LANES <= n; i += 4 * REF_LANES)
-        for (int j = 0; j < 4; j++)
-            for (int t = 0; t < REF_LANES; t++) {
-                const int64_t e = i + REF_LANES * j + t;
-                acc[j][t] = fmaf(pe_bf16_to_f32(x[e]), pe_bf16_to_f32(y[e]), acc[j][t]);
-            }
-    float v[REF_LANES];
-    for (int t = 0; t < REF_LANES; t++) v[t] = (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]);
-    double sum = lanes_sum_halves(v);
+    for (; i + 32 <= n; i += 32) {
+        float xf[32], yf[32];
+        bf16_to_float(x + i, xf, 32);
+        bf16_to_float(y + i, yf, 32);
+        dot_step32(xf, yf, acc);
+    }
+    double sum = dot_fold(acc, 1);
     for (; i < n; i++) sum += (double)(pe_bf16_to_f32(x[i]) * pe_bf16_to_f32(y[i]));
     *s = (float)sum;
 }

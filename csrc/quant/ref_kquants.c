@@ -121,6 +121,7 @@ static void vec_dot_q2_K(int64_t n, float *s, const void *vw, const void *va) {
     }
     *s = lanes_sum_halves(acc);
 }
+
 /* ---- Q3_K ------------------------------------------------------------------ */
 
 /* The low 2 bits as in Q2_K; the third bit is hmask[e % 32] bit e / 32, and a
@@ -161,6 +162,7 @@ static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
     }
     *s = lanes_sum_halves(acc);
 }
+
 /* ---- Q4_K / Q5_K ----------------------------------------------------------- */
 
 /* Q4_K element e: chunk c = e / 64 of 32 bytes, low nibble for the first 32
@@ -241,6 +243,7 @@ static void vec_dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
     }
     *s = kquant_result(zero, 0.0f, whole, whole_mins);
 }
+
 static void dequantize_q5_K(const void *vx, float *y, int64_t n) {
     const block_q5_K *x = vx;
     int8_t q[QK_K];
@@ -269,6 +272,7 @@ static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
     }
     *s = kquant_result(acc, chain, 0.0f, 0.0f);
 }
+
 /* ---- Q6_K ------------------------------------------------------------------ */
 
 /* Element e: half h = e / 128, quarter k = (e % 128) / 32, l = e % 32.  The low
@@ -319,6 +323,7 @@ static void vec_dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
     }
     *s = kquant_result(acc, 0.0f, 0.0f, 0.0f);
 }
+
 /* ---- table ------------------------------------------------------------------ */
 
 void pe_fill_ref_kquants(pe_kernels *k) {

@@ -265,30 +265,27 @@ static void unpack_q4(const uint8_t qs[16], int offset, int q[32]) {
     }
 }
 
-/* One block's step: the lanes, then (with_min) the min chain. */
-static void legacy_step(const int w[32], pe_f16 dw, const void *mw, const int8_t *a, pe_f16 da, const void *sa,
-                        float acc[REF_LANES], float *mins) {
+/* One block's lanes multiply-added with d = dw * da. */
+static void legacy_step(const int w[32], const int8_t *a, float d, float acc[REF_LANES]) {
     int32_t lanes[REF_LANES];
     block_lanes(w, a, lanes);
-    lanes_fma(acc, pe_f16_to_f32(dw) * pe_f16_to_f32(da), lanes);
-    if (mw) {
-        pe_f16 m, s;
-        memcpy(&m, mw, sizeof m);
-        memcpy(&s, sa, sizeof s);
-        *mins += pe_f16_to_f32(m) * pe_f16_to_f32(s);
-    }
+    lanes_fma(acc, d, lanes);
 }
+
+/* the lanes folded, plus the min chain (0 for the _0 types, which still
+ * turns a -0 into +0 as the SIMD code's addition does) */
+static inline float legacy_result(const float acc[REF_LANES], float mins) { return lanes_sum_halves(acc) + mins; }
 
 static void vec_dot_q4_0_q8_0(int64_t n, float *s, const void *vw, const void *va) {
     const block_q4_0 *x = vw;
     const block_q8_0 *y = va;
-    float acc[REF_LANES] = {0}, mins = 0.0f;
+    float acc[REF_LANES] = {0};
     for (int64_t ib = 0; ib < n / QK8_0; ib++) {
         int q[32];
         unpack_q4(x[ib].qs, 8, q);
-        legacy_step(q, x[ib].d, NULL, y[ib].qs, y[ib].d, NULL, acc, &mins);
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
     }
-    *s = lanes_sum_halves(acc) + mins;
+    *s = legacy_result(acc, 0.0f);
 }
 
 static void vec_dot_q4_1_q8_1(int64_t n, float *s, const void *vw, const void *va) {
@@ -298,22 +295,23 @@ static void vec_dot_q4_1_q8_1(int64_t n, float *s, const void *vw, const void *v
     for (int64_t ib = 0; ib < n / QK8_1; ib++) {
         int q[32];
         unpack_q4(x[ib].qs, 0, q);
-        legacy_step(q, x[ib].d, &x[ib].m, y[ib].qs, y[ib].d, &y[ib].s, acc, &mins);
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
+        mins += pe_f16_to_f32(x[ib].m) * pe_f16_to_f32(y[ib].s);
     }
-    *s = lanes_sum_halves(acc) + mins;
+    *s = legacy_result(acc, mins);
 }
 
 static void vec_dot_q5_0_q8_0(int64_t n, float *s, const void *vw, const void *va) {
     const block_q5_0 *x = vw;
     const block_q8_0 *y = va;
-    float acc[REF_LANES] = {0}, mins = 0.0f;
+    float acc[REF_LANES] = {0};
     for (int64_t ib = 0; ib < n / QK8_0; ib++) {
         int q[QK5_0];
         unpack_q5(x[ib].qs, x[ib].qh, q);
         for (int j = 0; j < QK5_0; j++) q[j] -= 16;
-        legacy_step(q, x[ib].d, NULL, y[ib].qs, y[ib].d, NULL, acc, &mins);
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
     }
-    *s = lanes_sum_halves(acc) + mins;
+    *s = legacy_result(acc, 0.0f);
 }
 
 static void vec_dot_q5_1_q8_1(int64_t n, float *s, const void *vw, const void *va) {
@@ -323,21 +321,22 @@ static void vec_dot_q5_1_q8_1(int64_t n, float *s, const void *vw, const void *v
     for (int64_t ib = 0; ib < n / QK8_1; ib++) {
         int q[QK5_1];
         unpack_q5(x[ib].qs, x[ib].qh, q);
-        legacy_step(q, x[ib].d, &x[ib].m, y[ib].qs, y[ib].d, &y[ib].s, acc, &mins);
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
+        mins += pe_f16_to_f32(x[ib].m) * pe_f16_to_f32(y[ib].s);
     }
-    *s = lanes_sum_halves(acc) + mins;
+    *s = legacy_result(acc, mins);
 }
 
 static void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vw, const void *va) {
     const block_q8_0 *x = vw;
     const block_q8_0 *y = va;
-    float acc[REF_LANES] = {0}, mins = 0.0f;
+    float acc[REF_LANES] = {0};
     for (int64_t ib = 0; ib < n / QK8_0; ib++) {
         int q[QK8_0];
         for (int j = 0; j < QK8_0; j++) q[j] = x[ib].qs[j];
-        legacy_step(q, x[ib].d, NULL, y[ib].qs, y[ib].d, NULL, acc, &mins);
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
     }
-    *s = lanes_sum_halves(acc) + mins;
+    *s = legacy_result(acc, 0.0f);
 }
 
 void pe_fill_ref_legacy(pe_kernels *k) {
