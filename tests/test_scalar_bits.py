@@ -9,6 +9,7 @@ x86-64 hosts with AVX2 only: the AVX2 table is the yardstick."""
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 
@@ -93,9 +94,10 @@ def activation_blocks(qtype: int, n: int, rng, extreme: bool, kind: str) -> np.n
     return np.concatenate(parts, axis=1).ravel()
 
 
-def avx2_and_ref(fn):
+def avx2_and_ref(kernel, *args):
+    """kernel(*args) on the AVX2 table and on the reference."""
     with forced_isa("avx2"):
-        return fn(False), fn(True)
+        return kernel(*args, reference=False), kernel(*args, reference=True)
 
 
 # ---- dot products ------------------------------------------------------------------
@@ -111,7 +113,7 @@ def test_block_dot_products_give_avx2s_bits(qtype):
             for kind in ("random", "full"):
                 w = weight_blocks(qtype, nblocks, rng, extreme)
                 a = activation_blocks(partner, n, rng, extreme, kind)
-                fast, ref = avx2_and_ref(lambda r: _core.vec_dot_blocks(int(qtype), w, a, n, reference=r))
+                fast, ref = avx2_and_ref(_core.vec_dot_blocks, int(qtype), w, a, n)
                 assert same_bits(fast, ref), (qtype.name, nblocks, extreme, kind, fast, ref)
 
 
@@ -129,7 +131,7 @@ def test_float_dot_products_give_avx2s_bits(qtype):
         for scale in (1.0, 1e-20, 1e15):
             w = float_row(qtype, rng.standard_normal(n) * scale)
             a = float_row(qtype, rng.standard_normal(n) * scale)
-            fast, ref = avx2_and_ref(lambda r: _core.vec_dot_blocks(int(qtype), w, a, n, reference=r))
+            fast, ref = avx2_and_ref(_core.vec_dot_blocks, int(qtype), w, a, n)
             assert same_bits(fast, ref), (qtype.name, n, scale, fast, ref)
 
 
@@ -143,7 +145,7 @@ def test_row_dot_products_quantize_like_avx2():
             n = nblocks * max(bs, 32)
             w = weight_blocks(qtype, n // bs, rng, False)
             x = rng.standard_normal(n).astype(np.float32)
-            fast, ref = avx2_and_ref(lambda r: _core.vec_dot(int(qtype), w, x, reference=r))
+            fast, ref = avx2_and_ref(_core.vec_dot, int(qtype), w, x)
             assert same_bits(fast, ref), (qtype.name, nblocks)
 
 
@@ -172,7 +174,7 @@ def test_activation_quantizers_give_avx2s_bits(qtype):
     rows += special_rows(4 * bs)
     with np.errstate(invalid="ignore", over="ignore"):
         for x in rows:
-            fast, ref = avx2_and_ref(lambda r: _core.quantize(int(qtype), x, reference=r))
+            fast, ref = avx2_and_ref(_core.quantize, int(qtype), x)
             assert np.array_equal(fast, ref), (qtype.name, x[:8])
 
 
@@ -185,7 +187,7 @@ def test_dequantizers_give_avx2s_bits(qtype):
     for nblocks in (1, 2, 7, 40):
         for extreme in (False, True):
             w = weight_blocks(qtype, nblocks, rng, extreme)
-            fast, ref = avx2_and_ref(lambda r: _core.dequantize(int(qtype), w, nblocks * bs, reference=r))
+            fast, ref = avx2_and_ref(_core.dequantize, int(qtype), w, nblocks * bs)
             assert same_bits(fast, ref), (qtype.name, nblocks, extreme)
 
 
@@ -198,46 +200,56 @@ def test_float_and_q8_K_dequantizers_give_avx2s_bits(qtype):
     else:
         n = 1000
         data = rng.integers(0, 256, n * gguf.GGML_QUANT_SIZES[qtype][1], dtype=np.uint8)
-    fast, ref = avx2_and_ref(lambda r: _core.dequantize(int(qtype), data, n, reference=r))
+    fast, ref = avx2_and_ref(_core.dequantize, int(qtype), data, n)
     assert same_bits(fast, ref), qtype.name
 
 
 # ---- whole models --------------------------------------------------------------------
 
-TOKENS = [1, 5, 17, 42, 99, 7, 3, 250, 11, 64]
+# a child process per table: PYENGINE_ISA picks it at import
 CHILD = """
 import sys, numpy as np
 from pyengine import LLM, _core
 assert _core.isa() == sys.argv[2], _core.isa()
 out = {}
 for i, path in enumerate(sys.argv[3:]):
-    out[f"m{i}"] = LLM(path, n_ctx=32, n_threads=2).forward_logits(%r)
+    out[f"m{i}"] = LLM(path, n_ctx=32, n_threads=2).forward_logits([1, 5, 17, 42, 99, 7, 3, 250, 11, 64])
 np.savez(sys.argv[1], **out)
-""" % (TOKENS,)
+"""
 
-SYNTH_MODELS = ["llama-wide-q4_k_s.gguf", "llama-wide-q6_k.gguf", "llama-wide-q2_k.gguf", "llama-wide-iq4_nl.gguf",
-                "llama-wide-q8_0.gguf", "llama-bpe-q5_1-tied.gguf", "llama-f16.gguf", "llama-wide-bf16.gguf",
-                "llama-wide-iq2_xs.gguf", "llama-wide-iq1_m.gguf"]
+SYNTH_MODELS = ["llama-wide-q4_0.gguf", "llama-bpe-q5_1-tied.gguf", "llama-wide-q8_0.gguf", "llama-wide-iq4_nl.gguf",
+                "llama-wide-q2_k.gguf", "llama-wide-q3_k_s.gguf", "llama-wide-q4_k_s.gguf", "llama-wide-q6_k.gguf",
+                "llama-wide-iq4_xs.gguf", "llama-wide-iq2_xs.gguf", "llama-wide-iq1_m.gguf", "llama-f16.gguf",
+                "llama-wide-bf16.gguf", "llama-f32-gqa1.gguf"]
 
 
 def logits_with(tmp_path, isa: str, models: list) -> dict:
     result = tmp_path / f"{isa}.npz"
     run = subprocess.run([sys.executable, "-c", CHILD, str(result), isa, *map(str, models)],
-                         env=child_env(PYENGINE_ISA=isa), cwd=CHILD_CWD, capture_output=True, text=True, timeout=900)
+                         env=child_env(PYENGINE_ISA=isa), cwd=CHILD_CWD, capture_output=True, text=True, timeout=900,
+                         check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     return dict(np.load(result))
 
 
 def assert_same_logits(tmp_path, models: list) -> None:
     scalar, avx2 = logits_with(tmp_path, "scalar", models), logits_with(tmp_path, "avx2", models)
+    differ = {}
     for i, model in enumerate(models):
         s, a = scalar[f"m{i}"], avx2[f"m{i}"]
-        assert np.array_equal(s.view(np.uint32), a.view(np.uint32)), (model, float(np.abs(s - a).max()))
+        if not np.array_equal(s.view(np.uint32), a.view(np.uint32)):
+            differ[pathlib.Path(model).name] = float(np.abs(s - a).max())
+    assert not differ, f"scalar logits differ from AVX2's (max |difference|): {differ}"
 
 
-# These also need the float vector kernels (attention, softmax, norms: cpu/vec.c) to
-# give the same bits on the scalar and AVX2 tables; the block kernels alone are not
-# enough for them to pass.
+# NOTE (issue #25): the two whole-model checks need more than the block kernels
+# above.  They pass only once the float vector kernels (cpu/vec.c: attention's F16
+# products, softmax, norms) give the same bits on the scalar and AVX2 tables, and
+# the AVX2 table's batch paths (PE_PATH_*, the ROWS8 decoding kernels of Q4_0 /
+# IQ4_NL) follow the lone-row arithmetic: a 10-token prompt takes them.  With the
+# AVX2 vector kernels on the scalar table and every token on the lone path, SmolLM2
+# and each of these models give AVX2's logits bit for bit, but for llama-wide-iq4_nl
+# and llama-wide-q4_0 (their ROWS8 kernels).
 def test_synthetic_models_scalar_logits_are_avx2s(tmp_path):
     assert_same_logits(tmp_path, [SYNTH / m for m in SYNTH_MODELS])
 
