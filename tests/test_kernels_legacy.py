@@ -2,9 +2,12 @@
 (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1).
 
 The scalar reference is checked against gguf's numpy implementation (bit-exact
-bytes and floats); every SIMD table on this CPU is checked against the
-reference: activation quantizers and dequantizers bit-exact, dot products up
-to float summation order, and against a float64 dot within an error budget."""
+bytes and floats; Q8_0 and Q8_1, the activation formats, against the canonical
+rule every ISA shares instead: x * (127 / amax) rounded half to even, which
+differs from gguf's at most by one code at ties); every SIMD table on this CPU
+is checked against the reference: activation quantizers and dequantizers
+bit-exact, dot products up to float summation order, and against a float64
+dot within an error budget."""
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import X86_SIMD_ISAS, available_isas
+from conftest import available_isas
 from gguf import GGMLQuantizationType as T
 from gguf import quants
 
@@ -26,8 +29,9 @@ SIMD_ISAS = [name for name in ISAS if name != "scalar"] or ["scalar"]
 FLOAT_TYPES = (T.F32, T.F16, T.BF16)
 BLOCK_WEIGHTS = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
 WEIGHT_TYPES = FLOAT_TYPES + BLOCK_WEIGHTS
-# types gguf quantizes with GGML's reference algorithm
-GGUF_QUANTIZED = (T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
+# types gguf quantizes with GGML's reference algorithm (Q8_0 follows the
+# activations' canonical rule, see test_reference_q8_0_is_the_canonical_rule)
+GGUF_QUANTIZED = (T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1)
 # what activations are quantized to: must be bit-exact on every ISA
 ACTIVATION_TYPES = (T.F32, T.F16, T.BF16, T.Q8_0, T.Q8_1)
 # types with a zero point m (dot = d*da*sumi + m*s)
@@ -110,7 +114,7 @@ def q8_1_model(x: np.ndarray) -> np.ndarray:
 
 def q8_x86_model(qtype: T, x: np.ndarray) -> np.ndarray:
     """Q8_0/Q8_1 blocks as llama.cpp's x86 build quantizes activations (and so
-    do our AVX2/AVX-512 kernels): codes = rint(x * (127 / amax)) with ties to
+    does every table here, the reference included: the canonical rule): codes = rint(x * (127 / amax)) with ties to
     even, d = amax / 127, Q8_1's s = f16(d * sum(codes))."""
     blocks = x.reshape(-1, 32).astype(np.float32)
     amax = np.abs(blocks).max(axis=1)
@@ -128,7 +132,7 @@ def q8_x86_model(qtype: T, x: np.ndarray) -> np.ndarray:
 
 def expected_activation_blocks(isa: str, qtype: T, x: np.ndarray) -> np.ndarray:
     """What the ISA's activation quantizer must produce, bit for bit."""
-    if qtype in (T.Q8_0, T.Q8_1) and isa in X86_SIMD_ISAS:
+    if qtype in (T.Q8_0, T.Q8_1):
         return q8_x86_model(qtype, x)
     return _core.quantize(int(qtype), x, reference=True)
 
@@ -168,17 +172,29 @@ def test_reference_quantize_matches_gguf_special(qtype: T, kind: str) -> None:
     assert np.array_equal(ours, gguf_quantize(qtype, x))
 
 
-@pytest.mark.parametrize("kind", ("random",) + SPECIAL)
-def test_reference_q8_1_quantize_matches_ggml_formula(kind: str) -> None:
+# "huge" is for weights only: Q8_1's s = d * sum(q) would pass f16's max
+@pytest.mark.parametrize("qtype, kind", [(T.Q8_0, k) for k in ("random",) + WEIGHT_SPECIAL]
+                         + [(T.Q8_1, k) for k in ("random",) + SPECIAL],
+                         ids=lambda v: v.name if isinstance(v, T) else v)
+def test_reference_q8_is_the_canonical_rule(qtype: T, kind: str) -> None:
+    """The reference quantizes Q8_0 / Q8_1 by the rule the SIMD tables use (it
+    is also the scalar table's activation quantizer); that is GGML's reference
+    but for ties and the scale's reciprocal: one code apart at most."""
     x = random_row(1536, 7) if kind == "random" else special_row(kind, 1536)
-    ours = _core.quantize(int(T.Q8_1), x, reference=True)
-    assert np.array_equal(ours, q8_1_model(x))
+    ours = _core.quantize(int(qtype), x, reference=True)
+    assert np.array_equal(ours, q8_x86_model(qtype, x))
+    ggml = gguf_quantize(T.Q8_0, x) if qtype == T.Q8_0 else q8_1_model(x)
+    head = 2 if qtype == T.Q8_0 else 4
+    ours_b, ggml_b = ours.reshape(-1, head + 32), ggml.reshape(-1, head + 32)
+    assert np.array_equal(ours_b[:, :2], ggml_b[:, :2])  # d
+    diff = ours_b[:, head:].view(np.int8).astype(int) - ggml_b[:, head:].view(np.int8).astype(int)
+    assert np.abs(diff).max() <= 1
 
 
-def test_reference_q8_rounds_halves_away_from_zero() -> None:
+def test_reference_q8_rounds_halves_to_even() -> None:
     x = np.array([127.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5] + [0.0] * 25, dtype=np.float32)
     codes = _core.quantize(int(T.Q8_0), x)[2:].view(np.int8)
-    assert codes[:7].tolist() == [127, 1, -1, 2, -2, 3, -3]
+    assert codes[:7].tolist() == [127, 0, 0, 2, -2, 2, -2]
 
 
 def test_reference_f32_is_a_copy() -> None:
@@ -283,10 +299,7 @@ def rounding_edges() -> np.ndarray:
 @pytest.mark.parametrize("qtype", (T.Q8_0, T.Q8_1), ids=lambda t: t.name)
 def test_activation_rounding_edges(isa: str, qtype: T) -> None:
     x = rounding_edges()
-    if isa in X86_SIMD_ISAS:
-        expected = q8_x86_model(qtype, x)
-    else:
-        expected = gguf_quantize(T.Q8_0, x) if qtype == T.Q8_0 else q8_1_model(x)
+    expected = q8_x86_model(qtype, x)
     with using_isa(isa):
         assert np.array_equal(_core.quantize(int(qtype), x, reference=False), expected)
 

@@ -6,6 +6,15 @@
 
 #include "internal.h"
 #include "kquants.h"
+#include "ref_lanes.h"
+
+/* The reference must not depend on compile flags: keep a*b+c two roundings
+ * (fmaf() where the canonical arithmetic fuses). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 const int8_t pe_iq4nl_values[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
@@ -24,11 +33,17 @@ static void dequantize_32(const uint8_t *qs, float d, float *y) {
     }
 }
 
-static int dot_32(const uint8_t *qs, const int8_t *a) {
-    int sum = 0;
-    for (int j = 0; j < 16; j++)
-        sum += a[j] * pe_iq4nl_values[qs[j] & 0xF] + a[j + 16] * pe_iq4nl_values[qs[j] >> 4];
-    return sum;
+/* lane t = the products of elements 4t..4t+3 of a block of 32, times scale */
+static void lanes_32(const uint8_t *qs, const int8_t *a, int scale, int32_t lanes[REF_LANES]) {
+    int w[32];
+    for (int j = 0; j < 16; j++) {
+        w[j] = pe_iq4nl_values[qs[j] & 0xF];
+        w[j + 16] = pe_iq4nl_values[qs[j] >> 4];
+    }
+    for (int t = 0; t < REF_LANES; t++) {
+        const int e = 4 * t;
+        lanes[t] = scale * (w[e] * a[e] + w[e + 1] * a[e + 1] + w[e + 2] * a[e + 2] + w[e + 3] * a[e + 3]);
+    }
 }
 
 static void dequantize_iq4_nl(const void *vx, float *y, int64_t n) {
@@ -36,13 +51,24 @@ static void dequantize_iq4_nl(const void *vx, float *y, int64_t n) {
     for (int64_t i = 0; i < n / QK4_NL; i++, y += QK4_NL) dequantize_32(x[i].qs, pe_f16_to_f32(x[i].d), y);
 }
 
+/* Two sets of lanes, the blocks taken in pairs (the first of each pair into
+ * acc[0], the second into acc[1], a last odd block into acc[0]), each
+ * acc = fma(da * dw, lanes, acc); the result the two added lane by lane,
+ * then folded by halves. */
 static void vec_dot_iq4_nl(int64_t n, float *s, const void *vw, const void *va) {
     const block_iq4_nl *x = vw;
     const block_q8_0 *a = va;
-    float sum = 0;
-    for (int64_t i = 0; i < n / QK4_NL; i++)
-        sum += pe_f16_to_f32(a[i].d) * pe_f16_to_f32(x[i].d) * dot_32(x[i].qs, a[i].qs);
-    *s = sum;
+    const int64_t nb = n / QK4_NL;
+    float acc[2][REF_LANES] = {{0}};
+    for (int64_t i = 0; i < nb; i++) {
+        int32_t lanes[REF_LANES];
+        lanes_32(x[i].qs, a[i].qs, 1, lanes);
+        const int set = (i % 2 == 1 && i < nb - nb % 2) ? 1 : 0;
+        lanes_fma(acc[set], pe_f16_to_f32(a[i].d) * pe_f16_to_f32(x[i].d), lanes);
+    }
+    float v[REF_LANES];
+    for (int t = 0; t < REF_LANES; t++) v[t] = acc[0][t] + acc[1][t];
+    *s = lanes_sum_halves(v);
 }
 
 static void dequantize_iq4_xs(const void *vx, float *y, int64_t n) {
@@ -54,17 +80,22 @@ static void dequantize_iq4_xs(const void *vx, float *y, int64_t n) {
     }
 }
 
+/* per super-block, lanes summed over the sub-blocks (each scaled),
+ * acc = fma(da * d, lanes, acc), folded by halves */
 static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) {
     const block_iq4_xs *x = vw;
     const block_q8_K *a = va;
-    float sum = 0;
+    float acc[REF_LANES] = {0};
     for (int64_t i = 0; i < n / QK_K; i++) {
-        int isum = 0;
-        for (int ib = 0; ib < QK_K / 32; ib++)
-            isum += pe_iq4xs_scale(&x[i], ib) * dot_32(x[i].qs + 16 * ib, a[i].qs + 32 * ib);
-        sum += pe_f16_to_f32(x[i].d) * a[i].d * isum;
+        int32_t lanes[REF_LANES] = {0};
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            int32_t sub[REF_LANES];
+            lanes_32(x[i].qs + 16 * ib, a[i].qs + 32 * ib, pe_iq4xs_scale(&x[i], ib), sub);
+            for (int t = 0; t < REF_LANES; t++) lanes[t] += sub[t];
+        }
+        lanes_fma(acc, a[i].d * pe_f16_to_f32(x[i].d), lanes);
     }
-    *s = sum;
+    *s = lanes_sum_halves(acc);
 }
 
 /* ---- quantize (ggml's quantize_row_iq4_{nl,xs}_ref) --------------------------- */

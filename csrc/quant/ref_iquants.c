@@ -12,6 +12,14 @@
 #include "internal.h"
 #include "iquants.h"
 
+/* The reference must not depend on compile flags: keep a*b+c two roundings
+ * (fmaf() where the canonical arithmetic fuses). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 uint8_t pe_iq2xxs_grid[256 * 8];
 uint8_t pe_iq2xs_grid[512 * 8];
 uint8_t pe_iq2s_grid[1024 * 8];

@@ -4,12 +4,22 @@
  * Every weight type decodes a super-block of 256 into small integers plus
  * per-sub-block scales; dequantize and the dot product with Q8_K both work
  * from that decoded form, so the bit layout lives in one place per type.
- * The dot products keep integer sums per super-block and apply the float
- * scales once per super-block, as ggml's kernels do. */
+ * The dot products form exact integer sums per super-block, in eight lanes
+ * where the canonical arithmetic keeps lanes (ref_lanes.h), and apply the
+ * float scales once per super-block in the x86 kernels' order. */
 #include <math.h>
 
 #include "internal.h"
 #include "kquants.h"
+#include "ref_lanes.h"
+
+/* The reference must not depend on compile flags: keep a*b+c two roundings
+ * (fmaf() where the canonical arithmetic fuses). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 /* ---- Q8_K: the activations ------------------------------------------------ */
 
@@ -47,11 +57,25 @@ static void dequantize_q8_K(const void *vx, float *y, int64_t n) {
         for (int j = 0; j < QK_K; j++) *y++ = x[i].d * x[i].qs[j];
 }
 
-/* sum of q[j] * a[j] over 16 elements */
-static inline int dot16(const int8_t *q, const int8_t *a) {
-    int s = 0;
-    for (int l = 0; l < 16; l++) s += q[l] * a[l];
-    return s;
+/* The lane sums of Q2_K, Q3_K, Q5_K and Q6_K: the products of each 32
+ * elements go to the lanes by 4 (elements 4t..4t+3 of every 32 to lane t),
+ * times the scale of their 16 elements (sc16) or 32 (sc32, sc16 NULL). */
+static void scaled_lanes(const int8_t *q, const int8_t *a, const int8_t *sc16, const uint8_t *sc32,
+                         int32_t lanes[REF_LANES]) {
+    for (int t = 0; t < REF_LANES; t++) lanes[t] = 0;
+    for (int c = 0; c < QK_K / 32; c++)
+        for (int t = 0; t < REF_LANES; t++) {
+            const int e = 32 * c + 4 * t;
+            const int scale = sc16 ? sc16[e / 16] : sc32[c];
+            lanes[t] += scale * (q[e] * a[e] + q[e + 1] * a[e + 1] + q[e + 2] * a[e + 2] + q[e + 3] * a[e + 3]);
+        }
+}
+
+/* How the k-quant row products end: the lanes folded, the min chain, and
+ * the whole-sum accumulators (Q4_K) added in the x86 kernels' order
+ * (unused parts are +0, which turns a -0 result into +0 as there). */
+static inline float kquant_result(const float acc[REF_LANES], float chain, float whole, float whole_mins) {
+    return ((lanes_sum_halves(acc) + 0.0f) + chain) + (whole - whole_mins);
 }
 
 /* ---- Q2_K ------------------------------------------------------------------ */
@@ -76,23 +100,26 @@ static void dequantize_q2_K(const void *vx, float *y, int64_t n) {
     }
 }
 
+/* Lanes: the scaled products; the min terms in lane t are sub-blocks 2t and
+ * 2t + 1 (mins times bsums).  acc = fma(-da * dmin, min lanes, acc), then
+ * acc = fma(da * d, lanes, acc). */
 static void vec_dot_q2_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q2_K *x = vw;
     const block_q8_K *a = va;
-    int8_t q[QK_K];
-    float sum = 0;
+    int8_t q[QK_K], sc[16];
+    float acc[REF_LANES] = {0};
     for (int64_t i = 0; i < n / QK_K; i++) {
         decode_q2_K(&x[i], q);
-        int isum = 0, msum = 0;
-        for (int g = 0; g < QK_K / 16; g++) {
-            isum += (x[i].scales[g] & 0xF) * dot16(q + 16 * g, a[i].qs + 16 * g);
-            msum += (x[i].scales[g] >> 4) * a[i].bsums[g];
-        }
-        const float dall = a[i].d * pe_f16_to_f32(x[i].d);
-        const float dmin = a[i].d * pe_f16_to_f32(x[i].dmin);
-        sum += dall * isum - dmin * msum;
+        int32_t lanes[REF_LANES], mins[REF_LANES];
+        for (int g = 0; g < 16; g++) sc[g] = (int8_t)(x[i].scales[g] & 0xF);
+        scaled_lanes(q, a[i].qs, sc, NULL, lanes);
+        for (int t = 0; t < REF_LANES; t++)
+            mins[t] = (x[i].scales[2 * t] >> 4) * a[i].bsums[2 * t] + (x[i].scales[2 * t + 1] >> 4) * a[i].bsums[2 * t + 1];
+        const float dall = a[i].d * pe_f16_to_f32(x[i].d), dmin = -a[i].d * pe_f16_to_f32(x[i].dmin);
+        lanes_fma(acc, dmin, mins);
+        lanes_fma(acc, dall, lanes);
     }
-    *s = sum;
+    *s = lanes_sum_halves(acc);
 }
 
 /* ---- Q3_K ------------------------------------------------------------------ */
@@ -125,15 +152,15 @@ static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q3_K *x = vw;
     const block_q8_K *a = va;
     int8_t q[QK_K], sc[16];
-    float sum = 0;
+    float acc[REF_LANES] = {0};
     for (int64_t i = 0; i < n / QK_K; i++) {
         decode_q3_K(&x[i], q);
         pe_q3k_unpack(x[i].scales, sc);
-        int isum = 0;
-        for (int g = 0; g < 16; g++) isum += sc[g] * dot16(q + 16 * g, a[i].qs + 16 * g);
-        sum += pe_f16_to_f32(x[i].d) * a[i].d * isum;
+        int32_t lanes[REF_LANES];
+        scaled_lanes(q, a[i].qs, sc, NULL, lanes);
+        lanes_fma(acc, a[i].d * pe_f16_to_f32(x[i].d), lanes);
     }
-    *s = sum;
+    *s = lanes_sum_halves(acc);
 }
 
 /* ---- Q4_K / Q5_K ----------------------------------------------------------- */
@@ -166,16 +193,23 @@ static void dequantize_scaled_mins(const int8_t *q, const uint8_t *packed, float
     }
 }
 
-/* one super-block's dot with mins: d * sum(scale * q.a) - dmin * sum(min * bsum) */
-static float dot_scaled_mins(const int8_t *q, const uint8_t *packed, float d, float dmin, const block_q8_K *a) {
-    int isum = 0, msum = 0;
-    for (int s = 0; s < 8; s++) {
+/* a super-block's min term: sum over sub-blocks of min * (its bsums) */
+static int32_t mins_sum(const uint8_t *packed, const block_q8_K *a) {
+    int32_t msum = 0;
+    for (int k = 0; k < 8; k++) {
         uint8_t sc, mn;
-        pe_k4_scale_min(s, packed, &sc, &mn);
-        isum += sc * (dot16(q + 32 * s, a->qs + 32 * s) + dot16(q + 32 * s + 16, a->qs + 32 * s + 16));
-        msum += mn * (a->bsums[2 * s] + a->bsums[2 * s + 1]);
+        pe_k4_scale_min(k, packed, &sc, &mn);
+        msum += mn * (a->bsums[2 * k] + a->bsums[2 * k + 1]);
     }
-    return d * a->d * isum - dmin * a->d * msum;
+    return msum;
+}
+
+/* the eight 6-bit sub-block scales */
+static void k4_scales(const uint8_t *packed, uint8_t sc[8]) {
+    for (int k = 0; k < 8; k++) {
+        uint8_t mn;
+        pe_k4_scale_min(k, packed, &sc[k], &mn);
+    }
 }
 
 static void dequantize_q4_K(const void *vx, float *y, int64_t n) {
@@ -187,16 +221,27 @@ static void dequantize_q4_K(const void *vx, float *y, int64_t n) {
     }
 }
 
+/* Q4_K: the whole integer sum and the min term multiply-added into one
+ * float each, whole = fma(sum, dw * da, whole), whole_mins likewise with
+ * dmin * da; the result whole - whole_mins. */
 static void vec_dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q4_K *x = vw;
     const block_q8_K *a = va;
     int8_t q[QK_K];
-    float sum = 0;
+    const float zero[REF_LANES] = {0};
+    float whole = 0.0f, whole_mins = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         decode_q4_K(&x[i], q);
-        sum += dot_scaled_mins(q, x[i].scales, pe_f16_to_f32(x[i].d), pe_f16_to_f32(x[i].dmin), &a[i]);
+        uint8_t sc[8];
+        k4_scales(x[i].scales, sc);
+        int32_t lanes[REF_LANES], total = 0;
+        scaled_lanes(q, a[i].qs, NULL, sc, lanes);
+        for (int t = 0; t < REF_LANES; t++) total += lanes[t];
+        const float d = pe_f16_to_f32(x[i].d) * a[i].d, dmin = pe_f16_to_f32(x[i].dmin) * a[i].d;
+        whole = fmaf((float)total, d, whole);
+        whole_mins = fmaf((float)mins_sum(x[i].scales, &a[i]), dmin, whole_mins);
     }
-    *s = sum;
+    *s = kquant_result(zero, 0.0f, whole, whole_mins);
 }
 
 static void dequantize_q5_K(const void *vx, float *y, int64_t n) {
@@ -208,16 +253,24 @@ static void dequantize_q5_K(const void *vx, float *y, int64_t n) {
     }
 }
 
+/* Q5_K: lanes (scale per 32), acc = fma(da * d, lanes, acc); the min term
+ * as one float chain, chain += (-da * dmin) * mins. */
 static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q5_K *x = vw;
     const block_q8_K *a = va;
     int8_t q[QK_K];
-    float sum = 0;
+    float acc[REF_LANES] = {0}, chain = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         decode_q5_K(&x[i], q);
-        sum += dot_scaled_mins(q, x[i].scales, pe_f16_to_f32(x[i].d), pe_f16_to_f32(x[i].dmin), &a[i]);
+        uint8_t sc[8];
+        k4_scales(x[i].scales, sc);
+        int32_t lanes[REF_LANES];
+        scaled_lanes(q, a[i].qs, NULL, sc, lanes);
+        const float d = a[i].d * pe_f16_to_f32(x[i].d), dmin = -a[i].d * pe_f16_to_f32(x[i].dmin);
+        lanes_fma(acc, d, lanes);
+        chain += dmin * (float)mins_sum(x[i].scales, &a[i]);
     }
-    *s = sum;
+    *s = kquant_result(acc, chain, 0.0f, 0.0f);
 }
 
 /* ---- Q6_K ------------------------------------------------------------------ */
@@ -249,18 +302,26 @@ static void dequantize_q6_K(const void *vx, float *y, int64_t n) {
     }
 }
 
+/* Q6_K: the lanes of the unsigned codes (0..63), less their offset of 32 as
+ * 32 * (scale * bsum) of the 16-element sub-blocks 2t and 2t + 1 in lane t
+ * (not the lanes the codes' products went to: the lanes differ, the total
+ * does not); acc = fma(da * d, lanes, acc). */
 static void vec_dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q6_K *x = vw;
     const block_q8_K *a = va;
     int8_t q[QK_K];
-    float sum = 0;
+    float acc[REF_LANES] = {0};
     for (int64_t i = 0; i < n / QK_K; i++) {
         decode_q6_K(&x[i], q);
-        int isum = 0;
-        for (int g = 0; g < 16; g++) isum += x[i].scales[g] * dot16(q + 16 * g, a[i].qs + 16 * g);
-        sum += pe_f16_to_f32(x[i].d) * a[i].d * isum;
+        for (int e = 0; e < QK_K; e++) q[e] = (int8_t)(q[e] + 32);
+        const int8_t *sc = x[i].scales;
+        int32_t lanes[REF_LANES];
+        scaled_lanes(q, a[i].qs, sc, NULL, lanes);
+        for (int t = 0; t < REF_LANES; t++)
+            lanes[t] -= 32 * (sc[2 * t] * a[i].bsums[2 * t] + sc[2 * t + 1] * a[i].bsums[2 * t + 1]);
+        lanes_fma(acc, a[i].d * pe_f16_to_f32(x[i].d), lanes);
     }
-    *s = sum;
+    *s = kquant_result(acc, 0.0f, 0.0f, 0.0f);
 }
 
 /* ---- table ------------------------------------------------------------------ */

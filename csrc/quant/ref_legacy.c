@@ -1,15 +1,15 @@
 /* ref_legacy.c - scalar reference kernels of the 32-element block types
  * Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1.
  *
- * Numerically the same as GGML's reference code: the quantizers produce the
- * same bytes (Q8_0 / Q8_1 are what activations are quantized to before every
- * matmul, so they must match exactly), dequantization is exact, and the dot
- * products form the same integer sum per block and combine it with the f16
- * scales in the same order.  Every SIMD kernel is tested against this file. */
+ * The weight quantizers are GGML's reference algorithm (the same bytes as
+ * gguf's); dequantization is exact.  The activation quantizers (Q8_0, Q8_1)
+ * and the dot products are the canonical arithmetic every ISA computes bit
+ * for bit (ref_lanes.h): the x86 kernels' rounding rule, lanes and order. */
 #include <math.h>
 
 #include "blocks.h"
 #include "internal.h"
+#include "ref_lanes.h"
 
 /* The reference must not depend on compile flags: keep a*b+c two roundings
  * even when the build targets a CPU with FMA. */
@@ -34,15 +34,6 @@ static float signed_absmax(const float *x, int n) {
     return max;
 }
 
-static float abs_max(const float *x, int n) {
-    float amax = 0.0f;
-    for (int j = 0; j < n; j++) {
-        const float a = fabsf(x[j]);
-        amax = amax > a ? amax : a;
-    }
-    return amax;
-}
-
 static void min_max(const float *x, int n, float *min_out, float *max_out) {
     float min = 3.402823466e+38f, max = -3.402823466e+38f;
     for (int j = 0; j < n; j++) {
@@ -59,14 +50,6 @@ static inline uint8_t trunc_code(float v, int hi) {
     if (!(v > 0.0f)) return 0;
     if (v >= (float)hi) return (uint8_t)hi;
     return (uint8_t)(int)v;
-}
-
-/* roundf (halves away from zero) into [-127, 127]; NaN becomes -127, as in
- * the SIMD versions (x86 max and ARM maxnm both pick the number). */
-static inline int8_t round_q8(float v) {
-    if (!(v > -127.0f)) return -127;
-    if (v >= 127.0f) return 127;
-    return (int8_t)roundf(v);
 }
 
 /* The 5th bits of a Q5 block: element j's bit is bit j of qh. */
@@ -147,29 +130,44 @@ static void quantize_q5_1(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* The activation quantizer, the same bits on every ISA: codes are
+ * x * (127 / amax) rounded to nearest even (the product rounded first), d =
+ * amax / 127; amax is taken in eight lanes as the SIMD code takes it, so a
+ * NaN lands where it lands there.  Codes out of range (NaN, inf) become
+ * INT32_MIN before they saturate to int8 (-128); Q8_1's sum adds the int32
+ * codes with wrap-around, as the vector adds do. */
+static float quantize_block_q8(const float *x, int32_t q[QK8_0]) {
+    float amax[REF_LANES] = {0};
+    for (int j = 0; j < QK8_0; j++) amax[j % REF_LANES] = lanes_max(amax[j % REF_LANES], fabsf(x[j]));
+    const float max_abs = lanes_max_halves(amax);
+    const float mul = max_abs != 0.0f ? 127.0f / max_abs : 0.0f;
+    for (int j = 0; j < QK8_0; j++) q[j] = lanes_round_i32(x[j] * mul);
+    return max_abs / 127.0f;
+}
+
 static void quantize_q8_0(const float *x, void *vy, int64_t n) {
     block_q8_0 *y = vy;
     for (int64_t ib = 0; ib < n / QK8_0; ib++, x += QK8_0) {
-        const float d = abs_max(x, QK8_0) / 127;
-        const float id = d ? 1.0f / d : 0.0f;
+        int32_t q[QK8_0];
+        const float d = quantize_block_q8(x, q);
         y[ib].d = pe_f32_to_f16(d);
-        for (int j = 0; j < QK8_0; j++) y[ib].qs[j] = round_q8(x[j] * id);
+        for (int j = 0; j < QK8_0; j++) y[ib].qs[j] = lanes_saturate_i8(q[j]);
     }
 }
 
 static void quantize_q8_1(const float *x, void *vy, int64_t n) {
     block_q8_1 *y = vy;
     for (int64_t ib = 0; ib < n / QK8_1; ib++, x += QK8_1) {
-        const float d = abs_max(x, QK8_1) / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        int sum = 0;
+        int32_t q[QK8_1];
+        const float d = quantize_block_q8(x, q);
+        uint32_t sum = 0;
         for (int j = 0; j < QK8_1; j++) {
-            y[ib].qs[j] = round_q8(x[j] * id);
-            sum += y[ib].qs[j];
+            y[ib].qs[j] = lanes_saturate_i8(q[j]);
+            sum += (uint32_t)q[j];
         }
         y[ib].d = pe_f32_to_f16(d);
-        /* s uses the float scale, not its f16 rounding (as GGML does) */
-        y[ib].s = pe_f32_to_f16((float)sum * d);
+        /* s uses the float scale, not its f16 rounding */
+        y[ib].s = pe_f32_to_f16((float)(int32_t)sum * d);
     }
 }
 
@@ -243,79 +241,102 @@ static void dequantize_q8_1(const void *vx, float *y, int64_t n) {
     }
 }
 
-/* ---- dot products ------------------------------------------------------------ */
+/* ---- dot products ------------------------------------------------------------
+ *
+ * Per block, eight exact integer sums (lane t: elements 4t..4t+3) are
+ * multiply-added into eight float accumulators, acc = fma(dw * da, sum, acc)
+ * with dw * da rounded once; the _1 types' min terms run as one float chain,
+ * mins = mins + mw * sa (two roundings); the result is the lanes folded by
+ * halves, plus mins. */
+
+/* lane t = the products of elements 4t..4t+3 of a block */
+static void block_lanes(const int w[32], const int8_t *a, int32_t lanes[REF_LANES]) {
+    for (int t = 0; t < REF_LANES; t++) {
+        const int e = 4 * t;
+        lanes[t] = w[e] * a[e] + w[e + 1] * a[e + 1] + w[e + 2] * a[e + 2] + w[e + 3] * a[e + 3];
+    }
+}
+
+/* the 32 four-bit codes of a block in element order, minus offset */
+static void unpack_q4(const uint8_t qs[16], int offset, int q[32]) {
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0x0F) - offset;
+        q[j + 16] = (qs[j] >> 4) - offset;
+    }
+}
+
+/* One block's lanes multiply-added with d = dw * da. */
+static void legacy_step(const int w[32], const int8_t *a, float d, float acc[REF_LANES]) {
+    int32_t lanes[REF_LANES];
+    block_lanes(w, a, lanes);
+    lanes_fma(acc, d, lanes);
+}
+
+/* the lanes folded, plus the min chain (0 for the _0 types, which still
+ * turns a -0 into +0 as the SIMD code's addition does) */
+static inline float legacy_result(const float acc[REF_LANES], float mins) { return lanes_sum_halves(acc) + mins; }
 
 static void vec_dot_q4_0_q8_0(int64_t n, float *s, const void *vw, const void *va) {
     const block_q4_0 *x = vw;
     const block_q8_0 *y = va;
-    float sum = 0.0f;
+    float acc[REF_LANES] = {0};
     for (int64_t ib = 0; ib < n / QK8_0; ib++) {
-        int sumi = 0;
-        for (int j = 0; j < QK8_0 / 2; j++) {
-            sumi += ((x[ib].qs[j] & 0x0F) - 8) * y[ib].qs[j];
-            sumi += ((x[ib].qs[j] >> 4) - 8) * y[ib].qs[j + QK8_0 / 2];
-        }
-        sum += (float)sumi * pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d);
+        int q[32];
+        unpack_q4(x[ib].qs, 8, q);
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
     }
-    *s = sum;
+    *s = legacy_result(acc, 0.0f);
 }
 
 static void vec_dot_q4_1_q8_1(int64_t n, float *s, const void *vw, const void *va) {
     const block_q4_1 *x = vw;
     const block_q8_1 *y = va;
-    float sum = 0.0f;
+    float acc[REF_LANES] = {0}, mins = 0.0f;
     for (int64_t ib = 0; ib < n / QK8_1; ib++) {
-        int sumi = 0;
-        for (int j = 0; j < QK8_1 / 2; j++) {
-            sumi += (x[ib].qs[j] & 0x0F) * y[ib].qs[j];
-            sumi += (x[ib].qs[j] >> 4) * y[ib].qs[j + QK8_1 / 2];
-        }
-        /* sum_j (d q_j + m) a_j = d*da*sumi + m*s, s = da * sum_j qa_j */
-        sum += (pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d)) * (float)sumi
-             + pe_f16_to_f32(x[ib].m) * pe_f16_to_f32(y[ib].s);
+        int q[32];
+        unpack_q4(x[ib].qs, 0, q);
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
+        mins += pe_f16_to_f32(x[ib].m) * pe_f16_to_f32(y[ib].s);
     }
-    *s = sum;
+    *s = legacy_result(acc, mins);
 }
 
 static void vec_dot_q5_0_q8_0(int64_t n, float *s, const void *vw, const void *va) {
     const block_q5_0 *x = vw;
     const block_q8_0 *y = va;
-    float sum = 0.0f;
+    float acc[REF_LANES] = {0};
     for (int64_t ib = 0; ib < n / QK8_0; ib++) {
         int q[QK5_0];
         unpack_q5(x[ib].qs, x[ib].qh, q);
-        int sumi = 0;
-        for (int j = 0; j < QK8_0; j++) sumi += (q[j] - 16) * y[ib].qs[j];
-        sum += (pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d)) * (float)sumi;
+        for (int j = 0; j < QK5_0; j++) q[j] -= 16;
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
     }
-    *s = sum;
+    *s = legacy_result(acc, 0.0f);
 }
 
 static void vec_dot_q5_1_q8_1(int64_t n, float *s, const void *vw, const void *va) {
     const block_q5_1 *x = vw;
     const block_q8_1 *y = va;
-    float sum = 0.0f;
+    float acc[REF_LANES] = {0}, mins = 0.0f;
     for (int64_t ib = 0; ib < n / QK8_1; ib++) {
         int q[QK5_1];
         unpack_q5(x[ib].qs, x[ib].qh, q);
-        int sumi = 0;
-        for (int j = 0; j < QK8_1; j++) sumi += q[j] * y[ib].qs[j];
-        sum += (pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d)) * (float)sumi
-             + pe_f16_to_f32(x[ib].m) * pe_f16_to_f32(y[ib].s);
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
+        mins += pe_f16_to_f32(x[ib].m) * pe_f16_to_f32(y[ib].s);
     }
-    *s = sum;
+    *s = legacy_result(acc, mins);
 }
 
 static void vec_dot_q8_0_q8_0(int64_t n, float *s, const void *vw, const void *va) {
     const block_q8_0 *x = vw;
     const block_q8_0 *y = va;
-    float sum = 0.0f;
+    float acc[REF_LANES] = {0};
     for (int64_t ib = 0; ib < n / QK8_0; ib++) {
-        int sumi = 0;
-        for (int j = 0; j < QK8_0; j++) sumi += x[ib].qs[j] * y[ib].qs[j];
-        sum += (float)sumi * (pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d));
+        int q[QK8_0];
+        for (int j = 0; j < QK8_0; j++) q[j] = x[ib].qs[j];
+        legacy_step(q, y[ib].qs, pe_f16_to_f32(x[ib].d) * pe_f16_to_f32(y[ib].d), acc);
     }
-    *s = sum;
+    *s = legacy_result(acc, 0.0f);
 }
 
 void pe_fill_ref_legacy(pe_kernels *k) {
