@@ -530,22 +530,30 @@ def _server_client():
         tiny = FUZZ_DATA / "gguf" / "seeds" / "tiny-llama.gguf"
         app = create_app(ServerConfig(), loader=fake_loader(FakeAdapter(pieces=2, delay_s=0)),
                          served={"fake": tiny})
-        _client = TestClient(app, raise_server_exceptions=False)
+        # as a local client would: the server refuses other hosts (DNS rebinding)
+        _client = TestClient(app, base_url="http://127.0.0.1:11434", raise_server_exceptions=False)
         _client.__enter__()   # runs the lifespan once, for the process
     return _client
 
 
+def server_response(data: bytes):
+    """The app's answer to data[1:] POSTed (DELETEd to /api/delete) to the route data[0] picks."""
+    route = ROUTES[data[0] % len(ROUTES)]
+    method = "DELETE" if route == "/api/delete" else "POST"
+    client = _server_client()   # started (once) outside the bound: the app's start-up is no request
+    with _bounded(f"{method} {route}"), _private_store():
+        return client.request(method, route, content=data[1:], headers={"content-type": "application/json"})
+
+
 def one_server(data: bytes) -> None:
-    """A random body POSTed to one route (data[0] picks it) of the app in-process, with a
+    """A random body sent to one route (data[0] picks it) of the app in-process, with a
     fake model: any answer below 500 is fine."""
     if not data:
         return
-    route = ROUTES[data[0] % len(ROUTES)]
-    method = "DELETE" if route == "/api/delete" else "POST"
-    with _bounded(f"{method} {route}"), _private_store():
-        response = _server_client().request(method, route, content=data[1:], headers={"content-type": "application/json"})
+    response = server_response(data)
     if response.status_code >= 500:
-        raise Defect(f"{method} {route} answered {response.status_code}: {response.text[:500]}")
+        raise Defect(f"{response.request.method} {response.request.url.path} answered "
+                     f"{response.status_code}: {response.text[:500]}")
 
 
 HARNESSES = {name: globals()[f"one_{name}"] for name in SURFACES}

@@ -2,9 +2,8 @@
 
     python fuzz/run.py SURFACE [libFuzzer flags] [CORPUS_DIR ...]
 
-pyengine's modules (and the libraries the harnesses drive: jinja2, starlette) are
-instrumented for coverage.  Unless the flags
-say otherwise, one input may take 2 s (-timeout=2) and the process may grow 256 MiB over
+pyengine's modules (and the libraries the harnesses drive: jinja2, starlette, fastapi)
+are instrumented for coverage and comparisons.  Unless the flags say otherwise, one input may take 2 s (-timeout=2) and the process may grow 256 MiB over
 its size once the harness is ready (-rss_limit_mb); a harness's exception is a crash.
 scripts/fuzz.sh runs every surface with its seeds and keeps what crashed.
 """
@@ -19,13 +18,16 @@ import atheris
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# instrument_imports() would instrument only what is imported inside its block, and skips
-# modules of an editable install's custom loader; the harnesses import their modules
-# lazily, so the run imports them (warm_up) and then instruments the functions of the
-# modules named in INSTRUMENTED (instrument_all() would take minutes on a busy machine).
-INSTRUMENTED = ("pyengine", "harnesses", "jinja2", "starlette", "fastapi", "pydantic")
-with atheris.instrument_imports(include=["harnesses"]):
-    import harnesses
+# instrument_imports() skips modules of an editable install's custom loader, so the run
+# imports the harnesses' modules (harnesses.load_modules, which runs nothing) and
+# instruments the functions of those named in INSTRUMENTED in place, before any input
+# runs: a closure made later (a route handler made by create_app) gets the instrumented
+# code of the function that makes it, one made before would not.  Modules first imported
+# by the warm-up are instrumented after it.  Not pydantic: atheris 2.3's comparison
+# tracing miscompiles some of its functions on Python 3.11 (mro_for_bases's generator
+# segfaults), and its validation is native anyway.  instrument_all() would take minutes.
+INSTRUMENTED = ("pyengine", "harnesses", "jinja2", "starlette", "fastapi")
+import harnesses  # noqa: E402
 
 GROWTH_MB = 256
 
@@ -38,16 +40,19 @@ def rss_mb() -> int:
     return 0
 
 
-def instrument_loaded(prefixes: tuple[str, ...]) -> int:
+def instrument_loaded(prefixes: tuple[str, ...], done_modules: set[str]) -> int:
     """Instrument (in place) every function and method defined in the loaded modules whose
-    names start with one of `prefixes`; the number of functions."""
+    names start with one of `prefixes` and are not in `done_modules` (which it fills);
+    the number of functions.  Objects are looked at through vars() only: an attribute
+    lookup can run code (pydantic builds a model's schema on first use)."""
     done = 0
 
     def instrument(obj) -> None:
         nonlocal done
-        func = getattr(obj, "__func__", obj)   # static and class methods
-        if inspect.isfunction(func):
-            atheris.instrument_func(func)
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        if inspect.isfunction(obj):
+            atheris.instrument_func(obj)
             done += 1
         elif isinstance(obj, property):
             for accessor in (obj.fget, obj.fset):
@@ -55,15 +60,14 @@ def instrument_loaded(prefixes: tuple[str, ...]) -> int:
                     instrument(accessor)
 
     for name, module in list(sys.modules.items()):
-        if module is None or not name.split(".")[0] in prefixes:
+        if module is None or name.split(".")[0] not in prefixes or name in done_modules:
             continue
+        done_modules.add(name)
         for obj in list(vars(module).values()):
-            if getattr(obj, "__module__", None) != name:
-                continue
-            if inspect.isclass(obj):
+            if isinstance(obj, type) and vars(obj).get("__module__") == name:
                 for attr in list(vars(obj).values()):
                     instrument(attr)
-            else:
+            elif inspect.isfunction(obj) and obj.__module__ == name:
                 instrument(obj)
     return done
 
@@ -80,8 +84,12 @@ if __name__ == "__main__":
         sys.exit(f"usage: run.py {{{','.join(harnesses.SURFACES)}}} [libFuzzer flags] [corpus dirs]")
     SURFACE = sys.argv[1]
     one = harnesses.HARNESSES[SURFACE]
+    harnesses.load_modules()
+    instrumented = set()
+    count = instrument_loaded(INSTRUMENTED, instrumented)
     warm_up(one)
-    print(f"INFO: instrumented {instrument_loaded(INSTRUMENTED)} functions", file=sys.stderr)
+    count += instrument_loaded(INSTRUMENTED, instrumented)
+    print(f"INFO: instrumented {count} functions of {len(instrumented)} modules", file=sys.stderr)
     flags = sys.argv[2:]
     if not any(flag.startswith("-timeout=") for flag in flags):
         flags.append(f"-timeout={int(harnesses.SLOW_S)}")

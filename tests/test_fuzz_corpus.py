@@ -48,3 +48,12 @@ def test_the_server_harness_keeps_its_store_to_itself():
     tests run after it find their models where they were (PYENGINE_HOME unchanged)."""
     harnesses.one_server(bytes([harnesses.ROUTES.index("/api/create")]) + b'{"model": "x", "from": "fake"}')
     assert os.environ.get("PYENGINE_HOME") == HOME
+
+
+def test_the_server_harness_reaches_the_routes():
+    """Its requests get past the app's host and origin checks to the handlers: a chat with
+    the fake model is answered."""
+    response = harnesses.server_response(bytes([harnesses.ROUTES.index("/api/chat")])
+                                         + b'{"model": "fake", "messages": [{"role": "user", "content": "Hi"}], "stream": false}')
+    assert response.status_code == 200, response.text
+    assert response.json()["message"]["role"] == "assistant"
