@@ -270,3 +270,13 @@ def test_token_mask_with_partial_utf8_pieces():
     assert index.allowed_mask(matcher).tolist() == [True, False, True, False, False, True, False]
     matcher.accept_bytes(beta[:1])
     assert index.allowed_mask(matcher).tolist() == [False, True, False, False, False, False, False]
+
+
+def test_a_too_ambiguous_grammar_is_refused_early():
+    """Nested repetitions of a recursive rule add ~500 parallel parses per "yes"; the
+    matcher refuses with a GrammarError before a byte costs more than a few ms."""
+    grammar = Grammar.from_gbnf('root ::= "yes"+++++++++ root+++')
+    matcher = grammar.matcher()
+    with pytest.raises(GrammarError, match="too ambiguous"):
+        for _ in range(12):
+            matcher.accept_bytes(b"yes")
