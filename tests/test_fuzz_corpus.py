@@ -48,3 +48,47 @@ def test_the_server_harness_keeps_its_store_to_itself():
     tests run after it find their models where they were (PYENGINE_HOME unchanged)."""
     harnesses.one_server(bytes([harnesses.ROUTES.index("/api/create")]) + b'{"model": "x", "from": "fake"}')
     assert os.environ.get("PYENGINE_HOME") == HOME
+
+
+def test_the_server_harness_reaches_the_routes():
+    """Its requests get past the app's host and origin checks to the handlers: a chat with
+    the fake model is answered."""
+    response = harnesses.server_response(bytes([harnesses.ROUTES.index("/api/chat")])
+                                         + b'{"model": "fake", "messages": [{"role": "user", "content": "Hi"}], "stream": false}')
+    assert response.status_code == 200, response.text
+    assert response.json()["message"]["role"] == "assistant"
+
+
+def test_the_bound_counts_cpu_time_not_waiting(monkeypatch):
+    """A slow input is one that works long (a loaded machine's wall clock is no measure);
+    under atheris the bound allows for the instrumentation's slowdown."""
+    import time
+
+    monkeypatch.setattr(harnesses, "SLOW_S", 0.05)
+    with harnesses._bounded("waiting"):
+        time.sleep(0.2)
+    with pytest.raises(harnesses.Defect, match="working"):
+        with harnesses._bounded("working"):
+            end = time.process_time() + 0.2
+            while time.process_time() < end:
+                pass
+    monkeypatch.setattr(harnesses, "SLOWDOWN", 10.0)
+    with harnesses._bounded("working, instrumented"):
+        end = time.process_time() + 0.2
+        while time.process_time() < end:
+            pass
+
+
+def test_the_fuzz_run_keeps_a_failing_input(tmp_path):
+    """fuzz/run.py writes the input a harness raised on itself (libFuzzer's own write was
+    lost when its alarm killed the process mid-report)."""
+    import hashlib
+
+    import run
+
+    def failing(data):
+        raise harnesses.Defect("found")
+
+    with pytest.raises(harnesses.Defect):
+        run.keeping_failures(failing, f"{tmp_path}/")(b"input")
+    assert (tmp_path / f"crash-{hashlib.sha1(b'input').hexdigest()}").read_bytes() == b"input"

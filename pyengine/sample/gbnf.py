@@ -345,16 +345,27 @@ def _validate(parsed: ParsedGrammar, root: str) -> ParsedGrammar:
 
 
 def nullable_rules(rules: list[list[list[Item]]]) -> list[bool]:
-    """Which rules can match the empty string (fixed point)."""
+    """Which rules can match the empty string.  A worklist: a rule is looked at again only
+    when a rule it refers to became nullable (passes over every rule took one pass a link
+    of a long chain of rules: quadratic in a hostile grammar's size)."""
     nullable = [False] * len(rules)
-    changed = True
-    while changed:
-        changed = False
-        for rule_id, alternatives in enumerate(rules):
-            if nullable[rule_id]:
-                continue
-            if any(all(item[0] == "ref" and nullable[item[1]] for item in alt) for alt in alternatives):
-                nullable[rule_id] = changed = True
+    users: list[list[int]] = [[] for _ in rules]   # rule id -> rules that refer to it
+    todo = []
+    for rule_id, alternatives in enumerate(rules):
+        for alt in alternatives:
+            if all(item[0] == "ref" for item in alt):
+                for item in alt:
+                    users[item[1]].append(rule_id)
+                if not alt:
+                    todo.append(rule_id)
+    while todo:
+        rule_id = todo.pop()
+        if nullable[rule_id]:
+            continue
+        if any(all(nullable[item[1]] for item in alt) for alt in rules[rule_id]
+               if all(item[0] == "ref" for item in alt)):
+            nullable[rule_id] = True
+            todo.extend(users[rule_id])
     return nullable
 
 
