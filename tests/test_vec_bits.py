@@ -144,6 +144,12 @@ def test_value_products_give_the_same_bits(nacc):
                 cell[rng.random(n) < 0.1] = -1
                 results = per_isa(lambda: [_core.attn_values_f16(p, v, cell, nacc)])
                 assert_same_bits(results, f"values n={n} hd={hd} nh={nh} nacc={nacc}")
+                # a slot whose probability is 0 is skipped: an infinite V row there leaves head 0 finite
+                zero = (p[0] == 0) & (cell >= 0)
+                v[cell[zero]] = 0x7C00   # the rows those slots read
+                results = per_isa(lambda: [_core.attn_values_f16(p, v, cell, nacc)])
+                assert_same_bits(results, f"values with inf n={n} hd={hd} nh={nh} nacc={nacc}")
+                assert np.isfinite(results[ISAS[0]][0].view(np.float32)[0]).all()
 
 
 def test_transposed_value_products_give_the_same_bits_and_the_slot_order_sums():

@@ -549,6 +549,14 @@ typedef __m256 vlane;
     _mm256_fmadd_ps(_mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(-(int)((p) != 0.0f)))), _mm256_set1_ps(p), c)
 #endif
 
+/* whether slot i has a nonzero probability for each of the nh heads (the
+ * usual case: the fmas then need no mask) */
+PE_ALWAYS_INLINE int slot_live(const float *const *p, const int nh, int64_t i) {
+    int live = 1;
+    for (int h = 0; h < nh; h++) live &= p[h][i] != 0.0f;
+    return live;
+}
+
 /* LANES lane vectors (each VW output elements) folded by halves */
 static inline vlane fold_vectors(vlane v[LANES]) {
     for (int half = LANES / 2; half >= 1; half /= 2)
@@ -594,8 +602,10 @@ PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *
                     const int64_t i = s + LANES * k;
                     if (cell[i] < 0) continue;
                     const vlane vf = VL_F16((const uint16_t *)(v + (size_t)cell[i] * stride) + d0);
-                    for (int h = 0; h < nh; h++)
-                        lane[h][k] = VL_FMA_LIVE(vf, p[h][i], lane[h][k]);
+                    if (slot_live(p, nh, i))
+                        for (int h = 0; h < nh; h++) lane[h][k] = VL_FMA(vf, VL_SET1(p[h][i]), lane[h][k]);
+                    else
+                        for (int h = 0; h < nh; h++) lane[h][k] = VL_FMA_LIVE(vf, p[h][i], lane[h][k]);
                 }
             for (int h = 0; h < nh; h++)
                 sum[h][l] = VL_ADD(VL_ADD(lane[h][0], lane[h][2]), VL_ADD(lane[h][1], lane[h][3]));
@@ -621,10 +631,13 @@ PE_ALWAYS_INLINE void values_lone_long(int64_t n, const int nh, const int32_t *c
             for (int64_t i = lane; i < n; i += w) {
                 if (cell[i] < 0) continue;
                 const uint16_t *row = (const uint16_t *)(v + (size_t)cell[i] * stride) + d0;
+                const int live = slot_live(p, nh, i);
                 for (int c = 0; c < 4; c++) {
                     const vlane vf = VL_F16(row + c * VW);
-                    for (int h = 0; h < nh; h++)
-                        acc[h][c] = VL_FMA_LIVE(vf, p[h][i], acc[h][c]);
+                    if (live)
+                        for (int h = 0; h < nh; h++) acc[h][c] = VL_FMA(vf, VL_SET1(p[h][i]), acc[h][c]);
+                    else
+                        for (int h = 0; h < nh; h++) acc[h][c] = VL_FMA_LIVE(vf, p[h][i], acc[h][c]);
                 }
             }
             for (int h = 0; h < nh; h++)
