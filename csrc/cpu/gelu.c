@@ -7,6 +7,13 @@
 #include "internal.h"
 #include "vec_math.h"
 
+/* no a*b+c fused by the compiler: the same bits whatever the flags */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 /* two spare entries: a vector gather reads 32 bits at the last one */
 uint16_t pe_gelu_table[(1 << 16) + 2];
 

@@ -10,6 +10,13 @@
 #include "internal.h"
 #include "vec_math.h"
 
+/* no a*b+c fused by the compiler: the same bits whatever the flags */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 void pe_op_get_rows_run(pe_exec *ex, pe_tensor *t);
 void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t);
 void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t);

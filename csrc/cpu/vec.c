@@ -19,6 +19,14 @@
 #include "x86/x86_reduce.h"
 #endif
 
+/* The order must not depend on compile flags: a*b+c stays two roundings
+ * (fmaf() and the fma intrinsics where the order fuses). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #ifndef PE_VEC_SUFFIX
 #define PE_VEC_SUFFIX scalar
 #endif

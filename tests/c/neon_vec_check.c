@@ -3,7 +3,7 @@
  * tests/test_vec_bits.py records cases on x86 (inputs, results) into a file
  * and runs this on it:
  *
- *   aarch64-linux-gnu-gcc -O2 -static -ffp-contract=off -DPE_ARCH_ARM=1 \
+ *   aarch64-linux-gnu-gcc -O2 -static -DPE_ARCH_ARM=1 \
  *       -march=armv8.2-a+dotprod+fp16 -Icsrc/include -Icsrc/core -Icsrc/quant -Icsrc/cpu \
  *       tests/c/neon_vec_check.c csrc/cpu/arm/neon_vec.c csrc/cpu/gelu.c -lm -o neon_vec_check
  *   qemu-aarch64 ./neon_vec_check cases.bin       (exit status 0 when all pass)
