@@ -516,3 +516,61 @@ include "_tok.pxi"
 # the IQ types' grids, from the gguf package, before any model can ask for them
 from pyengine import iq_grids as _iq_grids
 _iq_grids.install(set_iq_grid)
+
+
+# ---- the float kernels one by one, for the tests that compare instruction sets ----
+
+cdef extern from *:
+    """
+    int pe_vec_probe(const char *name, int64_t n, const void *x, const float *u, float s, void *y, double *result);
+    int pe_vec_probe_values_t(const float *p, int nh, int64_t n, const uint16_t *vt, int64_t hd, float *out);
+    """
+    int pe_vec_probe(const char *name, int64_t n, const void *x, const float *u, float s, void *y,
+                     double *result) nogil
+    int pe_vec_probe_values_t(const float *p, int nh, int64_t n, const uint16_t *vt, int64_t hd,
+                              float *out) nogil
+
+
+def vec_kernel(str name, x, u=None, float s=0.0):
+    """Float kernel `name` of the current ISA's table (cpu/vec.c) on the array x (float32; for
+    f16_to_f32 uint16), u the second input of silu_mul/gelu_mul, s the scalar argument.
+    Returns (elements, value): the output array (None where the kernel writes none; uint16 for
+    f32_to_f16; for max_nan [flag]) and the value it returns (0.0 where none)."""
+    src = np.ascontiguousarray(x)
+    cdef int64_t n = src.shape[0]
+    if name == "f32_to_f16":
+        out = np.zeros(max(n, 1), np.uint16)
+    else:
+        out = np.zeros(max(n, 1), np.float32)
+    second = np.ascontiguousarray(u if u is not None else np.zeros(max(n, 1), np.float32), dtype=np.float32)
+    if second.shape[0] < n:
+        raise ValueError("u must be as long as x")
+    cdef const uint8_t[::1] xb = src.reshape(-1).view(np.uint8) if n else np.zeros(4, np.uint8)
+    cdef const float[::1] ub = second
+    cdef uint8_t[::1] yb = out.view(np.uint8)
+    cdef double result = 0.0
+    cdef bytes key = name.encode()
+    cdef const char *kname = key
+    cdef int rc
+    with nogil:
+        rc = pe_vec_probe(kname, n, &xb[0], &ub[0], s, &yb[0], &result)
+    _check(rc)
+    if name in ("max", "sum_sq"):
+        return None, result
+    if name == "max_nan":
+        return out[:1], result
+    return out[:n], result
+
+
+def vec_values_t_f16(const float[:, ::1] p, const uint16_t[:, ::1] vt):
+    """values_t_f16 of the current ISA: heads' probabilities p[nh][n] with a transposed F16 V
+    vt[hd][n] (raw bits), out[nh][hd]."""
+    if p.shape[1] != vt.shape[1]:
+        raise ValueError("p and vt need one entry per slot")
+    out = np.empty((p.shape[0], vt.shape[0]), np.float32)
+    cdef float[:, ::1] o = out
+    cdef int rc
+    with nogil:
+        rc = pe_vec_probe_values_t(&p[0, 0], <int>p.shape[0], p.shape[1], &vt[0, 0], vt.shape[0], &o[0, 0])
+    _check(rc)
+    return out

@@ -113,10 +113,10 @@ typedef struct pe_type_kernels {
                                        groups' starts made once per row, not once per tile) */
 } pe_type_kernels;
 
-/* Float loops shared by the ops (attention over an F16 cache, norms, ...). */
+/* Float loops shared by the ops (attention over an F16 cache, norms, ...).
+ * Every table gives the same bits: each kernel has one order (cpu/vec.c). */
 typedef struct pe_vec_kernels {
-    /* Attention over the F16 cache, as llama.cpp's build for the same ISA
-     * computes it (see cpu/vec.c): `lanes` accumulators wide. */
+    /* the lanes of the products and sums: 16 on every ISA */
     int    lanes;
     /* attention's product of nh heads' probabilities p[h] with the same F16 V,
      * into out[h], in nacc accumulators of `lanes` (see vec.c); scratch holds

@@ -1,10 +1,21 @@
 /* ops.c - the op dispatcher and the row-wise ops (elementwise, norms,
- * softmax, expert routing).  Rows are split evenly over the threads. */
+ * softmax, expert routing).  Rows are split evenly over the threads.  The
+ * same input gives the same bits on every instruction set: exp and tanh
+ * are vec_math.h's, not the C library's, and the loops over a row take the
+ * kernels' fixed orders (sum_sq, exp_sum). */
 #include <math.h>
 #include <string.h>
 
 #include "blocks.h"
 #include "internal.h"
+#include "vec_math.h"
+
+/* no a*b+c fused by the compiler: the same bits whatever the flags */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 void pe_op_get_rows_run(pe_exec *ex, pe_tensor *t);
 void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t);
@@ -48,6 +59,10 @@ static void binary_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* erf(x / sqrt 2) in double (the C library's erf agrees across systems to
+ * far below a float's last bit), rounded once */
+static float gelu_erf(float x) { return (float)erf((double)(x * 0.70710678f)); }
+
 static void unary_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0);
     const int64_t n = a->ne[0];
@@ -59,11 +74,11 @@ static void unary_run(pe_exec *ex, pe_tensor *t) {
         float *d = row_f32(t, r);
         switch (t->op == PE_OP_UNARY ? 100 + t->ip[0] : t->op) {
         case PE_OP_SCALE:   for (int64_t i = 0; i < n; i++) d[i] = x[i] * p; break;
-        case PE_OP_SOFTCAP: for (int64_t i = 0; i < n; i++) d[i] = p * tanhf(x[i] / p); break;
+        case PE_OP_SOFTCAP: for (int64_t i = 0; i < n; i++) d[i] = p * pe_tanhf(x[i] / p); break;
         case PE_OP_CONT:    memcpy(d, x, (size_t)n * sizeof(float)); break;
-        case 100 + PE_UNARY_SILU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] / (1.0f + expf(-x[i])); break;
+        case 100 + PE_UNARY_SILU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] / (1.0f + pe_expf(0.0f - x[i])); break;
         case 100 + PE_UNARY_GELU:     for (int64_t i = 0; i < n; i++) d[i] = pe_gelu(x[i]); break;
-        case 100 + PE_UNARY_GELU_ERF: for (int64_t i = 0; i < n; i++) d[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f)); break;
+        case 100 + PE_UNARY_GELU_ERF: for (int64_t i = 0; i < n; i++) d[i] = 0.5f * x[i] * (1.0f + gelu_erf(x[i])); break;
         case 100 + PE_UNARY_RELU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] > 0 ? x[i] : 0; break;
         default: break;
         }
@@ -97,12 +112,10 @@ static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* softmax: the kernels' max and exp_sum (their chunk order), the float inverse */
 static void softmax_row(int64_t n, float *d, const float *x) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) { d[i] = expf(x[i] - mx); sum += d[i]; }
-    const float inv = (float)(1.0 / sum);
+    const float mx = pe_kern->vec.max(n, x);
+    const float inv = (float)(1.0 / pe_kern->vec.exp_sum(n, d, x, mx));
     for (int64_t i = 0; i < n; i++) d[i] *= inv;
 }
 
@@ -145,11 +158,11 @@ static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
         float mx = -INFINITY;
         for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
         double sum = 0.0;
-        for (int64_t i = 0; i < n; i++) sum += expf(x[i] - mx);
+        for (int64_t i = 0; i < n; i++) sum += pe_expf(x[i] - mx);
         float picked = 0.0f;
         for (int64_t j = 0; j < k; j++) {
             if (id[j] < 0 || id[j] >= n) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
-            d[j] = (float)(expf(x[id[j]] - mx) / sum);
+            d[j] = (float)(pe_expf(x[id[j]] - mx) / sum);
             picked += d[j];
         }
         if (t->ip[0]) for (int64_t j = 0; j < k; j++) d[j] /= picked;

@@ -1,15 +1,19 @@
 /* ops_rope.c - rotary position embeddings (normal and NeoX layouts), with
  * frequency base/scale, per-dimension frequency factors and YaRN ramps.
- * The angles are built by repeated multiplication, as GGML does, so results
- * match llama.cpp's to the last bit of the angle. */
+ * The angles are built by repeated multiplication in float, as GGML does
+ * (so they are llama.cpp's to the last bit); the logarithms, the power and
+ * the cos/sin of each angle are taken in double and rounded once, so the
+ * table does not depend on the C library's float functions. */
 #include <math.h>
 
 #include "internal.h"
 
 #define PE_PI 3.14159265358979323846f
 
+static float log_f(float x) { return (float)log((double)x); }
+
 static float corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
-    return n_dims * logf(n_ctx_orig / (n_rot * 2 * PE_PI)) / (2 * logf(base));
+    return n_dims * log_f(n_ctx_orig / (n_rot * 2 * PE_PI)) / (2 * log_f(base));
 }
 
 static float yarn_ramp(float low, float high, int i0) {
@@ -23,7 +27,7 @@ static void angles(const pe_tensor *t, const float *ff, float pos, float *cache)
     const int n_dims = t->ip[0], n_ctx_orig = t->ip[2];
     const float base = t->fp[0], freq_scale = t->fp[1], ext_factor = t->fp[2];
     const float attn_factor = t->fp[3], beta_fast = t->fp[4], beta_slow = t->fp[5];
-    const float theta_scale = powf(base, -2.0f / n_dims);
+    const float theta_scale = (float)pow((double)base, (double)(-2.0f / n_dims));
     float low = 0, high = 0;
     if (ext_factor != 0.0f) {
         low = fmaxf(0, floorf(corr_dim(n_dims, n_ctx_orig, beta_fast, base)));
@@ -37,10 +41,10 @@ static void angles(const pe_tensor *t, const float *ff, float pos, float *cache)
         if (ext_factor != 0.0f) {
             const float mix = yarn_ramp(low, high, i0) * ext_factor;
             angle = fmaf(interp, 1 - mix, extrap * mix);   /* fused, as ggml's FMA builds compute it */
-            mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+            mscale *= 1.0f + 0.1f * log_f(1.0f / freq_scale);
         }
-        cache[i0] = cosf(angle) * mscale;
-        cache[i0 + 1] = sinf(angle) * mscale;
+        cache[i0] = (float)cos((double)angle) * mscale;
+        cache[i0 + 1] = (float)sin((double)angle) * mscale;
         theta *= theta_scale;
     }
 }

@@ -1,16 +1,30 @@
 /* vec.c - float loops the ops share.  This file is compiled once per
  * instruction set (cpu/x86/avx2_vec.c etc. include it with other flags and a
- * different PE_VEC_SUFFIX); the plain build is the scalar reference. */
+ * different PE_VEC_SUFFIX); the plain build is the scalar reference, and the
+ * NEON builds take it as it is.
+ *
+ * Every build gives the same bits: each kernel has one order of operations,
+ * written out by the scalar code, that the vector code follows (LANES lanes
+ * whatever the vector width, lanes and accumulators folded by halves, fused
+ * multiply-adds, pe_expf's exp; see vec_math.h). */
 #include <math.h>
+#include <string.h>
 
 #include "blocks.h"
 #include "internal.h"
+#include "vec_math.h"
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#include "x86/x86_reduce.h"
 #endif
-#if defined(__ARM_NEON)
-#include <arm_neon.h>
+
+/* The order must not depend on compile flags: a*b+c stays two roundings
+ * (fmaf() and the fma intrinsics where the order fuses). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
 #endif
 
 #ifndef PE_VEC_SUFFIX
@@ -19,6 +33,33 @@
 #define PE_CAT2(a, b) a##_##b
 #define PE_CAT(a, b) PE_CAT2(a, b)
 #define PE_VEC_FILL PE_CAT(pe_fill_vec, PE_VEC_SUFFIX)
+
+/* The lanes of the products (attention's sums, exp_sum's chunks) on every
+ * build: AVX-512 holds them in one register, AVX2 in two. */
+#define LANES 16
+/* floats per vector register of this build (the width of the loops over
+ * output elements, which does not change any result) */
+#if defined(__AVX512F__)
+#define VW 16
+#elif defined(__AVX2__)
+#define VW 8
+#endif
+
+/* ---- half precision, as the F16C instructions convert ----------------------
+ * (pe_f16_to_f32 and pe_f32_to_f16 but for NaN: the conversions keep the
+ * payload's top bits and set the quiet bit) */
+
+static inline float h2f(uint16_t h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+        return pe_bits_to_f32(((uint32_t)(h & 0x8000) << 16) | 0x7fc00000u | ((uint32_t)(h & 0x3ff) << 13));
+    return pe_f16_to_f32(h);
+}
+
+static inline uint16_t f2h(float f) {
+    const uint32_t x = pe_f32_to_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((x >> 16) & 0x8000) | 0x7e00 | ((x >> 13) & 0x3ff));
+    return pe_f32_to_f16(f);
+}
 
 static void f16_to_f32(int64_t n, const uint16_t *x, float *y) {
     int64_t i = 0;
@@ -29,7 +70,7 @@ static void f16_to_f32(int64_t n, const uint16_t *x, float *y) {
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
 #endif
-    for (; i < n; i++) y[i] = pe_f16_to_f32(x[i]);
+    for (; i < n; i++) y[i] = h2f(x[i]);
 }
 
 static void f32_to_f16(int64_t n, const float *x, uint16_t *y) {
@@ -41,97 +82,96 @@ static void f32_to_f16(int64_t n, const float *x, uint16_t *y) {
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
-    for (; i < n; i++) y[i] = pe_f32_to_f16(x[i]);
+    for (; i < n; i++) y[i] = f2h(x[i]);
 }
 
-/* ---- llama.cpp's float loops, bit for bit --------------------------------------
- *
- * Attention and the gated MLP follow what llama.cpp's CPU build for the same
- * instruction set computes, so that logits match its recorded ones exactly:
- * its products with the F16 cache run LANES-wide accumulators (one fma per
- * lane and step, lanes folded by adding halves), and its softmax and SiLU use
- * a vector exp of its own.  The scalar build keeps plain loops. */
-#if defined(__AVX512F__)
-#define LANES 16
-#elif defined(__AVX2__)
-#define LANES 8
-#else
-#define LANES 8
-#endif
+/* ---- folds: lanes i and i + 8 first, then i + 4, i + 2, i + 1 --------------- */
+
+static inline float fold_lanes(float v[LANES]) {
+    for (int half = LANES / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) v[l] += v[l + half];
+    return v[0];
+}
 
 #if defined(__AVX512F__)
-/* exp(x): x = n ln2 + b (n rounded by the 1.5 * 2^23 shifter, ln2 split in
- * two), then a degree-5 polynomial in b scaled by 2^n; beyond |n| > 192 the
- * result is 0 or inf. */
+static inline float fold(__m512 v) {
+    return x86_sum_ps8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+#elif defined(__AVX2__)
+/* 16 lanes as two vectors: lo holds lanes 0-7, hi lanes 8-15 */
+static inline float fold2(__m256 lo, __m256 hi) { return x86_sum_ps8(_mm256_add_ps(lo, hi)); }
+#endif
+
+/* ---- exp ---------------------------------------------------------------------
+ * pe_expf (vec_math.h) on whole vectors, the same operations lane by lane. */
+#if defined(__AVX512F__)
 static inline __m512 exp16(__m512 x) {
-    const __m512 shifter = _mm512_set1_ps(0x1.8p23f);
-    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shifter);
+    const __m512 shifter = _mm512_set1_ps(PE_EXP_SHIFTER);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(PE_EXP_LOG2E), shifter);
     const __m512 n = _mm512_sub_ps(z, shifter);
-    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
-                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
-    const __mmask16 out_of_range = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(PE_EXP_LN2_LO),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(PE_EXP_LN2_HI), x));
+    const __mmask16 out_of_range = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(PE_EXP_LIMIT), _CMP_GT_OQ);
     const __m512 b2 = _mm512_mul_ps(b, b);
-    const __m512 hi = _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f));
-    const __m512 mid = _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f));
-    const __m512 lo = _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f));
+    const __m512 hi = _mm512_fmadd_ps(_mm512_set1_ps(PE_EXP_C5), b, _mm512_set1_ps(PE_EXP_C4));
+    const __m512 mid = _mm512_fmadd_ps(_mm512_set1_ps(PE_EXP_C3), b, _mm512_set1_ps(PE_EXP_C2));
+    const __m512 lo = _mm512_fmadd_ps(_mm512_set1_ps(PE_EXP_C1), b, _mm512_set1_ps(1.0f));
     const __m512 poly = _mm512_fmadd_ps(_mm512_fmadd_ps(hi, b2, mid), b2, lo);
-    const __m512 r = _mm512_scalef_ps(poly, n);
+    const __m512 r = _mm512_scalef_ps(poly, n);   /* poly * 2^n rounded once */
     if (!out_of_range) return r;
     const __mmask16 negative = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
     const __m512 limit = _mm512_mask_blend_ps(negative, _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
     return _mm512_mask_blend_ps(out_of_range, r, limit);
 }
-#define VEXP exp16
 #elif defined(__AVX2__)
-/* The AVX2 build's exp: the same reduction; 2^n is built in the exponent
- * bits (scaled in two steps beyond |n| > 126). */
+/* 2^n for integers -126 <= n <= 127 held in k */
+static inline __m256 pow2_8(__m256i k) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+}
+
 static inline __m256 exp8(__m256 x) {
-    const __m256 shifter = _mm256_set1_ps(0x1.8p23f);
-    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shifter);
+    const __m256 shifter = _mm256_set1_ps(PE_EXP_SHIFTER);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(PE_EXP_LOG2E), shifter);
     const __m256 n = _mm256_sub_ps(z, shifter);
-    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(PE_EXP_LN2_LO),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(PE_EXP_LN2_HI), x));
+    const __m256 b2 = _mm256_mul_ps(b, b);
+    const __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(PE_EXP_C5), b, _mm256_set1_ps(PE_EXP_C4));
+    const __m256 mid = _mm256_fmadd_ps(_mm256_set1_ps(PE_EXP_C3), b, _mm256_set1_ps(PE_EXP_C2));
+    const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(PE_EXP_C1), b, _mm256_set1_ps(1.0f));
+    const __m256 poly = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, b2, mid), b2, lo);
+    /* z's low bits hold n: 2^n built in the exponent field */
     const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
-    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
     const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
     const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126), _CMP_GT_OQ);
-    const __m256 b2 = _mm256_mul_ps(b, b);
-    const __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f));
-    const __m256 mid = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f));
-    const __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, b2, mid), b2,
-                                     _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
-    if (!_mm256_movemask_ps(big)) return _mm256_fmadd_ps(j, k, k);
-    const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
-                                       _mm256_set1_epi32((int)0x82000000u));
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
-    const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192), _CMP_GT_OQ);
-    const __m256 scaled = _mm256_blendv_ps(_mm256_fmadd_ps(k, j, k), _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1), big);
-    return _mm256_blendv_ps(scaled, _mm256_mul_ps(s1, s1), huge);
+    const __m256 r = _mm256_mul_ps(poly, k);
+    if (!_mm256_movemask_ps(big)) return r;
+    /* 2^n out of the normal floats: two factors, the first product exact */
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1);
+    const __m256 two_step = _mm256_mul_ps(_mm256_mul_ps(poly, pow2_8(n1)), pow2_8(_mm256_sub_epi32(ni, n1)));
+    const __m256 scaled = _mm256_blendv_ps(r, two_step, big);
+    const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(PE_EXP_LIMIT), _CMP_GT_OQ);
+    const __m256 limit = _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(),
+                                          _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ));
+    return _mm256_blendv_ps(scaled, limit, huge);
 }
-#define VEXP exp8
 #endif
 
-/* the lanes of a vector summed by halves (lanes i and i + W/2, ...) */
-#if defined(__AVX512F__)
-static inline float fold(__m512 v) { return _mm512_reduce_add_ps(v); }
-#elif defined(__AVX2__)
-#include "x86/x86_reduce.h"
-static inline float fold(__m256 v) { return x86_sum_ps8(v); }
-#endif
+/* ---- attention's score products ------------------------------------------ */
 
-/* sum_i x[i] * f16(y[i]) over nacc * LANES lanes: chunk i of LANES elements
- * goes to accumulator i % nacc, the accumulators and then the lanes are
- * folded by halves.  x holds F16-rounded values.  nacc = 1 is llama.cpp's
- * tiled product (tinyBLAS), nacc = 4 its row dot product (ggml_vec_dot_f16);
- * what no vector covers is added in double, as the latter does. */
+/* sum_i x[i] * f16(y[i]): chunk c of LANES elements goes to accumulator
+ * c % nacc (one fma per lane), over whole steps of nacc * LANES; the
+ * accumulators are folded by halves, then the lanes; the products no step
+ * covers are added in double.  x holds F16-rounded values.  nacc = 1 is a
+ * batch's tiled product, nacc = 4 a lone token's row product. */
 static float dot_f32_f16(int64_t n, const float *x, const uint16_t *y, int nacc) {
-    int64_t i = 0;
-    double tail = 0.0;
-    float sum = 0.0f;
+    const int64_t step = (int64_t)LANES * nacc, whole = n / step * step;
+    float sum;
 #if defined(__AVX512F__)
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (; i + 16 * nacc <= n; i += 16 * nacc)
+    for (int64_t i = 0; i < whole; i += step)
         for (int j = 0; j < nacc; j++) {
             const __m512 yf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + i + 16 * j)));
             acc[j] = _mm512_fmadd_ps(yf, _mm512_loadu_ps(x + i + 16 * j), acc[j]);
@@ -140,19 +180,36 @@ static float dot_f32_f16(int64_t n, const float *x, const uint16_t *y, int nacc)
         for (int j = 0; j < half; j++) acc[j] = _mm512_add_ps(acc[j], acc[j + half]);
     sum = fold(acc[0]);
 #elif defined(__AVX2__)
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (; i + 8 * nacc <= n; i += 8 * nacc)
+    __m256 lo[4], hi[4];
+    for (int j = 0; j < 4; j++) lo[j] = hi[j] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < whole; i += step)
         for (int j = 0; j < nacc; j++) {
-            const __m256 yf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8 * j)));
-            acc[j] = _mm256_fmadd_ps(yf, _mm256_loadu_ps(x + i + 8 * j), acc[j]);
+            const int64_t c = i + 16 * j;
+            lo[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + c))), _mm256_loadu_ps(x + c), lo[j]);
+            hi[j] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + c + 8))), _mm256_loadu_ps(x + c + 8),
+                                    hi[j]);
         }
     for (int half = nacc / 2; half >= 1; half /= 2)
-        for (int j = 0; j < half; j++) acc[j] = _mm256_add_ps(acc[j], acc[j + half]);
-    sum = fold(acc[0]);
+        for (int j = 0; j < half; j++) {
+            lo[j] = _mm256_add_ps(lo[j], lo[j + half]);
+            hi[j] = _mm256_add_ps(hi[j], hi[j + half]);
+        }
+    sum = fold2(lo[0], hi[0]);
 #else
-    (void)nacc;
+    float acc[4][LANES] = {{0}};
+    for (int64_t i = 0; i < whole; i += step)
+        for (int j = 0; j < nacc; j++)
+            for (int l = 0; l < LANES; l++) {
+                const int64_t e = i + LANES * j + l;
+                acc[j][l] = fmaf(h2f(y[e]), x[e], acc[j][l]);
+            }
+    for (int half = nacc / 2; half >= 1; half /= 2)
+        for (int j = 0; j < half; j++)
+            for (int l = 0; l < LANES; l++) acc[j][l] += acc[j + half][l];
+    sum = fold_lanes(acc[0]);
 #endif
-    for (; i < n; i++) tail += (double)(x[i] * pe_f16_to_f32(y[i]));
+    double tail = 0.0;
+    for (int64_t i = whole; i < n; i++) tail += (double)(x[i] * h2f(y[i]));
     return (float)((double)sum + tail);
 }
 
@@ -192,11 +249,9 @@ static inline void fold16(const __m512 v[16], float out[16]) {
     _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
 }
 
-/* The row dot product (nacc 4) of nx queries with ny F16 rows when whole
+/* dot_f32_f16 with nacc 4 for nx queries and ny F16 rows when whole
  * 64-element steps cover n, each row converted once for all the queries
- * (the heads of a GQA group): per pair dot_f32_f16's steps, chunk i to
- * accumulator i % 4, then (0 + 2) + (1 + 3) and the fold (no tail: nothing
- * is added in double). */
+ * (the heads of a GQA group). */
 PE_ALWAYS_INLINE void dot_tile_nacc4_n(int64_t n, const float *const *x, const int nx, const uint16_t *const *y, int ny,
                                        float *out) {
     __m512 sums[4][4];   /* [query][row] */
@@ -220,10 +275,9 @@ PE_ALWAYS_INLINE void dot_tile_nacc4_n(int64_t n, const float *const *x, const i
     }
 }
 
-/* A batch's tiled product (nacc 1) of nx queries with up to 4 F16 rows when
- * whole 16-element steps cover n: per pair one accumulator, each row's step
- * converted once for the queries (spare rows repeat the last), then the
- * fold. */
+/* dot_f32_f16 with nacc 1 for nx queries and up to 4 F16 rows when whole
+ * 16-element steps cover n: per pair one accumulator, each row's step
+ * converted once for the queries (spare rows repeat the last). */
 PE_ALWAYS_INLINE void dot_tile_nacc1_n(int64_t n, const float *const *x, const int nx, const uint16_t *const *y, int ny,
                                        float *out) {
     const uint16_t *ys[4];
@@ -250,32 +304,65 @@ PE_ALWAYS_INLINE void dot_tile_nacc1_n(int64_t n, const float *const *x, const i
 #endif
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
-/* The row dot product (nacc 4) of nx <= 3 queries with ny F16 rows when
- * whole 32-element steps cover n, each row's chunks converted once for the
- * queries: per pair dot_f32_f16's steps, chunk i to accumulator i % 4, then
- * (0 + 2) + (1 + 3) and the fold (no tail). */
-PE_ALWAYS_INLINE void dot_tile_nacc4_n(int64_t n, const float *const *x, const int nx, const uint16_t *const *y, int ny,
-                                       float *out) {
-    for (int b = 0; b < ny; b++) {
-        __m256 acc[3][4];
-        for (int a = 0; a < nx; a++)
-            for (int j = 0; j < 4; j++) acc[a][j] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < n; i += 32)
-            for (int j = 0; j < 4; j++) {
-                const __m256 yv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y[b] + i + 8 * j)));
-                for (int a = 0; a < nx; a++) acc[a][j] = _mm256_fmadd_ps(yv, _mm256_loadu_ps(x[a] + i + 8 * j), acc[a][j]);
+/* dot_f32_f16 with nacc 1 when whole 16-element steps cover n, two queries
+ * by two rows at a time (8 accumulators: each lane pair lo/hi), each row's
+ * step converted once for both queries. */
+static void dot_tile_nacc1_avx2(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, float *out) {
+    for (int a0 = 0; a0 < nx; a0 += 2) {
+        const float *xs[2] = {x[a0], x[a0 + 1 < nx ? a0 + 1 : a0]};
+        for (int b0 = 0; b0 < ny; b0 += 2) {
+            const uint16_t *ys[2] = {y[b0], y[b0 + 1 < ny ? b0 + 1 : b0]};
+            __m256 lo[2][2], hi[2][2];
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++) lo[a][b] = hi[a][b] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n; i += 16) {
+                const __m256 xl[2] = {_mm256_loadu_ps(xs[0] + i), _mm256_loadu_ps(xs[1] + i)};
+                const __m256 xh[2] = {_mm256_loadu_ps(xs[0] + i + 8), _mm256_loadu_ps(xs[1] + i + 8)};
+                for (int b = 0; b < 2; b++) {
+                    const __m256 yl = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ys[b] + i)));
+                    const __m256 yh = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ys[b] + i + 8)));
+                    for (int a = 0; a < 2; a++) {
+                        lo[a][b] = _mm256_fmadd_ps(yl, xl[a], lo[a][b]);
+                        hi[a][b] = _mm256_fmadd_ps(yh, xh[a], hi[a][b]);
+                    }
+                }
             }
-        for (int a = 0; a < nx; a++)
-            out[4 * a + b] = fold(_mm256_add_ps(_mm256_add_ps(acc[a][0], acc[a][2]), _mm256_add_ps(acc[a][1], acc[a][3])));
+            for (int a = 0; a < 2 && a0 + a < nx; a++)
+                for (int b = 0; b < 2 && b0 + b < ny; b++) out[4 * (a0 + a) + b0 + b] = fold2(lo[a][b], hi[a][b]);
+        }
     }
 }
 #endif
 
-/* Attention's score products: dot_f32_f16 with nacc accumulators (1: a
- * batch's tiles, 4: a lone token's row dot product) for every pair of up to
- * 4 query rows x and up to 4 F16 rows y, out[4 * a + b] = x[a] . y[b].
- * Each y chunk is converted once for all queries; each pair's arithmetic is
- * the row product's. */
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* dot_f32_f16 with nacc 4 when whole 64-element steps cover n: the 8
+ * accumulators of a pair fill the registers, so each row is converted once
+ * into floats (L1) for all the queries instead of once per query. */
+#define DOT4_ROW_MAX 512
+static void dot_tile_nacc4_avx2(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, float *out) {
+    float row[DOT4_ROW_MAX];
+    for (int b = 0; b < ny; b++) {
+        for (int64_t i = 0; i < n; i += 8)
+            _mm256_storeu_ps(row + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y[b] + i))));
+        for (int a = 0; a < nx; a++) {
+            __m256 lo[4], hi[4];
+            for (int j = 0; j < 4; j++) lo[j] = hi[j] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n; i += 64)
+                for (int j = 0; j < 4; j++) {
+                    const int64_t c = i + 16 * j;
+                    lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + c), _mm256_loadu_ps(x[a] + c), lo[j]);
+                    hi[j] = _mm256_fmadd_ps(_mm256_loadu_ps(row + c + 8), _mm256_loadu_ps(x[a] + c + 8), hi[j]);
+                }
+            out[4 * a + b] = fold2(_mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3])),
+                                   _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3])));
+        }
+    }
+}
+#endif
+
+/* Attention's score products: dot_f32_f16 with nacc accumulators for every
+ * pair of up to 4 query rows x and up to 4 F16 rows y, out[4 * a + b] =
+ * x[a] . y[b]; the tiles convert each y chunk once for several queries. */
 static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uint16_t *const *y, int ny, int nacc,
                              float *out) {
 #if defined(__AVX512F__)
@@ -296,35 +383,12 @@ static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uin
         }
     }
 #elif defined(__AVX2__)
-    if (nacc == 4 && n % 32 == 0) {   /* 3 queries at a time: 12 accumulators fit the 16 registers */
-        for (int a0 = 0; a0 < nx; a0 += 3) {
-            switch (nx - a0 < 3 ? nx - a0 : 3) {
-            case 1: dot_tile_nacc4_n(n, x + a0, 1, y, ny, out + 4 * a0); break;
-            case 2: dot_tile_nacc4_n(n, x + a0, 2, y, ny, out + 4 * a0); break;
-            default: dot_tile_nacc4_n(n, x + a0, 3, y, ny, out + 4 * a0); break;
-            }
-        }
+    if (nacc == 1 && n % 16 == 0) {
+        dot_tile_nacc1_avx2(n, x, nx, y, ny, out);
         return;
     }
-    if (nacc == 1 && n % 8 == 0) {   /* two queries at a time: 8 accumulators fit the 16 registers */
-        const uint16_t *ys[4];
-        for (int b = 0; b < 4; b++) ys[b] = y[b < ny ? b : ny - 1];
-        for (int a0 = 0; a0 < nx; a0 += 2) {
-            const float *xs[2] = {x[a0], x[a0 + 1 < nx ? a0 + 1 : a0]};
-            __m256 acc[2][4];
-            for (int a = 0; a < 2; a++)
-                for (int b = 0; b < 4; b++) acc[a][b] = _mm256_setzero_ps();
-            for (int64_t i = 0; i < n; i += 8) {
-                __m256 yv[4];
-                for (int b = 0; b < 4; b++) yv[b] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ys[b] + i)));
-                for (int a = 0; a < 2; a++) {
-                    const __m256 xv = _mm256_loadu_ps(xs[a] + i);
-                    for (int b = 0; b < 4; b++) acc[a][b] = _mm256_fmadd_ps(yv[b], xv, acc[a][b]);
-                }
-            }
-            for (int a = 0; a < 2 && a0 + a < nx; a++)
-                for (int b = 0; b < ny; b++) out[4 * (a0 + a) + b] = fold(acc[a][b]);
-        }
+    if (nacc == 4 && n % 64 == 0 && n <= DOT4_ROW_MAX) {
+        dot_tile_nacc4_avx2(n, x, nx, y, ny, out);
         return;
     }
 #endif
@@ -332,15 +396,21 @@ static void dot_tile_f32_f16(int64_t n, const float *const *x, int nx, const uin
         for (int b = 0; b < ny; b++) out[4 * a + b] = dot_f32_f16(n, x[a], y[b], nacc);
 }
 
-/* One output element of the product with a transposed V for the ISAs
- * without a vector loop: values_f16_wide's lanes for one column. */
+/* ---- attention's products with V ------------------------------------------
+ * Output element d of head h is the sum over slots i of p[h][i] * f16(V_i[d])
+ * in W lanes (W = LANES for nacc 1, 4 * LANES for nacc 4): slot i goes to
+ * lane i % W, one fma each, in slot order; a slot with no cell or a zero
+ * probability is skipped; the lanes fold by halves.  The vector loops run
+ * along output elements (or, with a transposed V, along slots) and keep
+ * that order. */
+
+/* One output element of the product with a transposed V (the order above
+ * with W = LANES), for the ISAs without a vector loop. */
 static float values_t_one(int64_t n, const float *p, const uint16_t *vt) {
     float lane[LANES] = {0};
     for (int64_t i = 0; i < n; i++)
-        if (p[i] != 0.0f) lane[i % LANES] = fmaf(pe_f16_to_f32(vt[i]), p[i], lane[i % LANES]);
-    for (int half = LANES / 2; half >= 1; half /= 2)
-        for (int l = 0; l < half; l++) lane[l] += lane[l + half];
-    return lane[0];
+        if (p[i] != 0.0f) lane[i % LANES] = fmaf(h2f(vt[i]), p[i], lane[i % LANES]);
+    return fold_lanes(lane);
 }
 
 #if defined(__AVX512F__)
@@ -372,16 +442,40 @@ PE_ALWAYS_INLINE void values_t_heads(int64_t n, const int nh, const float *const
 }
 #endif
 
-/* The product of nh <= 4 heads' probabilities p[h] (n slots, a multiple of
- * LANES) with a transposed F16 V: row d of vt (vt_stride elements apart)
- * holds element d of the slots' V rows.  Slot i goes to lane i % LANES, a
- * slot whose probability is 0 is skipped, and the lanes fold by halves:
- * the sums of values_f16 with nacc 1, with each V element converted once
- * for all heads and no per-slot branch. */
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* values_t_f16 one head and 4 output elements a pass (8 accumulators: each
+ * element's 16 lanes as lo/hi) */
+static void values_t_avx2(int64_t n, int nh, const float *const *p, const uint16_t *vt, size_t vt_stride, int64_t hd,
+                          float *const *out) {
+    for (int h = 0; h < nh; h++)
+        for (int64_t d0 = 0; d0 < hd; d0 += 4) {
+            __m256 lo[4], hi[4];
+            for (int e = 0; e < 4; e++) lo[e] = hi[e] = _mm256_setzero_ps();
+            for (int64_t s = 0; s < n; s += 16) {
+                const __m256 pl = _mm256_loadu_ps(p[h] + s), ph = _mm256_loadu_ps(p[h] + s + 8);
+                const __m256 live_l = _mm256_cmp_ps(pl, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+                const __m256 live_h = _mm256_cmp_ps(ph, _mm256_setzero_ps(), _CMP_NEQ_UQ);
+                for (int e = 0; e < 4; e++) {
+                    const uint16_t *row = vt + (size_t)(d0 + e) * vt_stride + s;
+                    const __m256 vl = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)row));
+                    const __m256 vh = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 8)));
+                    lo[e] = _mm256_blendv_ps(lo[e], _mm256_fmadd_ps(vl, pl, lo[e]), live_l);
+                    hi[e] = _mm256_blendv_ps(hi[e], _mm256_fmadd_ps(vh, ph, hi[e]), live_h);
+                }
+            }
+            for (int e = 0; e < 4; e++) out[h][d0 + e] = fold2(lo[e], hi[e]);
+        }
+}
+#endif
+
+/* The product of nh <= 4 heads' probabilities p[h] (n slots) with a
+ * transposed F16 V: row d of vt (vt_stride elements apart) holds element d
+ * of the slots' V rows; the sums of values_f16 with nacc 1, each V element
+ * converted once for all heads and no per-slot branch. */
 static void values_t_f16(int64_t n, int nh, const float *const *p, const uint16_t *vt, size_t vt_stride, int64_t hd,
                          float *const *out) {
 #if defined(__AVX512F__)
-    if (hd % 4 == 0) {
+    if (hd % 4 == 0 && n % LANES == 0) {
         switch (nh) {
         case 1: values_t_heads(n, 1, p, vt, vt_stride, hd, out); return;
         case 2: values_t_heads(n, 2, p, vt, vt_stride, hd, out); return;
@@ -390,29 +484,8 @@ static void values_t_f16(int64_t n, int nh, const float *const *p, const uint16_
         }
     }
 #elif defined(__AVX2__)
-    if (hd % 4 == 0) {
-        for (int h0 = 0; h0 < nh; h0 += 2) {
-            const int h1 = h0 + 1 < nh ? h0 + 1 : h0;
-            for (int64_t d0 = 0; d0 < hd; d0 += 4) {
-                __m256 acc[2][4];
-                for (int h = 0; h < 2; h++)
-                    for (int e = 0; e < 4; e++) acc[h][e] = _mm256_setzero_ps();
-                for (int64_t s = 0; s < n; s += 8) {
-                    const __m256 pv[2] = {_mm256_loadu_ps(p[h0] + s), _mm256_loadu_ps(p[h1] + s)};
-                    const __m256 live[2] = {_mm256_cmp_ps(pv[0], _mm256_setzero_ps(), _CMP_NEQ_UQ),
-                                            _mm256_cmp_ps(pv[1], _mm256_setzero_ps(), _CMP_NEQ_UQ)};
-                    for (int e = 0; e < 4; e++) {
-                        const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vt + (size_t)(d0 + e) * vt_stride + s)));
-                        for (int h = 0; h < 2; h++)
-                            acc[h][e] = _mm256_blendv_ps(acc[h][e], _mm256_fmadd_ps(v, pv[h], acc[h][e]), live[h]);
-                    }
-                }
-                for (int e = 0; e < 4; e++) {
-                    out[h0][d0 + e] = fold(acc[0][e]);
-                    if (h1 != h0) out[h1][d0 + e] = fold(acc[1][e]);
-                }
-            }
-        }
+    if (hd % 4 == 0 && n % LANES == 0) {
+        values_t_avx2(n, nh, p, vt, vt_stride, hd, out);
         return;
     }
 #endif
@@ -436,7 +509,7 @@ static void scale_round_f16(int64_t n, float *y, const float *x, float scale) {
         _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
     }
 #endif
-    for (; i < n; i++) y[i] = pe_f16_to_f32(pe_f32_to_f16(x[i] * scale));
+    for (; i < n; i++) y[i] = h2f(f2h(x[i] * scale));
 }
 
 /* y[i] = fma(f16(x[i]), p, y[i]): one lane's step of the product with V */
@@ -455,66 +528,9 @@ static void fma_f16(int64_t n, float *y, float p, const uint16_t *x) {
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(xf, vp, _mm256_loadu_ps(y + i)));
     }
 #endif
-    for (; i < n; i++) y[i] = fmaf(pe_f16_to_f32(x[i]), p, y[i]);
+    for (; i < n; i++) y[i] = fmaf(h2f(x[i]), p, y[i]);
 }
 
-/* The product of probabilities p[i] (slot i of n, a multiple of LANES) with
- * the F16 V rows of cells cell[i] (rows `stride` bytes apart, -1: none), as
- * LANES accumulators per output element: slot i goes to lane i % LANES, one
- * fma each, then the lanes fold by halves.  The lanes of one block of output
- * elements stay in registers.  Returns 0 where the ISA has no such loop. */
-static int values_f16_lanes(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
-                            int64_t hd, float *out) {
-#if defined(__AVX512F__)
-    if (hd % 16) return 0;
-    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
-        __m512 acc[16];
-        for (int l = 0; l < 16; l++) acc[l] = _mm512_setzero_ps();
-        for (int64_t s = 0; s < n; s += 16)
-            for (int l = 0; l < 16; l++) {
-                const int64_t i = s + l;
-                if (cell[i] < 0 || p[i] == 0.0f) continue;
-                const __m256i h = _mm256_loadu_si256((const __m256i *)(v + (size_t)cell[i] * stride) + d0 / 16);
-                acc[l] = _mm512_fmadd_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(p[i]), acc[l]);
-            }
-        for (int half = 8; half >= 1; half /= 2)
-            for (int l = 0; l < half; l++) acc[l] = _mm512_add_ps(acc[l], acc[l + half]);
-        _mm512_storeu_ps(out + d0, acc[0]);
-    }
-    return 1;
-#elif defined(__AVX2__)
-    if (hd % 8) return 0;
-    for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-        __m256 acc[8];
-        for (int l = 0; l < 8; l++) acc[l] = _mm256_setzero_ps();
-        for (int64_t s = 0; s < n; s += 8)
-            for (int l = 0; l < 8; l++) {
-                const int64_t i = s + l;
-                if (cell[i] < 0 || p[i] == 0.0f) continue;
-                const __m128i h = _mm_loadu_si128((const __m128i *)(v + (size_t)cell[i] * stride) + d0 / 8);
-                acc[l] = _mm256_fmadd_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(p[i]), acc[l]);
-            }
-        for (int half = 4; half >= 1; half /= 2)
-            for (int l = 0; l < half; l++) acc[l] = _mm256_add_ps(acc[l], acc[l + half]);
-        _mm256_storeu_ps(out + d0, acc[0]);
-    }
-    return 1;
-#else
-    (void)n; (void)cell; (void)p; (void)v; (void)stride; (void)hd; (void)out;
-    return 0;
-#endif
-}
-
-/* The lone token's product with an F16 V (4 * LANES lanes: slot i to lane
- * i % (4 * LANES), folded by halves, as values_f16_wide) for up to 3 heads
- * over the same V rows, LANES output elements at a time: lane L is the fma
- * chain over its slots (L + 4 * LANES * i), built where the fold takes it
- * (lanes l, l + LANES, l + 2 * LANES and l + 3 * LANES together, into
- * (L l + L l+2W) + (L l+W + L l+3W), W = LANES), then the LANES sums are
- * folded by halves; each V row segment is converted once for the heads.  A
- * zero probability is multiplied as llama.cpp does (the lanes start at +0
- * and adding a zero product leaves them as they are), not tested for.
- * Returns 0 where the ISA has no such loop. */
 #if defined(__AVX512F__) || defined(__AVX2__)
 #if defined(__AVX512F__)
 typedef __m512 vlane;
@@ -525,6 +541,8 @@ typedef __m512 vlane;
 #define VL_STORE(p, v) _mm512_storeu_ps(p, v)
 #define VL_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define VL_LOAD(p) _mm512_loadu_ps(p)
+/* c + a * p, or c where p is 0 (a slot skipped without a branch) */
+#define VL_FMA_LIVE(a, p, c) _mm512_mask3_fmadd_ps(a, _mm512_set1_ps(p), c, (__mmask16)-(int)((p) != 0.0f))
 #else
 typedef __m256 vlane;
 #define VL_ZERO() _mm256_setzero_ps()
@@ -534,17 +552,54 @@ typedef __m256 vlane;
 #define VL_STORE(p, v) _mm256_storeu_ps(p, v)
 #define VL_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define VL_LOAD(p) _mm256_loadu_ps(p)
+/* a zeroed where p is 0: c + 0 * p is c (c is never -0) */
+#define VL_FMA_LIVE(a, p, c) \
+    _mm256_fmadd_ps(_mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(-(int)((p) != 0.0f)))), _mm256_set1_ps(p), c)
 #endif
 
+/* whether slot i has a nonzero probability for each of the nh heads (the
+ * usual case: the fmas then need no mask) */
+PE_ALWAYS_INLINE int slot_live(const float *const *p, const int nh, int64_t i) {
+    int live = 1;
+    for (int h = 0; h < nh; h++) live &= p[h][i] != 0.0f;
+    return live;
+}
+
+/* LANES lane vectors (each VW output elements) folded by halves */
 static inline vlane fold_vectors(vlane v[LANES]) {
     for (int half = LANES / 2; half >= 1; half /= 2)
         for (int l = 0; l < half; l++) v[l] = VL_ADD(v[l], v[l + half]);
     return v[0];
 }
 
+/* The product with nacc 1 for one head, LANES lanes of VW output elements
+ * in registers.  Returns 0 where the shapes do not fit. */
+static int values_f16_lanes(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
+                            int64_t hd, float *out) {
+    if (hd % VW || n % LANES) return 0;
+    for (int64_t d0 = 0; d0 < hd; d0 += VW) {
+        vlane acc[LANES];
+        for (int l = 0; l < LANES; l++) acc[l] = VL_ZERO();
+        for (int64_t s = 0; s < n; s += LANES)
+            for (int l = 0; l < LANES; l++) {
+                const int64_t i = s + l;
+                if (cell[i] < 0 || p[i] == 0.0f) continue;
+                acc[l] = VL_FMA(VL_F16((const uint16_t *)(v + (size_t)cell[i] * stride) + d0), VL_SET1(p[i]), acc[l]);
+            }
+        VL_STORE(out + d0, fold_vectors(acc));
+    }
+    return 1;
+}
+
+/* The lone token's product (nacc 4: 4 * LANES lanes) for up to 3 heads over
+ * the same V rows, VW output elements at a time: lane L's chain (slots L +
+ * 4 * LANES * i) is built where the fold takes it (lanes l, l + LANES,
+ * l + 2 * LANES and l + 3 * LANES into (l + l+2W) + (l+W + l+3W), W =
+ * LANES, the first two halvings), then the LANES sums fold by halves; each
+ * V row segment is converted once for the heads. */
 PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *cell, const float *const *p,
                                         const uint8_t *v, size_t stride, int64_t hd, float *const *out) {
-    for (int64_t d0 = 0; d0 < hd; d0 += LANES) {
+    for (int64_t d0 = 0; d0 < hd; d0 += VW) {
         vlane sum[3][LANES];
         for (int l = 0; l < LANES; l++) {
             vlane lane[3][4];   /* [head][k]: lane l + LANES * k */
@@ -555,7 +610,10 @@ PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *
                     const int64_t i = s + LANES * k;
                     if (cell[i] < 0) continue;
                     const vlane vf = VL_F16((const uint16_t *)(v + (size_t)cell[i] * stride) + d0);
-                    for (int h = 0; h < nh; h++) lane[h][k] = VL_FMA(vf, VL_SET1(p[h][i]), lane[h][k]);
+                    if (slot_live(p, nh, i))
+                        for (int h = 0; h < nh; h++) lane[h][k] = VL_FMA(vf, VL_SET1(p[h][i]), lane[h][k]);
+                    else
+                        for (int h = 0; h < nh; h++) lane[h][k] = VL_FMA_LIVE(vf, p[h][i], lane[h][k]);
                 }
             for (int h = 0; h < nh; h++)
                 sum[h][l] = VL_ADD(VL_ADD(lane[h][0], lane[h][2]), VL_ADD(lane[h][1], lane[h][3]));
@@ -563,19 +621,17 @@ PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *
         for (int h = 0; h < nh; h++) VL_STORE(out[h] + d0, fold_vectors(sum[h]));
     }
 }
-#endif
 
-#if defined(__AVX512F__) || defined(__AVX2__)
-/* The same product for long rows, lane by lane: lane L's chain (slots L +
- * 4 * LANES * i) for 4 * LANES dimensions of up to 3 heads at once, so each
- * V row segment is read once, whole (values_lone_heads reads a row once per
- * LANES dimensions, in passes 4 * LANES slots apart: from L2 or memory, not
- * L1, once rows are long); the lanes go to `lanes` ([nh][4 * LANES][hd])
- * and are folded from there as values_lone_heads folds them. */
+/* The same product for long rows, lane by lane: lane L's chain for 4 * VW
+ * output elements of up to 3 heads at once, so each V row segment is read
+ * once, whole (values_lone_heads reads a row once per VW elements, in
+ * passes 4 * LANES slots apart: from L2 or memory, not L1, once rows are
+ * long); the lanes go to `lanes` ([nh][4 * LANES][hd]) and are folded from
+ * there as values_lone_heads folds them. */
 PE_ALWAYS_INLINE void values_lone_long(int64_t n, const int nh, const int32_t *cell, const float *const *p,
                                        const uint8_t *v, size_t stride, int64_t hd, float *const *out, float *lanes) {
-    const int64_t w = 4 * LANES;   /* lanes, and dimensions per pass */
-    for (int64_t d0 = 0; d0 < hd; d0 += w)
+    const int64_t w = 4 * LANES;
+    for (int64_t d0 = 0; d0 < hd; d0 += 4 * VW)
         for (int64_t lane = 0; lane < w; lane++) {
             vlane acc[3][4];
             for (int h = 0; h < nh; h++)
@@ -583,16 +639,20 @@ PE_ALWAYS_INLINE void values_lone_long(int64_t n, const int nh, const int32_t *c
             for (int64_t i = lane; i < n; i += w) {
                 if (cell[i] < 0) continue;
                 const uint16_t *row = (const uint16_t *)(v + (size_t)cell[i] * stride) + d0;
+                const int live = slot_live(p, nh, i);
                 for (int c = 0; c < 4; c++) {
-                    const vlane vf = VL_F16(row + c * LANES);
-                    for (int h = 0; h < nh; h++) acc[h][c] = VL_FMA(vf, VL_SET1(p[h][i]), acc[h][c]);
+                    const vlane vf = VL_F16(row + c * VW);
+                    if (live)
+                        for (int h = 0; h < nh; h++) acc[h][c] = VL_FMA(vf, VL_SET1(p[h][i]), acc[h][c]);
+                    else
+                        for (int h = 0; h < nh; h++) acc[h][c] = VL_FMA_LIVE(vf, p[h][i], acc[h][c]);
                 }
             }
             for (int h = 0; h < nh; h++)
-                for (int c = 0; c < 4; c++) VL_STORE(lanes + (h * w + lane) * hd + d0 + c * LANES, acc[h][c]);
+                for (int c = 0; c < 4; c++) VL_STORE(lanes + (h * w + lane) * hd + d0 + c * VW, acc[h][c]);
         }
     for (int h = 0; h < nh; h++)
-        for (int64_t d0 = 0; d0 < hd; d0 += LANES) {
+        for (int64_t d0 = 0; d0 < hd; d0 += VW) {
             vlane sum[LANES];
             const float *lh = lanes + h * w * hd + d0;
             for (int l = 0; l < LANES; l++)
@@ -609,8 +669,8 @@ PE_ALWAYS_INLINE void values_lone_long(int64_t n, const int nh, const int32_t *c
 static int values_f16_lone(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v,
                            size_t stride, int64_t hd, float *const *out, float *scratch) {
 #if defined(__AVX512F__) || defined(__AVX2__)
-    if (hd % LANES || n % (4 * LANES)) return 0;
-    const int long_rows = n >= LONE_LONG_SLOTS && hd % (4 * LANES) == 0;
+    if (hd % VW || n % (4 * LANES)) return 0;
+    const int long_rows = n >= LONE_LONG_SLOTS && hd % (4 * VW) == 0;
     for (int h0 = 0, take; h0 < nh; h0 += take) {   /* 3 heads at a time (4 as 2 + 2) */
         take = nh - h0 == 4 ? 2 : nh - h0 < 3 ? nh - h0 : 3;
         if (long_rows) {
@@ -646,8 +706,7 @@ static void add_f32(int64_t n, float *y, const float *x) {
 }
 
 /* The same product with w lanes kept in memory (scratch: w * hd floats),
- * for the lone-token path's 4 * LANES lanes and for ISAs without the
- * register loop: one call per head, so no call per slot. */
+ * for any shape and ISA: one call per head, so no call per slot. */
 static void values_f16_wide(int64_t n, const int32_t *cell, const float *p, const uint8_t *v, size_t stride,
                             int64_t hd, int64_t w, float *out, float *scratch) {
     memset(scratch, 0, (size_t)(w * hd) * sizeof(float));
@@ -661,20 +720,24 @@ static void values_f16_wide(int64_t n, const int32_t *cell, const float *p, cons
 }
 
 /* attention's product of nh heads' probabilities p[h] with the same F16 V
- * (see values_f16_lanes), nacc accumulators of LANES lanes, into out[h] */
+ * (the order above), nacc * LANES lanes, into out[h] */
 static void values_f16(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v, size_t stride,
                        int64_t hd, int nacc, float *const *out, float *scratch) {
     if (nacc == 4 && values_f16_lone(n, nh, cell, p, v, stride, hd, out, scratch)) return;
     for (int h = 0; h < nh; h++) {
+#if defined(__AVX512F__) || defined(__AVX2__)
         if (nacc == 1 && values_f16_lanes(n, cell, p[h], v, stride, hd, out[h])) continue;
+#endif
         values_f16_wide(n, cell, p[h], v, stride, hd, (int64_t)LANES * nacc, out[h], scratch);
     }
 }
 
+/* ---- maxima, softmax, norms, gated units ----------------------------------- */
+
 /* The largest of x[i] * scale (a NaN is passed over, as a comparison
- * passes it over), each stored into y unless y is NULL; with `nan` (not
- * NULL), *nan set to 1 when some x[i] * scale is NaN (an unordered compare
- * of each vector with itself, in the same pass), left as it is otherwise. */
+ * passes it over; +0 for a largest zero of either sign, -inf if none), each
+ * stored into y unless y is NULL; with `nan` (not NULL), *nan set to 1 when
+ * some x[i] * scale is NaN, left as it is otherwise. */
 PE_ALWAYS_INLINE float scaled_max(int64_t n, const float *x, float scale, float *y, int *nan) {
     int64_t i = 0;
     float best = -INFINITY;
@@ -711,7 +774,7 @@ PE_ALWAYS_INLINE float scaled_max(int64_t n, const float *x, float scale, float 
         else if (v > best) best = v;
     }
     if (nan && seen) *nan = 1;
-    return best;
+    return best + 0.0f;   /* which zero a lane kept depends on the order: -0 + 0 is +0 */
 }
 
 /* x[i] *= scale, and the largest of them */
@@ -722,86 +785,109 @@ static float max_f32(int64_t n, const float *x) { return scaled_max(n, x, 1.0f, 
 /* max_f32, noting in *nan whether any x[i] is NaN */
 static float max_nan(int64_t n, const float *x, int *nan) { return scaled_max(n, x, 1.0f, NULL, nan); }
 
-/* y[i] = exp(x[i] - max) for i < n (n a multiple of LANES on the SIMD
- * builds); returns their sum in double, added LANES at a time */
+/* y[i] = exp(x[i] - max); returns their sum in double: each whole chunk of
+ * LANES folded by halves in float and added, then the rest one by one */
 static double exp_sum(int64_t n, float *y, const float *x, float max) {
     int64_t i = 0;
     double sum = 0.0;
 #if defined(__AVX512F__)
     for (; i + 16 <= n; i += 16) {
-        const __m512 e = VEXP(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max)));
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(max)));
         _mm512_storeu_ps(y + i, e);
         sum += (double)fold(e);
     }
 #elif defined(__AVX2__)
-    for (; i + 8 <= n; i += 8) {
-        const __m256 e = VEXP(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max)));
-        _mm256_storeu_ps(y + i, e);
-        sum += (double)fold(e);
+    const __m256 vmax = _mm256_set1_ps(max);
+    for (; i + 16 <= n; i += 16) {
+        const __m256 lo = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        const __m256 hi = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vmax));
+        _mm256_storeu_ps(y + i, lo);
+        _mm256_storeu_ps(y + i + 8, hi);
+        sum += (double)fold2(lo, hi);
+    }
+#else
+    for (; i + LANES <= n; i += LANES) {
+        float e[LANES];
+        for (int l = 0; l < LANES; l++) y[i + l] = e[l] = pe_expf(x[i + l] - max);
+        sum += (double)fold_lanes(e);
     }
 #endif
     for (; i < n; i++) {
-        y[i] = expf(x[i] - max);
+        y[i] = pe_expf(x[i] - max);
         sum += (double)y[i];
     }
     return sum;
 }
 
+/* The float squares summed in double: element i of each whole chunk of 8
+ * into lane i % 8, the lanes folded by halves, then the rest one by one. */
 static double sum_sq(int64_t n, const float *x) {
-    /* float squares summed in double, as GGML's RMS norm does */
-    double sum = 0.0;
     int64_t i = 0;
+    double sum;
 #if defined(__AVX512F__)
     __m512d acc = _mm512_setzero_pd();
     for (; i + 16 <= n; i += 16) {
         const __m512 v = _mm512_loadu_ps(x + i);
         const __m512 sq = _mm512_mul_ps(v, v);
         acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
-        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(sq, 1)));
     }
-    sum = _mm512_reduce_add_pd(acc);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+    }
+    const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
+    const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    sum = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
 #elif defined(__AVX2__)
-    __m256d acc = _mm256_setzero_pd();
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
     for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_loadu_ps(x + i);
         const __m256 sq = _mm256_mul_ps(v, v);
-        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
-        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
     }
-    double tmp[4];
-    _mm256_storeu_pd(tmp, acc);
-    sum = tmp[0] + tmp[1] + tmp[2] + tmp[3];
+    const __m256d s4 = _mm256_add_pd(lo, hi);
+    const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    sum = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+#else
+    double lane[8] = {0};
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) lane[l] += (double)(x[i + l] * x[i + l]);
+    for (int half = 4; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) lane[l] += lane[l + half];
+    sum = lane[0];
 #endif
     for (; i < n; i++) sum += (double)(x[i] * x[i]);
     return sum;
 }
 
-static inline float silu1(float x) { return x / (1.0f + expf(-x)); }
-
+/* silu(g) * u = g / (1 + exp(0 - g)) * u */
 static void silu_mul(int64_t n, float *y, const float *g, const float *u) {
     int64_t i = 0;
 #if defined(__AVX512F__)
     for (; i + 16 <= n; i += 16) {
         const __m512 x = _mm512_loadu_ps(g + i);
-        const __m512 e = VEXP(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
         const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
         _mm512_storeu_ps(y + i, _mm512_mul_ps(silu, _mm512_loadu_ps(u + i)));
     }
 #elif defined(__AVX2__)
     for (; i + 8 <= n; i += 8) {
         const __m256 x = _mm256_loadu_ps(g + i);
-        const __m256 e = VEXP(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
         const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
         _mm256_storeu_ps(y + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
     }
 #endif
-    for (; i < n; i++) y[i] = silu1(g[i]) * u[i];
+    for (; i < n; i++) y[i] = g[i] / (1.0f + pe_expf(0.0f - g[i])) * u[i];
 }
 
+/* gelu(g) * u, GELU from the table (pe_gelu) */
 static void gelu_mul(int64_t n, float *y, const float *g, const float *u) {
     int64_t i = 0;
 #if defined(__AVX512F__)
-    /* pe_gelu sixteen at a time: the table gathered by the inputs' F16 bits */
+    /* sixteen at a time: the table gathered by the inputs' F16 bits */
     const __m512 lo = _mm512_set1_ps(-10.0f), hi = _mm512_set1_ps(10.0f);
     for (; i + 16 <= n; i += 16) {
         const __m512 x = _mm512_loadu_ps(g + i);
@@ -827,7 +913,11 @@ static void gelu_mul(int64_t n, float *y, const float *g, const float *u) {
         _mm256_storeu_ps(y + i, _mm256_mul_ps(v, _mm256_loadu_ps(u + i)));
     }
 #endif
-    for (; i < n; i++) y[i] = pe_gelu(g[i]) * u[i];
+    for (; i < n; i++) {
+        const float x = g[i];
+        const float v = x >= 10.0f ? x : x <= -10.0f ? 0.0f : h2f(pe_gelu_table[f2h(x)]);
+        y[i] = v * u[i];
+    }
 }
 
 void PE_VEC_FILL(pe_kernels *k) {
