@@ -10,8 +10,8 @@
  * vector with vpdpbusd; AVX2 takes 8 at a time with maddubs (16-bit sums of
  * up to 8 Q4_K groups or 2 Q6_K groups cannot overflow) and madd, AVX-VNNI
  * with its vpdpbusd.  The integer totals are exact however they are
- * grouped, and the float steps are those of gmk_q4k_step / gmk_wide_step,
- * per pair, in the lanes, so a result equals the 4-row tiles' bit for bit. */
+ * grouped, and the float steps are those of gmk_q4k_step / gmk_q6_step,
+ * per pair, in the lanes, so a result equals vec_dot's bit for bit. */
 #ifndef PE_X86_GEMM_PACKED_H
 #define PE_X86_GEMM_PACKED_H
 
@@ -93,10 +93,9 @@ static inline void gmk_bsum_pairs(const block_q8_K *a, int32_t out[4]) {
 /* ---- column kernels: 16 packed rows against up to 4 activation rows y[0..3] ------------ */
 
 #if defined(PE_GEMM_VNNI)
-/* Q4_K; tiled: bit j set where column j takes the 4-row tile's steps (per
- * 64 elements), else per super-block */
+/* Q4_K, per super-block as gmk_q4k_step */
 static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
-                             int nc, unsigned tiled) {
+                             int nc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 whole[4], whole_mins[4];
     for (int j = 0; j < 4; j++) whole[j] = whole_mins[j] = _mm512_setzero_ps();
@@ -126,18 +125,11 @@ static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t
             for (int j = 0; j < 4; j++) {
                 const __m512i tot = _mm512_add_epi32(_mm512_mullo_epi32(lo[j], sc_lo), _mm512_mullo_epi32(hi[j], sc_hi));
                 const __m512i mins = _mm512_madd_epi16(mn, _mm512_set1_epi32(bp[j][c]));
-                if (tiled >> j & 1) {
-                    const __m512 da = _mm512_set1_ps(y[j][ib].d);
-                    whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, da), whole[j]);
-                    whole_mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmw, da), whole_mins[j]);
-                } else {
-                    sb_tot[j] = _mm512_add_epi32(sb_tot[j], tot);
-                    sb_mins[j] = _mm512_add_epi32(sb_mins[j], mins);
-                }
+                sb_tot[j] = _mm512_add_epi32(sb_tot[j], tot);
+                sb_mins[j] = _mm512_add_epi32(sb_mins[j], mins);
             }
         }
         for (int j = 0; j < 4; j++) {
-            if (tiled >> j & 1) continue;
             const __m512 da = _mm512_set1_ps(y[j][ib].d);
             whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_tot[j]), _mm512_mul_ps(dw, da), whole[j]);
             whole_mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_mins[j]), _mm512_mul_ps(dmw, da), whole_mins[j]);
@@ -198,7 +190,7 @@ static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t
 #else
 /* AVX2: rows 8h .. 8h + 7 against columns j0, j0 + 1, one pass each */
 static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, size_t bs,
-                            const block_q8_K *const y[2], int nc, unsigned tiled) {
+                            const block_q8_K *const y[2], int nc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 whole[2], whole_mins[2];
     for (int j = 0; j < 2; j++) whole[j] = whole_mins[j] = _mm256_setzero_ps();
@@ -229,18 +221,11 @@ static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, 
                 const __m256i tot = _mm256_add_epi32(_mm256_mullo_epi32(gm_dot_total(lo[j]), sc_lo),
                                                      _mm256_mullo_epi32(gm_dot_total(hi[j]), sc_hi));
                 const __m256i mins = _mm256_madd_epi16(mn, _mm256_set1_epi32(bp[j][c]));
-                if (tiled >> j & 1) {
-                    const __m256 da = _mm256_set1_ps(y[j][ib].d);
-                    whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_mul_ps(dw, da), whole[j]);
-                    whole_mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmw, da), whole_mins[j]);
-                } else {
-                    sb_tot[j] = _mm256_add_epi32(sb_tot[j], tot);
-                    sb_mins[j] = _mm256_add_epi32(sb_mins[j], mins);
-                }
+                sb_tot[j] = _mm256_add_epi32(sb_tot[j], tot);
+                sb_mins[j] = _mm256_add_epi32(sb_mins[j], mins);
             }
         }
         for (int j = 0; j < 2; j++) {
-            if (tiled >> j & 1) continue;
             const __m256 da = _mm256_set1_ps(y[j][ib].d);
             whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb_tot[j]), _mm256_mul_ps(dw, da), whole[j]);
             whole_mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb_mins[j]), _mm256_mul_ps(dmw, da), whole_mins[j]);
@@ -250,10 +235,10 @@ static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, 
 }
 
 static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
-                             int nc, unsigned tiled) {
+                             int nc) {
     for (int j0 = 0; j0 < nc; j0 += 2)
         for (int h = 0; h < 2; h++)
-            gmk_q4k_x8_pair(w, nsb, h, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2, tiled >> j0);
+            gmk_q4k_x8_pair(w, nsb, h, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2);
 }
 
 /* Q6_K as the AVX-512 kernel above: rows 8h .. 8h + 7 against one column */
@@ -311,7 +296,7 @@ static void gmk_q4k_gemm16(int64_t n, float *s, size_t bs, const void *packed, c
     for (int j0 = 0; j0 < nc; j0 += 4) {
         const block_q8_K *y[4];
         gmk_quad_cols(a, ba, j0, nc, y);
-        gmk_q4k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4, 0);
+        gmk_q4k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4);
     }
 }
 
