@@ -30,7 +30,7 @@ cdef extern from "pe.h" nogil:
     int pe_quantize_row(int type, const float *x, void *y, int64_t n)
     int pe_dequantize_row(int type, const void *x, float *y, int64_t n)
     int pe_dequantize_row_ref(int type, const void *x, float *y, int64_t n)
-    int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out, unsigned path)
+    int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out)
     int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out)
     int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *out, int reference)
     int pe_attn_scores_f16(const float *x, int nx, const uint16_t *y, int ny, int64_t n, int nacc, float *out)
@@ -54,7 +54,7 @@ cdef extern from "pe.h" nogil:
     int pe_graph_view(pe_graph *g, int t, int n_dims, const int64_t *ne, const size_t *nb, size_t offset)
     int pe_graph_reshape(pe_graph *g, int t, int n_dims, const int64_t *ne)
     int pe_op_get_rows(pe_graph *g, int table, int ids)
-    int pe_op_mul_mat(pe_graph *g, int w, int x, int tiles)
+    int pe_op_mul_mat(pe_graph *g, int w, int x)
     int pe_op_mul_mat_id(pe_graph *g, int w, int x, int ids)
     int pe_op_add(pe_graph *g, int a, int b)
     int pe_op_mul(pe_graph *g, int a, int b)
@@ -68,7 +68,7 @@ cdef extern from "pe.h" nogil:
                    float freq_base, float freq_scale, float ext_factor, float attn_factor,
                    float beta_fast, float beta_slow, int n_ctx_orig)
     int pe_op_set_rows(pe_graph *g, int cache, int src, int slots)
-    int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone, int cell_pos,
+    int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos,
                    int n_head_kv, float scale, float softcap)
     int pe_op_topk(pe_graph *g, int a, int k)
     int pe_op_moe_weights(pe_graph *g, int logits, int ids, int normalize)

@@ -223,11 +223,9 @@ def dequantize(int type_id, const uint8_t[::1] data, int64_t n, bint reference=F
     return out
 
 
-def vec_dot(int type_id, const uint8_t[::1] w, const float[::1] x, bint reference=False,
-            unsigned path=0) -> float:
+def vec_dot(int type_id, const uint8_t[::1] w, const float[::1] x, bint reference=False) -> float:
     """Dot product of a weight row (raw blocks) with float activations, the
-    activations quantized to the type's partner first, as matmul does;
-    `path` the batch path bits (runner/arith.py) where a type has several."""
+    activations quantized to the type's partner first, as matmul does."""
     cdef int64_t n = _row_len(type_id, x.shape[0])
     if <size_t>w.shape[0] < pe_row_bytes(type_id, n):
         raise ValueError("weight buffer too small for the activation length")
@@ -237,7 +235,7 @@ def vec_dot(int type_id, const uint8_t[::1] w, const float[::1] x, bint referenc
         if reference:
             rc = pe_vec_dot_ref(type_id, &w[0], &x[0], n, &out)
         else:
-            rc = pe_vec_dot(type_id, &w[0], &x[0], n, &out, path)
+            rc = pe_vec_dot(type_id, &w[0], &x[0], n, &out)
     _check(rc)
     return out
 
@@ -380,8 +378,8 @@ cdef class Graph:
     def get_rows(self, int table, int ids) -> int:
         return self._id(pe_op_get_rows(self.g, table, ids))
 
-    def mul_mat(self, int w, int x, int tiles=-1) -> int:
-        return self._id(pe_op_mul_mat(self.g, w, x, tiles))
+    def mul_mat(self, int w, int x) -> int:
+        return self._id(pe_op_mul_mat(self.g, w, x))
 
     def mul_mat_id(self, int w, int x, int ids) -> int:
         return self._id(pe_op_mul_mat_id(self.g, w, x, ids))
@@ -420,8 +418,8 @@ cdef class Graph:
         return self._id(pe_op_set_rows(self.g, cache, src, slots))
 
     def attn(self, int q, int k, int v, int mask, int kv_len, int n_head_kv, float scale,
-             float softcap=0.0, int lone=-1, int cell_pos=-1) -> int:
-        return self._id(pe_op_attn(self.g, q, k, v, mask, kv_len, lone, cell_pos, n_head_kv, scale, softcap))
+             float softcap=0.0, int cell_pos=-1) -> int:
+        return self._id(pe_op_attn(self.g, q, k, v, mask, kv_len, cell_pos, n_head_kv, scale, softcap))
 
     def topk(self, int a, int k) -> int:
         return self._id(pe_op_topk(self.g, a, k))

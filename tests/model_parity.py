@@ -25,13 +25,9 @@ from pyengine.models import load_model
 from pyengine.runner.forward import Forward
 
 DATA = Path(__file__).parent / "data"
-# The golden files come from llama.cpp's AVX-512 build; with the same kernels
-# our arithmetic is llama.cpp's, operation for operation, and the recorded
-# logits (rounded to 5 decimals) are met exactly.  Other instruction sets
-# follow llama.cpp's build for them, whose numbers differ from the record by
-# activation-quantization noise, so looser bounds apply there.
-EXACT_ISA = "avx512"
-EXACT_TOP10 = 1e-5
+# The golden files come from llama.cpp's builds, whose arithmetic depends on the
+# batch a row is in; ours is one arithmetic for every row (a row's alone), so
+# the records are met within tolerances (each test file's bounds), not bit for bit.
 CHUNK = 512
 DROP = object()            # a metadata value for rewrite(): remove the key
 

@@ -3,11 +3,12 @@ against vec_dot: every element of a product must be bit-identical to
 vec_dot of its (weight row, activation row) pair under the same instruction
 set, whatever the batch around it (batch invariance).
 
-Weight rows n = 21, 22, 23 leave a last tile of 1, 2 and 3 rows; activation
-rows m = 1, 3, 4, 5, 17, 64, 70 give tiles of 1, 2, 3 and 4 columns (a
-single row is the decode path).  Where a type packs 16 weight rows for a
-prompt tile (Q4_K, Q6_K on AVX-512), the first 16 rows of a batch of 8 or
-more take that path and the rest the 4-row tiles."""
+Weight rows n = 21, 22, 23 leave a last tile of 1, 2 and 3 rows, and 40
+(a multiple of 8: the decoding kernels' 8-row groups) none; activation rows
+m = 1, 3, 4, 5, 17, 64, 70 give tiles of 1, 2, 3 and 4 columns (a single
+row is the decode path).  Where a type packs 16 weight rows for a prompt
+tile, the first 16 rows of a batch of 8 or more take that path and the rest
+the 4-row tiles."""
 
 from __future__ import annotations
 
@@ -23,14 +24,13 @@ from gguf.quants import dequantize
 
 from pyengine import _core
 from pyengine.ml.context import Backend, Context
-from pyengine.runner.arith import batch_arith
 
 SIMD_ISAS = [isa for isa in available_isas() if isa in X86_SIMD_ISAS]
 LEGACY = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
 KQUANTS = (T.Q4_K, T.Q5_K, T.Q6_K)
 TYPES = LEGACY + KQUANTS
 BATCHES = (1, 3, 4, 5, 17, 64, 70)
-ROWS = (21, 22, 23)
+ROWS = (21, 22, 23, 40)
 
 # block bytes and the offsets of the f16 scales in a block
 LAYOUT = {
@@ -62,15 +62,8 @@ class Weight:
         self.name, self.type, self.shape, self.data = "w", int(qtype), (k, n), data
 
 
-def llama_paths(m: int) -> np.ndarray:
-    """Each row's path in one llama.cpp batch of m rows (runner/arith.py)."""
-    return batch_arith(np.zeros(m, np.int64)).paths
-
-
-def mul_mat(weight: Weight, x: np.ndarray, paths: np.ndarray | None = None) -> np.ndarray:
+def mul_mat(weight: Weight, x: np.ndarray) -> np.ndarray:
     ctx = Context(Backend(2))
-    if paths is not None:
-        ctx.row_paths = ctx.input(np.ascontiguousarray(paths, np.int32), "paths")
     out = ctx.mul_mat(ctx.weight(weight), ctx.input(np.ascontiguousarray(x), "x"))
     ctx.set_output(out)
     ctx.compute()
@@ -92,18 +85,17 @@ def case(qtype: T, n: int, seed: int):
 @pytest.mark.parametrize("isa", SIMD_ISAS)
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_every_tile_shape_equals_vec_dot(isa: str, qtype: T) -> None:
-    """Each element of every batch equals vec_dot of its pair on the row's
-    path (as in one llama.cpp batch of m rows), bit for bit."""
+    """Each element of every batch equals vec_dot of its pair (the row alone),
+    bit for bit."""
     for n in ROWS:
         weight, rows, x = case(qtype, n, seed=int(qtype) * 100 + n)
         with forced_isa(isa):
+            dots = np.array([[_core.vec_dot(int(qtype), rows[i], x[j]) for i in range(n)]
+                             for j in range(max(BATCHES))], np.float32)
             for m in BATCHES:
-                paths = llama_paths(m)
-                dots = np.array([[_core.vec_dot(int(qtype), rows[i], x[j], path=int(paths[j])) for i in range(n)]
-                                 for j in range(m)], np.float32)
                 got = mul_mat(weight, x[:m])
                 assert got.shape == (m, n)
-                mismatch = np.argwhere(bits(got) != bits(dots))
+                mismatch = np.argwhere(bits(got) != bits(dots[:m]))
                 assert mismatch.size == 0, (isa, qtype.name, n, m, mismatch[:5].tolist())
 
 
@@ -116,11 +108,10 @@ def test_every_x86_table_gives_avx2s_bits(isa: str, qtype: T) -> None:
     weight, _, x = case(qtype, 40, seed=31 + int(qtype))
     x = np.concatenate([x, x[::-1]])
     for m in (1, 2, 4, 5, 17, 64, 70, 140):
-        paths = llama_paths(m)
         with forced_isa("avx2"):
-            want = mul_mat(weight, x[:m], paths)
+            want = mul_mat(weight, x[:m])
         with forced_isa(isa):
-            got = mul_mat(weight, x[:m], paths)
+            got = mul_mat(weight, x[:m])
         mismatch = np.argwhere(bits(got) != bits(want))
         assert mismatch.size == 0, (isa, qtype.name, m, mismatch[:5].tolist())
 
@@ -129,16 +120,15 @@ def test_every_x86_table_gives_avx2s_bits(isa: str, qtype: T) -> None:
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_row_alone_equals_row_in_batch(isa: str, qtype: T) -> None:
     """A row computed alone (the decode kernel) equals the same row inside a
-    prompt batch (the 4 x 4 kernel), in every position of a tile, when both
-    follow the same path (the runner gives a row its path from its own
-    sequence, never from the batch around it)."""
-    weight, _, x = case(qtype, 23, seed=7 + int(qtype))
-    for path in range(4):
+    prompt batch (the 4 x 4 kernel, the packed tiles), in every position of a
+    tile: one arithmetic whatever the batch around it."""
+    for n in (23, 40):
+        weight, _, x = case(qtype, n, seed=7 + int(qtype))
         with forced_isa(isa):
-            batch = mul_mat(weight, x[:70], np.full(70, path))
+            batch = mul_mat(weight, x[:70])
             for j in (0, 1, 2, 3, 5, 63, 64, 69):
-                alone = mul_mat(weight, x[j:j + 1], np.full(1, path))
-                assert np.array_equal(bits(alone[0]), bits(batch[j])), (isa, qtype.name, path, j)
+                alone = mul_mat(weight, x[j:j + 1])
+                assert np.array_equal(bits(alone[0]), bits(batch[j])), (isa, qtype.name, n, j)
 
 
 @pytest.mark.parametrize("isa", SIMD_ISAS)
@@ -243,41 +233,25 @@ def test_decode_rows_more_tasks_than_a_range_holds() -> None:
 
 
 @pytest.mark.parametrize("isa", SIMD_ISAS)
-def test_q4_0_weights_of_8_rows_take_the_repacked_arithmetic_in_every_tile(isa: str) -> None:
-    """Q4_0 weights with a multiple of 8 rows follow llama.cpp's repacked arithmetic (one
-    float per pair and block) in every tile shape, the 16 packed rows of a prompt tile
-    included: each element equals vec_dot on the ROWS8 path, bit for bit."""
-    n = 40   # two packed tiles of 16 rows and one 8-row rest
-    weight, rows, x = case(T.Q4_0, n, seed=40)
-    rows8 = 8   # PE_PATH_ROWS8 (csrc/core/kernels.h)
-    with forced_isa(isa):
-        for m in BATCHES:
-            paths = llama_paths(m)
-            dots = np.array([[_core.vec_dot(int(T.Q4_0), rows[i], x[j], path=int(paths[j]) | rows8)
-                              for i in range(n)] for j in range(m)], np.float32)
-            got = mul_mat(weight, x[:m])
-            mismatch = np.argwhere(bits(got) != bits(dots))
-            assert mismatch.size == 0, (isa, m, mismatch[:5].tolist())
-
-
-@pytest.mark.parametrize("isa", SIMD_ISAS)
 def test_f16_weights_in_every_tile_equal_the_row_product(isa: str) -> None:
-    """F16 weights in a batch go through tiles (llamafile's GEMM per pair) and alone
-    through the row product; each element equals vec_dot on the row's path, bit for bit."""
+    """F16 weights in a batch go through tiles (the row product's four
+    accumulators per pair, each weight row converted once for several
+    activation rows) and alone through the row product; each element equals
+    vec_dot, bit for bit, rows of whole vector steps (256) or not (200, pair by
+    pair) alike."""
     rng = np.random.default_rng(16)
-    k = 256
-    for n in (21, 24):   # 24 rows: every batch row on the GEMM path; 21: llama.cpp's row by row
-        rows = rng.standard_normal((n, k)).astype(np.float16)
-        weight = Weight(T.F16, k, n, rows.view(np.uint8).reshape(-1))
-        x = rng.standard_normal((max(BATCHES), k)).astype(np.float32)
-        with forced_isa(isa):
-            for m in BATCHES:
-                paths = llama_paths(m) if n % 4 == 0 else llama_paths(m) & ~4   # PE_PATH_MULTI needs 4 | rows
-                dots = np.array([[_core.vec_dot(int(T.F16), rows[i].view(np.uint8), x[j], path=int(paths[j]))
-                                  for i in range(n)] for j in range(m)], np.float32)
-                got = mul_mat(weight, x[:m])
-                mismatch = np.argwhere(bits(got) != bits(dots))
-                assert mismatch.size == 0, (isa, n, m, mismatch[:5].tolist())
+    for k in (256, 200):
+        for n in (21, 24):
+            rows = rng.standard_normal((n, k)).astype(np.float16)
+            weight = Weight(T.F16, k, n, rows.view(np.uint8).reshape(-1))
+            x = rng.standard_normal((max(BATCHES), k)).astype(np.float32)
+            with forced_isa(isa):
+                dots = np.array([[_core.vec_dot(int(T.F16), rows[i].view(np.uint8), x[j]) for i in range(n)]
+                                 for j in range(max(BATCHES))], np.float32)
+                for m in BATCHES:
+                    got = mul_mat(weight, x[:m])
+                    mismatch = np.argwhere(bits(got) != bits(dots[:m]))
+                    assert mismatch.size == 0, (isa, k, n, m, mismatch[:5].tolist())
 
 
 def test_products_of_one_activation_equal_each_alone() -> None:

@@ -2,14 +2,15 @@
 llama.cpp's recorded outputs on 5 prompts, the last (659 tokens) running past
 the 512-token sliding window.
 
-With the AVX-512 kernels (the build the record came from) every operation is
-llama.cpp's, in its order, including the paths that depend on the batch
-(runner/arith.py: Q4_K's repacked GEMV / 4-row GEMM, the tiled k-quant product
-for 8+ rows, one-token attention): all argmaxes, top-10 logits (to the
-record's 5 decimals) and greedy tokens are equal.  Under AVX2 / scalar the
-model's sensitivity to activation-quantization noise shows: measured argmax
-at 701-705 of 707 positions, top-10 within 0.61, differences only at
-near-ties (gap <= 0.31), so those keep the bounds below.
+The record comes from llama.cpp's AVX-512 build, whose arithmetic depends on
+the batch (Q4_K's repacked 4-row GEMM, the tiled k-quant product for 8+ rows,
+one-token attention); ours is one arithmetic for every row, so the model's
+sensitivity to activation-quantization noise shows on every instruction set.
+Measured (avx512 / avx2): argmax at 704 / 704 of 707 positions, every one
+past the window equal, top-10 within 0.64 / 0.51, disagreements only at
+near-ties (gap <= 0.018 / 0.046), greedy continuations equal 4 / 3 of 5 (the
+others parting at gaps <= 0.019 / 0.23); main's AVX2 / scalar runs measured
+701-705 positions, top-10 within 0.61, gaps <= 0.31.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from model_parity import DATA, EXACT_ISA, EXACT_TOP10, CaseRun, compare, golden, load, run_case
+from model_parity import DATA, CaseRun, compare, golden, load, run_case
 from pyengine import LLM
 from pyengine.ml.context import Backend
 from pyengine.store import resolve_model
@@ -28,7 +29,7 @@ from pyengine.store import resolve_model
 GOLDEN = DATA / "golden" / "real" / "gemma-3-270m-q4_k_m.json"
 ARGMAX_MIN = 0.985         # over all 707 prompt positions (measured 0.9915 to 0.997)
 PAST_WINDOW_MIN = 0.97     # positions >= 512 of the long prompt (measured 1.0; 0.78 without the window)
-TOP10_MAX = 0.8            # measured up to 0.61; llama.cpp is up to 0.55 from the exact result
+TOP10_MAX = 0.8            # measured up to 0.64; llama.cpp is up to 0.55 from the exact result
 TIE_MAX = 0.5              # llama.cpp's token within this of our best where they differ (measured <= 0.31)
 
 pytestmark = pytest.mark.slow
@@ -72,20 +73,6 @@ def test_top_logits_match_llamacpp():
     for r, c in zip(results, cases):
         last = r.logits[-1]
         assert last.max() - last[c["top_ids"][0]] <= TIE_MAX
-
-
-def test_bit_exact_with_llamacpp_on_its_instruction_set():
-    """Every argmax, top-10 logit and greedy token equal under AVX-512 (on
-    other CPUs: the near-tie bound of the tests around this one)."""
-    cases, results = runs()
-    exact = Backend(2).isa == EXACT_ISA
-    for r, c in zip(results, cases):
-        a = compare(r, c)
-        if exact:
-            assert a.argmax_equal.all() and a.top10_diff <= EXACT_TOP10, (c["prompt"][:30], a.top10_diff)
-            assert a.greedy_match == len(c["greedy"]), (c["prompt"][:30], a.greedy_match)
-        else:
-            assert a.top10_diff <= TOP10_MAX
 
 
 def test_greedy_matches_llamacpp_until_a_near_tie():

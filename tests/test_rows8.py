@@ -1,8 +1,9 @@
-"""Q4_1, Q4_0, Q4_K and IQ4_NL weights interleaved by 8 rows (csrc/quant/ref_rows8.c, pe_type_rows8
-in pe.h).
+"""Q4_1, Q4_0, Q4_K, IQ4_NL, Q8_0 and Q5_0 weights interleaved by 8 rows (csrc/quant/ref_rows8.c,
+pe_type_rows8 in pe.h).
 
 On x86 the engine stores such weights that are only multiplied with their rows
-interleaved by 8, for the decoding kernel (x86_gemm_rows8.h); larger batches
+interleaved by 8, for the decoding kernel (x86_gemm_rows8.h: Q4_1, Q4_K, Q8_0 and Q5_0;
+Q4_0 and IQ4_NL have none and stay as the file has them); larger batches
 unpack the rows again.  Either way every product must equal the weight as the
 file has it, bit for bit, under every instruction set (a table without the
 decoding kernel unpacks for every product)."""
@@ -24,8 +25,6 @@ from pyengine.ml.context import Backend, Context
 
 Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, IQ4_NL = 2, 3, 6, 8, 12, 20
 INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66, IQ4_NL: 67, Q8_0: 68, Q5_0: 69}   # PE_TYPE_*_X8 in pe.h
-TILE4 = 1   # PE_PATH_TILE4: a row in one of llama.cpp's 4-row tiles (Q4_K's repacked GEMM)
-ROWS8 = 8   # PE_PATH_ROWS8: llama.cpp's arithmetic for Q4_0 / IQ4_NL weights of 8-row multiples
 TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL", "Q8_0", "Q5_0"])
 BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256, Q8_0: 32, Q5_0: 32}
 X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", *X86_SIMD_ISAS)]
@@ -48,8 +47,7 @@ def interleaved(qtype: int, n: int, k: int, seed: int) -> tuple[Weight, Weight, 
 @pytest.mark.parametrize("n, blocks", [(24, 5), (48, 65)])
 def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, blocks: int) -> None:
     """Batches of 1 to 48 rows (the decoding kernel up to its type's limit, 4 columns a
-    pass, in pairs and a single one; Q4_K's rows in llama.cpp's 4-row tiles through its
-    tile kernel), of 49 to 300 (past the type's limit unpacked: tiles, packed prompt
+    pass, in pairs and a single one), of 49 to 300 (past the type's limit unpacked: tiles, packed prompt
     tiles, in blocks of 256 columns; 259 leaves a block of 3, which is no decoding batch;
     AVX-512's pair kernels take up to 512 rows of some types) and of 530 (unpacked on every
     ISA), a last group of 8 rows in a tile of 16, rows of 65 blocks: the same bits as the
@@ -63,29 +61,14 @@ def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, blocks: 
             assert bad.size == 0, (qtype, isa, n, k, m, bad[:4].tolist())
 
 
-@pytest.mark.parametrize("isa", X86_ISAS)
-def test_q4_k_rows_on_mixed_paths_equal_the_plain_weights(isa: str) -> None:
-    """A batch whose rows alternate between llama.cpp's 4-row tiles and its row product
-    (as a decode step's sequences beside a prompt's chunk give them) goes through the
-    decoding kernels in runs of rows on the same path: the plain weight's bits."""
-    plain, rows8, x = interleaved(Q4_K, 24, 256 * 3, seed=11)
-    rng = np.random.default_rng(11)
-    with forced_isa(isa):
-        for m in (3, 4, 5, 7, 8, 13):
-            paths = rng.choice([0, TILE4], size=m).astype(np.int32)
-            want, got = mul_mat(plain, x[:m], paths), mul_mat(rows8, x[:m], paths)
-            assert np.array_equal(bits(got), bits(want)), (isa, m, paths.tolist())
-
-
 @TYPES
 def test_decoding_kernel_equals_vec_dot(qtype: int) -> None:
-    """Against the row kernel itself (on the path of a weight of 8-row multiples), not
-    another product of the same file."""
+    """Against the row kernel itself, not another product of the same file."""
     plain, rows8, x = interleaved(qtype, 16, BLOCK[qtype] * 3, seed=5)
     plain_rows = plain.data.reshape(16, -1)
     for isa in X86_ISAS:
         with forced_isa(isa):
-            want = np.array([[_core.vec_dot(qtype, row, a, path=ROWS8) for row in plain_rows] for a in x[:3]],
+            want = np.array([[_core.vec_dot(qtype, row, a) for row in plain_rows] for a in x[:3]],
                             np.float32)
             assert np.array_equal(bits(mul_mat(rows8, x[:3])), bits(want)), isa
 
@@ -118,12 +101,13 @@ def test_pair_kernels_equal_the_8_row_ones(tmp_path) -> None:
 
 
 def test_interleaving_is_offered_where_a_decoding_kernel_is() -> None:
-    """The x86 SIMD tables interleave Q4_1, Q4_0, Q4_K, IQ4_NL, Q8_0 and Q5_0 (and nothing
-    else); the scalar one does not."""
+    """The x86 SIMD tables interleave Q4_1, Q4_K, Q8_0 and Q5_0 (and nothing else: Q4_0's
+    and IQ4_NL's rows stay as the file has them); the scalar one does not."""
+    decoded = (Q4_1, Q4_K, Q8_0, Q5_0)
     for isa in X86_ISAS:
         with forced_isa(isa):
             for qtype, rows8 in INTERLEAVED.items():
-                assert _core.rows8_type(qtype) == (rows8 if isa != "scalar" else -1)
+                assert _core.rows8_type(qtype) == (rows8 if isa != "scalar" and qtype in decoded else -1)
                 assert _core.rows8_type(rows8) == -1
             assert _core.rows8_type(7) == -1 and _core.rows8_type(13) == -1   # Q5_1, Q5_K
 

@@ -68,18 +68,13 @@ static int check_weight(const char *op, const pe_tensor *w, int interleaved) {
     return 0;
 }
 
-int pe_op_mul_mat(pe_graph *g, int w, int x, int tiles) {
+int pe_op_mul_mat(pe_graph *g, int w, int x) {
     pe_tensor *a = get(g, w, "mul_mat", "weight"), *b = get(g, x, "mul_mat", "input");
     if (!a || !b || check_weight("mul_mat", a, 1) || require_f32("mul_mat", b)) return -1;
     if (a->ne[2] != 1 || a->ne[3] != 1) return fail_shapes("mul_mat", a, b, "weight must be 2-D");
     if (a->ne[0] != b->ne[0]) return fail_shapes("mul_mat", a, b, "inner dimensions differ");
-    if (tiles >= 0) {
-        const pe_tensor *c = get(g, tiles, "mul_mat", "tiles");
-        if (!c || require_i32("mul_mat", c)) return -1;
-        if (c->ne[0] != pe_nrows(b)) return fail_shapes("mul_mat", c, b, "one tile flag per activation row");
-    }
     const int64_t ne[4] = {a->ne[1], b->ne[1], b->ne[2], b->ne[3]};
-    return node(g, PE_OP_MUL_MAT, PE_TYPE_F32, b->n_dims < 2 ? 2 : b->n_dims, ne, w, x, tiles, -1, -1);
+    return node(g, PE_OP_MUL_MAT, PE_TYPE_F32, b->n_dims < 2 ? 2 : b->n_dims, ne, w, x, -1, -1, -1);
 }
 
 int pe_op_mul_mat_id(pe_graph *g, int w, int x, int ids) {
@@ -226,8 +221,8 @@ static int check_attn_cache(const pe_tensor *c, int64_t hd) {
     return 0;
 }
 
-int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone, int cell_pos, int n_head_kv,
-               float scale, float softcap) {
+int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos, int n_head_kv, float scale,
+               float softcap) {
     pe_tensor *tq = get(g, q, "attn", "q"), *tk = get(g, k, "attn", "k"), *tv = get(g, v, "attn", "v"),
               *tm = get(g, mask, "attn", "mask"), *tl = get(g, kv_len, "attn", "kv_len");
     if (!tq || !tk || !tv || !tm || !tl || require_f32("attn", tq) || require_f32("attn", tm) || require_i32("attn", tl)) return -1;
@@ -238,11 +233,6 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone,
     if (tk->ne[1] != tv->ne[1]) return fail_shapes("attn", tk, tv, "K and V caches differ in length");
     if (tm->ne[0] < tk->ne[1] || tm->ne[1] < nt) return fail_shapes("attn", tm, tk, "mask must be [cells, tokens]");
     if (!(scale > 0)) return pe_fail("attn: scale must be positive");
-    if (lone >= 0) {
-        const pe_tensor *tz = get(g, lone, "attn", "lone");
-        if (!tz || require_i32("attn", tz)) return -1;
-        if (tz->ne[0] < nt) return fail_shapes("attn", tz, tq, "lone flags must cover every token");
-    }
     if (cell_pos >= 0) {
         const pe_tensor *tp = get(g, cell_pos, "attn", "cell_pos");
         if (!tp || require_i32("attn", tp)) return -1;
@@ -251,8 +241,7 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone,
     const int64_t ne[2] = {hd * nh, nt};
     const int id = node(g, PE_OP_ATTN, PE_TYPE_F32, 2, ne, q, k, v, mask, kv_len);
     if (id < 0) return -1;
-    g->t[id].src[5] = lone;
-    g->t[id].src[6] = cell_pos;
+    g->t[id].src[5] = cell_pos;
     g->t[id].ip[0] = n_head_kv;
     g->t[id].fp[0] = scale;
     g->t[id].fp[1] = softcap;

@@ -19,48 +19,29 @@ typedef void (*pe_from_float_fn)(const float *x, void *y, int64_t n);
  * vec_dot partner type (already quantized). */
 typedef void (*pe_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a);
 
-/* llama.cpp's arithmetic for some types depends on the batch an activation
- * row was in (runner/arith.py); a row's path is a set of these bits. */
-enum {
-    PE_PATH_TILE4 = 1,  /* in a 4-row tile of a repacked GEMM (Q4_K) */
-    PE_PATH_WIDE  = 2,  /* in a batch of >= 8 rows: the tiled k-quant product */
-    PE_PATH_MULTI = 4,  /* in a batch of >= 2 rows: llamafile's float GEMM (F32 F16 BF16) */
-    PE_PATH_ROWS8 = 8,  /* the weight has a multiple of 8 rows: llama.cpp repacks Q4_0 / IQ4_NL */
-};
-#define PE_PATH_BITS 4
-#define PE_PATH_MASK ((1u << PE_PATH_BITS) - 1u)
-
-/* A dot product that follows the given path (optional; vec_dot otherwise). */
-typedef void (*pe_vec_dot_path_fn)(int64_t n, float *s, const void *w, const void *a, unsigned path);
-
 /* A tile of dot products over n elements: for i < nr weight rows (stride bw
  * bytes) and j < nc activation rows (stride ba bytes, already quantized to
  * the partner type), s[j * bs + i] = dot(w_i, a_j).  nr <= PE_GEMM_ROWS,
  * nc <= PE_GEMM_COLS.
- * Row j's path is (paths >> PE_PATH_BITS * j) & PE_PATH_MASK.  Every element must be
- * bit-identical to vec_dot_path(w_i, a_j, path) (vec_dot where the type has
- * none): a row's result may not depend on which other rows share its tile. */
+ * Every element must be bit-identical to vec_dot(w_i, a_j): a row's result
+ * may not depend on which other rows share its tile. */
 #define PE_GEMM_ROWS 4
 #define PE_GEMM_COLS 8
 typedef void (*pe_gemm_fn)(int64_t n, float *s, size_t bs, const void *w, size_t bw,
-                           const void *a, size_t ba, int nr, int nc, unsigned paths);
+                           const void *a, size_t ba, int nr, int nc);
 
 /* Optional, for a prompt batch's tiles: a type may copy PE_PACK_ROWS weight
  * rows (of n elements, stride bw) into an interleaved layout once per tile
  * (pack16; with dst NULL it returns the bytes that takes) and multiply the
  * copy with up to PE_GEMM_COLS activation rows (gemm16: s[j * bs + i],
- * i < PE_PACK_ROWS, j < nc), each element bit-identical to the gemm's for
- * the same paths.  gemm16 returns 0, computing nothing, for paths it does
- * not take (the gemm does those). */
+ * i < PE_PACK_ROWS, j < nc), each element bit-identical to vec_dot's. */
 #define PE_PACK_ROWS 16
 typedef size_t (*pe_pack16_fn)(int64_t n, const void *w, size_t bw, void *dst);
-typedef int (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
-                            unsigned paths);
+typedef void (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc);
 
 /* Optional, for decoding: PE_GEMM8_ROWS weight rows (stride bw) against
  * nc <= PE_GEMM8_MAX_COLS activation rows (stride ba), s[j * bs + i] =
- * dot(w_i, a_j), each bit-identical to vec_dot (for types whose arithmetic
- * has no paths). */
+ * dot(w_i, a_j), each bit-identical to vec_dot. */
 #define PE_GEMM8_ROWS 8
 #define PE_GEMM8_MAX_COLS 4
 /* the floats after a Q8_1 row of n elements for a gemm8 with gemm8_scales */
@@ -72,7 +53,7 @@ typedef int (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, 
  * offset back off) */
 typedef struct {
     float   d;
-    int32_t start4;      /* -8 x the sum of all 32: Q4_0 x8, codes taken as their nibbles */
+    int32_t start4[8];   /* -8 x the sums: Q4_0 packed, codes taken as their nibbles */
     int32_t start8[8];   /* -128 x the sums: Q8_0 x8, codes stored + 128 */
     int32_t start5[8];   /* -16 x the sums: Q5_0 x8, codes taken as n + 16 f */
 } pe_q8_0_scales;
@@ -84,8 +65,7 @@ typedef void (*pe_gemm8_fn)(int64_t n, float *s, size_t bs, const void *w, size_
 /* Interleaved types (rows by 8, see pe_type_rows8): unpack8 writes the 8
  * base-type rows (n elements, stride bw) of one group back out, for the
  * products gemm8 does not take; gemm8 reads a group (w; bw unused), each
- * result bit-identical to the base type's product on the row's path (for
- * the paths it takes: gemm8_paths lists those it does not). */
+ * result bit-identical to the base type's vec_dot. */
 typedef void (*pe_unpack8_fn)(int64_t n, const void *group, void *rows, size_t bw);
 
 typedef struct pe_type_kernels {
@@ -93,17 +73,12 @@ typedef struct pe_type_kernels {
     pe_from_float_fn from_float;
     pe_vec_dot_fn    vec_dot;
     pe_gemm_fn       gemm;     /* optional; NULL -> vec_dot pair by pair */
-    pe_vec_dot_path_fn vec_dot_path;  /* optional: see PE_PATH_* */
     pe_pack16_fn     pack16;   /* optional, with gemm16 */
     pe_gemm16_fn     gemm16;
     pe_gemm8_fn      gemm8;    /* optional */
-    pe_gemm8_fn      gemm8_rows8;  /* optional: gemm8 for weights on the PE_PATH_ROWS8 arithmetic */
     pe_unpack8_fn    unpack8;      /* interleaved types only */
-    unsigned         gemm8_paths;  /* interleaved types: the PE_PATH_* bits whose rows gemm8 cannot take */
-    pe_gemm8_fn      gemm8_tile4;  /* optional, interleaved types: gemm8 for rows on PE_PATH_TILE4 */
     pe_gemm8_fn      gemm8_pair;   /* optional, interleaved types: gemm8 over two adjacent groups, 16 rows (the
                                       second group at w + 8 bw), same bits */
-    pe_gemm8_fn      gemm8_pair_tile4; /* optional: the same for gemm8_tile4 */
     int              gemm8_cols;   /* interleaved types: the most activation rows gemm8 takes before
                                       unpacked tiles win (0: the default, ROWS8_DECODE_COLS) */
     int              gemm8_scales; /* gemm8 takes each activation row followed by its blocks' scales as floats:
@@ -179,7 +154,6 @@ void pe_fill_avx2_gemm(pe_kernels *k);     /* cpu/x86/avx2_gemm.c: vec_dot + gem
 void pe_fill_vec_avx2(pe_kernels *k);      /* cpu/vec.c compiled with AVX2 flags */
 void pe_fill_avxvnni_gemm(pe_kernels *k);  /* cpu/x86/avxvnni_gemm.c: avx2_gemm.c with vpdpbusd */
 void pe_fill_avx512_legacy(pe_kernels *k); /* cpu/x86/avx512_legacy.c */
-void pe_fill_avx512_kquants(pe_kernels *k);/* cpu/x86/avx512_kquants.c */
 void pe_fill_avx512_gemm(pe_kernels *k);   /* cpu/x86/avx512_gemm.c: vec_dot + gemm */
 void pe_fill_avx512_iq_gemm(pe_kernels *k);/* cpu/x86/avx512_iq_gemm.c: the lattice types' prompt tiles */
 void pe_fill_vec_avx512(pe_kernels *k);    /* cpu/vec.c compiled with AVX-512 flags */

@@ -52,7 +52,7 @@ int pe_dequantize_row(int type, const void *x, float *y, int64_t n) {
 }
 
 static int vec_dot_with(const pe_kernels *table, int type, const void *w, const float *x,
-                        int64_t n, float *out, unsigned path) {
+                        int64_t n, float *out) {
     const pe_type_kernels *k = kernels_for(table, type, n);
     if (!k) return -1;
     const int dot_type = pe_type_vec_dot_type(type);
@@ -63,19 +63,18 @@ static int vec_dot_with(const pe_kernels *table, int type, const void *w, const 
     void *a = malloc(pe_row_bytes(dot_type, n) + 64);
     if (!a) return pe_fail("out of memory");
     kq->from_float(x, a, n);
-    if (k->vec_dot_path) k->vec_dot_path(n, out, w, a, path);
-    else k->vec_dot(n, out, w, a);
+    k->vec_dot(n, out, w, a);
     free(a);
     return 0;
 }
 
-int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out, unsigned path) {
+int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out) {
     pe_init();
-    return vec_dot_with(pe_kern, type, w, x, n, out, path);
+    return vec_dot_with(pe_kern, type, w, x, n, out);
 }
 
 int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out) {
-    return vec_dot_with(pe_kernels_ref(), type, w, x, n, out, 0);
+    return vec_dot_with(pe_kernels_ref(), type, w, x, n, out);
 }
 
 int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *out, int reference) {

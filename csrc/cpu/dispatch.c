@@ -131,7 +131,6 @@ static void build_tables(void) {
         tables[ISA_AVX512].isa = isa_names[ISA_AVX512];
         pe_fill_vec_avx512(&tables[ISA_AVX512]);
         pe_fill_avx512_legacy(&tables[ISA_AVX512]);
-        pe_fill_avx512_kquants(&tables[ISA_AVX512]);
         pe_fill_avx512_gemm(&tables[ISA_AVX512]);
         pe_fill_avx512_iq_gemm(&tables[ISA_AVX512]);
     }

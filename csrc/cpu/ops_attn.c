@@ -2,8 +2,8 @@
  *
  * Attention runs one (token, KV group) at a time, reading K and V rows
  * straight from the cache.  With an F16 cache it follows llama.cpp's
- * roundings and accumulation order (query and probabilities to F16, vector
- * lanes, its exp), so that logits agree with its recorded ones to the bit.
+ * roundings (query and probabilities to F16, vector lanes, its exp) and its
+ * batches' accumulation order, for every token.
  * K and V may also be Q8_0, each on its own (see group_queries and
  * group_values_quant).  The number
  * of cells to read is an input read at compute time, so a decode graph can
@@ -42,6 +42,14 @@ void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
  * whatever else it holds. */
 #define ATTN_ALIGN 64   /* >= 4 * lanes on every ISA */
 #define ATTN_PREFETCH 8 /* slots ahead whose K row is asked for */
+/* Accumulators (of `lanes` floats) of the F16 products with K and V, for
+ * every token whatever its batch: the tiles' arithmetic, which the
+ * transposed V's product (a prompt's) gives too.  vec.c's nacc 4 (llama.cpp's
+ * row product for a lone token) has its values kernel 1.7-2.9x faster per
+ * call (AVX-512, 256-1024 cells), but SmolLM2 and Gemma-3 decoding at ~1000
+ * cells measured the same either way (132 / 66 tokens/s, 2 threads), and
+ * nacc 4 would give up the transposed V for prompts. */
+#define ATTN_NACC 1
 
 static int64_t padded(int64_t n) { return (n + ATTN_ALIGN - 1) / ATTN_ALIGN * ATTN_ALIGN; }
 
@@ -79,7 +87,7 @@ size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
  * same, in the same order, as if it ran alone. */
 typedef struct {
     int64_t  hd, group, n_slots;  /* n_slots: position slots, a multiple of ATTN_ALIGN */
-    int      nacc;     /* accumulators of `lanes` floats: 1 in batches, 4 for a lone token */
+    int      ahead;    /* prefetch K and V rows (a decode step's scattered cells) */
     int      q_type;   /* the type K's dot product takes the query in */
     size_t   q_bytes;  /* bytes of one query row of q_type */
     float   *qh;       /* [group][hd]       queries rounded to F16, or [group] rows of q_bytes */
@@ -184,7 +192,7 @@ static void cells_scores(attn_group *ag, const pe_tensor *k, const uint8_t *cons
             const int nq = ag->group - g0 < 4 ? (int)(ag->group - g0) : 4;
             const float *x[4];
             for (int a = 0; a < nq; a++) x[a] = ag->qh + (g0 + a) * hd;
-            pe_kern->vec.dot_tile_f32_f16(hd, x, nq, (const uint16_t *const *)kr, m, ag->nacc, s);
+            pe_kern->vec.dot_tile_f32_f16(hd, x, nq, (const uint16_t *const *)kr, m, ATTN_NACC, s);
             for (int a = 0; a < nq; a++)
                 for (int j = 0; j < m; j++) ag->scores[(g0 + a) * n + slot[j]] = s[4 * a + j];
         }
@@ -239,7 +247,7 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
      * part alone (a stride of rows with gaps) streamed at about half the
      * speed, and the thread's next group, if it has one, finds its part
      * cached (1 token over 1500 cells: attention ~20% faster) */
-    const int ahead = ag->nacc == 4;
+    const int ahead = ag->ahead;
     group_queries(ag, q, h0, tok);
     hide_empty_slots(ag);
     /* four visible cells at a time (each score on its own: their order does
@@ -315,16 +323,15 @@ static void vt_build(const pe_exec *ex, const pe_tensor *v, int64_t n_kv_head, i
     }
 }
 
-/* Whether this batch makes the transposed V: enough prompt (non-lone)
- * tokens, and a cache not so much larger than them that copying it costs
- * more than it saves. */
-static int vt_wanted(const pe_exec *ex, const pe_tensor *t, const int32_t *lone, int64_t nt, int64_t n_kv) {
+/* Whether this batch makes the transposed V: enough tokens, and a cache
+ * not so much larger than them that copying it costs more than it saves.
+ * (values_t_f16 gives values_f16's bits: whether it is made changes no
+ * result.) */
+static int vt_wanted(const pe_exec *ex, const pe_tensor *t, int64_t nt, int64_t n_kv) {
     const pe_tensor *q = &ex->g->t[t->src[0]], *k = &ex->g->t[t->src[1]];
     const size_t bytes = vt_bytes(t, ex->g);
     if (!bytes || (size_t)ex->nth * attn_thread_bytes(t, q, k) + bytes > ex->work_bytes) return 0;
-    int64_t tiled = 0;
-    for (int64_t i = 0; i < nt; i++) tiled += lone ? lone[i] == 0 : nt > 1;
-    return tiled >= VT_MIN_TOKENS && tiled * ATTN_ALIGN >= n_kv;
+    return nt >= VT_MIN_TOKENS && nt * ATTN_ALIGN >= n_kv;
 }
 
 /* The product with an F16 V: slot i goes to lane i % W of each head (an fma
@@ -332,7 +339,7 @@ static int vt_wanted(const pe_exec *ex, const pe_tensor *t, const int32_t *lone,
  * batch's token whose cells lie at one offset from their slots (vt_column)
  * reads V from the transposed copy, four heads at a time. */
 static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
-    const int64_t c0 = ag->vt && ag->nacc == 1 ? vt_column(ag) : -1;
+    const int64_t c0 = ag->vt ? vt_column(ag) : -1;
     for (int64_t g0 = 0; g0 < ag->group; g0 += 4) {
         const int nh = ag->group - g0 < 4 ? (int)(ag->group - g0) : 4;
         const float *p[4];
@@ -346,7 +353,7 @@ static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off
             continue;
         }
         pe_kern->vec.values_f16(ag->n_slots, nh, ag->cell, p, (const uint8_t *)v->data + head_off, v->nb[1], ag->hd,
-                                ag->nacc, o, ag->lanes);
+                                ATTN_NACC, o, ag->lanes);
     }
 }
 
@@ -373,18 +380,10 @@ static void group_values_quant(attn_group *ag, const pe_tensor *v, size_t head_o
     }
 }
 
-/* Whether every token of the batch is lone (a decode step's generated tokens). */
-static int all_lone(const int32_t *lone, int64_t nt) {
-    if (!lone) return nt == 1;
-    for (int64_t i = 0; i < nt; i++)
-        if (!lone[i]) return 0;
-    return 1;
-}
-
 /* What every (token, heads) run of one attention op shares. */
 typedef struct {
     const pe_tensor *t, *q, *k, *v, *mask;
-    const int32_t   *lone, *cell_pos;
+    const int32_t   *cell_pos;
     int64_t          nt, group, n_kv, room;
     size_t           k_head_bytes, v_head_bytes;   /* a head's slice of a cache row */
     const uint16_t  *vt;                            /* the transposed V, or NULL */
@@ -397,9 +396,6 @@ static void run_heads(const attn_op *op, attn_group *ag, int64_t tok, int64_t h0
     const int64_t hd = ag->hd, kvh = h0 / op->group;
     const float *m = (const float *)((const uint8_t *)op->mask->data + tok * op->mask->nb[1]);
     float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
-    /* llama.cpp multiplies a lone token's rows with its row dot product
-     * (4 accumulators) and a batch's with tiles (1 per output) */
-    ag->nacc = (op->lone ? op->lone[tok] != 0 : op->nt == 1) ? 4 : 1;
     ag->group = nh;
     if (tok != *placed && !place_cells(ag, m, op->cell_pos, op->n_kv, op->room)) place_by_cell(ag, op->n_kv);
     *placed = tok;
@@ -419,9 +415,8 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const int64_t n_kv = *(const int32_t *)g->t[t->src[4]].data;
     if (n_kv < 0 || n_kv > k->ne[1]) { pe_exec_fail(ex, "attn: kv length out of range"); return; }
     if (group > 64) { pe_exec_fail(ex, "attn: more than 64 query heads per KV head"); return; }
-    const int32_t *lone = t->src[5] >= 0 ? (const int32_t *)g->t[t->src[5]].data : NULL;
-    attn_op op = {.t = t, .q = q, .k = k, .v = v, .mask = &g->t[t->src[3]], .lone = lone,
-                  .cell_pos = t->src[6] >= 0 ? (const int32_t *)g->t[t->src[6]].data : NULL,
+    attn_op op = {.t = t, .q = q, .k = k, .v = v, .mask = &g->t[t->src[3]],
+                  .cell_pos = t->src[5] >= 0 ? (const int32_t *)g->t[t->src[5]].data : NULL,
                   .nt = nt, .group = group, .n_kv = n_kv, .room = padded(k->ne[1]) + ATTN_ALIGN,
                   .k_head_bytes = pe_row_bytes(k->type, hd), .v_head_bytes = pe_row_bytes(v->type, hd)};
     const int q_type = k->type == PE_TYPE_F16 ? PE_TYPE_F16 : pe_type_vec_dot_type(k->type);
@@ -434,7 +429,7 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     ag.scores = ag.qh + group * hd;
     ag.lanes = ag.scores + group * op.room;
     ag.row = ag.lanes + group * hd * 4 * pe_kern->vec.lanes;
-    if (vt_wanted(ex, t, lone, nt, n_kv)) {
+    if (vt_wanted(ex, t, nt, n_kv)) {
         uint16_t *vt = (uint16_t *)(ex->work + (size_t)ex->nth * attn_thread_bytes(t, q, k));
         ag.vt_width = padded(n_kv);
         vt_build(ex, v, n_kv_head, hd, n_kv, ag.vt_width, vt);
@@ -442,13 +437,15 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
         op.vt = vt;
     }
     int64_t placed = -1;
-    if (all_lone(lone, nt)) {
-        /* Generated tokens (each seeing its own sequence): the threads take
-         * even contiguous runs of (token, head), so a thread lays out each
-         * token's cells once for all of the token's heads it takes, and the
-         * heads of a KV group it takes share each K and V row's conversion
-         * (a group may be split between two threads: one token's 3 groups
-         * go 4.5 heads to a thread, not 2 groups to one and 1 to the other) */
+    if (nt < 4 * ex->nth) {
+        /* A few tokens (a decode step's, each seeing its own sequence): the
+         * threads take even contiguous runs of (token, head), so a thread
+         * lays out each token's cells once for all of the token's heads it
+         * takes, and the heads of a KV group it takes share each K and V
+         * row's conversion (a group may be split between two threads: one
+         * token's 3 groups go 4.5 heads to a thread, not 2 groups to one and
+         * 1 to the other) */
+        ag.ahead = 1;
         int64_t u0, u1;
         pe_split(nt * n_head, ex->ith, ex->nth, &u0, &u1);
         for (int64_t u = u0, nh; u < u1; u += nh) {
@@ -458,18 +455,10 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
         }
         return;
     }
-    /* A prompt's tasks are dealt round-robin (a causal prompt's later tokens
-     * see more cells, and contiguous halves would leave one thread the long
-     * rows): whole tokens, every KV group of one after the other on the
-     * layout of its cells made once, when there are tokens enough for the
-     * threads; else the heads of one KV group for one token, or a single
-     * head when there are fewer groups than threads. */
-    if (nt >= 4 * ex->nth) {
-        for (int64_t tok = ex->ith; tok < nt; tok += ex->nth)
-            for (int64_t h0 = 0; h0 < n_head; h0 += group) run_heads(&op, &ag, tok, h0, group, &placed);
-        return;
-    }
-    const int64_t per = nt * n_kv_head >= ex->nth ? group : 1, tasks_per_token = n_head / per;
-    for (int64_t p = ex->ith; p < nt * tasks_per_token; p += ex->nth)
-        run_heads(&op, &ag, p / tasks_per_token, (p % tasks_per_token) * per, per, &placed);
+    /* A prompt's tokens are dealt round-robin (a causal prompt's later
+     * tokens see more cells, and contiguous halves would leave one thread
+     * the long rows), every KV group of one after the other on the layout
+     * of its cells made once. */
+    for (int64_t tok = ex->ith; tok < nt; tok += ex->nth)
+        for (int64_t h0 = 0; h0 < n_head; h0 += group) run_heads(&op, &ag, tok, h0, group, &placed);
 }

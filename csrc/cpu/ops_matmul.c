@@ -140,15 +140,13 @@ static void q8_0_scales(int64_t k, uint8_t *row) {
     pe_q8_0_scales *out = (pe_q8_0_scales *)(row + PE_Q8_0_SCALES_AT(k));
     for (int64_t b = 0; b < k / QK8_0; b++) {
         out[b].d = pe_f16_to_f32(blocks[b].d);
-        int32_t total = 0;
         for (int t = 0; t < 8; t++) {
             const int8_t *q = blocks[b].qs + 4 * t;
             const int32_t sum = q[0] + q[1] + q[2] + q[3];
             out[b].start8[t] = -128 * sum;
             out[b].start5[t] = -16 * sum;
-            total += sum;
+            out[b].start4[t] = -8 * sum;
         }
-        out[b].start4 = -8 * total;
     }
 }
 
@@ -201,7 +199,7 @@ static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *w, cons
  * unpacked rows must not land where another, still on the previous
  * product, keeps its own). */
 int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t) {
-    if (prev->op != PE_OP_MUL_MAT || prev->src[1] != t->src[1] || prev->src[2] != t->src[2]) return 0;
+    if (prev->op != PE_OP_MUL_MAT || prev->src[1] != t->src[1]) return 0;
     const pe_tensor *wp = &g->t[prev->src[0]], *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
     const int vdt = pe_type_vec_dot_type(w->type);
     return wp->op == PE_OP_NONE && w->op == PE_OP_NONE && vdt == pe_type_vec_dot_type(wp->type) &&
@@ -209,74 +207,42 @@ int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tenso
            unpacked_bytes(w) == unpacked_bytes(wp);
 }
 
-/* Activation row j's path (PE_PATH_*): as the graph says per row, else as
- * in one llama.cpp batch of m rows; `keep` masks off the bits this product
- * cannot take. */
-static inline unsigned row_path(const int32_t *paths, int64_t j, int64_t m, unsigned keep) {
-    if (paths) return (unsigned)paths[j] & keep & ~(unsigned)PE_PATH_ROWS8;
-    return ((j < m - m % 4 ? PE_PATH_TILE4 : 0u) | (m >= 8 ? PE_PATH_WIDE : 0u) | (m >= 2 ? PE_PATH_MULTI : 0u)) & keep;
-}
-
-/* llamafile's float GEMM (PE_PATH_MULTI) takes only weights with a multiple
- * of 4 rows; llama.cpp multiplies the others row by row. */
-static inline unsigned path_keep(const pe_tensor *w) {
-    return w->ne[1] % 4 == 0 ? PE_PATH_MASK : PE_PATH_MASK & ~(unsigned)PE_PATH_MULTI;
-}
-
-/* Bits of the weight rather than the row: llama.cpp repacks some types when
- * the weight has a multiple of 8 rows (x86_repack.h). */
-static inline unsigned weight_bits(const pe_tensor *w) {
-    return w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1 ? (unsigned)PE_PATH_ROWS8 : 0u;
-}
-
 /* The packed path: PE_PACK_ROWS weight rows copied once into the type's
  * interleaved layout, then multiplied with every activation row of the
- * tile (groups of rows on paths gemm16 does not take go to the gemm). */
+ * tile. */
 static void tile_packed(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
-                        const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m, int64_t i0, int64_t j0,
-                        int64_t j1, void *packed) {
-    const unsigned keep = path_keep(w), wbits = weight_bits(w);
-    const uint8_t *wd = (const uint8_t *)w->data + i0 * w->nb[1];
-    k->pack16(kdim, wd, w->nb[1], packed);
+                        const uint8_t *q, size_t qstride, int64_t i0, int64_t j0, int64_t j1, void *packed) {
+    k->pack16(kdim, (const uint8_t *)w->data + i0 * w->nb[1], w->nb[1], packed);
     for (int64_t j = j0; j < j1; j += PE_GEMM_COLS) {
         const int nc = (int)(j1 - j < PE_GEMM_COLS ? j1 - j : PE_GEMM_COLS);
-        unsigned tile_paths = 0;
-        for (int c = 0; c < nc; c++) tile_paths |= (row_path(paths, j + c, m, keep) | wbits) << (PE_PATH_BITS * c);
-        float *out = dst + j * n + i0;
-        if (k->gemm16(kdim, out, (size_t)n, packed, q + j * qstride, qstride, nc, tile_paths)) continue;
-        for (int i = 0; i < PE_PACK_ROWS; i += PE_GEMM_ROWS)
-            k->gemm(kdim, out + i, (size_t)n, wd + i * w->nb[1], w->nb[1], q + j * qstride, qstride, PE_GEMM_ROWS, nc,
-                    tile_paths);
+        k->gemm16(kdim, dst + j * n + i0, (size_t)n, packed, q + j * qstride, qstride, nc);
     }
 }
 
-/* One tile: weight rows [i0, i1) against activation rows [j0, j1) of m. */
+/* One tile: weight rows [i0, i1) against activation rows [j0, j1).  Every
+ * kernel gives vec_dot's bits, so which one a tile takes is a matter of
+ * speed only. */
 static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
-                 const pe_tensor *x, const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m,
-                 int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *packed) {
+                 const pe_tensor *x, const uint8_t *q, size_t qstride, int64_t i0, int64_t i1, int64_t j0,
+                 int64_t j1, void *packed) {
     const uint8_t *wd = w->data;
-    const unsigned keep = path_keep(w), wbits = weight_bits(w);
     const size_t wstride = w->nb[1];
     if (packed && q && j1 - j0 >= PACK_MIN_COLS && i1 - i0 == PE_PACK_ROWS) {
-        tile_packed(k, kdim, dst, n, w, q, qstride, paths, m, i0, j0, j1, packed);
+        tile_packed(k, kdim, dst, n, w, q, qstride, i0, j0, j1, packed);
         return;
     }
-    const pe_gemm8_fn gemm8 = wbits & PE_PATH_ROWS8 && k->gemm8_rows8 ? k->gemm8_rows8 : k->gemm8;
-    if (gemm8 && q && j1 - j0 <= PE_GEMM8_MAX_COLS) {   /* decoding: 8 rows at a time, the tile for the rest */
+    if (k->gemm8 && q && j1 - j0 <= PE_GEMM8_MAX_COLS) {   /* decoding: 8 rows at a time, the tile for the rest */
         for (; i0 + PE_GEMM8_ROWS <= i1; i0 += PE_GEMM8_ROWS)
-            gemm8(kdim, dst + j0 * n + i0, (size_t)n, wd + i0 * wstride, wstride, q + j0 * qstride, qstride,
-                  (int)(j1 - j0));
+            k->gemm8(kdim, dst + j0 * n + i0, (size_t)n, wd + i0 * wstride, wstride, q + j0 * qstride, qstride,
+                     (int)(j1 - j0));
         if (i0 == i1) return;
     }
     if (k->gemm && q) {
         for (int64_t j = j0; j < j1; j += PE_GEMM_COLS) {
             const int nc = (int)(j1 - j < PE_GEMM_COLS ? j1 - j : PE_GEMM_COLS);
-            unsigned tile_paths = 0;
-            for (int c = 0; c < nc; c++) tile_paths |= (row_path(paths, j + c, m, keep) | wbits) << (PE_PATH_BITS * c);
             for (int64_t i = i0; i < i1; i += PE_GEMM_ROWS) {
                 const int nr = (int)(i1 - i < PE_GEMM_ROWS ? i1 - i : PE_GEMM_ROWS);
-                k->gemm(kdim, dst + j * n + i, (size_t)n, wd + i * wstride, wstride, q + j * qstride, qstride, nr, nc,
-                        tile_paths);
+                k->gemm(kdim, dst + j * n + i, (size_t)n, wd + i * wstride, wstride, q + j * qstride, qstride, nr, nc);
             }
         }
         return;
@@ -284,73 +250,35 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
     for (int64_t j = j0; j < j1; j++) {
         const void *a = q ? (const void *)(q + j * qstride) : x_row(x, j);
         float *d = dst + j * n;
-        if (k->vec_dot_path) {
-            const unsigned path = row_path(paths, j, m, keep) | wbits;
-            for (int64_t i = i0; i < i1; i++) k->vec_dot_path(kdim, d + i, wd + i * wstride, a, path);
-        } else {
-            for (int64_t i = i0; i < i1; i++) k->vec_dot(kdim, d + i, wd + i * wstride, a);
-        }
+        for (int64_t i = i0; i < i1; i++) k->vec_dot(kdim, d + i, wd + i * wstride, a);
     }
 }
 
-/* Whether any of rows [j0, j1) is on one of the paths in `bits`. */
-static int any_path(const int32_t *paths, int64_t j0, int64_t j1, int64_t m, unsigned bits) {
-    for (int64_t j = j0; bits && j < j1; j++)
-        if (row_path(paths, j, m, bits)) return 1;
-    return 0;
-}
-
-/* Whether rows [j0, j1) of a batch of m activation rows take w's decoding
- * kernel: a batch it takes (decode_cols), none of the rows on a path it
- * does not take. */
-static int takes_gemm8(const pe_type_kernels *k, const pe_tensor *w, const int32_t *paths, int64_t j0, int64_t j1,
-                       int64_t m) {
-    const unsigned untaken = k->gemm8_paths & ~(k->gemm8_tile4 ? (unsigned)PE_PATH_TILE4 : 0u);
-    return k->gemm8 && m <= decode_cols(w) && !any_path(paths, j0, j1, m, path_keep(w) & untaken);
-}
-
-/* The decoding kernel for activation rows j.. of a batch of m and how many
- * of them (*nc, up to PE_GEMM8_MAX_COLS, below j1) it takes in one call:
- * rows on PE_PATH_TILE4 go to gemm8_tile4 where the type has one, in runs
- * of rows on the same path. */
-static pe_gemm8_fn gemm8_run(const pe_type_kernels *k, const int32_t *paths, int64_t j, int64_t j1, int64_t m,
-                             int *nc) {
-    if (!k->gemm8_tile4) {
-        *nc = (int)(j1 - j < PE_GEMM8_MAX_COLS ? j1 - j : PE_GEMM8_MAX_COLS);
-        return k->gemm8;
-    }
-    const unsigned tile4 = row_path(paths, j, m, PE_PATH_TILE4);
-    *nc = 1;
-    while (*nc < PE_GEMM8_MAX_COLS && j + *nc < j1 && row_path(paths, j + *nc, m, PE_PATH_TILE4) == tile4) (*nc)++;
-    return tile4 ? k->gemm8_tile4 : k->gemm8;
-}
-
-/* The kernel doing gemm8's work over two adjacent groups, if the table has one. */
-static pe_gemm8_fn pair_kernel(const pe_type_kernels *k, pe_gemm8_fn gemm8) {
-    if (gemm8 == k->gemm8) return k->gemm8_pair;
-    return gemm8 == k->gemm8_tile4 ? k->gemm8_pair_tile4 : NULL;
+/* Whether a batch of m activation rows takes w's decoding kernel. */
+static int takes_gemm8(const pe_type_kernels *k, const pe_tensor *w, int64_t m) {
+    return k->gemm8 && m <= decode_cols(w);
 }
 
 /* A tile of a weight interleaved by 8 rows: decoding's few activation rows
- * go through the layout's own kernel straight from the groups (unless a
- * row's path is one it does not take); other batches see the rows
+ * go through the layout's own kernel straight from the groups; other
+ * batches see the rows
  * unpacked, 16 at a time, and the kernels of the type held.  Both give the
  * bits the weight as the file has it gives.  Two groups at a time go to the
  * table's pair kernel where it has one (AVX-512: one 512-bit vector for 16
  * rows). */
 static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
-                       const pe_tensor *x, const uint8_t *q, size_t qstride, const int32_t *paths, int64_t m,
-                       int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *packed, uint8_t *rows) {
+                       const pe_tensor *x, const uint8_t *q, size_t qstride, int64_t m, int64_t i0, int64_t i1,
+                       int64_t j0, int64_t j1, void *packed, uint8_t *rows) {
     const uint8_t *wd = w->data;
     const size_t bw = w->nb[1];
     /* (a prompt's last few columns are no decoding batch: their activation rows lack
      * the float scales a gemm8_scales kernel reads) */
-    if (takes_gemm8(k, w, paths, j0, j1, m)) {
+    if (takes_gemm8(k, w, m)) {
         for (int64_t i = i0; i < i1;) {
             const int two = i + 2 * PE_GEMM8_ROWS <= i1;   /* two groups left: their pair kernel if there is one */
+            const pe_gemm8_fn gemm8 = k->gemm8, pair = two ? k->gemm8_pair : NULL;
             for (int64_t j = j0; j < j1;) {
-                int nc;
-                const pe_gemm8_fn gemm8 = gemm8_run(k, paths, j, j1, m, &nc), pair = two ? pair_kernel(k, gemm8) : NULL;
+                const int nc = (int)(j1 - j < PE_GEMM8_MAX_COLS ? j1 - j : PE_GEMM8_MAX_COLS);
                 float *out = dst + j * n + i;
                 const uint8_t *a = q + j * qstride;
                 if (pair) {
@@ -372,7 +300,7 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
     for (int64_t r0 = i0; r0 < i1; r0 += TILE_ROWS) {
         const int64_t r1 = r0 + TILE_ROWS < i1 ? r0 + TILE_ROWS : i1;
         for (int64_t i = r0; i < r1; i += PE_GEMM8_ROWS) k->unpack8(kdim, wd + i * bw, rows + (i - r0) * bw, bw);
-        tile(plain_kernels(w), kdim, dst + r0, n, &plain, x, q, qstride, paths, m, 0, r1 - r0, j0, j1, packed);
+        tile(plain_kernels(w), kdim, dst + r0, n, &plain, x, q, qstride, 0, r1 - r0, j0, j1, packed);
     }
 }
 
@@ -384,17 +312,17 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
  * (pe_range_next); tasks dealt from a shared counter interleave the threads
  * and cost ~30% on SmolLM2's products. */
 static void decode_rows(pe_exec *ex, const pe_type_kernels *kern, int64_t k, float *dst, int64_t n,
-                        const pe_tensor *w, const pe_tensor *x, const uint8_t *q, size_t qstride,
-                        const int32_t *paths, int64_t m, uint8_t *rows) {
+                        const pe_tensor *w, const pe_tensor *x, const uint8_t *q, size_t qstride, int64_t m,
+                        uint8_t *rows) {
     int64_t per_task = TILE_ROWS;
     while ((n + per_task - 1) / per_task > PE_RANGE_MAX_TASKS) per_task *= 2;
     const int64_t n_tasks = (n + per_task - 1) / per_task;
     for (int64_t task = pe_range_next(ex, n_tasks); task >= 0; task = pe_range_next(ex, n_tasks)) {
         const int64_t i0 = task * per_task, i1 = i0 + per_task < n ? i0 + per_task : n;
         if (kern->unpack8)
-            tile_rows8(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, 0, m, NULL, rows);
+            tile_rows8(kern, k, dst, n, w, x, q, qstride, m, i0, i1, 0, m, NULL, rows);
         else
-            tile(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, 0, m, NULL);
+            tile(kern, k, dst, n, w, x, q, qstride, i0, i1, 0, m, NULL);
     }
 }
 
@@ -406,12 +334,11 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
                                      : quantize_activations(ex, w, x, vdt, &qstride);
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], m = pe_nrows(x);
-    const int32_t *paths = t->src[2] >= 0 ? (const int32_t *)src(ex, t, 2)->data : NULL;
     float *dst = t->data;
     uint8_t *rows = unpacked_scratch(ex, t, w, x);
     if (kern->unpack8 && !rows) { pe_exec_fail(ex, "mul_mat: no scratch planned for an interleaved weight"); return; }
-    if (m <= PE_GEMM8_MAX_COLS || (m <= ROWS8_DECODE_COLS && takes_gemm8(kern, w, paths, 0, m, m))) {
-        decode_rows(ex, kern, k, dst, n, w, x, q, qstride, paths, m, rows);
+    if (m <= PE_GEMM8_MAX_COLS || (m <= ROWS8_DECODE_COLS && takes_gemm8(kern, w, m))) {
+        decode_rows(ex, kern, k, dst, n, w, x, q, qstride, m, rows);
         return;
     }
     /* a prompt batch: tiles of TILE_ROWS x TILE_COLS (TILE_COLS_ROWS8) dealt from the
@@ -427,9 +354,9 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
         const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
         const int64_t j0 = cb * cols, j1 = j0 + cols < m ? j0 + cols : m;
         if (kern->unpack8)
-            tile_rows8(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, j0, j1, packed, rows);
+            tile_rows8(kern, k, dst, n, w, x, q, qstride, m, i0, i1, j0, j1, packed, rows);
         else
-            tile(kern, k, dst, n, w, x, q, qstride, paths, m, i0, i1, j0, j1, packed);
+            tile(kern, k, dst, n, w, x, q, qstride, i0, i1, j0, j1, packed);
     }
 }
 

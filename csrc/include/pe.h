@@ -119,20 +119,19 @@ int pe_dequantize_row(int type, const void *x, float *y, int64_t n);
 int pe_dequantize_row_ref(int type, const void *x, float *y, int64_t n);
 /* Quantize a row to the type's dot partner and take the dot product with a
  * row of `type`, with the current ISA's kernels (or the reference ones). */
-/* path: PE_PATH_* bits of the batch llama.cpp would compute this row in (0: alone) */
-int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out, unsigned path);
+int pe_vec_dot(int type, const void *w, const float *x, int64_t n, float *out);
 int pe_vec_dot_ref(int type, const void *w, const float *x, int64_t n, float *out);
 /* The dot product of a weight row with an activation row already quantized
  * to the type's partner (raw blocks), current ISA or reference kernels. */
 int pe_vec_dot_blocks(int type, const void *w, const void *a, int64_t n, float *out, int reference);
 /* Attention's F16 score products as the current ISA computes them: the
  * queries x[nx][n] (values F16 can hold) against the F16 rows y[ny][n],
- * out[a * ny + b], nacc 1 (a batch's tiles) or 4 (a lone token's row dot
- * product); nx, ny <= 4. */
+ * out[a * ny + b], in nacc accumulators (1: what attention takes for every
+ * token; 4 is kept for the kernels' own tests); nx, ny <= 4. */
 int pe_attn_scores_f16(const float *x, int nx, const uint16_t *y, int ny, int64_t n, int nacc, float *out);
 /* Attention's product of probabilities with an F16 V as the current ISA
  * computes it: p[nh][n] against the rows v[n][hd] of cells cell[n] (-1:
- * none), out[nh][hd]; nacc 4 a lone token's, 1 a batch's; nh <= 4.
+ * none), out[nh][hd], in nacc accumulators (1: attention's); nh <= 4.
  * pe_attn_lanes: the ISA's vector width in floats (LANES in vec.c). */
 int pe_attn_values_f16(const float *p, int nh, int64_t n, const uint16_t *v, const int32_t *cell, int64_t hd, int nacc,
                        float *out);
@@ -208,10 +207,9 @@ int pe_graph_reshape(pe_graph *g, int t, int n_dims, const int64_t *ne);
 
 /* Ops: each returns the id of a new F32 tensor (unless noted) or -1. */
 int pe_op_get_rows(pe_graph *g, int table, int ids);                   /* [K,V] x i32[T] -> [K,T] */
-/* [K,N] x [K,M] -> [N,M].  paths (I32 [M] or -1): per activation row, the
- * path bits of llama.cpp's arithmetic for it (PE_PATH_* in kernels.h);
- * without it, as in one llama.cpp batch of M rows. */
-int pe_op_mul_mat(pe_graph *g, int w, int x, int paths);
+/* [K,N] x [K,M] -> [N,M]; each row of the result is the same bits whatever
+ * else shares the batch. */
+int pe_op_mul_mat(pe_graph *g, int w, int x);
 int pe_op_mul_mat_id(pe_graph *g, int w, int x, int ids);              /* [K,N,E] x [K,(U|1),T] x i32[U,T] -> [N,U,T] */
 int pe_op_add(pe_graph *g, int a, int b);                              /* b broadcast over a */
 int pe_op_mul(pe_graph *g, int a, int b);
@@ -228,13 +226,12 @@ int pe_op_rope(pe_graph *g, int a, int pos, int freq_factors, int n_dims, int mo
  * Returns a view of the cache that later ops take as input (ordering). */
 int pe_op_set_rows(pe_graph *g, int cache, int src, int slots);
 /* Attention of q [Dh,H,T] against the first kv_len[0] cells of caches k,v
- * [Dh*Hkv, C] with an additive mask [C,T] (0 or -inf); GQA by H/Hkv.
- * lone (I32 [T] or -1): 1 where a token is the only one of its sequence in
- * the batch; such tokens follow llama.cpp's single-token arithmetic (without
- * it: when T == 1).  cell_pos (I32 [C] or -1): each cell's position; the
- * visible cells are taken in position order (without it: cell order). */
-int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int lone,
-               int cell_pos, int n_head_kv, float scale, float softcap);
+ * [Dh*Hkv, C] with an additive mask [C,T] (0 or -inf); GQA by H/Hkv; every
+ * token in one arithmetic, whatever else shares the batch.  cell_pos (I32
+ * [C] or -1): each cell's position; the visible cells are taken in position
+ * order (without it: cell order). */
+int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos, int n_head_kv, float scale,
+               float softcap);
 int pe_op_topk(pe_graph *g, int a, int k);                             /* i32 [k,T]: indices of largest */
 /* Weights of the chosen experts: softmax over all logits, picked by ids,
  * optionally renormalised to sum 1 -> [k,T]. */

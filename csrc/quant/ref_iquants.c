@@ -536,10 +536,8 @@ static void lattice_sums(const pe_lattice_row *w, const int8_t *q, int has_shift
     *shifts = has_shifts ? shifted : 0;
 }
 
-static int lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
-                          unsigned paths) {
-    (void)paths;
-    return pe_lattice_gemm16(n, s, bs, packed, a, ba, nc, lattice_sums);
+static void lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
+    pe_lattice_gemm16(n, s, bs, packed, a, ba, nc, lattice_sums);
 }
 
 void pe_fill_ref_iquants(pe_kernels *k) {

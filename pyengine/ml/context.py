@@ -88,9 +88,6 @@ class Context:
         self.backend = backend
         self.graph = _core.Graph()
         self._externals: dict[int, Tensor] = {}
-        # per batch row: the matmul path bits llama.cpp would take for it
-        # (runner/arith.py); products over the batch's rows use them
-        self.row_paths: Tensor | None = None
 
     # ---- leaves ------------------------------------------------------------
 
@@ -149,10 +146,7 @@ class Context:
         return self._tensor(self.graph.get_rows(table.id, ids.id))
 
     def mul_mat(self, w: Tensor, x: Tensor) -> Tensor:
-        paths = self.row_paths
-        rows = math.prod(x.shape[1:])   # (a graph of a few hundred nodes: np.prod cost ~1 ms a graph)
-        use = paths is not None and paths.shape[0] == rows
-        return self._tensor(self.graph.mul_mat(w.id, x.id, paths.id if use else -1))
+        return self._tensor(self.graph.mul_mat(w.id, x.id))
 
     def mul_mat_id(self, w: Tensor, x: Tensor, ids: Tensor) -> Tensor:
         return self._tensor(self.graph.mul_mat_id(w.id, x.id, ids.id))
@@ -199,10 +193,9 @@ class Context:
         return self._tensor(self.graph.set_rows(cache.id, src.id, slots.id))
 
     def attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kv_len: Tensor, *,
-             n_head_kv: int, scale: float, softcap: float = 0.0, lone: Tensor | None = None,
-             cell_pos: Tensor | None = None) -> Tensor:
+             n_head_kv: int, scale: float, softcap: float = 0.0, cell_pos: Tensor | None = None) -> Tensor:
         return self._tensor(self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
-                                            -1 if lone is None else lone.id, -1 if cell_pos is None else cell_pos.id))
+                                            -1 if cell_pos is None else cell_pos.id))
 
     def topk(self, a: Tensor, k: int) -> Tensor:
         return self._tensor(self.graph.topk(a.id, k))

@@ -101,7 +101,7 @@ def attention(ctx: Context, batch, layer: int, q: Tensor, k: Tensor, v: Tensor, 
     inputs = batch.attn_inputs(layer)
     k_cache = ctx.set_rows(inputs.k, k, inputs.slots)
     v_cache = ctx.set_rows(inputs.v, v, inputs.slots)
-    return ctx.attn(q, k_cache, v_cache, inputs.mask, inputs.kv_len, lone=inputs.lone, cell_pos=inputs.cell_pos,
+    return ctx.attn(q, k_cache, v_cache, inputs.mask, inputs.kv_len, cell_pos=inputs.cell_pos,
                     n_head_kv=n_head_kv, scale=scale, softcap=softcap)
 
 

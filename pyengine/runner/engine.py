@@ -36,7 +36,6 @@ import numpy as np
 from pyengine.errors import ContextLengthError, InvalidOptionError, PyEngineError
 from pyengine.kvcache import MAX_SEQUENCES, KeyRotator, KVCache
 from pyengine.ml.context import Backend
-from pyengine.runner.arith import Arith, generated_arith, prompt_arith
 from pyengine.runner.forward import Forward
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import Request, make_request
@@ -285,7 +284,7 @@ class Engine:
         if not batch:
             return
         self._make_room(batch)
-        tokens, positions, seq_ids, arith = self._batch_inputs(batch)
+        tokens, positions, seq_ids = self._batch_inputs(batch)
         rows, owners, start = [], [], 0
         for seq, toks in batch:
             wanted = self._rows_wanted(seq, len(toks))
@@ -296,7 +295,7 @@ class Engine:
             # a step of prompt chunks only still has to run; it reads one row it ignores
             out_rows = np.asarray(rows or [0], np.int32)
             out = self._step_logits[len(out_rows)] if len(out_rows) < len(self._step_logits) else None
-            logits = self.forward(tokens, positions, seq_ids, out_rows, out, arith=arith)
+            logits = self.forward(tokens, positions, seq_ids, out_rows, out)
         except BaseException as error:
             for seq, _ in batch:
                 self._finish(seq, "error", error)
@@ -306,26 +305,18 @@ class Engine:
         for seq, toks, first, count in owners:
             self._advance(seq, toks, logits[first:first + count] if count else None)
 
-    def _batch_inputs(self, batch: list[tuple[_Seq, list[int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, Arith]:
-        """The batch's tokens, positions, sequence ids and arithmetic paths; a decode step's
-        (a token of each generating sequence) straight from lists, in a few calls."""
+    def _batch_inputs(self, batch: list[tuple[_Seq, list[int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The batch's tokens, positions and sequence ids; a decode step's (a token of
+        each generating sequence) straight from lists, in a few calls."""
         if all(not seq.prefill and len(toks) == 1 for seq, toks in batch):
             return (np.array([toks[0] for _, toks in batch], np.int32),
                     np.array([len(seq.cache_tokens) for seq, _ in batch], np.int32),
-                    np.array([seq.slot.id for seq, _ in batch], np.int64), generated_arith(len(batch)))
+                    np.array([seq.slot.id for seq, _ in batch], np.int64))
         tokens = np.concatenate([np.asarray(toks, np.int32) for _, toks in batch])
         positions = np.concatenate([np.arange(len(s.cache_tokens), len(s.cache_tokens) + len(toks))
                                     for s, toks in batch])
         seq_ids = np.concatenate([np.full(len(toks), s.slot.id) for s, toks in batch])
-        return tokens, positions, seq_ids, Arith.concat([self._arith(s, toks) for s, toks in batch])
-
-    @staticmethod
-    def _arith(seq: _Seq, toks: list[int]) -> Arith:
-        """The path llama.cpp would take for these tokens, from their role alone."""
-        if not seq.prefill:
-            return generated_arith(len(toks))
-        start = len(seq.cache_tokens)
-        return prompt_arith(np.arange(start, start + len(toks)), start + len(seq.pending))
+        return tokens, positions, seq_ids
 
     def _reap_cancelled(self) -> None:
         for seq in [s for s in self._waiting if s.handle.cancel_requested]:

@@ -28,7 +28,6 @@ import numpy as np
 from pyengine.errors import InvalidOptionError, NativeError, UnsupportedError
 from pyengine.kvcache import KVCache
 from pyengine.ml.context import Backend, Context, Tensor
-from pyengine.runner.arith import Arith, batch_arith
 
 MAX_GRAPHS = 12
 
@@ -40,7 +39,6 @@ class AttnInputs:
     slots: Tensor
     mask: Tensor
     kv_len: Tensor
-    lone: Tensor      # per token: 1 where it follows llama.cpp's one-token arithmetic (runner/arith.py)
     cell_pos: Tensor  # per cell: its position (attention runs in position order)
 
 
@@ -52,8 +50,6 @@ class HostBuffers:
         self.tokens = np.zeros(capacity, np.int32)
         self.positions = np.zeros(capacity, np.int32)
         self.out_ids = np.zeros(capacity, np.int32)
-        self.lone = np.zeros(capacity, np.int32)
-        self.paths = np.zeros(capacity, np.int32)
         self.slots = [np.zeros(capacity, np.int32) for _ in cache.groups]
         self.kv_len = [np.zeros(1, np.int32) for _ in cache.groups]
         # filled per step up to the cells in use; zeros so untouched pages cost no memory
@@ -100,8 +96,6 @@ class BatchGraph:
         self.tokens = ctx.input(buffers.tokens[:n_tokens], "tokens")
         self.positions = ctx.input(buffers.positions[:n_tokens], "positions")
         self.out_ids = ctx.input(buffers.out_ids[:n_out], "out_ids")
-        lone = ctx.input(buffers.lone[:n_tokens], "lone")
-        ctx.row_paths = ctx.input(buffers.paths[:n_tokens], "paths")
         per_group = []
         for gi, group in enumerate(cache.groups):
             slots = ctx.input(buffers.slots[gi][:n_tokens], f"slots.g{gi}")
@@ -116,7 +110,7 @@ class BatchGraph:
             self._attn.append(AttnInputs(
                 ctx.cache(group.k[i], cache.type_id, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
                 ctx.cache(group.v[i], cache.type_id, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
-                slots, mask, kv_len, lone, cell_pos))
+                slots, mask, kv_len, cell_pos))
         if hidden:
             capture = _HeadCapture(ctx, model)
             model.forward(capture, self)
@@ -165,23 +159,21 @@ class Forward:
         return g
 
     def __call__(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
-                 out_rows: np.ndarray, out: np.ndarray | None = None, arith: Arith | None = None) -> np.ndarray:
+                 out_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Logits [len(out_rows), n_vocab] for the given rows of the batch.
 
         Token t of the batch sits at positions[t] of sequence seq_ids[t]; within a
-        sequence positions must increase and follow what the cache holds.  `arith`
-        says which of llama.cpp's paths each token follows (runner/arith.py);
-        by default as if each sequence's tokens here were one llama.cpp batch."""
-        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=False, arith=arith)
+        sequence positions must increase and follow what the cache holds.  A row's
+        logits are the same bits whatever else shares the batch."""
+        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=False)
 
     def hidden(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
-               out_rows: np.ndarray, out: np.ndarray | None = None, arith: Arith | None = None) -> np.ndarray:
+               out_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """The final-norm hidden states [len(out_rows), n_embd] of the given rows (what the
         output projection would read), for embeddings; the cache is filled as by __call__."""
-        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True, arith=arith)
+        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True)
 
-    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool,
-             arith: Arith | None = None) -> np.ndarray:
+    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32)
         positions = np.asarray(positions, np.int32)
         seq_ids = np.asarray(seq_ids, np.int64)
@@ -203,9 +195,6 @@ class Forward:
         buf.tokens[:n] = tokens
         buf.positions[:n] = positions
         buf.out_ids[:len(out_rows)] = out_rows
-        arith = arith or batch_arith(seq_ids)
-        buf.lone[:n] = arith.lone
-        buf.paths[:n] = arith.paths
         for gi, group in enumerate(self.cache.groups):
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]

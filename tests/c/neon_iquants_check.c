@@ -192,11 +192,9 @@ static void check_gemm_call(const pe_kernels *ref, const pe_kernels *neon, const
     float s_ref[PE_GEMM_COLS * TILE_BS], s_neon[PE_GEMM_COLS * TILE_BS];
     memset(s_ref, 0xA5, sizeof s_ref);
     memset(s_neon, 0x5A, sizeof s_neon);
-    const int done_ref = ref->type[l->type].gemm16(n, s_ref, TILE_BS, packed, a, ba, nc, 0);
-    const int done_neon = neon->type[l->type].gemm16(n, s_neon, TILE_BS, packed, a, ba, nc, 0);
+    ref->type[l->type].gemm16(n, s_ref, TILE_BS, packed, a, ba, nc);
+    neon->type[l->type].gemm16(n, s_neon, TILE_BS, packed, a, ba, nc);
     cases++;
-    CHECK(done_ref == 1 && done_neon == 1, "%s gemm16 %s n=%lld nc=%d: returned %d (ref %d)", l->name, what,
-          (long long)n, nc, done_neon, done_ref);
     for (int j = 0; j < nc; j++)
         for (int r = 0; r < PE_PACK_ROWS; r++) {
             const float g_ref = s_ref[j * TILE_BS + r], g_neon = s_neon[j * TILE_BS + r];

@@ -94,10 +94,8 @@ static void sums(const pe_lattice_row *w, const int8_t *q, int has_shifts, int32
     *shifts = vaddvq_s32(shifted);
 }
 
-static int lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
-                          unsigned paths) {
-    (void)paths;   /* the lattice types have one arithmetic */
-    return pe_lattice_gemm16(n, s, bs, packed, a, ba, nc, sums);
+static void lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
+    pe_lattice_gemm16(n, s, bs, packed, a, ba, nc, sums);
 }
 
 /* gemm16 of the 7 lattice types; their pack16 stays the reference's */

@@ -162,41 +162,6 @@ static void vec_dot_q2_K(int64_t n, float *s, const void *vw, const void *va) {
     *s = x86_sum_ps8(acc);
 }
 
-/* Q2_K as llama.cpp's AVX-512 build multiplies a prompt batch when it has
- * repacked the weight (a multiple of 8 rows): the whole integer sum and min
- * term multiply-added into one float each (d = dw * da, dmin = dminw * da),
- * per 128 elements in 4-row tiles (its GEMM) or per super-block for the
- * batch's last rows (its GEMV); the result acc - mins.  Other rows (a lone
- * token, or a weight it does not repack) take the row dot product above.
- * Installed by the AVX-512 table only: the AVX2 build does not repack Q2_K. */
-void pe_q2k_vec_dot_path_avx512(int64_t n, float *s, const void *vw, const void *va, unsigned path) {
-    if (!(path & PE_PATH_ROWS8) || !(path & PE_PATH_MULTI)) {
-        vec_dot_q2_K(n, s, vw, va);
-        return;
-    }
-    const block_q2_K *x = vw;
-    const block_q8_K *a = va;
-    float acc = 0.0f, mins = 0.0f;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = f16(x[i].d) * a[i].d, dmin = f16(x[i].dmin) * a[i].d;
-        __m256i isum[2], msum;
-        q2k_sums(&x[i], &a[i], isum, &msum);
-        int32_t m[8];
-        _mm256_storeu_si256((__m256i *)m, msum);
-        const int half_mins[2] = {m[0] + m[1] + m[2] + m[3], m[4] + m[5] + m[6] + m[7]};
-        if (path & PE_PATH_TILE4) {
-            for (int h = 0; h < 2; h++) {
-                acc = fmaf((float)x86_sum_epi32x8(isum[h]), d, acc);
-                mins = fmaf((float)half_mins[h], dmin, mins);
-            }
-        } else {
-            acc = fmaf((float)x86_sum_epi32x8(_mm256_add_epi32(isum[0], isum[1])), d, acc);
-            mins = fmaf((float)(half_mins[0] + half_mins[1]), dmin, mins);
-        }
-    }
-    *s = acc - mins;
-}
-
 /* ---- Q3_K ------------------------------------------------------------------ */
 
 /* A super-block's eight integer lanes, as llama.cpp's x86 dot product forms
@@ -228,22 +193,9 @@ static inline __m256i q3k_lanes(const block_q3_K *x, const block_q8_K *a) {
     return isum;
 }
 
-/* llama.cpp's tiled product (batches of 8 rows or more, PE_PATH_WIDE): per
- * super-block the whole integer sum, scaled by the weight row's d, then
- * multiply-added with the activation scale. */
-static inline float wide_step(int total, float dw, float da, float acc) {
-    return fmaf((float)total * dw, da, acc);
-}
-
-static void vec_dot_path_q3_K(int64_t n, float *s, const void *vw, const void *va, unsigned path) {
+static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q3_K *x = vw;
     const block_q8_K *a = va;
-    if (path & PE_PATH_WIDE) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < n / QK_K; i++) acc = wide_step(x86_sum_epi32x8(q3k_lanes(&x[i], &a[i])), f16(x[i].d), a[i].d, acc);
-        *s = acc;
-        return;
-    }
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = a[i].d * f16(x[i].d);
@@ -251,8 +203,6 @@ static void vec_dot_path_q3_K(int64_t n, float *s, const void *vw, const void *v
     }
     *s = x86_sum_ps8(acc);
 }
-
-static void vec_dot_q3_K(int64_t n, float *s, const void *vw, const void *va) { vec_dot_path_q3_K(n, s, vw, va, 0); }
 
 /* ---- IQ4_NL / IQ4_XS --------------------------------------------------------- */
 
@@ -300,17 +250,10 @@ static inline __m256i iq4xs_lanes(const block_iq4_xs *x, const block_q8_K *a, __
     return isum;
 }
 
-static void vec_dot_path_iq4_xs(int64_t n, float *s, const void *vw, const void *va, unsigned path) {
+static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) {
     const block_iq4_xs *x = vw;
     const block_q8_K *a = va;
     const __m256i grid = _mm256_broadcastsi128_si256(load128(pe_iq4nl_values));
-    if (path & PE_PATH_WIDE) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < n / QK_K; i++)
-            acc = wide_step(x86_sum_epi32x8(iq4xs_lanes(&x[i], &a[i], grid)), f16(x[i].d), a[i].d, acc);
-        *s = acc;
-        return;
-    }
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = a[i].d * f16(x[i].d);
@@ -318,8 +261,6 @@ static void vec_dot_path_iq4_xs(int64_t n, float *s, const void *vw, const void 
     }
     *s = x86_sum_ps8(acc);
 }
-
-static void vec_dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) { vec_dot_path_iq4_xs(n, s, vw, va, 0); }
 
 /* ---- to_float (embedding rows) ---------------------------------------------- */
 
@@ -393,11 +334,9 @@ void pe_fill_avx2_kquants(pe_kernels *k) {
     k->type[PE_TYPE_Q8_K].to_float = dequantize_q8_K;
     k->type[PE_TYPE_Q2_K].vec_dot = vec_dot_q2_K;
     k->type[PE_TYPE_Q3_K].vec_dot = vec_dot_q3_K;
-    k->type[PE_TYPE_Q3_K].vec_dot_path = vec_dot_path_q3_K;
     k->type[PE_TYPE_Q4_K].to_float = dequantize_q4_K;
     k->type[PE_TYPE_Q5_K].to_float = dequantize_q5_K;
     k->type[PE_TYPE_Q6_K].to_float = dequantize_q6_K;
     k->type[PE_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl;
     k->type[PE_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs;
-    k->type[PE_TYPE_IQ4_XS].vec_dot_path = vec_dot_path_iq4_xs;
 }

@@ -205,15 +205,13 @@ static void bf16_from_float(const float *x, void *vy, int64_t n) {
     for (; i < n; i++) y[i] = pe_f32_to_bf16(x[i]);
 }
 
-/* ---- float dot products, as llama.cpp's AVX2 build computes them ------------------
+/* ---- float dot products, as llama.cpp's AVX2 build computes a row alone --------------
  *
- * Alone: F32 and F16 in four 8-lane accumulators over 32 elements,
+ * F32 and F16 in four 8-lane accumulators over 32 elements,
  * acc_j = fma(x, y, acc_j), folded (acc0 + acc2) + (acc1 + acc3), the 8 lanes
  * summed with two horizontal adds; BF16 in four accumulators whose sum
  * (c0 + c2) + (c1 + c3) is reduced as a tree.  Elements past the last full
- * step add in double.  In a batch of two rows or more (PE_PATH_MULTI)
- * llamafile's GEMM: one 8-lane accumulator per pair over 8 elements, then a
- * tree. */
+ * step add in double.  Every batch takes this arithmetic, row by row. */
 static inline float hadd8(__m256 v) {
     const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 t1 = _mm_hadd_ps(t0, t0);
@@ -224,14 +222,8 @@ static inline float f32_id(float v) { return v; }
 
 /* REDUCE4 folds the four accumulators to one float */
 #define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD8, SCALAR, REDUCE4)                                       \
-    static void NAME(int64_t n, float *s, const void *vw, const void *va, unsigned path) {        \
+    static void NAME(int64_t n, float *s, const void *vw, const void *va) {                       \
         const ELEM *x = vw, *y = va;                                                              \
-        if ((path & PE_PATH_MULTI) && n % 8 == 0) {                                               \
-            __m256 acc = _mm256_setzero_ps();                                                     \
-            for (int64_t i = 0; i < n; i += 8) acc = _mm256_fmadd_ps(LOAD8(x + i), LOAD8(y + i), acc); \
-            *s = x86_sum_ps8(acc);                                                                \
-            return;                                                                               \
-        }                                                                                         \
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
         int64_t i = 0;                                                                            \
         for (; i + 32 <= n; i += 32)                                                              \
@@ -240,53 +232,52 @@ static inline float f32_id(float v) { return v; }
         double sum = REDUCE4(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]))); \
         for (; i < n; i++) sum += (double)(SCALAR(x[i]) * SCALAR(y[i]));                           \
         *s = (float)sum;                                                                          \
-    }                                                                                             \
-    static void NAME##_lone(int64_t n, float *s, const void *vw, const void *va) { NAME(n, s, vw, va, 0); }
+    }
 
 DEFINE_FLOAT_DOT(f32_vec_dot, float, _mm256_loadu_ps, f32_id, hadd8)
 DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16x8, f16_to_f32, hadd8)
 DEFINE_FLOAT_DOT(bf16_vec_dot, pe_bf16, load_bf16x8, pe_bf16_to_f32, x86_sum_ps8)
 
-/* A batch's F16 product (the gemm): llamafile's GEMM per pair, as the row
- * product's PE_PATH_MULTI branch computes it, in tiles of 2 weight rows x 4
- * activation rows (8 accumulators: the 16 registers hold them with the
- * operands), each row converted once per 8 elements for the tile.  Pairs
- * off that path, and edge tiles, go to the row product pair by pair. */
+/* F16's tile: each weight row against up to 3 activation rows at a time,
+ * every pair in f16_vec_dot's four accumulators (12 of the 16 registers),
+ * the weight's 8 elements converted once for the 3.  Rows whose length is
+ * no multiple of 32 go pair by pair (their tail adds in double). */
+#define F16_TILE_COLS 3
 static void f16_gemm(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nr,
-                     int nc, unsigned paths) {
-    for (int j0 = 0; j0 < nc; j0 += 4) {
-        const int mc = nc - j0 < 4 ? nc - j0 : 4;
-        if (!fg_all_multi(paths, j0, mc) || nr % 2 || mc != 4 || n % 8) {
-            fg_pairs(f16_vec_dot, n, s, bs, w, bw, a, ba, nr, j0, mc, paths);
-            continue;
-        }
-        const pe_f16 *ac[4];
-        for (int c = 0; c < 4; c++) ac[c] = (const pe_f16 *)((const uint8_t *)a + (size_t)(j0 + c) * ba);
-        for (int r0 = 0; r0 < nr; r0 += 2) {
-            const pe_f16 *wr[2];
-            for (int r = 0; r < 2; r++) wr[r] = (const pe_f16 *)((const uint8_t *)w + (size_t)(r0 + r) * bw);
-            __m256 acc[2][4];
-            for (int r = 0; r < 2; r++)
-                for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
-            for (int64_t i = 0; i < n; i += 8) {
-                const __m256 w0 = load_f16x8(wr[0] + i), w1 = load_f16x8(wr[1] + i);
-                for (int c = 0; c < 4; c++) {
-                    const __m256 xv = load_f16x8(ac[c] + i);
-                    acc[0][c] = _mm256_fmadd_ps(w0, xv, acc[0][c]);
-                    acc[1][c] = _mm256_fmadd_ps(w1, xv, acc[1][c]);
+                     int nc) {
+    if (n % 32) {
+        fg_pairs(f16_vec_dot, n, s, bs, w, bw, a, ba, nr, nc);
+        return;
+    }
+    for (int r = 0; r < nr; r++) {
+        const pe_f16 *wr = (const pe_f16 *)((const uint8_t *)w + (size_t)r * bw);
+        for (int j0 = 0; j0 < nc; j0 += F16_TILE_COLS) {
+            const int mc = nc - j0 < F16_TILE_COLS ? nc - j0 : F16_TILE_COLS;
+            const pe_f16 *ac[F16_TILE_COLS];
+            for (int c = 0; c < F16_TILE_COLS; c++)
+                ac[c] = (const pe_f16 *)((const uint8_t *)a + (size_t)(j0 + (c < mc ? c : 0)) * ba);
+            __m256 acc[F16_TILE_COLS][4];
+            for (int c = 0; c < F16_TILE_COLS; c++)
+                for (int j = 0; j < 4; j++) acc[c][j] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n; i += 32)
+                for (int j = 0; j < 4; j++) {
+                    const __m256 wv = load_f16x8(wr + i + 8 * j);
+                    for (int c = 0; c < F16_TILE_COLS; c++)
+                        acc[c][j] = _mm256_fmadd_ps(wv, load_f16x8(ac[c] + i + 8 * j), acc[c][j]);
                 }
+            for (int c = 0; c < mc; c++) {
+                const double sum = hadd8(_mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][2]),
+                                                       _mm256_add_ps(acc[c][1], acc[c][3])));
+                s[(size_t)(j0 + c) * bs + r] = (float)sum;
             }
-            for (int c = 0; c < 4; c++)
-                for (int r = 0; r < 2; r++) s[(size_t)(j0 + c) * bs + r0 + r] = x86_sum_ps8(acc[r][c]);
         }
     }
 }
 
 void pe_fill_avx2_legacy(pe_kernels *k) {
-    k->type[PE_TYPE_F32].vec_dot = f32_vec_dot_lone;
-    k->type[PE_TYPE_F32].vec_dot_path = f32_vec_dot;
-    k->type[PE_TYPE_F16] = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot_lone, f16_gemm, f16_vec_dot};
-    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot_lone, NULL, bf16_vec_dot};
+    k->type[PE_TYPE_F32].vec_dot = f32_vec_dot;
+    k->type[PE_TYPE_F16] = (pe_type_kernels){f16_to_float, f16_from_float, f16_vec_dot, f16_gemm};
+    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot, NULL};
 
     /* the block types' dot products (vec_dot and gemm) are in *_gemm.c */
     k->type[PE_TYPE_Q4_0].to_float = dequantize_q4_0;

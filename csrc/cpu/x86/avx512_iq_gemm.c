@@ -31,10 +31,8 @@ static void block_sums(const pe_lattice_row *w, const int8_t *q, int has_shifts,
     *shifts = has_shifts ? _mm512_reduce_add_epi32(shifted) : 0;
 }
 
-static int lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
-                          unsigned paths) {
-    (void)paths;
-    return pe_lattice_gemm16(n, s, bs, packed, a, ba, nc, block_sums);
+static void lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
+    pe_lattice_gemm16(n, s, bs, packed, a, ba, nc, block_sums);
 }
 
 void pe_fill_avx512_iq_gemm(pe_kernels *k) {

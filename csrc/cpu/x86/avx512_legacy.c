@@ -183,18 +183,14 @@ static void bf16_from_float(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* ---- float dot products, as llama.cpp's AVX-512 build computes them ----------------
+/* ---- float dot products, as llama.cpp's AVX-512 build computes a row alone -----------
  *
- * Alone (a batch of one row) llama.cpp takes ggml's row dot product: F32 and
- * F16 in four 16-lane accumulators over 64 elements, acc_j = fma(x, y, acc_j),
- * folded (acc0 + acc2) + (acc1 + acc3); BF16 in two accumulators of
- * vdpbf16ps over 64 elements, their sums added.  A sum of 16 lanes is
- * _mm512_reduce_add_ps in GCC's order (the 256-bit halves, then a tree); the
- * elements past the last full step add in double.  In a batch of two rows or
- * more (PE_PATH_MULTI) llamafile's GEMM takes over: one 16-lane accumulator
- * per (weight row, activation row) over 16 elements (BF16: 32, vdpbf16ps),
- * then the reduction.  Both depend only on the pair, so any tiling gives the
- * same bits. */
+ * F32 and F16 in four 16-lane accumulators over 64 elements,
+ * acc_j = fma(x, y, acc_j), folded (acc0 + acc2) + (acc1 + acc3); BF16 in two
+ * accumulators of vdpbf16ps over 64 elements, their sums added.  A sum of 16
+ * lanes is _mm512_reduce_add_ps in GCC's order (the 256-bit halves, then a
+ * tree); the elements past the last full step add in double.  Every batch
+ * takes this arithmetic, row by row. */
 static inline float reduce16(__m512 v) {
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
@@ -209,14 +205,8 @@ static inline float f32_of(float v) { return v; }
 static inline float f16_of(pe_f16 v) { return f16_to_f32(v); }
 
 #define DEFINE_FLOAT_DOT(NAME, ELEM, LOAD16, SCALAR)                                              \
-    static void NAME(int64_t n, float *s, const void *vw, const void *va, unsigned path) {       \
+    static void NAME(int64_t n, float *s, const void *vw, const void *va) {                      \
         const ELEM *x = vw, *y = va;                                                             \
-        if ((path & PE_PATH_MULTI) && n % 16 == 0) {                                             \
-            __m512 acc = _mm512_setzero_ps();                                                    \
-            for (int64_t i = 0; i < n; i += 16) acc = _mm512_fmadd_ps(LOAD16(x + i), LOAD16(y + i), acc); \
-            *s = reduce16(acc);                                                                  \
-            return;                                                                              \
-        }                                                                                        \
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}; \
         int64_t i = 0;                                                                           \
         for (; i + 64 <= n; i += 64)                                                             \
@@ -225,41 +215,44 @@ static inline float f16_of(pe_f16 v) { return f16_to_f32(v); }
         double sum = reduce16(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]))); \
         for (; i < n; i++) sum += (double)(SCALAR(x[i]) * SCALAR(y[i]));                          \
         *s = (float)sum;                                                                         \
-    }                                                                                            \
-    static void NAME##_lone(int64_t n, float *s, const void *vw, const void *va) { NAME(n, s, vw, va, 0); }
+    }
 
 DEFINE_FLOAT_DOT(f32_vec_dot, float, load_f32, f32_of)
 DEFINE_FLOAT_DOT(f16_vec_dot, pe_f16, load_f16, f16_of)
 
-/* A batch's F16 product (the gemm): llamafile's GEMM per pair, as the row
- * product's PE_PATH_MULTI branch computes it, in tiles of 4 weight rows x 4
- * activation rows so that each row is converted once per 16 elements for
- * the tile, not once per pair.  Pairs off that path, and edge tiles, go to
- * the row product pair by pair. */
+/* F16's tile: each weight row against up to 4 activation rows at a time,
+ * every pair in f16_vec_dot's four accumulators, the weight's 16 elements
+ * converted once for the 4.  Rows whose length is no multiple of 64 go pair
+ * by pair (their tail adds in double). */
+#define F16_TILE_COLS 4
 static void f16_gemm(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nr,
-                     int nc, unsigned paths) {
-    for (int j0 = 0; j0 < nc; j0 += 4) {
-        const int mc = nc - j0 < 4 ? nc - j0 : 4;
-        if (!fg_all_multi(paths, j0, mc) || nr != 4 || mc != 4 || n % 16) {
-            fg_pairs(f16_vec_dot, n, s, bs, w, bw, a, ba, nr, j0, mc, paths);
-            continue;
-        }
-        const pe_f16 *wr[4], *ac[4];
-        for (int r = 0; r < 4; r++) wr[r] = (const pe_f16 *)((const uint8_t *)w + (size_t)r * bw);
-        for (int c = 0; c < 4; c++) ac[c] = (const pe_f16 *)((const uint8_t *)a + (size_t)(j0 + c) * ba);
-        __m512 acc[4][4];
-        for (int r = 0; r < 4; r++)
-            for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
-        for (int64_t i = 0; i < n; i += 16) {
-            __m512 wv[4];
-            for (int r = 0; r < 4; r++) wv[r] = load_f16(wr[r] + i);
-            for (int c = 0; c < 4; c++) {
-                const __m512 xv = load_f16(ac[c] + i);
-                for (int r = 0; r < 4; r++) acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
+                     int nc) {
+    if (n % 64) {
+        fg_pairs(f16_vec_dot, n, s, bs, w, bw, a, ba, nr, nc);
+        return;
+    }
+    for (int r = 0; r < nr; r++) {
+        const pe_f16 *wr = (const pe_f16 *)((const uint8_t *)w + (size_t)r * bw);
+        for (int j0 = 0; j0 < nc; j0 += F16_TILE_COLS) {
+            const int mc = nc - j0 < F16_TILE_COLS ? nc - j0 : F16_TILE_COLS;
+            const pe_f16 *ac[F16_TILE_COLS];
+            for (int c = 0; c < F16_TILE_COLS; c++)
+                ac[c] = (const pe_f16 *)((const uint8_t *)a + (size_t)(j0 + (c < mc ? c : 0)) * ba);
+            __m512 acc[F16_TILE_COLS][4];
+            for (int c = 0; c < F16_TILE_COLS; c++)
+                for (int j = 0; j < 4; j++) acc[c][j] = _mm512_setzero_ps();
+            for (int64_t i = 0; i < n; i += 64)
+                for (int j = 0; j < 4; j++) {
+                    const __m512 wv = load_f16(wr + i + 16 * j);
+                    for (int c = 0; c < F16_TILE_COLS; c++)
+                        acc[c][j] = _mm512_fmadd_ps(wv, load_f16(ac[c] + i + 16 * j), acc[c][j]);
+                }
+            for (int c = 0; c < mc; c++) {
+                const double sum = reduce16(_mm512_add_ps(_mm512_add_ps(acc[c][0], acc[c][2]),
+                                                          _mm512_add_ps(acc[c][1], acc[c][3])));
+                s[(size_t)(j0 + c) * bs + r] = (float)sum;
             }
         }
-        for (int c = 0; c < 4; c++)
-            for (int r = 0; r < 4; r++) s[(size_t)(j0 + c) * bs + r] = reduce16(acc[r][c]);
     }
 }
 
@@ -281,16 +274,10 @@ static inline __m512 dpbf16_native(__m512 acc, __m512i x, __m512i y) {
 #endif
 
 #define DEFINE_BF16_DOT(NAME, DP, ATTR)                                                           \
-    ATTR static void NAME(int64_t n, float *s, const void *vw, const void *va, unsigned path) {  \
+    ATTR static void NAME(int64_t n, float *s, const void *vw, const void *va) {                 \
         const pe_bf16 *x = vw, *y = va;                                                          \
         int64_t i = 0;                                                                           \
         double sum;                                                                              \
-        if ((path & PE_PATH_MULTI) && n % 32 == 0) {                                             \
-            __m512 acc = _mm512_setzero_ps();                                                    \
-            for (; i < n; i += 32) acc = DP(acc, _mm512_loadu_si512(x + i), _mm512_loadu_si512(y + i)); \
-            *s = reduce16(acc);                                                                  \
-            return;                                                                              \
-        }                                                                                        \
         __m512 c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps();                               \
         for (; i + 64 <= n; i += 64) {                                                           \
             c1 = DP(c1, _mm512_loadu_si512(x + i), _mm512_loadu_si512(y + i));                   \
@@ -299,8 +286,7 @@ static inline __m512 dpbf16_native(__m512 acc, __m512i x, __m512i y) {
         sum = (double)reduce16(c1) + (double)reduce16(c2);                                       \
         for (; i < n; i++) sum += (double)(pe_bf16_to_f32(x[i]) * pe_bf16_to_f32(y[i]));         \
         *s = (float)sum;                                                                         \
-    }                                                                                            \
-    static void NAME##_lone(int64_t n, float *s, const void *vw, const void *va) { NAME(n, s, vw, va, 0); }
+    }
 
 DEFINE_BF16_DOT(bf16_vec_dot_fma, dpbf16_fma, )
 #if defined(PE_HAVE_DPBF16)
@@ -319,20 +305,14 @@ static int have_avx512_bf16(void) {
 }
 
 void pe_fill_avx512_legacy(pe_kernels *k) {
-    k->type[PE_TYPE_F32].vec_dot = f32_vec_dot_lone;
-    k->type[PE_TYPE_F32].vec_dot_path = f32_vec_dot;
+    k->type[PE_TYPE_F32].vec_dot = f32_vec_dot;
     k->type[PE_TYPE_F16].to_float = f16_to_float;
     k->type[PE_TYPE_F16].from_float = f16_from_float;
-    k->type[PE_TYPE_F16].vec_dot = f16_vec_dot_lone;
-    k->type[PE_TYPE_F16].vec_dot_path = f16_vec_dot;
+    k->type[PE_TYPE_F16].vec_dot = f16_vec_dot;
     k->type[PE_TYPE_F16].gemm = f16_gemm;
-    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot_fma_lone, NULL,
-                                              bf16_vec_dot_fma};
+    k->type[PE_TYPE_BF16] = (pe_type_kernels){bf16_to_float, bf16_from_float, bf16_vec_dot_fma, NULL};
 #if defined(PE_HAVE_DPBF16)
-    if (have_avx512_bf16()) {
-        k->type[PE_TYPE_BF16].vec_dot = bf16_vec_dot_native_lone;
-        k->type[PE_TYPE_BF16].vec_dot_path = bf16_vec_dot_native;
-    }
+    if (have_avx512_bf16()) k->type[PE_TYPE_BF16].vec_dot = bf16_vec_dot_native;
 #endif
 
     /* the block types' dot products (vec_dot and gemm) are in *_gemm.c */

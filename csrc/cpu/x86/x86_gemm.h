@@ -365,8 +365,7 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
 
 #define GM_DEFINE_LEGACY_DISPATCH(NAME)                                                                   \
     static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,      \
-                            size_t ba, int nr, int nc, unsigned paths) {                                  \
-        (void)paths; /* one arithmetic for every row */                                                   \
+                            size_t ba, int nr, int nc) {                                                  \
         const uint8_t *rows[4];                                                                           \
         gm_rows(w, bw, nr, rows);                                                                         \
         for (int j0 = 0; j0 < nc; j0 += GM_TILE_COLS) {                                                   \

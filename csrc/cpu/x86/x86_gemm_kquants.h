@@ -1,30 +1,24 @@
 /* x86_gemm_kquants.h - vec_dot and the GEMM micro-kernel of Q4_K, Q5_K and
  * Q6_K (include x86_gemm.h first).
  *
- * Like the legacy types, these follow llama.cpp's x86 dot products to the
- * bit, on the path llama.cpp would take for the row's batch (PE_PATH_*):
- *   - Q5_K, Q6_K in batches under 8 rows: per super-block of 256 elements,
+ * Like the legacy types, these follow llama.cpp's x86 dot products for a
+ * row alone, in every batch:
+ *   - Q5_K, Q6_K: per super-block of 256 elements,
  *     eight exact integer lanes (lane t sums, over every 32-element
  *     sub-block, the sub-block's scale times the products of its elements
  *     4t..4t+3; Q6_K takes its codes' offset of 32 off lane t for elements
  *     32t..32t+31), acc = fma(d, lanes, acc) with d = da * dw one rounded
  *     product; Q5_K adds its min term as one float chain; x86_sum_ps8(acc) + mins.
- *   - Q5_K, Q6_K in batches of 8+ rows (PE_PATH_WIDE, llama.cpp's tiled
- *     k-quant product): per super-block the whole integer sums s (scales
- *     applied) and m (mins), r = s * dw, r -= dmin * m (fused),
- *     acc = fma(r, da, acc).
  *   - Q4_K, which llama.cpp repacks on x86: the whole integer sum and min
- *     term multiply-added into one float each, per super-block (its GEMV)
- *     or per 64 elements in 4-row tiles (PE_PATH_TILE4, its GEMM).
+ *     term multiply-added into one float each, per super-block (its GEMV).
  *
  * The tile decodes a weight row's super-block once and multiplies it with
- * each activation row, each pair on its own row's path; on AVX-512, Q4_K's
+ * each activation row; on AVX-512, Q4_K's
  * tile holds sixteen pairs in the lanes of one vector (gmk_q4k_quad). */
 #ifndef PE_X86_GEMM_KQUANTS_H
 #define PE_X86_GEMM_KQUANTS_H
 
 #include "x86_kquants.h"
-#include "x86_repack.h"
 
 /* ---- sub-block products ---------------------------------------------------------------- */
 
@@ -106,8 +100,8 @@ typedef struct {
 /* Q4_K as llama.cpp computes it from its repacked (8-row interleaved) copy,
  * which every AVX2 build uses for Q4_K: the integer dot product and the min
  * term multiply-added into one float each (d = dw * da, dmin = dminw * da),
- * the result acc - mins.  Its row product (GEMV) adds them per super-block,
- * its 4-row tile (GEMM) per 64 elements.  Q5_K follows the row dot product:
+ * the result acc - mins, added per super-block (its row product, GEMV).
+ * Q5_K follows the row dot product:
  * lanes, and the min term as a chain. */
 /* the eight sub-blocks' scaled dot products, one per lane: each sub-block's
  * 32 products summed (horizontal adds of the eight vectors at once), times
@@ -125,42 +119,17 @@ GM_INLINE __m256i gmk_subblock_sums(const gmk_block *b, const int8_t *a) {
     return _mm256_mullo_epi32(sums, _mm256_cvtepu8_epi32(b->mins));   /* scales: the low 8 bytes */
 }
 
-GM_INLINE void gmk_q4k_step(const gmk_block *b, const pe_f16 *d_dmin, const block_q8_K *a, unsigned path, gmk_acc *r) {
+GM_INLINE void gmk_q4k_step(const gmk_block *b, const pe_f16 *d_dmin, const block_q8_K *a, gmk_acc *r) {
     const float d = f16(d_dmin[0]) * a->d, dmin = f16(d_dmin[1]) * a->d;
     const __m128i mins = gmk_mins_lanes(b->mins, a->bsums);
     const __m256i sub = gmk_subblock_sums(b, a->qs);
-    if (!(path & PE_PATH_TILE4)) {
-        r->whole = fmaf((float)x86_sum_epi32x8(sub), d, r->whole);
-        r->whole_mins = fmaf((float)x86_sum_epi32x4(mins), dmin, r->whole_mins);
-        return;
-    }
-    /* per 64 elements: sub-blocks 2k and 2k + 1 */
-    const __m256i pairs = _mm256_hadd_epi32(sub, sub);  /* [t0 t1 t0 t1 | t2 t3 t2 t3] */
-    int32_t t[8], m[4];
-    _mm256_storeu_si256((__m256i *)t, pairs);
-    _mm_storeu_si128((__m128i *)m, mins);
-    const int32_t total[4] = {t[0], t[1], t[4], t[5]};
-    for (int k = 0; k < 4; k++) {
-        r->whole = fmaf((float)total[k], d, r->whole);
-        r->whole_mins = fmaf((float)m[k], dmin, r->whole_mins);
-    }
+    r->whole = fmaf((float)x86_sum_epi32x8(sub), d, r->whole);
+    r->whole_mins = fmaf((float)x86_sum_epi32x4(mins), dmin, r->whole_mins);
 }
 
-/* the tiled k-quant product's step: whole sums, scaled by the weight row,
- * then multiply-added with the activation scale */
-static inline void gmk_wide_step(int total, int mins_total, float dw, float dminw, float da, gmk_acc *r) {
-    float v = (float)total * dw;
-    if (dminw != 0.0f) v = fmaf(-dminw, (float)mins_total, v);
-    r->whole = fmaf(v, da, r->whole);
-}
-
-GM_INLINE void gmk_q5k_step(const gmk_block *b, const pe_f16 *d_dmin, const block_q8_K *a, unsigned path, gmk_acc *r) {
+GM_INLINE void gmk_q5k_step(const gmk_block *b, const pe_f16 *d_dmin, const block_q8_K *a, gmk_acc *r) {
     const __m256i isum = gmk_isum(b, a->qs);
     const int mins = x86_sum_epi32x4(gmk_mins_lanes(b->mins, a->bsums));
-    if (path & PE_PATH_WIDE) {
-        gmk_wide_step(x86_sum_epi32x8(isum), mins, f16(d_dmin[0]), f16(d_dmin[1]), a->d, r);
-        return;
-    }
     const float d = a->d * f16(d_dmin[0]), dmin = -a->d * f16(d_dmin[1]);
     r->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), r->acc);
     r->chain += dmin * (float)mins;
@@ -194,14 +163,10 @@ GM_INLINE void gmk_q6_decode(const block_q6_K *x, gmk_block *b) {
 
 /* The codes' offset of 32 comes off as 32 * (scale * bsum) of the 16-element
  * sub-blocks 2t and 2t + 1 in lane t (llama.cpp puts it there). */
-GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_q8_K *a, unsigned path, gmk_acc *r) {
+GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_q8_K *a, gmk_acc *r) {
     const __m256i sc16 = _mm256_cvtepi8_epi16(gm_load128(x->scales));
     const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(gm_load256(a->bsums), sc16), 5);
     const __m256i lanes = _mm256_sub_epi32(gmk_isum(b, a->qs), offset);
-    if (path & PE_PATH_WIDE) {
-        gmk_wide_step(x86_sum_epi32x8(lanes), 0, f16(x->d), 0.0f, a->d, r);
-        return;
-    }
     const float d = a->d * f16(x->d);
     r->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), r->acc);
 }
@@ -239,10 +204,9 @@ static inline void gmk_bsums_quad(const block_q8_K *const a[4], __m512i out[2]) 
 
 /* One quad of columns (a[0..3], results for nc columns) against the 4 rows
  * w[0..3] (bw apart, the next tiles' rows prefetched as gm_prefetch_ahead
- * says); tiled: per 64 elements (llama.cpp's 4-row GEMM), else per
- * super-block (its GEMV). */
+ * says), per super-block as gmk_q4k_step. */
 static void gmk_q4k_quad(int64_t n, float *s, size_t bs, const uint8_t *const w[4], size_t bw,
-                         const uint8_t *const a[4], int nr, int nc, int tiled) {
+                         const uint8_t *const a[4], int nr, int nc) {
     const __m512i rbase = gmk_row_base(), cbase = gmk_col_base();
     __m512 whole = _mm512_setzero_ps(), whole_mins = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
@@ -295,16 +259,9 @@ static void gmk_q4k_quad(int64_t n, float *s, size_t bs, const uint8_t *const w[
                                                     _mm512_permutex2var_epi32(bsum[0], _mm512_add_epi32(cbase, sv), bsum[1]));
             tot = _mm512_add_epi32(tot, scaled);
             tot_mins = _mm512_add_epi32(tot_mins, mins);
-            if (tiled && sb % 2) {   /* sub-blocks sb - 1 and sb: one 64-element step */
-                whole = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), d, whole);
-                whole_mins = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot_mins), dmin, whole_mins);
-                tot = tot_mins = _mm512_setzero_si512();
-            }
         }
-        if (!tiled) {
-            whole = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), d, whole);
-            whole_mins = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot_mins), dmin, whole_mins);
-        }
+        whole = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), d, whole);
+        whole_mins = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot_mins), dmin, whole_mins);
     }
     float out[16];
     _mm512_storeu_ps(out, _mm512_sub_ps(whole, whole_mins));
@@ -312,22 +269,19 @@ static void gmk_q4k_quad(int64_t n, float *s, size_t bs, const uint8_t *const w[
         for (int r = 0; r < nr; r++) s[(size_t)j * bs + r] = out[4 * r + j];
 }
 
-/* Q4_K's tile in quads of columns whose rows share one path; returns 0 to
- * leave the tile to the pair-by-pair kernel otherwise, and for a single
- * activation row (decoding), which would fill a quarter of the lanes. */
+/* Q4_K's tile in quads of columns; returns 0 to leave a single activation
+ * row (decoding), which would fill a quarter of the lanes, to the
+ * pair-by-pair kernel. */
 static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nr,
-                         int nc, unsigned paths) {
+                         int nc) {
     if (nc < 2) return 0;
-    const unsigned first = paths & PE_PATH_TILE4;
-    for (int j = 1; j < nc; j++)
-        if (((paths >> (PE_PATH_BITS * j)) & PE_PATH_TILE4) != first) return 0;
     const uint8_t *rows[4];
     gm_rows(w, bw, nr, rows);
     for (int j0 = 0; j0 < nc; j0 += 4) {
         const int ncq = nc - j0 < 4 ? nc - j0 : 4;
         const uint8_t *cols[4];
         for (int j = 0; j < 4; j++) cols[j] = (const uint8_t *)a + (size_t)(j0 + (j < ncq ? j : ncq - 1)) * ba;
-        gmk_q4k_quad(n, s + (size_t)j0 * bs, bs, rows, bw, cols, nr, ncq, first != 0);
+        gmk_q4k_quad(n, s + (size_t)j0 * bs, bs, rows, bw, cols, nr, ncq);
     }
     return 1;
 }
@@ -342,25 +296,22 @@ static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t b
 
 /* ---- kernels ----------------------------------------------------------------------------- */
 
-/* DECODE(x, &blk) fills a gmk_block from block x; STEP(&blk, x, a, path, &acc) */
+/* DECODE(x, &blk) fills a gmk_block from block x; STEP(&blk, x, a, &acc) */
 #define GMK_DEFINE_KQUANT(NAME, WB, DECODE, STEP)                                                     \
-    static void vec_dot_path_##NAME(int64_t n, float *s, const void *vw, const void *va, unsigned path) { \
+    static void vec_dot_##NAME(int64_t n, float *s, const void *vw, const void *va) {                 \
         const WB *x = vw;                                                                             \
         const block_q8_K *a = va;                                                                     \
         gmk_acc r = gmk_zero();                                                                       \
         for (int64_t i = 0; i < n / QK_K; i++) {                                                      \
             gmk_block b;                                                                              \
             DECODE(&x[i], &b);                                                                        \
-            STEP(&b, &x[i], &a[i], path, &r);                                                         \
+            STEP(&b, &x[i], &a[i], &r);                                                               \
         }                                                                                             \
         *s = gmk_result(&r);                                                                          \
     }                                                                                                 \
-    static void vec_dot_##NAME(int64_t n, float *s, const void *vw, const void *va) {                 \
-        vec_dot_path_##NAME(n, s, vw, va, 0);                                                         \
-    }                                                                                                 \
                                                                                                       \
     static void gemm_pairs_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, \
-                                  size_t ba, int nr, int nc, unsigned paths) {                        \
+                                  size_t ba, int nr, int nc) {                                        \
         gmk_acc r[PE_GEMM_ROWS][PE_GEMM_COLS];                                                                              \
         const uint8_t *rows[4];                                                                       \
         gm_rows(w, bw, nr, rows);                                                                     \
@@ -373,31 +324,29 @@ static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t b
                 gmk_block b;                                                                          \
                 DECODE(x, &b);                                                                        \
                 for (int j = 0; j < nc; j++)                                                          \
-                    STEP(&b, x, (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba) + ib,       \
-                         (paths >> (PE_PATH_BITS * j)) & PE_PATH_MASK, &r[i][j]);                      \
+                    STEP(&b, x, (const block_q8_K *)((const uint8_t *)a + (size_t)j * ba) + ib, &r[i][j]); \
             }                                                                                         \
         }                                                                                             \
         for (int j = 0; j < nc; j++)                                                                  \
             for (int i = 0; i < nr; i++) s[(size_t)j * bs + i] = gmk_result(&r[i][j]);               \
     }                                                                                                 \
     static void gemm_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,  \
-                            size_t ba, int nr, int nc, unsigned paths) {                              \
-        if (!GMK_QUADS_##NAME(n, s, bs, w, bw, a, ba, nr, nc, paths))                                 \
-            gemm_pairs_##NAME(n, s, bs, w, bw, a, ba, nr, nc, paths);                                 \
+                            size_t ba, int nr, int nc) {                                              \
+        if (!GMK_QUADS_##NAME(n, s, bs, w, bw, a, ba, nr, nc))                                        \
+            gemm_pairs_##NAME(n, s, bs, w, bw, a, ba, nr, nc);                                        \
     }
 
 #define GMK_Q4K_DECODE(x, b) gmk_k4_decode((x)->qs, NULL, (x)->scales, b)
 #define GMK_Q5K_DECODE(x, b) gmk_k4_decode((x)->qs, (x)->qh, (x)->scales, b)
-#define GMK_Q4K_STEP(b, x, a, path, r) gmk_q4k_step(b, &(x)->d, a, path, r)
-#define GMK_Q5K_STEP(b, x, a, path, r) gmk_q5k_step(b, &(x)->d, a, path, r)
+#define GMK_Q4K_STEP(b, x, a, r) gmk_q4k_step(b, &(x)->d, a, r)
+#define GMK_Q5K_STEP(b, x, a, r) gmk_q5k_step(b, &(x)->d, a, r)
 #define GMK_Q6K_DECODE(x, b) gmk_q6_decode(x, b)
-#define GMK_Q6K_STEP(b, x, a, path, r) gmk_q6_step(b, x, a, path, r)
+#define GMK_Q6K_STEP(b, x, a, r) gmk_q6_step(b, x, a, r)
 
 #define GMK_DEFINE_ALL_KQUANTS()                                                  \
     GMK_DEFINE_KQUANT(q4_K, block_q4_K, GMK_Q4K_DECODE, GMK_Q4K_STEP)             \
     GMK_DEFINE_KQUANT(q5_K, block_q5_K, GMK_Q5K_DECODE, GMK_Q5K_STEP)             \
-    GMK_DEFINE_KQUANT(q6_K, block_q6_K, GMK_Q6K_DECODE, GMK_Q6K_STEP)             \
-    GMR_DEFINE_ALL_REPACK()
+    GMK_DEFINE_KQUANT(q6_K, block_q6_K, GMK_Q6K_DECODE, GMK_Q6K_STEP)
 
 /* Both ISA files install the same types from the kernels the macros above
  * define in them. */
@@ -409,20 +358,17 @@ static int gmk_q4k_quads(int64_t n, float *s, size_t bs, const void *w, size_t b
         GM_INSTALL(k, PE_TYPE_Q5_0, q5_0, with_gemm);    \
         GM_INSTALL(k, PE_TYPE_Q5_1, q5_1, with_gemm);    \
         GM_INSTALL(k, PE_TYPE_Q8_0, q8_0, with_gemm);    \
-        if (with_gemm) { /* not Q4_0: its repacked path may apply (x86_repack.h) */ \
+        if (with_gemm) {                                 \
+            GM_INSTALL_GEMM8(k, PE_TYPE_Q4_0, q4_0);     \
             GM_INSTALL_GEMM8(k, PE_TYPE_Q4_1, q4_1);     \
             GM_INSTALL_GEMM8(k, PE_TYPE_Q5_0, q5_0);     \
             GM_INSTALL_GEMM8(k, PE_TYPE_Q5_1, q5_1);     \
             GM_INSTALL_GEMM8(k, PE_TYPE_Q8_0, q8_0);     \
         }                                                \
         GM_INSTALL(k, PE_TYPE_Q4_K, q4_K, with_gemm);    \
-        (k)->type[PE_TYPE_Q4_K].vec_dot_path = vec_dot_path_q4_K; \
-        (k)->type[PE_TYPE_Q5_K].vec_dot_path = vec_dot_path_q5_K; \
-        (k)->type[PE_TYPE_Q6_K].vec_dot_path = vec_dot_path_q6_K; \
         GM_INSTALL(k, PE_TYPE_Q5_K, q5_K, with_gemm);    \
         GM_INSTALL(k, PE_TYPE_Q6_K, q6_K, with_gemm);    \
         if (with_gemm) GMK_PACK16_INSTALL(k);            \
-        GMR_INSTALL_ALL(k, with_gemm); /* after Q4_0's legacy kernels */ \
     } while (0)
 
 #endif /* PE_X86_GEMM_KQUANTS_H */

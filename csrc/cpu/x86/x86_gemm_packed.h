@@ -10,8 +10,8 @@
  * vector with vpdpbusd; AVX2 takes 8 at a time with maddubs (16-bit sums of
  * up to 8 Q4_K groups or 2 Q6_K groups cannot overflow) and madd, AVX-VNNI
  * with its vpdpbusd.  The integer totals are exact however they are
- * grouped, and the float steps are those of gmk_q4k_step / gmk_wide_step,
- * per pair, in the lanes, so a result equals the 4-row tiles' bit for bit. */
+ * grouped, and the float steps are those of gmk_q4k_step / gmk_q6_step,
+ * per pair, in the lanes, so a result equals vec_dot's bit for bit. */
 #ifndef PE_X86_GEMM_PACKED_H
 #define PE_X86_GEMM_PACKED_H
 
@@ -93,10 +93,9 @@ static inline void gmk_bsum_pairs(const block_q8_K *a, int32_t out[4]) {
 /* ---- column kernels: 16 packed rows against up to 4 activation rows y[0..3] ------------ */
 
 #if defined(PE_GEMM_VNNI)
-/* Q4_K; tiled: bit j set where column j takes the 4-row tile's steps (per
- * 64 elements), else per super-block */
+/* Q4_K, per super-block as gmk_q4k_step */
 static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
-                             int nc, unsigned tiled) {
+                             int nc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 whole[4], whole_mins[4];
     for (int j = 0; j < 4; j++) whole[j] = whole_mins[j] = _mm512_setzero_ps();
@@ -126,18 +125,11 @@ static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t
             for (int j = 0; j < 4; j++) {
                 const __m512i tot = _mm512_add_epi32(_mm512_mullo_epi32(lo[j], sc_lo), _mm512_mullo_epi32(hi[j], sc_hi));
                 const __m512i mins = _mm512_madd_epi16(mn, _mm512_set1_epi32(bp[j][c]));
-                if (tiled >> j & 1) {
-                    const __m512 da = _mm512_set1_ps(y[j][ib].d);
-                    whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, da), whole[j]);
-                    whole_mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmw, da), whole_mins[j]);
-                } else {
-                    sb_tot[j] = _mm512_add_epi32(sb_tot[j], tot);
-                    sb_mins[j] = _mm512_add_epi32(sb_mins[j], mins);
-                }
+                sb_tot[j] = _mm512_add_epi32(sb_tot[j], tot);
+                sb_mins[j] = _mm512_add_epi32(sb_mins[j], mins);
             }
         }
         for (int j = 0; j < 4; j++) {
-            if (tiled >> j & 1) continue;
             const __m512 da = _mm512_set1_ps(y[j][ib].d);
             whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_tot[j]), _mm512_mul_ps(dw, da), whole[j]);
             whole_mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_mins[j]), _mm512_mul_ps(dmw, da), whole_mins[j]);
@@ -146,48 +138,59 @@ static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t
     for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, _mm512_sub_ps(whole[j], whole_mins[j]));
 }
 
-/* Q6_K, the tiled k-quant product: a 16-element sub-block's 4 groups sum in
- * one accumulator, scaled once */
-static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+/* Q6_K as its row product (gmk_q6_step): per super-block eight exact
+ * integer lanes, lane t the scaled products of group t (elements 4t..4t+3)
+ * of every 32-element chunk k, less 32 x the scaled sums of the 16-element
+ * sub-blocks 2t and 2t + 1; acc_t = fma(dw * da, lane_t, acc_t); then the
+ * lanes folded in x86_sum_ps8's order, plus 0 (gmk_result's empty terms).
+ * Here a vector holds lane t of the 16 rows: 8 accumulators per column, so
+ * two columns a pass. */
+static void gmk_q6k_x16_pass(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[2],
                              int nc) {
-    __m512 acc[4];
-    for (int j = 0; j < 4; j++) acc[j] = _mm512_setzero_ps();
+    __m512 acc[2][8];
+    for (int j = 0; j < 2; j++)
+        for (int t = 0; t < 8; t++) acc[j][t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nsb; ib++) {
         const gmk_q6k_x16 *p = w + ib;
-        __m512i tot[4], off[4];
-        for (int j = 0; j < 4; j++) tot[j] = off[j] = _mm512_setzero_si512();
-        for (int k = 0; k < 8; k++)
-            for (int half = 0; half < 2; half++) {
-                __m512i part[4];
-                for (int j = 0; j < 4; j++) part[j] = _mm512_setzero_si512();
-                for (int t = 4 * half; t < 4 * half + 4; t++) {
-                    const __m512i codes = _mm512_loadu_si512(p->q[k][t]);
-                    for (int j = 0; j < 4; j++)
-                        part[j] = _mm512_dpbusd_epi32(part[j], codes,
-                                                      _mm512_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * t)));
-                }
-                const __m512i sc = _mm512_loadu_si512(p->sc[2 * k + half]);
-                for (int j = 0; j < 4; j++) tot[j] = _mm512_add_epi32(tot[j], _mm512_mullo_epi32(part[j], sc));
-            }
-        for (int i = 0; i < 8; i++) {
-            const __m512i scp = _mm512_loadu_si512(p->scp[i]);
-            for (int j = 0; j < 4; j++) {
-                const int16_t *bsums = y[j][ib].bsums;
-                off[j] = _mm512_add_epi32(off[j], _mm512_madd_epi16(scp, _mm512_set1_epi32(gmk_pair16(bsums[2 * i], bsums[2 * i + 1]))));
-            }
-        }
         const __m512 dw = _mm512_loadu_ps(p->d);
-        for (int j = 0; j < 4; j++) {
-            const __m512i total = _mm512_sub_epi32(tot[j], _mm512_slli_epi32(off[j], 5));
-            acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(total), dw), _mm512_set1_ps(y[j][ib].d), acc[j]);
+        __m512 scale[2];
+        for (int j = 0; j < nc; j++) scale[j] = _mm512_mul_ps(dw, _mm512_set1_ps(y[j][ib].d));
+        for (int t = 0; t < 8; t++) {
+            __m512i lane[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+            for (int k = 0; k < 8; k++) {
+                const __m512i codes = _mm512_loadu_si512(p->q[k][t]), sc = _mm512_loadu_si512(p->sc[2 * k + t / 4]);
+                for (int j = 0; j < nc; j++) {
+                    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes,
+                                                            _mm512_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * t)));
+                    lane[j] = _mm512_add_epi32(lane[j], _mm512_mullo_epi32(dot, sc));
+                }
+            }
+            const __m512i scp = _mm512_loadu_si512(p->scp[t]);
+            for (int j = 0; j < nc; j++) {
+                const int16_t *bsums = y[j][ib].bsums;
+                const __m512i off = _mm512_madd_epi16(scp, _mm512_set1_epi32(gmk_pair16(bsums[2 * t], bsums[2 * t + 1])));
+                lane[j] = _mm512_sub_epi32(lane[j], _mm512_slli_epi32(off, 5));
+                acc[j][t] = _mm512_fmadd_ps(scale[j], _mm512_cvtepi32_ps(lane[j]), acc[j][t]);
+            }
         }
     }
-    for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, acc[j]);
+    for (int j = 0; j < nc; j++) {
+        const __m512 *l = acc[j];
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                                         _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+        _mm512_storeu_ps(s + (size_t)j * bs, _mm512_add_ps(sum, _mm512_setzero_ps()));
+    }
+}
+
+static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+                             int nc) {
+    for (int j0 = 0; j0 < nc; j0 += 2)
+        gmk_q6k_x16_pass(w, nsb, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2);
 }
 #else
 /* AVX2: rows 8h .. 8h + 7 against columns j0, j0 + 1, one pass each */
 static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, size_t bs,
-                            const block_q8_K *const y[2], int nc, unsigned tiled) {
+                            const block_q8_K *const y[2], int nc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 whole[2], whole_mins[2];
     for (int j = 0; j < 2; j++) whole[j] = whole_mins[j] = _mm256_setzero_ps();
@@ -218,18 +221,11 @@ static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, 
                 const __m256i tot = _mm256_add_epi32(_mm256_mullo_epi32(gm_dot_total(lo[j]), sc_lo),
                                                      _mm256_mullo_epi32(gm_dot_total(hi[j]), sc_hi));
                 const __m256i mins = _mm256_madd_epi16(mn, _mm256_set1_epi32(bp[j][c]));
-                if (tiled >> j & 1) {
-                    const __m256 da = _mm256_set1_ps(y[j][ib].d);
-                    whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_mul_ps(dw, da), whole[j]);
-                    whole_mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmw, da), whole_mins[j]);
-                } else {
-                    sb_tot[j] = _mm256_add_epi32(sb_tot[j], tot);
-                    sb_mins[j] = _mm256_add_epi32(sb_mins[j], mins);
-                }
+                sb_tot[j] = _mm256_add_epi32(sb_tot[j], tot);
+                sb_mins[j] = _mm256_add_epi32(sb_mins[j], mins);
             }
         }
         for (int j = 0; j < 2; j++) {
-            if (tiled >> j & 1) continue;
             const __m256 da = _mm256_set1_ps(y[j][ib].d);
             whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb_tot[j]), _mm256_mul_ps(dw, da), whole[j]);
             whole_mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb_mins[j]), _mm256_mul_ps(dmw, da), whole_mins[j]);
@@ -239,93 +235,69 @@ static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, 
 }
 
 static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
-                             int nc, unsigned tiled) {
+                             int nc) {
     for (int j0 = 0; j0 < nc; j0 += 2)
         for (int h = 0; h < 2; h++)
-            gmk_q4k_x8_pair(w, nsb, h, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2, tiled >> j0);
+            gmk_q4k_x8_pair(w, nsb, h, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2);
 }
 
-static void gmk_q6k_x8_pair(const gmk_q6k_x16 *w, int64_t nsb, int h, float *s, size_t bs,
-                            const block_q8_K *const y[2], int nc) {
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+/* Q6_K as the AVX-512 kernel above: rows 8h .. 8h + 7 against one column */
+static void gmk_q6k_x8_col(const gmk_q6k_x16 *w, int64_t nsb, int h, float *s, const block_q8_K *y) {
+    __m256 acc[8];
+    for (int t = 0; t < 8; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nsb; ib++) {
         const gmk_q6k_x16 *p = w + ib;
-        __m256i tot[2], off[2];
-        for (int j = 0; j < 2; j++) tot[j] = off[j] = _mm256_setzero_si256();
-        for (int k = 0; k < 8; k++)
-            for (int half = 0; half < 2; half++) {
-                __m256i pairs[2][2];   /* two groups' 16-bit sums stay below 2^15 */
-                for (int j = 0; j < 2; j++) pairs[j][0] = pairs[j][1] = _mm256_setzero_si256();
-                for (int t = 0; t < 4; t++) {
-                    const __m256i codes = gm_load256(p->q[k][4 * half + t] + 8 * h);
-                    for (int j = 0; j < 2; j++)
-                        pairs[j][t / 2] = gm_dot_acc(pairs[j][t / 2], codes,
-                                                     _mm256_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * (4 * half + t))));
-                }
-                const __m256i sc = gm_load256(p->sc[2 * k + half] + 8 * h);
-                for (int j = 0; j < 2; j++) {
-                    const __m256i part = _mm256_add_epi32(gm_dot_total(pairs[j][0]), gm_dot_total(pairs[j][1]));
-                    tot[j] = _mm256_add_epi32(tot[j], _mm256_mullo_epi32(part, sc));
-                }
+        const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(p->d + 8 * h), _mm256_set1_ps(y[ib].d));
+        for (int t = 0; t < 8; t++) {
+            __m256i lane = _mm256_setzero_si256();
+            for (int k = 0; k < 8; k++) {   /* codes below 64: 16-bit pair sums below 2^15 */
+                const __m256i codes = gm_load256(p->q[k][t] + 8 * h), sc = gm_load256(p->sc[2 * k + t / 4] + 8 * h);
+                const __m256i dot = gm_dpbusd(_mm256_setzero_si256(), codes,
+                                              _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t)));
+                lane = _mm256_add_epi32(lane, _mm256_mullo_epi32(dot, sc));
             }
-        for (int i = 0; i < 8; i++) {
-            const __m256i scp = gm_load256(p->scp[i] + 8 * h);
-            for (int j = 0; j < 2; j++) {
-                const int16_t *bsums = y[j][ib].bsums;
-                off[j] = _mm256_add_epi32(off[j], _mm256_madd_epi16(scp, _mm256_set1_epi32(gmk_pair16(bsums[2 * i], bsums[2 * i + 1]))));
-            }
-        }
-        const __m256 dw = _mm256_loadu_ps(p->d + 8 * h);
-        for (int j = 0; j < 2; j++) {
-            const __m256i total = _mm256_sub_epi32(tot[j], _mm256_slli_epi32(off[j], 5));
-            acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(total), dw), _mm256_set1_ps(y[j][ib].d), acc[j]);
+            const __m256i off = _mm256_madd_epi16(gm_load256(p->scp[t] + 8 * h),
+                                                  _mm256_set1_epi32(gmk_pair16(y[ib].bsums[2 * t], y[ib].bsums[2 * t + 1])));
+            lane = _mm256_sub_epi32(lane, _mm256_slli_epi32(off, 5));
+            acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lane), acc[t]);
         }
     }
-    for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs + 8 * h, acc[j]);
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+                                     _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
+    _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(sum, _mm256_setzero_ps()));
 }
 
 static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
                              int nc) {
-    for (int j0 = 0; j0 < nc; j0 += 2)
-        for (int h = 0; h < 2; h++) gmk_q6k_x8_pair(w, nsb, h, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2);
+    for (int j = 0; j < nc; j++)
+        for (int h = 0; h < 2; h++) gmk_q6k_x8_col(w, nsb, h, s + (size_t)j * bs, y[j]);
 }
 #endif
 
 /* ---- gemm16 ------------------------------------------------------------------------------- */
 
-/* columns j0..j0 + 3 (the last repeated past nc) and their tiled bits */
-static inline unsigned gmk_quad_cols(const void *a, size_t ba, int j0, int nc, unsigned paths, unsigned bit,
-                                     const block_q8_K *y[4]) {
-    unsigned flags = 0;
+/* columns j0..j0 + 3 (the last repeated past nc) */
+static inline void gmk_quad_cols(const void *a, size_t ba, int j0, int nc, const block_q8_K *y[4]) {
     for (int j = 0; j < 4; j++) {
         const int col = j0 + (j0 + j < nc ? j : nc - 1 - j0);
         y[j] = (const block_q8_K *)((const uint8_t *)a + (size_t)col * ba);
-        flags |= ((paths >> (PE_PATH_BITS * col)) & bit ? 1u : 0u) << j;
     }
-    return flags;
 }
 
-static int gmk_q4k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
-                          unsigned paths) {
+static void gmk_q6k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
     for (int j0 = 0; j0 < nc; j0 += 4) {
         const block_q8_K *y[4];
-        const unsigned tiled = gmk_quad_cols(a, ba, j0, nc, paths, PE_PATH_TILE4, y);
-        gmk_q4k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4, tiled);
-    }
-    return 1;
-}
-
-/* Q6_K packs only for the tiled k-quant product (PE_PATH_WIDE) */
-static int gmk_q6k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
-                          unsigned paths) {
-    for (int j = 0; j < nc; j++)
-        if (!((paths >> (PE_PATH_BITS * j)) & PE_PATH_WIDE)) return 0;
-    for (int j0 = 0; j0 < nc; j0 += 4) {
-        const block_q8_K *y[4];
-        gmk_quad_cols(a, ba, j0, nc, paths, PE_PATH_WIDE, y);
+        gmk_quad_cols(a, ba, j0, nc, y);
         gmk_q6k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4);
     }
-    return 1;
+}
+
+static void gmk_q4k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
+    for (int j0 = 0; j0 < nc; j0 += 4) {
+        const block_q8_K *y[4];
+        gmk_quad_cols(a, ba, j0, nc, y);
+        gmk_q4k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4);
+    }
 }
 
 /* ---- legacy types: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 ------------------------------------------------- */
@@ -367,14 +339,14 @@ typedef struct {
 /* The starts of block ib's groups (-shift x each 4-code group's sum) in an
  * activation row of nb Q8_0 blocks, from the pe_q8_0_scales after it (the
  * product quantized it with them: gemm16_scales) for the shifts that have
- * them, 16 (Q5_0) and 128 (Q8_0); zeros for unshifted codes.  Summed in
+ * them, 8 (Q4_0), 16 (Q5_0) and 128 (Q8_0); zeros for unshifted codes.  Summed in
  * the kernel instead, per block and 16 weight rows, they cost a fifth of
  * Gemma-3's prompt products. */
 static const int32_t gml_no_start[8];
 static inline const int32_t *gml_starts(const uint8_t *row, int64_t nb, int64_t ib, int shift) {
     if (shift <= 0) return gml_no_start;
     const pe_q8_0_scales *sc = gm_q8_0_scales(row, nb * 32) + ib;
-    return shift == 16 ? sc->start5 : sc->start8;
+    return shift == 8 ? sc->start4 : shift == 16 ? sc->start5 : sc->start8;
 }
 
 /* an activation block's d and (q8_1) s: the block is d, [s], then 32 codes */
@@ -456,83 +428,11 @@ GM_INLINE void gml_x16_cols(const gml_x16 *w, int64_t nb, float *s, size_t bs, c
 #define GML_COLS 1
 #endif
 
-/* Q4_0 on weights with a multiple of 8 rows takes llama.cpp's repacked
- * arithmetic (x86_repack.h): per pair and block the whole integer sum S,
- * then acc = fma(S, dw * da, acc), the result acc.  Packed, a lane is a row:
- * the groups' products chain into one sum, and nothing is folded. */
-static inline int32_t gml_start_whole(const uint8_t *y, size_t ab, int shift) {
-    return -shift * gm_sum_codes32((const int8_t *)(y + ab - 32));
-}
-
-#if defined(PE_GEMM_VNNI)
-GM_INLINE void gml_x16_cols_whole(const gml_x16 *w, int64_t nb, float *s, size_t bs, const uint8_t *const a[2],
-                                  size_t ab, const int nc, int shift) {
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const gml_x16 *p = w + ib;
-        const __m512 dw = _mm512_loadu_ps(p->d);
-        const uint8_t *y[2];
-        __m512i sum[2];
-        for (int j = 0; j < nc; j++) {
-            y[j] = a[j] + (size_t)ib * ab;
-            sum[j] = _mm512_set1_epi32(gml_start_whole(y[j], ab, shift));
-        }
-        for (int t = 0; t < 8; t++) {
-            const __m512i codes = _mm512_loadu_si512(p->q[t]);
-            for (int j = 0; j < nc; j++)
-                sum[j] = _mm512_dpbusd_epi32(sum[j], codes, _mm512_set1_epi32((int)gm_u32(y[j] + ab - 32 + 4 * t)));
-        }
-        for (int j = 0; j < nc; j++)
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(gml_da(y[j]))), acc[j]);
-    }
-    for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, acc[j]);
-}
-#else
-GM_INLINE void gml_x16_cols_whole(const gml_x16 *w, int64_t nb, float *s, size_t bs, const uint8_t *const a[1],
-                                  size_t ab, const int nc, int shift) {
-    (void)bs, (void)nc;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};   /* rows 0..7, 8..15 */
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const gml_x16 *p = w + ib;
-        const uint8_t *y = a[0] + (size_t)ib * ab;
-        __m256i sum[2];
-        for (int h = 0; h < 2; h++) sum[h] = _mm256_set1_epi32(gml_start_whole(y, ab, shift));
-        for (int t = 0; t < 8; t++) {
-            const __m256i act = _mm256_set1_epi32((int)gm_u32(y + ab - 32 + 4 * t));
-            for (int h = 0; h < 2; h++)   /* codes below 16: 16-bit pair sums below 2^15 */
-                sum[h] = gm_dpbusd(sum[h], gm_load256(p->q[t] + 8 * h), act);
-        }
-        const __m256 da = _mm256_set1_ps(gml_da(y));
-        for (int h = 0; h < 2; h++)
-            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[h]), _mm256_mul_ps(_mm256_loadu_ps(p->d + 8 * h), da), acc[h]);
-    }
-    for (int h = 0; h < 2; h++) _mm256_storeu_ps(s + 8 * h, acc[h]);
-}
-#endif
-
-/* Q4_0: the repacked arithmetic only (rows of a weight whose row count is
- * not a multiple of 8 take the lane arithmetic, in the gemm) */
-static int gml_q4_0_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc,
-                           unsigned paths) {
-    if (!(paths & PE_PATH_ROWS8)) return 0;   /* a weight property: every row carries it or none */
-    for (int j0 = 0; j0 < nc; j0 += GML_COLS) {
-        const uint8_t *y[GML_COLS];
-        for (int j = 0; j < GML_COLS; j++) y[j] = (const uint8_t *)a + (size_t)(j0 + j < nc ? j0 + j : nc - 1) * ba;
-        float *sj = s + (size_t)j0 * bs;
-        if (nc - j0 >= GML_COLS)
-            gml_x16_cols_whole(packed, n / 32, sj, bs, y, sizeof(block_q8_0), GML_COLS, 8);
-        else
-            gml_x16_cols_whole(packed, n / 32, sj, bs, y, sizeof(block_q8_0), 1, 8);
-    }
-    return 1;
-}
-
 /* columns in passes of GML_COLS, each count a constant so that the
  * accumulators stay in registers */
 #define GML_DEFINE_GEMM16(NAME, AB, SHIFT, WITH_MIN)                                                       \
-    static int gml_##NAME##_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a,     \
-                                   size_t ba, int nc, unsigned paths) {                                   \
-        (void)paths; /* one arithmetic for every row */                                                   \
+    static void gml_##NAME##_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a,    \
+                                    size_t ba, int nc) {                                                  \
         for (int j0 = 0; j0 < nc; j0 += GML_COLS) {                                                       \
             const uint8_t *y[GML_COLS];                                                                   \
             for (int j = 0; j < GML_COLS; j++)                                                            \
@@ -543,14 +443,13 @@ static int gml_q4_0_gemm16(int64_t n, float *s, size_t bs, const void *packed, c
             else                                                                                          \
                 gml_x16_cols(packed, n / 32, sj, bs, y, sizeof(AB), 1, SHIFT, WITH_MIN);                  \
         }                                                                                                 \
-        return 1;                                                                                         \
     }
 
 #define GML_DEFINE(NAME, WB, AB, ROW, SHIFT, WITH_MIN) \
     GML_DEFINE_PACK16(NAME, WB, ROW, SHIFT, WITH_MIN)  \
     GML_DEFINE_GEMM16(NAME, AB, SHIFT, WITH_MIN)
 
-GML_DEFINE_PACK16(q4_0, block_q4_0, gm_row_q4_0, 8, 0)
+GML_DEFINE(q4_0, block_q4_0, block_q8_0, gm_row_q4_0, 8, 0)
 GML_DEFINE(q4_1, block_q4_1, block_q8_1, gm_row_q4_1, 0, 1)
 GML_DEFINE(q5_0, block_q5_0, block_q8_0, gm_row_q5_0, 16, 0)
 GML_DEFINE(q5_1, block_q5_1, block_q8_1, gm_row_q5_1, 0, 1)
@@ -574,6 +473,7 @@ GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_Q8_0_SHIFT, 0)
         GML_INSTALL_ONE(k, PE_TYPE_Q5_0, q5_0);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q5_1, q5_1);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q8_0, q8_0);             \
+        (k)->type[PE_TYPE_Q4_0].gemm16_scales = 1;          \
         (k)->type[PE_TYPE_Q5_0].gemm16_scales = 1;          \
         (k)->type[PE_TYPE_Q8_0].gemm16_scales = GML_Q8_0_SHIFT > 0; \
     } while (0)

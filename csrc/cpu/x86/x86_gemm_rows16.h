@@ -167,51 +167,6 @@ GM_INLINE void gemm8_pair_q5_0x8_cols(int64_t n, float *s, size_t bs, const bloc
     gp_store_folds(s, bs, acc, nc);
 }
 
-/* gemm8_q4_0x8_n over 16 rows (groups x and x2), and IQ4_NL's (grid: its
- * values, signed codes) as gemm8_iq4_nlx8_n; 4 activation rows in one pass */
-GM_INLINE void gemm8_pair_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8 *x, const uint8_t *a, size_t ba,
-                                   const int nc, const int grid) {
-    const int64_t nb = n / QK4_0;
-    const block_q4_0x8 *x2 = x + nb;
-    const __m512i values = _mm512_broadcast_i32x4(gm_load128(pe_iq4nl_values));
-    const pe_q8_0_scales *sc[4];
-    __m512 acc[4];
-    for (int j = 0; j < nc; j++) {
-        sc[j] = gm_q8_0_scales(a + (size_t)j * ba, n);
-        acc[j] = _mm512_setzero_ps();
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        gp_prefetch(x, sizeof *x, b, nb, 0, 1);
-        __m512i code[8], mag[8];
-        gp_nibbles(x[b].qs, x2[b].qs, code);
-        for (int u = 0; u < 8 && grid; u++) {
-            code[u] = _mm512_shuffle_epi8(values, code[u]);
-            mag[u] = _mm512_abs_epi8(code[u]);
-        }
-        const __m512 dw = gp_halves(x[b].d, x2[b].d);
-        for (int j = 0; j < nc; j++) {
-            const block_q8_0 *y = (const block_q8_0 *)(a + (size_t)j * ba) + b;
-            __m512i low = grid ? _mm512_setzero_si512() : _mm512_set1_epi32(sc[j][b].start4);
-            __m512i high = _mm512_setzero_si512();
-            for (int u = 0; u < 4; u++) {   /* two chains: the integer sum is exact in any order */
-                if (grid) {
-                    low = gp_dot4_signed(low, mag[u], code[u], y->qs + 4 * u);
-                    high = gp_dot4_signed(high, mag[u + 4], code[u + 4], y->qs + 4 * (u + 4));
-                } else {
-                    low = gp_dot4(low, code[u], y->qs + 4 * u);
-                    high = gp_dot4(high, code[u + 4], y->qs + 4 * (u + 4));
-                }
-            }
-            const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(sc[j][b].d));
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(low, high)), d, acc[j]);
-        }
-    }
-    for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, acc[j]);
-}
-
-GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_pair_q4_0x8, pair_q4_0x8, block_q4_0x8, , 0)
-GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_pair_iq4_nlx8, pair_q4_0x8, block_q4_0x8, , 1)
-
 /* gr_q4k_six_bits for 16 rows */
 static inline __m512i gp_q4k_six_bits(int k, __m512i word01, __m512i word2, int high) {
     if (k < 4) return _mm512_and_si512(_mm512_srli_epi32(word01, 8 * k), _mm512_set1_epi32(63));
@@ -222,7 +177,7 @@ static inline __m512i gp_q4k_six_bits(int k, __m512i word01, __m512i word2, int 
 
 /* gemm8_q4_Kx8_n over 16 rows: groups x and x + nb */
 GM_INLINE void gemm8_pair_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8 *x, const uint8_t *a, size_t ba,
-                                   const int nc, const int tile4) {
+                                   const int nc) {
     const int64_t nb = n / QK_K;
     const block_q4_Kx8 *x2 = x + nb;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -268,16 +223,11 @@ GM_INLINE void gemm8_pair_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q
                 const __m512i part_mins =
                     _mm512_add_epi32(_mm512_mullo_epi32(min_lo, _mm512_set1_epi32(bs16[0] + bs16[1])),
                                      _mm512_mullo_epi32(min_hi, _mm512_set1_epi32(bs16[2] + bs16[3])));
-                if (tile4) {
-                    whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(part), d[j], whole[j]);
-                    mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(part_mins), dmin[j], mins[j]);
-                } else {
-                    total[j] = _mm512_add_epi32(total[j], part);
-                    mins_total[j] = _mm512_add_epi32(mins_total[j], part_mins);
-                }
+                total[j] = _mm512_add_epi32(total[j], part);
+                mins_total[j] = _mm512_add_epi32(mins_total[j], part_mins);
             }
         }
-        for (int j = 0; j < nc && !tile4; j++) {
+        for (int j = 0; j < nc; j++) {
             whole[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[j]), d[j], whole[j]);
             mins[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins_total[j]), dmin[j], mins[j]);
         }
@@ -289,15 +239,13 @@ GM_INLINE void gemm8_pair_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q
 GR_DEFINE_GEMM8_BY_PAIRS(pair_q4_1x8, block_q8_1)
 GR_DEFINE_GEMM8_BY_PAIRS(pair_q8_0x8, block_q8_0)
 GR_DEFINE_GEMM8_BY_PAIRS(pair_q5_0x8, block_q8_0)
-GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_pair_q4_Kx8, pair_q4_Kx8, block_q4_Kx8, , 0)
-GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_pair_q4_Kx8_tile4, pair_q4_Kx8, block_q4_Kx8, , 1)
+GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_pair_q4_Kx8, pair_q4_Kx8, block_q4_Kx8, )
 
 /* The pair kernels, and how many activation rows each type's takes before
  * unpacked tiles win (gemm8_cols).  One thread pair, products of 1536 x 576
  * to 12288 x 576 (4096 x 640, x 1024 for Q5_0, Q4_K), pairs against tiles:
  * Q4_1 and Q8_0 ahead at every batch up to 300 rows (75-84 multiply-adds/ns
- * a thread against 57-76), Q4_0 ~140 against 71-92 (the whole block's
- * integer sum before one fma); Q5_0 ahead at 64 rows (10%), behind from 128;
+ * a thread against 57-76); Q5_0 ahead at 64 rows (10%), behind from 128;
  * Q4_K ahead up to 128 rows, behind at 256.  SmolLM2's prompts of 64-150
  * tokens took 20-25% less time, of 256 and 384 7-10%, of 512 the same. */
 #define GP_INSTALL_ALL(k)                                                      \
@@ -306,14 +254,9 @@ GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_pair_q4_Kx8_tile4, pair_q4_Kx8, block_q4_Kx8,
         (k)->type[PE_TYPE_Q4_1_X8].gemm8_cols = 512;                           \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8_pair = gemm8_pair_q8_0x8;             \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8_cols = 512;                           \
-        (k)->type[PE_TYPE_Q4_0_X8].gemm8_pair = gemm8_pair_q4_0x8;             \
-        (k)->type[PE_TYPE_Q4_0_X8].gemm8_cols = 512;                           \
-        (k)->type[PE_TYPE_IQ4_NL_X8].gemm8_pair = gemm8_pair_iq4_nlx8;         \
-        (k)->type[PE_TYPE_IQ4_NL_X8].gemm8_cols = 512;                         \
         (k)->type[PE_TYPE_Q5_0_X8].gemm8_pair = gemm8_pair_q5_0x8;             \
         (k)->type[PE_TYPE_Q5_0_X8].gemm8_cols = 96;                            \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_pair = gemm8_pair_q4_Kx8;             \
-        (k)->type[PE_TYPE_Q4_K_X8].gemm8_pair_tile4 = gemm8_pair_q4_Kx8_tile4; \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_cols = 128;                           \
     } while (0)
 

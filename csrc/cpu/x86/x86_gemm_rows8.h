@@ -1,6 +1,6 @@
-/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_0, IQ4_NL, Q4_K, Q8_0
- * and Q5_0 weights interleaved by 8 rows (block_q4_1x8, block_q4_0x8,
- * block_iq4_nlx8, block_q4_Kx8, block_q8_0x8, block_q5_0x8, ref_rows8.c),
+/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_K, Q8_0 and Q5_0
+ * weights interleaved by 8 rows (block_q4_1x8, block_q4_Kx8, block_q8_0x8,
+ * block_q5_0x8, ref_rows8.c),
  * written once for avx2_gemm.c (and avxvnni_gemm.c) and avx512_gemm.c after
  * x86_gemm.h.
  *
@@ -12,8 +12,9 @@
  * own dw * da; the final fold adds the t vectors in x86_sum_ps8's order.
  * Every result is bit-identical to vec_dot, with no per-row scale gathers,
  * code unpacking or horizontal sums, and one memory stream per 8 rows.  Q8_0
- * and Q5_0 are Q4_1's scheme on signed codes; Q4_0, IQ4_NL and Q4_K (below) take
- * llama.cpp's repacked arithmetic the same way. */
+ * and Q5_0 are Q4_1's scheme on signed codes; Q4_K (below) takes its own row
+ * product's arithmetic the same way.  (Q4_0 and IQ4_NL have no kernel here:
+ * their rows stay as the file has them, with the plain gemm8.) */
 #ifndef PE_X86_GEMM_ROWS8_H
 #define PE_X86_GEMM_ROWS8_H
 
@@ -218,38 +219,6 @@ GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_
 }
 GR_DEFINE_GEMM8_BY_PAIRS(q5_0x8, block_q8_0)
 
-/* Q4_0, interleaved only on weights of 8-row multiples, where llama.cpp
- * multiplies its own repacked copy (x86_repack.h): per block the whole
- * integer sum S, the codes' offset of 8 off as -8 x the activations' sum
- * (pe_q8_0_scales' start4), and acc = fma(S, dw * da, acc), one lane per
- * row all along. */
-GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8 *x, const uint8_t *a,
-                              size_t ba, const int nc) {
-    const pe_q8_0_scales *sc[4];
-    __m256 acc[4];
-    for (int j = 0; j < nc; j++) {
-        sc[j] = gm_q8_0_scales(a + (size_t)j * ba, n);
-        acc[j] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < n / QK4_0; b++) {
-        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
-        __m256i code[8];
-        gr_nibbles(x[b].qs, code);
-        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
-        for (int j = 0; j < nc; j++) {
-            const block_q8_0 *y = (const block_q8_0 *)(a + (size_t)j * ba) + b;
-            __m256i low = _mm256_set1_epi32(sc[j][b].start4), high = _mm256_setzero_si256();
-            for (int u = 0; u < 4; u++) {   /* two chains: the integer sum is exact in any order */
-                low = gr_dot4(low, code[u], y->qs + 4 * u);
-                high = gr_dot4(high, code[u + 4], y->qs + 4 * (u + 4));
-            }
-            const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(&sc[j][b].d));
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(low, high)), d, acc[j]);
-        }
-    }
-    for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs, acc[j]);
-}
-
 /* gemm8 (FN) over a kernel whose column count is a compile-time constant;
  * the arguments after the first extra one (left empty) follow the count */
 #define GR_DEFINE_GEMM8_BY_COLS_WITH(FN, NAME, XB, ...)                                                   \
@@ -264,44 +233,7 @@ GM_INLINE void gemm8_q4_0x8_n(int64_t n, float *s, size_t bs, const block_q4_0x8
         }                                                                                                 \
     }
 #define GR_DEFINE_GEMM8_BY_COLS(NAME, XB) GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_##NAME, NAME, XB, )
-GR_DEFINE_GEMM8_BY_COLS(q4_0x8, block_q4_0x8)
 
-/* IQ4_NL, like Q4_0 (llama.cpp repacks it the same way): the codes are its
- * grid's signed values, so their magnitudes multiply the activations
- * carrying the codes' signs (exact: |a| <= 127). */
-GM_INLINE void gemm8_iq4_nlx8_n(int64_t n, float *s, size_t bs, const block_iq4_nlx8 *x, const uint8_t *a,
-                                size_t ba, const int nc) {
-    const __m256i grid = _mm256_broadcastsi128_si256(gm_load128(pe_iq4nl_values));
-    const pe_q8_0_scales *sc[4];
-    __m256 acc[4];
-    for (int j = 0; j < nc; j++) {
-        sc[j] = gm_q8_0_scales(a + (size_t)j * ba, n);
-        acc[j] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < n / QK4_NL; b++) {
-        pe_prefetch(x + b + GR_PREFETCH_BLOCKS, sizeof *x);
-        __m256i code[8], mag[8];
-        gr_nibbles(x[b].qs, code);
-        for (int u = 0; u < 8; u++) {
-            code[u] = _mm256_shuffle_epi8(grid, code[u]);
-            mag[u] = _mm256_abs_epi8(code[u]);
-        }
-        const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d));
-        for (int j = 0; j < nc; j++) {
-            const block_q8_0 *y = (const block_q8_0 *)(a + (size_t)j * ba) + b;
-            __m256i low = _mm256_setzero_si256(), high = _mm256_setzero_si256();
-            for (int u = 0; u < 4; u++) {
-                low = gr_dot4_signed(low, mag[u], code[u], y->qs + 4 * u);
-                high = gr_dot4_signed(high, mag[u + 4], code[u + 4], y->qs + 4 * (u + 4));
-            }
-            const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(&sc[j][b].d));
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(low, high)), d, acc[j]);
-        }
-    }
-    for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs, acc[j]);
-}
-
-GR_DEFINE_GEMM8_BY_COLS(iq4_nlx8, block_iq4_nlx8)
 
 /* The 6-bit scale (or, from word 1 instead of 0, min) of sub-block k of 8
  * rows, lane by lane from the words of their packed scales (block_q4_Kx8),
@@ -317,15 +249,14 @@ static inline __m256i gr_q4k_six_bits(int k, __m256i word01, __m256i word2, int 
  * gmk_q4k_step): per super-block the integer sum, sum_k scale_k * (codes . a
  * over sub-block k), and the min term's, sum_k min_k * (a's sum over
  * sub-block k), each multiply-added into one float (d = dw * da, dmin =
- * dminw * da), the result 0 + (whole - mins).  Its row product (GEMV) adds
- * them per super-block; rows in its 4-row tiles (PE_PATH_TILE4, tile4 here)
- * per 64 elements, sub-blocks 2c and 2c + 1.  Past 16 activation rows the
+ * dminw * da), the result 0 + (whole - mins), added per super-block (its
+ * row product, GEMV).  Past 16 activation rows the
  * unpacked tiles, decoding a super-block once for many rows, win
  * (gemm8_cols): one thread, a 1024 x 1536 product, this kernel against
  * unpacking: 4 rows 76 against 130 us, 8 151 / 175, 16 303 / 327, 24 ~440 /
  * ~420, 32 ~590 / ~515. */
 GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8 *x, const uint8_t *a,
-                              size_t ba, const int nc, const int tile4) {
+                              size_t ba, const int nc) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 whole[4], mins[4];
     for (int j = 0; j < nc; j++) whole[j] = mins[j] = _mm256_setzero_ps();
@@ -367,16 +298,11 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
                 const __m256i part_mins =
                     _mm256_add_epi32(_mm256_mullo_epi32(min_lo, _mm256_set1_epi32(bs16[0] + bs16[1])),
                                      _mm256_mullo_epi32(min_hi, _mm256_set1_epi32(bs16[2] + bs16[3])));
-                if (tile4) {
-                    whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), d[j], whole[j]);
-                    mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part_mins), dmin[j], mins[j]);
-                } else {
-                    total[j] = _mm256_add_epi32(total[j], part);
-                    mins_total[j] = _mm256_add_epi32(mins_total[j], part_mins);
-                }
+                total[j] = _mm256_add_epi32(total[j], part);
+                mins_total[j] = _mm256_add_epi32(mins_total[j], part_mins);
             }
         }
-        for (int j = 0; j < nc && !tile4; j++) {
+        for (int j = 0; j < nc; j++) {
             whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total[j]), d[j], whole[j]);
             mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins_total[j]), dmin[j], mins[j]);
         }
@@ -385,8 +311,7 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
         _mm256_storeu_ps(s + (size_t)j * bs, _mm256_add_ps(_mm256_setzero_ps(), _mm256_sub_ps(whole[j], mins[j])));
 }
 
-GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_q4_Kx8, q4_Kx8, block_q4_Kx8, , 0)
-GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_q4_Kx8_tile4, q4_Kx8, block_q4_Kx8, , 1)
+GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
 
 /* Q4_K's limit (gemm8_cols), measured as above on Zen 4 for AVX2.  AVX-VNNI's
  * (Intel's cores) keeps up with the unpacked tiles to ~64 rows: Intel VM, two
@@ -402,14 +327,8 @@ GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_q4_Kx8_tile4, q4_Kx8, block_q4_Kx8, , 1)
     do {                                                    \
         (k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8;    \
         (k)->type[PE_TYPE_Q4_1_X8].gemm8_scales = 1;        \
-        (k)->type[PE_TYPE_Q4_0_X8].gemm8 = gemm8_q4_0x8;    \
-        (k)->type[PE_TYPE_Q4_0_X8].gemm8_scales = 1;        \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8 = gemm8_q4_Kx8;    \
-        (k)->type[PE_TYPE_Q4_K_X8].gemm8_paths = PE_PATH_TILE4; \
-        (k)->type[PE_TYPE_Q4_K_X8].gemm8_tile4 = gemm8_q4_Kx8_tile4; \
         (k)->type[PE_TYPE_Q4_K_X8].gemm8_cols = GR_Q4_K_COLS; \
-        (k)->type[PE_TYPE_IQ4_NL_X8].gemm8 = gemm8_iq4_nlx8; \
-        (k)->type[PE_TYPE_IQ4_NL_X8].gemm8_scales = 1;      \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8 = gemm8_q8_0x8;    \
         (k)->type[PE_TYPE_Q8_0_X8].gemm8_scales = 1;        \
         (k)->type[PE_TYPE_Q5_0_X8].gemm8 = gemm8_q5_0x8;    \
