@@ -35,9 +35,12 @@ from conftest import available_isas, forced_isa
 from model_parity import DATA, CaseRun, compare, golden, load, prompt_logits, rewrite, run_case
 from model_reference import Reference
 from pyengine.errors import ModelError
+from pyengine.gguf import GGUFFile
 from pyengine.kvcache import KeyRotator, KVCache
 from pyengine.ml.context import Backend
-from pyengine.runner.forward import BatchGraph, Forward
+from pyengine.runner.engine import Engine
+from pyengine.runner.forward import Forward
+from pyengine.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -254,25 +257,32 @@ def test_phi3_longrope_factors(tmp_path):
     assert np.abs(ours[48] - runs("phi3-q5_0")[1][1].logits).max() > 0.5
 
 
-def test_phi3_longrope_follows_the_context_per_sequence(tmp_path, monkeypatch):
+def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
     """llama.cpp picks LongRoPE's set by the context one sequence may fill (n_ctx_seq,
     llama_model::get_rope_factors), not by the cache's size: 4 sequences of up to 48
     tokens in 192 cells rope with the short set (the original context is 64), as one
-    sequence in 48 cells does.  A graph reads it from its batch (the cache's width
-    when the batch does not say); a shift must be told it."""
+    sequence in 48 cells does, in a graph (Forward's n_ctx_seq, the engine's n_ctx)
+    and in a context shift (KeyRotator's, which must be told it)."""
     path = phi3_longrope(tmp_path)
     model = load(path)
     assert model.rope_factors(64) is model.rope_factors_short
     assert model.rope_factors(65) is model.rope_factors_long
     ids = runs("phi3-q5_0")[0][1]["ids"]                       # 41 tokens
 
-    def logits(n_cells):
-        return prompt_logits(Forward(model, backend(), KVCache(model.cache_layout(), n_cells)), ids)
+    def logits(n_cells, n_ctx_seq=None):
+        return prompt_logits(Forward(model, backend(), KVCache(model.cache_layout(), n_cells), n_ctx_seq=n_ctx_seq),
+                             ids)
 
     lone, wide = logits(48), logits(4 * 48)
-    assert np.abs(lone - wide).max() > 0.5                     # the cache's width: the long set
-    monkeypatch.setattr(BatchGraph, "n_ctx_seq", 48, raising=False)
-    assert np.array_equal(logits(4 * 48), lone)
+    assert np.abs(lone - wide).max() > 0.5                     # the whole cache: the long set
+    assert np.array_equal(logits(4 * 48, n_ctx_seq=48), lone)
+    gguf = GGUFFile(path)
+    engine = Engine(model, Tokenizer.from_gguf(gguf), backend(), n_ctx=48, n_parallel=4, background=False)
+    try:                                                       # the engine tells both its n_ctx
+        assert np.array_equal(prompt_logits(engine.forward, ids), lone)
+        assert engine.rotator.n_ctx_seq == 48
+    finally:
+        engine.close()
     cache = KVCache(model.cache_layout(), 48)
     Forward(model, backend(), cache)(np.array(ids[:12], np.int32), np.arange(12), np.zeros(12), np.array([11]))
     with pytest.raises(ModelError, match="context per sequence"):

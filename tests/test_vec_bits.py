@@ -255,7 +255,7 @@ def test_attention_gives_the_same_bits(t, softcap):
         return ctx.attn(ctx.input(q, "q"), ctx.cache(k, 1, (hd * hkv, n_cells), "k"),
                         ctx.cache(v, 1, (hd * hkv, n_cells), "v"), ctx.input(mask, "mask"),
                         ctx.input(np.array([n_cells], np.int32), "kv_len"), n_head_kv=hkv, scale=hd ** -0.5,
-                        softcap=softcap, lone=ctx.input(np.ones(t, np.int32), "lone") if t == 1 else None)
+                        softcap=softcap)
     assert_same_bits(graph_bits(build), f"attention t={t}")
 
 

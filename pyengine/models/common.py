@@ -405,11 +405,9 @@ class Decoder(Module):
 
 
 def context_per_sequence(batch) -> int:
-    """The context one sequence of the batch may fill (llama.cpp's n_ctx_seq): what the
-    runner says (`batch.n_ctx_seq`), else the width of layer 0's cache, which a lone
-    sequence may fill (for a model whose layers all attend globally)."""
-    n_ctx_seq = getattr(batch, "n_ctx_seq", None)
-    return n_ctx_seq if n_ctx_seq is not None else batch.attn_inputs(0).k.shape[1]
+    """The context one sequence of the batch may fill (llama.cpp's n_ctx_seq), as the
+    runner says (runner/forward.py: the engine's n_ctx, else the whole cache)."""
+    return batch.n_ctx_seq
 
 
 def scaled(ctx: Context, x: Tensor, s: float) -> Tensor:

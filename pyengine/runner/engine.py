@@ -97,12 +97,13 @@ class Engine:
         # kv_type None: $PYENGINE_KV_CACHE_TYPE, else f16 (kvcache/rows.py)
         self.cache = KVCache(layout, n_cells, window_cells=windows, kv_type=kv_type,
                              head_dim=getattr(model.cfg, "head_dim", None))
-        self.forward = Forward(model, backend, self.cache, max_tokens=n_batch)
+        # a sequence may fill n_ctx cells: what Phi-3's LongRoPE picks its factors by
+        self.forward = Forward(model, backend, self.cache, max_tokens=n_batch, n_ctx_seq=n_ctx)
         # a decode step's logits land here (read before the next step), not in fresh pages;
         # one view per row count, the same object every step (a graph keeps it bound)
         step_logits = np.empty((n_parallel, self.n_vocab), np.float32)
         self._step_logits = [step_logits[:n] for n in range(n_parallel + 1)]
-        self.rotator = KeyRotator(model, backend)
+        self.rotator = KeyRotator(model, backend, n_ctx_seq=n_ctx)
         self.slots = SlotTable(self.cache)
         self.eog_ids = frozenset(t for t in tokenizer.eog_ids if 0 <= t < self.n_vocab)
         self._pieces: list[bytes] | None = None

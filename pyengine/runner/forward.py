@@ -89,8 +89,9 @@ class BatchGraph:
     `hidden`, `n_out` final-norm hidden rows of n_embd values)."""
 
     def __init__(self, model, backend: Backend, cache: KVCache, buffers: HostBuffers,
-                 n_tokens: int, n_out: int, hidden: bool = False) -> None:
+                 n_tokens: int, n_out: int, hidden: bool = False, n_ctx_seq: int | None = None) -> None:
         self.n_tokens, self.n_out = n_tokens, n_out
+        self.n_ctx_seq = cache.n_cells if n_ctx_seq is None else n_ctx_seq   # the context one sequence may fill
         ctx = Context(backend)
         self.ctx = ctx
         self.tokens = ctx.input(buffers.tokens[:n_tokens], "tokens")
@@ -131,8 +132,11 @@ class BatchGraph:
 class Forward:
     """Runs batches of tokens (of one or more sequences) through a model over one KV cache."""
 
-    def __init__(self, model, backend: Backend, cache: KVCache, max_tokens: int = 512) -> None:
+    def __init__(self, model, backend: Backend, cache: KVCache, max_tokens: int = 512,
+                 n_ctx_seq: int | None = None) -> None:
+        """n_ctx_seq: the context one sequence may fill (None: all of the cache)."""
         self.model = model
+        self.n_ctx_seq = n_ctx_seq
         self.backend = backend
         self.cache = cache
         self.n_vocab = model.cfg.n_vocab
@@ -149,7 +153,8 @@ class Forward:
         key = (n_tokens, n_out, hidden)
         g = self._graphs.get(key)
         if g is None:
-            g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out, hidden)
+            g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out, hidden,
+                           self.n_ctx_seq)
             self.n_graphs_built += 1
             self._graphs[key] = g
             if len(self._graphs) > MAX_GRAPHS:
