@@ -285,7 +285,7 @@ def attn_values_f16(const float[:, ::1] p, const uint16_t[:, ::1] v, const int32
 
 
 def attn_lanes():
-    """The current ISA's attention vector width in floats."""
+    """The float lanes attention's kernels accumulate in (the same on every ISA)."""
     return pe_attn_lanes()
 
 

@@ -14,6 +14,7 @@
 
 #include "blocks.h"
 #include "internal.h"
+#include "vec_math.h"
 
 void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *cache = &ex->g->t[t->src[0]], *s = &ex->g->t[t->src[1]], *slots = &ex->g->t[t->src[2]];
@@ -226,7 +227,7 @@ static void cap_scores(const pe_tensor *t, attn_group *ag) {
     for (int64_t gi = 0; gi < ag->group; gi++) {
         float *sc = ag->scores + gi * ag->n_slots;
         for (int64_t i = 0; i < ag->n_visible; i++) {
-            const float s = softcap * tanhf(sc[ag->vslot[i]] * (1.0f / softcap)) * scale;
+            const float s = softcap * pe_tanhf(sc[ag->vslot[i]] * (1.0f / softcap)) * scale;
             sc[ag->vslot[i]] = s;
             if (s > ag->mx[gi]) ag->mx[gi] = s;
         }

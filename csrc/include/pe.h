@@ -132,7 +132,7 @@ int pe_attn_scores_f16(const float *x, int nx, const uint16_t *y, int ny, int64_
 /* Attention's product of probabilities with an F16 V as the current ISA
  * computes it: p[nh][n] against the rows v[n][hd] of cells cell[n] (-1:
  * none), out[nh][hd], in nacc accumulators (1: attention's); nh <= 4.
- * pe_attn_lanes: the ISA's vector width in floats (LANES in vec.c). */
+ * pe_attn_lanes: the lanes every ISA's attention kernels accumulate in (LANES in vec.c). */
 int pe_attn_values_f16(const float *p, int nh, int64_t n, const uint16_t *v, const int32_t *cell, int64_t hd, int nacc,
                        float *out);
 int pe_attn_lanes(void);
