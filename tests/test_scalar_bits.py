@@ -242,14 +242,9 @@ def assert_same_logits(tmp_path, models: list) -> None:
     assert not differ, f"scalar logits differ from AVX2's (max |difference|): {differ}"
 
 
-# NOTE (issue #25): the two whole-model checks need more than the block kernels
-# above.  They pass only once the float vector kernels (cpu/vec.c: attention's F16
-# products, softmax, norms) give the same bits on the scalar and AVX2 tables, and
-# the AVX2 table's batch paths (PE_PATH_*, the ROWS8 decoding kernels of Q4_0 /
-# IQ4_NL) follow the lone-row arithmetic: a 10-token prompt takes them.  With the
-# AVX2 vector kernels on the scalar table and every token on the lone path, SmolLM2
-# and each of these models give AVX2's logits bit for bit, but for llama-wide-iq4_nl
-# and llama-wide-q4_0 (their ROWS8 kernels).
+# Whole models: beyond the block kernels above, this holds the float vector kernels
+# (cpu/vec.c: attention's F16 products, softmax, norms) and the tiles a prompt takes
+# (which give vec_dot's bits) to the same arithmetic on both tables.
 def test_synthetic_models_scalar_logits_are_avx2s(tmp_path):
     assert_same_logits(tmp_path, [SYNTH / m for m in SYNTH_MODELS])
 
