@@ -116,6 +116,37 @@ def test_every_x86_table_gives_avx2s_bits(isa: str, qtype: T) -> None:
         assert mismatch.size == 0, (isa, qtype.name, m, mismatch[:5].tolist())
 
 
+def float_weight(qtype: T, n: int, k: int, rng: np.random.Generator) -> Weight:
+    """An F32, F16 or BF16 weight of n rows of k random elements."""
+    values = rng.standard_normal((n, k)).astype(np.float32)
+    if qtype == T.F16:
+        data = values.astype(np.float16).view(np.uint8)
+    elif qtype == T.BF16:
+        data = (values.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    else:
+        data = values.view(np.uint8)
+    return Weight(qtype, k, n, data.reshape(-1))
+
+
+@pytest.mark.parametrize("isa", [isa for isa in available_isas() if isa != "avx2"])
+@pytest.mark.parametrize("qtype", (T.F32, T.F16, T.BF16), ids=lambda t: t.name)
+def test_float_products_are_the_same_on_every_table(isa: str, qtype: T) -> None:
+    """The float types' products (four 8-lane accumulators over 32 elements, the rest in
+    double) give AVX2's bits on every table, the scalar one too, alone or in a batch, for
+    row lengths with and without a tail."""
+    rng = np.random.default_rng(5 + int(qtype))
+    for k in (64, 200, 256, 1000):
+        weight = float_weight(qtype, 24, k, rng)
+        x = rng.standard_normal((17, k)).astype(np.float32)
+        for m in (1, 4, 17):
+            with forced_isa("avx2"):
+                want = mul_mat(weight, x[:m])
+            with forced_isa(isa):
+                got = mul_mat(weight, x[:m])
+            mismatch = np.argwhere(bits(got) != bits(want))
+            assert mismatch.size == 0, (isa, qtype.name, k, m, mismatch[:5].tolist())
+
+
 @pytest.mark.parametrize("isa", SIMD_ISAS)
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 def test_row_alone_equals_row_in_batch(isa: str, qtype: T) -> None:
