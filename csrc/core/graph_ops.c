@@ -200,12 +200,15 @@ int pe_op_set_rows(pe_graph *g, int cache, int src, int slots) {
         return fail_shapes("set_rows", c, NULL, "cache must be F16, F32 or Q8_0");
     if (c->ne[2] != 1 || c->ne[3] != 1 || !pe_is_contiguous(c)) return fail_shapes("set_rows", c, NULL, "cache must be a contiguous [D,C] tensor");
     if (s->ne[0] != c->ne[0] || pe_nrows(s) != pe_nelements(i)) return fail_shapes("set_rows", c, s, "src rows must match the cache row and the slot count");
-    /* the result is the cache itself, seen through a node that runs the write */
+    /* the result is the cache itself, seen through a node that runs the write (read
+     * before node(), which may move g->t) */
+    const int base = c->view_of >= 0 ? c->view_of : cache;
+    const size_t offset = c->view_of >= 0 ? c->view_offset : 0;
     const int id = node(g, PE_OP_SET_ROWS, c->type, 2, c->ne, cache, src, slots, -1, -1);
     if (id < 0) return -1;
     pe_tensor *t = &g->t[id];
-    t->view_of = c->view_of >= 0 ? c->view_of : cache;
-    t->view_offset = c->view_of >= 0 ? c->view_offset : 0;
+    t->view_of = base;
+    t->view_offset = offset;
     t->nbytes = 0;
     return id;
 }
