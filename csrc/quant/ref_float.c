@@ -35,6 +35,28 @@ static float dot_fold(float acc[4][REF_LANES], int by_halves) {
     return by_halves ? lanes_sum_halves(v) : lanes_sum_pairs(v);
 }
 
+/* The dot product of n elements of one float type (elem bytes each, widened by
+ * to_float): the 32-element steps, the fold, then the tail's products in double. */
+static float float_dot(int64_t n, const void *w, const void *a, size_t elem, pe_to_float_fn to_float, int by_halves) {
+    const uint8_t *x = w, *y = a;
+    float acc[4][REF_LANES] = {{0}};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        float xf[32], yf[32];
+        to_float(x + (size_t)i * elem, xf, 32);
+        to_float(y + (size_t)i * elem, yf, 32);
+        dot_step32(xf, yf, acc);
+    }
+    double sum = dot_fold(acc, by_halves);
+    for (; i < n; i++) {
+        float xi, yi;
+        to_float(x + (size_t)i * elem, &xi, 1);
+        to_float(y + (size_t)i * elem, &yi, 1);
+        sum += (double)(xi * yi);
+    }
+    return (float)sum;
+}
+
 /* ---- F32 ------------------------------------------------------------------ */
 
 static void f32_copy_to_float(const void *x, float *y, int64_t n) {
@@ -46,13 +68,7 @@ static void f32_copy_from_float(const float *x, void *y, int64_t n) {
 }
 
 static void f32_vec_dot(int64_t n, float *s, const void *w, const void *a) {
-    const float *x = w, *y = a;
-    float acc[4][REF_LANES] = {{0}};
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) dot_step32(x + i, y + i, acc);
-    double sum = dot_fold(acc, 0);
-    for (; i < n; i++) sum += (double)(x[i] * y[i]);
-    *s = (float)sum;
+    *s = float_dot(n, w, a, sizeof(float), f32_copy_to_float, 0);
 }
 
 /* ---- F16 ------------------------------------------------------------------ */
@@ -68,18 +84,7 @@ static void f16_from_float(const float *x, void *y, int64_t n) {
 }
 
 static void f16_vec_dot(int64_t n, float *s, const void *w, const void *a) {
-    const pe_f16 *x = w, *y = a;
-    float acc[4][REF_LANES] = {{0}};
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        float xf[32], yf[32];
-        f16_to_float(x + i, xf, 32);
-        f16_to_float(y + i, yf, 32);
-        dot_step32(xf, yf, acc);
-    }
-    double sum = dot_fold(acc, 0);
-    for (; i < n; i++) sum += (double)(pe_f16_to_f32(x[i]) * pe_f16_to_f32(y[i]));
-    *s = (float)sum;
+    *s = float_dot(n, w, a, sizeof(pe_f16), f16_to_float, 0);
 }
 
 /* ---- BF16 ----------------------------------------------------------------- */
@@ -95,18 +100,7 @@ static void bf16_from_float(const float *x, void *y, int64_t n) {
 }
 
 static void bf16_vec_dot(int64_t n, float *s, const void *w, const void *a) {
-    const pe_bf16 *x = w, *y = a;
-    float acc[4][REF_LANES] = {{0}};
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        float xf[32], yf[32];
-        bf16_to_float(x + i, xf, 32);
-        bf16_to_float(y + i, yf, 32);
-        dot_step32(xf, yf, acc);
-    }
-    double sum = dot_fold(acc, 1);
-    for (; i < n; i++) sum += (double)(pe_bf16_to_f32(x[i]) * pe_bf16_to_f32(y[i]));
-    *s = (float)sum;
+    *s = float_dot(n, w, a, sizeof(pe_bf16), bf16_to_float, 1);
 }
 
 void pe_fill_ref_float(pe_kernels *k) {
