@@ -110,6 +110,9 @@ QUANT = {
     # mistral3: YaRN x8 over 64 (log multiplier 1, ramp ends 4 / 0.5) and a query temperature of 0.3
     # stepping every 64 positions; bit for bit on avx2/avxvnni/avx512, scalar 353/354, top-10 0.016
     "mistral3-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # gpt-oss (scripts/make_synth_gpt_oss.py): sinks, a 16-token window on the even layers, YaRN x8,
+    # biased experts with the clamped SwiGLU; recorded by the AVX-512 build (extra buffer types off)
+    "gpt-oss-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -226,6 +229,29 @@ def test_exaone4_window_changes_the_result():
     assert [s.window for s in model.cache_layout()][:6] == [8, 8, 0, 8, 8, 0]
     _set_cfg(model, dataclasses.replace(model.cfg, sliding_window=1 << 20))
     assert np.abs(run_case(model, backend(), cases[2]["ids"], 1).logits - results[2].logits).max() > 0.5
+
+
+def test_gpt_oss_variants_are_far_from_llamacpp():
+    """The exact gpt-oss with one piece wrong (sinks dropped, the window on the odd
+    layers instead of the even ones, the SwiGLU unclamped) is far outside the
+    bounds the engine meets, at the last position or over the prompt's rows:
+    the parity above tells each piece right from wrong."""
+    cases, _ = runs("gpt-oss-q8_0")
+    ref = Reference(DATA / "synth" / "gpt-oss-q8_0.gguf")
+    bounds = BOUNDS["gpt-oss-q8_0"]
+    ids = cases[2]["ids"]                        # 301 tokens: past the 16-token window
+    x, pos = ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids))
+    top = np.asarray(cases[2]["top_ids"][:10])
+    for wrong in ({"sinks": False}, {"window_on_even": False}, {"clamp": False}):
+        logits = ref.arch_gpt_oss(x, pos, **wrong)
+        top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
+        argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
+        assert top10 > 2 * bounds.top10 and argmax < bounds.argmax - 0.1, (wrong, top10, argmax)
+
+
+def test_gpt_oss_window_on_the_even_layers():
+    model = load(DATA / "synth" / "gpt-oss-q8_0.gguf")
+    assert [spec.window for spec in model.cache_layout()] == [16, 0, 16, 0]
 
 
 def phi3_longrope(tmp_path):

@@ -86,6 +86,22 @@ class Param:
 
 
 @dataclass(eq=False)
+class Experts:
+    """A stack of expert matrices W [in, out, E] with an optional bias row per
+    expert [out, E]: y[:, u, t] = W[ids[u, t]] x[:, u|0, t] (+ that expert's bias)."""
+
+    weight: Weight
+    bias: Weight | None = None
+
+    PARTS = {"weight": True, "bias": False}
+    F32_PARTS = ("bias",)
+
+    def __call__(self, ctx: Context, x: Tensor, ids: Tensor) -> Tensor:
+        y = ctx.mul_mat_id(ctx.weight(self.weight), x, ids)
+        return y if self.bias is None else ctx.add_id(y, ctx.weight(self.bias), ids)
+
+
+@dataclass(eq=False)
 class F32Param(Param):
     """A bare tensor the ops need as float32 (rope frequency factors)."""
 
