@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import available_isas, forced_isa
+from gguf import GGMLQuantizationType, quants
 
 from pyengine.errors import NativeError
 from pyengine.ml.context import Backend, Context
@@ -52,7 +53,7 @@ def prompt(t=37, h=8, hkv=2, hd=64):
 
 
 def sink_attention(isa, q, k16, v16, mask, sinks, hkv, *, rows=None, n_threads=2, with_sinks=True):
-    t, h, hd = q.shape
+    t, _, hd = q.shape
     if rows is not None:
         q, mask = np.ascontiguousarray(q[rows]), np.ascontiguousarray(mask[rows])
     with forced_isa(isa):
@@ -66,7 +67,7 @@ def sink_attention(isa, q, k16, v16, mask, sinks, hkv, *, rows=None, n_threads=2
 @pytest.mark.parametrize("isa", ISAS)
 def test_attention_sinks_match_float64(isa):
     q, k16, v16, mask, sinks = prompt()
-    t, h, hd = q.shape
+    t, _, hd = q.shape
     hkv = k16.shape[1] // hd
     got = sink_attention(isa, q, k16, v16, mask, sinks, hkv)
     kf = k16.view(np.float16).astype(np.float64).reshape(t, hkv, hd)
@@ -98,6 +99,26 @@ def test_attention_sinks_same_bits_on_every_isa():
     results = [sink_attention(isa, q, k16, v16, mask, sinks, hkv) for isa in ISAS]
     for isa, r in zip(ISAS, results):
         assert np.array_equal(r, results[0]), isa
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_attention_sinks_over_a_q8_0_cache(isa):
+    """A quantized cache takes another product with V; the sinks join the same softmax."""
+    q, _, _, mask, sinks = prompt()
+    t, h, hd = q.shape
+    hkv = 2
+    k, v = f32(t, hkv * hd), f32(t, hkv * hd)
+    k8, v8 = (np.ascontiguousarray(quants.quantize(x, GGMLQuantizationType.Q8_0)) for x in (k, v))
+    with forced_isa(isa):
+        ctx = Context(Backend(2))
+        out = ctx.attn(ctx.input(q, "q"), ctx.cache(k8, 8, (hd * hkv, t), "k"), ctx.cache(v8, 8, (hd * hkv, t), "v"),
+                       ctx.input(mask, "mask"), ctx.input(np.array([t], np.int32), "kv_len"), n_head_kv=hkv,
+                       scale=hd ** -0.5, sinks=ctx.input(sinks, "sinks"))
+        got = computed(ctx, out)
+    kf, vf = (quants.dequantize(x, GGMLQuantizationType.Q8_0).astype(np.float64).reshape(t, hkv, hd) for x in (k8, v8))
+    want = sink_attention_reference(q.astype(np.float64), kf, vf, mask.astype(np.float64), hkv, hd ** -0.5,
+                                    sinks.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)   # the query is quantized to Q8_0 for the scores
 
 
 def test_attention_sinks_need_one_per_head():
