@@ -19,13 +19,22 @@ Writes
   SwiGLU's clamp at 7 and dropping the clamp shows; the sinks (std 1.5) sit
   among the scores (q.k / sqrt(32) spread by about one), so dropping them
   moves every position; the 41- and 301-token prompts reach past the window;
+  The router is Q8_0 like the other matrices, although llama.cpp's quantizer
+  leaves real files' routers alone: with an F32 router the two engines' F32
+  products (summed in other orders) flipped near-tied expert choices on 2 of 9
+  unseen sequences (top-10 0.017 and 0.025 apart, up to 0.056 at some
+  position), while with Q8_0 they agree to 1e-5 on every position;
 * tests/data/golden/synth/gpt-oss-q8_0.json: llama.cpp's outputs over the
   prompts of llama-bpe-q5_1-tied.json (make_iq_synth's recorder) on a
   full-size sliding-window cache (swa_full=True), from llama-cpp-python
   0.3.36's AVX-512 build with its extra buffer types off (on an AMX host that
   build crashes with them).
 
-    python scripts/make_synth_gpt_oss.py [--no-golden] [--experts q8_0]
+    python scripts/make_synth_gpt_oss.py [--no-golden] [--experts q8_0|mxfp4]
+
+(--experts mxfp4 writes tests/data/synth/gpt-oss-mxfp4.gguf: the same weights,
+the expert stacks in MXFP4; llama.cpp runs it, 0.030-0.038 from the exact
+result at the prompts' last positions.)
 """
 
 from __future__ import annotations
@@ -148,5 +157,5 @@ def parse_expert_type(argv: list[str]) -> tuple[GGMLQuantizationType, list[str]]
 
 if __name__ == "__main__":
     expert_type, rest = parse_expert_type(sys.argv[1:])
-    stem = f"gpt-oss-{'q8_0' if expert_type == GGMLQuantizationType.Q8_0 else 'q8_0-' + expert_type.name.lower()}"
+    stem = f"gpt-oss-{expert_type.name.lower()}"   # gpt-oss-q8_0; gpt-oss-mxfp4: MXFP4 experts, Q8_0 elsewhere
     common.main(rest, __doc__, stem, functools.partial(write_model, expert_type=expert_type), record_golden)

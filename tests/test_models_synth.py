@@ -111,7 +111,8 @@ QUANT = {
     # stepping every 64 positions; bit for bit on avx2/avxvnni/avx512, scalar 353/354, top-10 0.016
     "mistral3-q8_0": Bounds(QUANT_ARGMAX, 0.05),
     # gpt-oss (scripts/make_synth_gpt_oss.py): sinks, a 16-token window on the even layers, YaRN x8,
-    # biased experts with the clamped SwiGLU; recorded by the AVX-512 build (extra buffer types off)
+    # biased experts with the clamped SwiGLU; recorded by the AVX-512 build (extra buffer types off);
+    # met to 1e-5 (354/354) on scalar, avx2 and avx512, 0.040 from the exact result as llama.cpp is
     "gpt-oss-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
@@ -317,7 +318,7 @@ def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
 
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
-                                     "mistral3-q8_0",
+                                     "mistral3-q8_0", "gpt-oss-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the
