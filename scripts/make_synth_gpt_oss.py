@@ -4,8 +4,8 @@ Writes
 
 * tests/data/synth/gpt-oss-q8_0.gguf: `general.architecture = gpt-oss`, 4
   layers (layers 0 and 2 slide a window of 16 tokens, 1 and 3 see everything,
-  as llama.cpp's set_swa_pattern(2) has it), n_embd 128, 8 query heads of 32
-  over 2 KV heads (so q is 256 wide, twice n_embd, as gpt-oss's 64 x 64 over
+  as llama.cpp's set_swa_pattern(2) has it), n_embd 64, 4 query heads of 32
+  over 2 KV heads (so q is 128 wide, twice n_embd, as gpt-oss's 64 x 64 over
   2880 is wider than its stream), biases on q, k, v and the output, one sink
   logit per head; NeoX RoPE, base 150000, YaRN x8 over an original context of
   64 (gpt-oss: x32 over 4096); a post-attention RMS norm, then 4 experts of
@@ -15,10 +15,11 @@ Writes
   Q8_0 (gguf's quantizer), the expert stacks in --experts (Q8_0 by default; a
   type gguf's quantizer writes, e.g. MXFP4 where both engines run it), norms,
   biases and sinks in F32.  Sizes: the gate and up products spread by about 3.4
-  (0.3 * sqrt(128)) around biases of 1, so a few percent of them pass the
-  SwiGLU's clamp at 7 and dropping the clamp shows; the sinks (std 1.5) sit
-  among the scores (q.k / sqrt(32) spread by about one), so dropping them
-  moves every position; the 41- and 301-token prompts reach past the window;
+  (0.42 * sqrt(64)) around biases of 1, so some of them pass the SwiGLU's
+  clamp at 7 (layer 0 over the 301-token prompt: 2% of the gates, 5% of the
+  up values) and dropping the clamp shows; the sinks (std 1.5) sit among the
+  scores (q.k / sqrt(32): std 0.67 in layer 0), so dropping them
+  moves every position; the 41- and 301-token prompts reach past the window.
   The router is Q8_0 like the other matrices, although llama.cpp's quantizer
   leaves real files' routers alone: with an F32 router the two engines' F32
   products (summed in other orders) flipped near-tied expert choices on 2 of 9

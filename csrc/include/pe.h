@@ -241,7 +241,7 @@ int pe_op_topk(pe_graph *g, int a, int k);                             /* i32 [k
 /* Weights of the chosen experts: softmax over all logits, picked by ids,
  * optionally renormalised to sum 1 -> [k,T]. */
 int pe_op_moe_weights(pe_graph *g, int logits, int ids, int normalize);
-int pe_op_weighted_sum(pe_graph *g, int a, int w);
+int pe_op_weighted_sum(pe_graph *g, int a, int w);                      /* [N,U,T] x [U,T] -> [N,T] */
 /* Weights of the chosen experts as a softmax over their own logits only
  * (gpt-oss's routing): [k,T] from logits [E,T] and ids [k,T]. */
 int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids);
@@ -249,7 +249,7 @@ int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids);
 int pe_op_add_id(pe_graph *g, int a, int b, int ids);
 /* gpt-oss's gated unit: g = min(gate, limit), u = clamp(up, -limit, limit),
  * g * sigmoid(alpha * g) * (u + 1). */
-int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit);                      /* [N,U,T] x [U,T] -> [N,T] */
+int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit);
 int pe_op_cont(pe_graph *g, int a);                                    /* contiguous F32 copy */
 
 /* Mark a tensor whose value Python reads after compute (kept alive). */
