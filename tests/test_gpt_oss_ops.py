@@ -144,6 +144,18 @@ def test_swiglu_oai_clamps_gate_above_and_up_both_sides(isa):
     assert (gate > 7).any() and (up < -7).any() and (up > 7).any()
 
 
+def test_swiglu_oai_same_bits_on_every_isa():
+    gate, up = f32(3, 2880, scale=6.0), f32(3, 2880, scale=6.0)
+    results = []
+    for isa in ISAS:
+        with forced_isa(isa):
+            ctx = Context(Backend(3))
+            results.append(computed(ctx, ctx.swiglu_oai(ctx.input(gate, "g"), ctx.input(up, "u"), alpha=1.702,
+                                                        limit=7.0)))
+    for isa, r in zip(ISAS, results):
+        assert np.array_equal(r.view(np.uint32), results[0].view(np.uint32)), isa
+
+
 def test_add_id_adds_each_chosen_experts_row():
     a, b = f32(5, 2, 12), f32(4, 12)            # [T, U, N] + [E, N]
     ids = rng.integers(0, 4, size=(5, 2)).astype(np.int32)

@@ -182,7 +182,10 @@ static void add_id_run(pe_exec *ex, pe_tensor *t) {
 }
 
 /* gpt-oss's unit, in llama.cpp's steps: the gate clamped from above, the up
- * part on both sides, gate * sigmoid(alpha * gate) * (up + 1). */
+ * part on both sides, gate * sigmoid(alpha * gate) * (up + 1), i.e.
+ * g / (1 + exp(alpha * -g)) * (u + 1).  The exponentials are the table's
+ * exp_sum over the row (pe_expf's bits in vector lanes: this file's own
+ * pe_expf, built without FMA instructions, costs ~50 ns a value). */
 static void swiglu_oai_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *gate = src(ex, t, 0), *up = src(ex, t, 1);
     const float alpha = t->fp[0], limit = t->fp[1];
@@ -192,10 +195,12 @@ static void swiglu_oai_run(pe_exec *ex, pe_tensor *t) {
     for (int64_t r = r0; r < r1; r++) {
         const float *x = row_f32(gate, r), *y = row_f32(up, r);
         float *d = row_f32(t, r);
+        for (int64_t i = 0; i < n; i++) d[i] = alpha * (0.0f - (limit < x[i] ? limit : x[i]));   /* std::min */
+        pe_kern->vec.exp_sum(n, d, d, 0.0f);                                                    /* exp(d - 0) */
         for (int64_t i = 0; i < n; i++) {
-            const float g = limit < x[i] ? limit : x[i];                              /* std::min */
+            const float g = limit < x[i] ? limit : x[i];
             const float u = y[i] < -limit ? -limit : (limit < y[i] ? limit : y[i]);   /* std::clamp */
-            d[i] = g / (1.0f + pe_expf(alpha * (0.0f - g))) * (u + 1.0f);
+            d[i] = g / (1.0f + d[i]) * (u + 1.0f);
         }
     }
 }
