@@ -56,6 +56,8 @@ typedef enum pe_op {
     PE_OP_ROPE_ANGLES,  /* rope's cos/sin per position, shared by the rope nodes of one setting */
     PE_OP_ADD_ID,       /* a bias row per chosen expert (gpt-oss) */
     PE_OP_SWIGLU_OAI,   /* gpt-oss's clamped gated unit */
+    PE_OP_CONCAT,       /* two tensors side by side along dim 0 (MLA's query and key rows) */
+    PE_OP_MOE_ROUTE,    /* experts chosen by gated scores + a bias, within the best groups (DeepSeek) */
     PE_OP_COUNT
 } pe_op;
 
