@@ -114,6 +114,10 @@ QUANT = {
     # biased experts with the clamped SwiGLU; recorded by the AVX-512 build (extra buffer types off);
     # met to 1e-5 (354/354) on scalar, avx2 and avx512, 0.040 from the exact result as llama.cpp is
     "gpt-oss-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # deepseek2 (scripts/make_synth_deepseek2.py): MLA with a q LoRA over a latent cache, YaRN x4
+    # with DeepSeek's mscale in the scores, sigmoid routing with a selection bias in 4 groups of 2
+    # experts (2 kept), a shared expert; recorded by the AVX-512 build (extra buffer types off)
+    "deepseek2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -248,6 +252,38 @@ def test_gpt_oss_variants_are_far_from_llamacpp():
         top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
         argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
         assert top10 > 2 * bounds.top10 and argmax < bounds.argmax - 0.1, (wrong, top10, argmax)
+
+
+def test_deepseek2_variants_are_far_from_llamacpp():
+    """The exact DeepSeek-2 with one piece wrong (no YaRN mscale in the score scale,
+    the absorbed head's width kv_lora_rank + n_rot as the scale's divisor instead of
+    the query head's, the expert groups ignored, the selection bias ignored) is far
+    outside the bounds the engine meets, in its top-10 and in its argmax over the
+    prompt's rows."""
+    cases, _ = runs("deepseek2-q8_0")
+    ref = Reference(DATA / "synth" / "deepseek2-q8_0.gguf")
+    bounds = BOUNDS["deepseek2-q8_0"]
+    for wrong in ({"mscale": False}, {"absorbed_width": True}, {"groups": False}, {"probs_bias": False}):
+        top10, argmax = [], []
+        for case in cases[1:]:
+            ids = case["ids"]
+            x, pos = ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids))
+            logits = ref.arch_deepseek2(x, pos, **wrong)
+            top = np.asarray(case["top_ids"][:10])
+            top10.append(np.abs(logits[-1][top] - np.asarray(case["top_logits"][:10])).max())
+            argmax.append(logits.argmax(axis=1) == np.asarray(case["argmax"]))
+        top10, argmax = max(top10), np.concatenate(argmax).mean()
+        assert top10 > 2 * bounds.top10 and argmax < bounds.argmax - 0.1, (wrong, top10, argmax)
+
+
+def test_deepseek2_cache_holds_the_latent_only():
+    """A layer's cache row is kv_lora_rank + n_rot values with no V rows (V is read as
+    the row's prefix), not full per-head keys and values."""
+    model = load(DATA / "synth" / "deepseek2-q8_0.gguf")
+    c = model.cfg
+    assert [(s.k_dim, s.v_dim) for s in model.cache_layout()] == [(64 + 32, 0)] * 4
+    full = c.n_head * (c.q_head_dim + c.v_head_dim)
+    assert (c.kv_row, full) == (96, 384)   # a quarter of full K/V, per token and layer
 
 
 def test_gpt_oss_window_on_the_even_layers():
