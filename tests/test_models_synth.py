@@ -286,6 +286,20 @@ def test_deepseek2_cache_holds_the_latent_only():
     assert (c.kv_row, full) == (96, 384)   # a quarter of full K/V, per token and layer
 
 
+def test_deepseek2_memory_estimate_counts_the_latent_row():
+    """The server's estimate before loading (F16 rows) counts the latent + rope row once:
+    4 layers x 96 values x 2 bytes; DeepSeek-V2-Lite's keys give 27 x 576 x 2 = 31,104 bytes
+    a token, against 276,480 for full per-head K/V (16 heads x (192 + 128) values)."""
+    from pyengine.server.models import _kv_bytes_per_cell
+    meta = GGUFFile(DATA / "synth" / "deepseek2-q8_0.gguf").metadata
+    assert _kv_bytes_per_cell(meta, "deepseek2") == 4 * 96 * 2
+    lite = {"deepseek2.block_count": 27, "deepseek2.attention.head_count": 16, "deepseek2.embedding_length": 2048,
+            "deepseek2.attention.head_count_kv": 1, "deepseek2.attention.key_length": 576,
+            "deepseek2.attention.value_length": 512, "deepseek2.attention.kv_lora_rank": 512,
+            "deepseek2.attention.key_length_mla": 192, "deepseek2.attention.value_length_mla": 128}
+    assert _kv_bytes_per_cell(lite, "deepseek2") == 31104
+
+
 def test_gpt_oss_window_on_the_even_layers():
     model = load(DATA / "synth" / "gpt-oss-q8_0.gguf")
     assert [spec.window for spec in model.cache_layout()] == [16, 0, 16, 0]
