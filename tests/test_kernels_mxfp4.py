@@ -115,11 +115,12 @@ def mul_mat(weight: Weight, x: np.ndarray) -> np.ndarray:
     return ctx.read(out).copy()
 
 
-@pytest.mark.parametrize("k", [160, 192])
+@pytest.mark.parametrize("k", [160, 192, 32 * 67, 32 * 130])
 def test_every_product_equals_vec_dot(isa, k):
     """Batches of 1 to 70 rows (16-row prompt tiles with 1 to 8 columns, the rest
-    pair by pair) over 40 and 21 weight rows, odd and even block counts: each
-    element is vec_dot of its pair, and the same bits as the scalar table's."""
+    pair by pair) over 40 and 21 weight rows, odd and even block counts, rows
+    past the tiles' chunks of 64 blocks: each element is vec_dot of its pair,
+    and the same bits as the scalar table's."""
     rng = np.random.default_rng(k)
     x = (rng.standard_normal((70, k)) * rng.uniform(0.1, 4.0, (70, 1))).astype(np.float32)
     for n in (40, 21):

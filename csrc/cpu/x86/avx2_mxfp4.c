@@ -51,41 +51,66 @@ static void vec_dot_mxfp4(int64_t n, float *s, const void *vw, const void *va) {
 }
 
 #define TILE_COLS 4   /* activation rows sharing a weight row's loads */
+#define CHUNK 64      /* blocks whose activation scales are converted at a time (even: pairs stay whole) */
 
-/* one packed row against up to TILE_COLS activation rows (a short group
- * repeats its last row and keeps only the valid results) */
-static void row_tile(int64_t n, const int8_t *levels, const float *dw, const uint8_t *a, size_t ba, int nc,
-                     float *s, size_t bs) {
-    const block_q8_0 *col[TILE_COLS];
-    for (int c = 0; c < TILE_COLS; c++) col[c] = (const block_q8_0 *)(a + (size_t)(c < nc ? c : nc - 1) * ba);
+/* The activation rows' block scales i0..i1 as floats, once for all 16 rows
+ * (da[c][i - i0]; a short group repeats its last row). */
+static void activation_scales(const block_q8_0 *const col[TILE_COLS], int64_t i0, int64_t i1,
+                              float da[TILE_COLS][CHUNK]) {
+    for (int c = 0; c < TILE_COLS; c++)
+        for (int64_t i = i0; i < i1; i++) da[c][i - i0] = f16(col[c][i].d);
+}
+
+/* one packed row's blocks i0..i1 against TILE_COLS activation rows, into the
+ * even blocks' (acc[c][0]) and the odd blocks' (acc[c][1]) accumulators */
+static void row_chunk(const int8_t *levels, const float *dw, const block_q8_0 *const col[TILE_COLS],
+                      const float da[TILE_COLS][CHUNK], int64_t i0, int64_t i1, __m256 acc[TILE_COLS][2]) {
     __m256 acc0[TILE_COLS], acc1[TILE_COLS];
-    for (int c = 0; c < TILE_COLS; c++) acc0[c] = acc1[c] = _mm256_setzero_ps();
-    const int64_t nb = n / QK_MXFP4;
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
+    for (int c = 0; c < TILE_COLS; c++) acc0[c] = acc[c][0], acc1[c] = acc[c][1];
+    int64_t i = i0;
+    for (; i + 1 < i1; i += 2) {
         const __m256i w0 = load256(levels + QK_MXFP4 * i), w1 = load256(levels + QK_MXFP4 * (i + 1));
         const __m256i abs0 = _mm256_sign_epi8(w0, w0), abs1 = _mm256_sign_epi8(w1, w1);
         for (int c = 0; c < TILE_COLS; c++) {
-            acc0[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16(col[c][i].d) * dw[i]), block_lanes(w0, abs0, col[c][i].qs),
+            acc0[c] = _mm256_fmadd_ps(_mm256_set1_ps(da[c][i - i0] * dw[i]), block_lanes(w0, abs0, col[c][i].qs),
                                       acc0[c]);
-            acc1[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16(col[c][i + 1].d) * dw[i + 1]),
+            acc1[c] = _mm256_fmadd_ps(_mm256_set1_ps(da[c][i + 1 - i0] * dw[i + 1]),
                                       block_lanes(w1, abs1, col[c][i + 1].qs), acc1[c]);
         }
     }
-    if (i < nb) {
+    if (i < i1) {   /* the row's last block, an odd one: the first set */
         const __m256i w0 = load256(levels + QK_MXFP4 * i), abs0 = _mm256_sign_epi8(w0, w0);
         for (int c = 0; c < TILE_COLS; c++)
-            acc0[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16(col[c][i].d) * dw[i]), block_lanes(w0, abs0, col[c][i].qs),
+            acc0[c] = _mm256_fmadd_ps(_mm256_set1_ps(da[c][i - i0] * dw[i]), block_lanes(w0, abs0, col[c][i].qs),
                                       acc0[c]);
     }
-    for (int c = 0; c < nc; c++) s[(size_t)c * bs] = x86_sum_ps8(_mm256_add_ps(acc0[c], acc1[c]));
+    for (int c = 0; c < TILE_COLS; c++) acc[c][0] = acc0[c], acc[c][1] = acc1[c];
+}
+
+/* 16 packed rows against up to TILE_COLS activation rows */
+static void tile(int64_t n, float *s, size_t bs, const void *packed, const uint8_t *a, size_t ba, int nc) {
+    const block_q8_0 *col[TILE_COLS];
+    for (int c = 0; c < TILE_COLS; c++) col[c] = (const block_q8_0 *)(a + (size_t)(c < nc ? c : nc - 1) * ba);
+    __m256 acc[PE_PACK_ROWS][TILE_COLS][2];
+    for (int r = 0; r < PE_PACK_ROWS; r++)
+        for (int c = 0; c < TILE_COLS; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+    float da[TILE_COLS][CHUNK];
+    const int64_t nb = n / QK_MXFP4;
+    for (int64_t i0 = 0; i0 < nb; i0 += CHUNK) {
+        const int64_t i1 = i0 + CHUNK < nb ? i0 + CHUNK : nb;
+        activation_scales(col, i0, i1, da);
+        for (int r = 0; r < PE_PACK_ROWS; r++)
+            row_chunk(pe_mxfp4_levels(packed, n, r), pe_mxfp4_scales(packed, n, r), col, da, i0, i1, acc[r]);
+    }
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < PE_PACK_ROWS; r++)
+            s[(size_t)c * bs + r] = x86_sum_ps8(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
 }
 
 static void gemm16_mxfp4(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
-    for (int r = 0; r < PE_PACK_ROWS; r++)
-        for (int j = 0; j < nc; j += TILE_COLS)
-            row_tile(n, pe_mxfp4_levels(packed, n, r), pe_mxfp4_scales(packed, n, r), (const uint8_t *)a + (size_t)j * ba,
-                     ba, nc - j < TILE_COLS ? nc - j : TILE_COLS, s + (size_t)j * bs + r, bs);
+    for (int j = 0; j < nc; j += TILE_COLS)
+        tile(n, s + (size_t)j * bs, bs, packed, (const uint8_t *)a + (size_t)j * ba, ba,
+             nc - j < TILE_COLS ? nc - j : TILE_COLS);
 }
 
 void pe_fill_avx2_mxfp4(pe_kernels *k) {

@@ -1,10 +1,11 @@
 /* avx512_mxfp4.c - AVX-512 VNNI kernels of MXFP4 against Q8_0 (vec_dot and
- * the prompt tile), in ref_iq4.c's arithmetic: one 512-bit vector holds a
- * pair of blocks, its low half the even block and its high half the odd one,
- * so that one accumulator is the reference's two sets side by side (a last
- * odd block goes into the low half).  vpdpbusd sums each 4 products of |w|
- * with the activations carrying w's sign into a 32-bit lane: elements
- * 4t..4t+3, the reference's integer lanes. */
+ * the prompt tile), in ref_iq4.c's arithmetic.  vpdpbusd sums each 4
+ * products of |w| with the activations carrying w's sign into a 32-bit lane:
+ * elements 4t..4t+3, the reference's integer lanes.  The prompt tile holds a
+ * pair of blocks in one 512-bit vector, its low half the even block and its
+ * high half the odd one, so that one accumulator is the reference's two sets
+ * side by side (a last odd block goes into the low half); there the expanded
+ * levels load as they are and each pair's work is shared by 8 columns. */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -18,22 +19,11 @@
 
 static inline __m512i pair512(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
-/* 16 bytes of codes of two blocks -> their 64 levels in element order */
-static inline __m512i pair_levels(const uint8_t *qs0, const uint8_t *qs1, __m512i grid) {
-    const __m128i v0 = load128(qs0), v1 = load128(qs1);
-    const __m512i idx = pair512(_mm256_set_m128i(_mm_srli_epi16(v0, 4), v0), _mm256_set_m128i(_mm_srli_epi16(v1, 4), v1));
-    return _mm512_shuffle_epi8(grid, _mm512_and_si512(idx, _mm512_set1_epi8(0xF)));
-}
-
 /* the 16 lanes of a pair of blocks: levels w (|w| and w's signs passed in)
  * with activation codes q, as floats */
 static inline __m512 pair_lanes(__m512i abs_w, __mmask64 negative, __m512i q) {
     const __m512i signed_q = _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
     return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), abs_w, signed_q));
-}
-
-static inline __m512 pair_scales(float d0, float d1) {
-    return _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
 }
 
 /* the low half's 8 lanes of one block (the last odd one) */
@@ -48,66 +38,104 @@ static inline float pair_result(__m512 acc) {
     return x86_sum_ps8(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
 }
 
+/* 16 bytes of codes -> the 32 levels of a block in element order */
+static inline __m256i block_levels(const uint8_t *qs, __m256i grid) {
+    const __m128i v = load128(qs);
+    const __m256i idx = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+    return _mm256_shuffle_epi8(grid, _mm256_and_si256(idx, _mm256_set1_epi8(0xF)));
+}
+
+static inline __m256 fma_block(__m256i w, const block_q8_0 *a, float dw, __m256 acc) {
+    const __m256i lanes = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
+                                              _mm256_sign_epi8(load256(a->qs), w));
+    return _mm256_fmadd_ps(_mm256_set1_ps(f16(a->d) * dw), _mm256_cvtepi32_ps(lanes), acc);
+}
+
+/* decoding: AVX2's two 256-bit accumulators (a block's loads and lookups fill
+ * a 256-bit vector; on Zen 4 pairing blocks in 512 bits costs more shuffles
+ * than it saves), vpdpbusd in place of maddubs + madd */
 static void vec_dot_mxfp4(int64_t n, float *s, const void *vw, const void *va) {
     const block_mxfp4 *x = vw;
     const block_q8_0 *a = va;
-    const __m512i grid = _mm512_broadcast_i32x4(load128(pe_mxfp4_values));
-    __m512 acc = _mm512_setzero_ps();
+    const __m256i grid = _mm256_broadcastsi128_si256(load128(pe_mxfp4_values));
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     const int64_t nb = n / QK_MXFP4;
     int64_t i = 0;
     for (; i + 1 < nb; i += 2) {
-        const __m512i w = pair_levels(x[i].qs, x[i + 1].qs, grid);
-        const __m512i q = pair512(load256(a[i].qs), load256(a[i + 1].qs));
-        const __m512 d = pair_scales(f16(a[i].d) * pe_mxfp4_scale(x[i].e), f16(a[i + 1].d) * pe_mxfp4_scale(x[i + 1].e));
-        acc = _mm512_fmadd_ps(d, pair_lanes(_mm512_abs_epi8(w), _mm512_movepi8_mask(w), q), acc);
+        acc0 = fma_block(block_levels(x[i].qs, grid), &a[i], pe_mxfp4_scale(x[i].e), acc0);
+        acc1 = fma_block(block_levels(x[i + 1].qs, grid), &a[i + 1], pe_mxfp4_scale(x[i + 1].e), acc1);
     }
-    if (i < nb) {
-        const __m256i w = _mm512_castsi512_si256(pair_levels(x[i].qs, x[i].qs, grid));
-        const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(f16(a[i].d) * pe_mxfp4_scale(x[i].e)), block_lanes(w, a[i].qs),
-                                          _mm512_castps512_ps256(acc));
-        acc = _mm512_insertf32x8(acc, lo, 0);
-    }
-    *s = pair_result(acc);
+    if (i < nb) acc0 = fma_block(block_levels(x[i].qs, grid), &a[i], pe_mxfp4_scale(x[i].e), acc0);
+    *s = x86_sum_ps8(_mm256_add_ps(acc0, acc1));
 }
 
 #define TILE_COLS 8   /* activation rows sharing a weight row's loads */
+#define CHUNK 64      /* blocks whose activation scales are converted at a time (even: pairs stay whole) */
 
-/* one packed row against up to TILE_COLS activation rows (a short group
- * repeats its last row and keeps only the valid results) */
-static void row_tile(int64_t n, const int8_t *levels, const float *dw, const uint8_t *a, size_t ba, int nc,
-                     float *s, size_t bs) {
-    const block_q8_0 *col[TILE_COLS];
-    for (int c = 0; c < TILE_COLS; c++) col[c] = (const block_q8_0 *)(a + (size_t)(c < nc ? c : nc - 1) * ba);
-    __m512 acc[TILE_COLS];
-    for (int c = 0; c < TILE_COLS; c++) acc[c] = _mm512_setzero_ps();
-    const int64_t nb = n / QK_MXFP4;
-    int64_t i = 0;
-    for (; i + 1 < nb; i += 2) {
+/* The activation rows' block scales i0..i1 as floats, once for all 16 rows
+ * (da[c][i - i0]; a short group repeats its last row). */
+static void activation_scales(const block_q8_0 *const col[TILE_COLS], int64_t i0, int64_t i1,
+                              float da[TILE_COLS][CHUNK]) {
+    for (int c = 0; c < TILE_COLS; c++)
+        for (int64_t i = i0; i < i1; i++) da[c][i - i0] = f16(col[c][i].d);
+}
+
+/* da * dw of blocks i and i + 1, each in 8 lanes (one float product each, as vec_dot's) */
+static inline __m512 pair_scale(const float *da, const float *dw) {
+    const __m128 d = _mm_mul_ps(_mm_castpd_ps(_mm_load_sd((const double *)da)), _mm_castpd_ps(_mm_load_sd((const double *)dw)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(d));
+}
+
+/* one packed row's blocks i0..i1 against TILE_COLS activation rows, into acc */
+static void row_chunk(const int8_t *levels, const float *dw, const block_q8_0 *const col[TILE_COLS],
+                      const float da[TILE_COLS][CHUNK], int64_t i0, int64_t i1, __m512 acc[TILE_COLS]) {
+    __m512 sum[TILE_COLS];
+    for (int c = 0; c < TILE_COLS; c++) sum[c] = acc[c];
+    int64_t i = i0;
+    for (; i + 1 < i1; i += 2) {
         const __m512i w = _mm512_loadu_si512(levels + QK_MXFP4 * i);
         const __m512i abs_w = _mm512_abs_epi8(w);
         const __mmask64 negative = _mm512_movepi8_mask(w);
         for (int c = 0; c < TILE_COLS; c++) {
             const __m512i q = pair512(load256(col[c][i].qs), load256(col[c][i + 1].qs));
-            const __m512 d = pair_scales(f16(col[c][i].d) * dw[i], f16(col[c][i + 1].d) * dw[i + 1]);
-            acc[c] = _mm512_fmadd_ps(d, pair_lanes(abs_w, negative, q), acc[c]);
+            sum[c] = _mm512_fmadd_ps(pair_scale(&da[c][i - i0], dw + i), pair_lanes(abs_w, negative, q), sum[c]);
         }
     }
-    if (i < nb) {
+    if (i < i1) {   /* the row's last block, an odd one: the low half */
         const __m256i w = load256(levels + QK_MXFP4 * i);
         for (int c = 0; c < TILE_COLS; c++) {
-            const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(f16(col[c][i].d) * dw[i]), block_lanes(w, col[c][i].qs),
-                                              _mm512_castps512_ps256(acc[c]));
-            acc[c] = _mm512_insertf32x8(acc[c], lo, 0);
+            const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(da[c][i - i0] * dw[i]), block_lanes(w, col[c][i].qs),
+                                              _mm512_castps512_ps256(sum[c]));
+            sum[c] = _mm512_insertf32x8(sum[c], lo, 0);
         }
     }
-    for (int c = 0; c < nc; c++) s[(size_t)c * bs] = pair_result(acc[c]);
+    for (int c = 0; c < TILE_COLS; c++) acc[c] = sum[c];
+}
+
+/* 16 packed rows against up to TILE_COLS activation rows */
+static void tile(int64_t n, float *s, size_t bs, const void *packed, const uint8_t *a, size_t ba, int nc) {
+    const block_q8_0 *col[TILE_COLS];
+    for (int c = 0; c < TILE_COLS; c++) col[c] = (const block_q8_0 *)(a + (size_t)(c < nc ? c : nc - 1) * ba);
+    __m512 acc[PE_PACK_ROWS][TILE_COLS];
+    for (int r = 0; r < PE_PACK_ROWS; r++)
+        for (int c = 0; c < TILE_COLS; c++) acc[r][c] = _mm512_setzero_ps();
+    float da[TILE_COLS][CHUNK];
+    const int64_t nb = n / QK_MXFP4;
+    for (int64_t i0 = 0; i0 < nb; i0 += CHUNK) {
+        const int64_t i1 = i0 + CHUNK < nb ? i0 + CHUNK : nb;
+        activation_scales(col, i0, i1, da);
+        for (int r = 0; r < PE_PACK_ROWS; r++)
+            row_chunk(pe_mxfp4_levels(packed, n, r), pe_mxfp4_scales(packed, n, r), col, da, i0, i1, acc[r]);
+    }
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < PE_PACK_ROWS; r++) s[(size_t)c * bs + r] = pair_result(acc[r][c]);
 }
 
 static void gemm16_mxfp4(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
-    for (int r = 0; r < PE_PACK_ROWS; r++)
-        for (int j = 0; j < nc; j += TILE_COLS)
-            row_tile(n, pe_mxfp4_levels(packed, n, r), pe_mxfp4_scales(packed, n, r), (const uint8_t *)a + (size_t)j * ba,
-                     ba, nc - j < TILE_COLS ? nc - j : TILE_COLS, s + (size_t)j * bs + r, bs);
+    for (int j = 0; j < nc; j += TILE_COLS)
+        tile(n, s + (size_t)j * bs, bs, packed, (const uint8_t *)a + (size_t)j * ba, ba,
+             nc - j < TILE_COLS ? nc - j : TILE_COLS);
 }
 
 void pe_fill_avx512_mxfp4(pe_kernels *k) {
