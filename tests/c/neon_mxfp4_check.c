@@ -7,9 +7,9 @@
  * Cases: rows of 1..40 blocks of random codes, exponents moderate (scales
  * 2^-10..2^2) or any (infinities and NaNs in the sums), against random Q8_0
  * activations (codes -127..127, moderate f16 scales); tiles of 16 such rows
- * packed by the reference's pack16 against 1..8 activation rows, through the
- * NEON gemm16 and the reference's, each element also against the NEON
- * vec_dot of its pair.  NaNs match any NaN (x86 and arm64 differ in the
+ * packed by the NEON pack16 (byte for byte the reference's) against 1..8
+ * activation rows, through the NEON gemm16 and the reference's, each element
+ * also against the NEON vec_dot of its pair.  NaNs match any NaN (x86 and arm64 differ in the
  * default NaN's sign). */
 #include <math.h>
 #include <stdio.h>
@@ -54,7 +54,7 @@ int main(void) {
     neon = ref;
     PE_NEON_NAME(pe_fill_neon_mxfp4)(&neon);
     const pe_type_kernels *r = &ref.type[PE_TYPE_MXFP4], *k = &neon.type[PE_TYPE_MXFP4];
-    if (k->vec_dot == r->vec_dot || k->gemm16 == r->gemm16) {
+    if (k->vec_dot == r->vec_dot || k->gemm16 == r->gemm16 || k->pack16 == r->pack16) {
         printf("FAILED: the NEON table has no MXFP4 kernels\n");
         return 1;
     }
@@ -77,8 +77,14 @@ int main(void) {
                     if (failures++ < 10) printf("FAIL vec_dot nb=%d any=%d: %g != %g\n", nb, any, got, want);
                 }
             }
-            void *packed = malloc(pe_mxfp4_pack16(n, NULL, 0, NULL));
-            pe_mxfp4_pack16(n, w, sizeof w[0], packed);
+            const size_t bytes = k->pack16(n, NULL, 0, NULL);
+            uint8_t *packed = malloc(bytes), *packed_ref = malloc(bytes);
+            k->pack16(n, w, sizeof w[0], packed);
+            r->pack16(n, w, sizeof w[0], packed_ref);
+            checks++;
+            if (bytes != r->pack16(n, NULL, 0, NULL) || memcmp(packed, packed_ref, bytes) != 0) {
+                if (failures++ < 10) printf("FAIL pack16 nb=%d any=%d\n", nb, any);
+            }
             for (int nc = 1; nc <= COLS; nc++) {   /* gemm16 */
                 r->gemm16(n, s_ref, PE_PACK_ROWS, packed, a, sizeof a[0], nc);
                 k->gemm16(n, s_neon, PE_PACK_ROWS, packed, a, sizeof a[0], nc);
@@ -96,6 +102,7 @@ int main(void) {
                     }
             }
             free(packed);
+            free(packed_ref);
         }
     printf("%s: %d check(s), %d differ\n", failures ? "FAILED" : "ok", checks, failures);
     return failures != 0;

@@ -58,6 +58,25 @@ static void vec_dot_mxfp4(int64_t n, float *s, const void *vw, const void *va) {
     *s = both_sets(acc0, acc1);
 }
 
+/* pe_mxfp4_pack16 (the reference's layout and values) with the lookups in registers */
+static size_t pack16_mxfp4(int64_t n, const void *w, size_t bw, void *dst) {
+    if (!dst) return pe_mxfp4_pack16(n, w, bw, dst);
+    const int8x16_t grid = vld1q_s8(pe_mxfp4_values);
+    for (int r = 0; r < PE_PACK_ROWS; r++) {
+        const block_mxfp4 *x = (const block_mxfp4 *)((const uint8_t *)w + (size_t)r * bw);
+        int8_t *levels = (int8_t *)pe_mxfp4_levels(dst, n, r);
+        float *scales = (float *)pe_mxfp4_scales(dst, n, r);
+        for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+            int8x16_t lo, hi;
+            block_levels(x[i].qs, grid, &lo, &hi);
+            vst1q_s8(levels + QK_MXFP4 * i, lo);
+            vst1q_s8(levels + QK_MXFP4 * i + 16, hi);
+            scales[i] = pe_mxfp4_scale(x[i].e);
+        }
+    }
+    return pe_mxfp4_pack_bytes(n);
+}
+
 #define TILE_COLS 4   /* activation rows sharing a weight row's loads */
 
 /* one packed row against up to TILE_COLS activation rows (a short group
@@ -87,6 +106,7 @@ static void gemm16_mxfp4(int64_t n, float *s, size_t bs, const void *packed, con
 
 void PE_NEON_NAME(pe_fill_neon_mxfp4)(pe_kernels *k) {
     k->type[PE_TYPE_MXFP4].vec_dot = vec_dot_mxfp4;
+    k->type[PE_TYPE_MXFP4].pack16 = pack16_mxfp4;
     k->type[PE_TYPE_MXFP4].gemm16 = gemm16_mxfp4;
 }
 

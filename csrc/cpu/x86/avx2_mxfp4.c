@@ -50,6 +50,22 @@ static void vec_dot_mxfp4(int64_t n, float *s, const void *vw, const void *va) {
     *s = x86_sum_ps8(_mm256_add_ps(acc0, acc1));
 }
 
+/* pe_mxfp4_pack16 (the reference's layout and values) with the lookups in registers */
+static size_t pack16_mxfp4(int64_t n, const void *w, size_t bw, void *dst) {
+    if (!dst) return pe_mxfp4_pack16(n, w, bw, dst);
+    const __m256i grid = _mm256_broadcastsi128_si256(load128(pe_mxfp4_values));
+    for (int r = 0; r < PE_PACK_ROWS; r++) {
+        const block_mxfp4 *x = (const block_mxfp4 *)((const uint8_t *)w + (size_t)r * bw);
+        int8_t *levels = (int8_t *)pe_mxfp4_levels(dst, n, r);
+        float *scales = (float *)pe_mxfp4_scales(dst, n, r);
+        for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+            _mm256_storeu_si256((__m256i *)(levels + QK_MXFP4 * i), block_levels(x[i].qs, grid));
+            scales[i] = pe_mxfp4_scale(x[i].e);
+        }
+    }
+    return pe_mxfp4_pack_bytes(n);
+}
+
 #define TILE_COLS 4   /* activation rows sharing a weight row's loads */
 #define CHUNK 64      /* blocks whose activation scales are converted at a time (even: pairs stay whole) */
 
@@ -115,5 +131,6 @@ static void gemm16_mxfp4(int64_t n, float *s, size_t bs, const void *packed, con
 
 void pe_fill_avx2_mxfp4(pe_kernels *k) {
     k->type[PE_TYPE_MXFP4].vec_dot = vec_dot_mxfp4;
+    k->type[PE_TYPE_MXFP4].pack16 = pack16_mxfp4;
     k->type[PE_TYPE_MXFP4].gemm16 = gemm16_mxfp4;
 }

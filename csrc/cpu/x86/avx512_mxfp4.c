@@ -70,26 +70,34 @@ static void vec_dot_mxfp4(int64_t n, float *s, const void *vw, const void *va) {
 }
 
 #define TILE_COLS 8   /* activation rows sharing a weight row's loads */
-#define CHUNK 64      /* blocks whose activation scales are converted at a time (even: pairs stay whole) */
+#define CHUNK 32      /* blocks of the activation rows gathered at a time (even: pairs stay whole) */
 
-/* The activation rows' block scales i0..i1 as floats, once for all 16 rows
- * (da[c][i - i0]; a short group repeats its last row). */
-static void activation_scales(const block_q8_0 *const col[TILE_COLS], int64_t i0, int64_t i1,
-                              float da[TILE_COLS][CHUNK]) {
+/* A chunk of the activation rows as the tile reads them, once for all 16
+ * weight rows: each row's codes contiguous (a pair of blocks in one load)
+ * and its block scales as floats (16 more, so that a 16-float load from any
+ * block stays inside). */
+typedef struct {
+    int8_t codes[TILE_COLS][CHUNK * QK8_0];
+    float  d[TILE_COLS][CHUNK + 16];
+} chunk_acts;
+
+static void gather(const block_q8_0 *const col[TILE_COLS], int64_t i0, int64_t i1, chunk_acts *acts) {
     for (int c = 0; c < TILE_COLS; c++)
-        for (int64_t i = i0; i < i1; i++) da[c][i - i0] = f16(col[c][i].d);
+        for (int64_t i = i0; i < i1; i++) {
+            memcpy(acts->codes[c] + QK8_0 * (i - i0), col[c][i].qs, QK8_0);
+            acts->d[c][i - i0] = f16(col[c][i].d);
+        }
 }
 
-/* da * dw of blocks i and i + 1, each in 8 lanes (one float product each, as vec_dot's) */
-static inline __m512 pair_scale(const float *da, const float *dw) {
-    const __m128 d = _mm_mul_ps(_mm_castpd_ps(_mm_load_sd((const double *)da)), _mm_castpd_ps(_mm_load_sd((const double *)dw)));
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                 _mm512_castps128_ps512(d));
+/* lanes 0..7 from x[0], 8..15 from x[1] */
+static inline __m512 spread_pair(__m512 x) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), x);
 }
 
-/* one packed row's blocks i0..i1 against TILE_COLS activation rows, into acc */
-static void row_chunk(const int8_t *levels, const float *dw, const block_q8_0 *const col[TILE_COLS],
-                      const float da[TILE_COLS][CHUNK], int64_t i0, int64_t i1, __m512 acc[TILE_COLS]) {
+/* one packed row's blocks i0..i1 against TILE_COLS activation rows, into acc;
+ * each pair's scale da * dw lane by lane (one float product, as vec_dot's) */
+static void row_chunk(const int8_t *levels, const float *dw, const chunk_acts *acts, int64_t i0, int64_t i1,
+                      __m512 acc[TILE_COLS]) {
     __m512 sum[TILE_COLS];
     for (int c = 0; c < TILE_COLS; c++) sum[c] = acc[c];
     int64_t i = i0;
@@ -97,15 +105,18 @@ static void row_chunk(const int8_t *levels, const float *dw, const block_q8_0 *c
         const __m512i w = _mm512_loadu_si512(levels + QK_MXFP4 * i);
         const __m512i abs_w = _mm512_abs_epi8(w);
         const __mmask64 negative = _mm512_movepi8_mask(w);
+        const __m512 dw_pair = spread_pair(_mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dw + i)))));
         for (int c = 0; c < TILE_COLS; c++) {
-            const __m512i q = pair512(load256(col[c][i].qs), load256(col[c][i + 1].qs));
-            sum[c] = _mm512_fmadd_ps(pair_scale(&da[c][i - i0], dw + i), pair_lanes(abs_w, negative, q), sum[c]);
+            const __m512i q = _mm512_loadu_si512(acts->codes[c] + QK8_0 * (i - i0));
+            const __m512 d = _mm512_mul_ps(spread_pair(_mm512_loadu_ps(&acts->d[c][i - i0])), dw_pair);
+            sum[c] = _mm512_fmadd_ps(d, pair_lanes(abs_w, negative, q), sum[c]);
         }
     }
     if (i < i1) {   /* the row's last block, an odd one: the low half */
         const __m256i w = load256(levels + QK_MXFP4 * i);
         for (int c = 0; c < TILE_COLS; c++) {
-            const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(da[c][i - i0] * dw[i]), block_lanes(w, col[c][i].qs),
+            const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(acts->d[c][i - i0] * dw[i]),
+                                              block_lanes(w, acts->codes[c] + QK8_0 * (i - i0)),
                                               _mm512_castps512_ps256(sum[c]));
             sum[c] = _mm512_insertf32x8(sum[c], lo, 0);
         }
@@ -120,13 +131,14 @@ static void tile(int64_t n, float *s, size_t bs, const void *packed, const uint8
     __m512 acc[PE_PACK_ROWS][TILE_COLS];
     for (int r = 0; r < PE_PACK_ROWS; r++)
         for (int c = 0; c < TILE_COLS; c++) acc[r][c] = _mm512_setzero_ps();
-    float da[TILE_COLS][CHUNK];
+    chunk_acts acts;
+    memset(acts.d, 0, sizeof acts.d);
     const int64_t nb = n / QK_MXFP4;
     for (int64_t i0 = 0; i0 < nb; i0 += CHUNK) {
         const int64_t i1 = i0 + CHUNK < nb ? i0 + CHUNK : nb;
-        activation_scales(col, i0, i1, da);
+        gather(col, i0, i1, &acts);
         for (int r = 0; r < PE_PACK_ROWS; r++)
-            row_chunk(pe_mxfp4_levels(packed, n, r), pe_mxfp4_scales(packed, n, r), col, da, i0, i1, acc[r]);
+            row_chunk(pe_mxfp4_levels(packed, n, r), pe_mxfp4_scales(packed, n, r), &acts, i0, i1, acc[r]);
     }
     for (int c = 0; c < nc; c++)
         for (int r = 0; r < PE_PACK_ROWS; r++) s[(size_t)c * bs + r] = pair_result(acc[r][c]);
