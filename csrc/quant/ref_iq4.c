@@ -162,6 +162,7 @@ size_t pe_mxfp4_pack16(int64_t n, const void *w, size_t bw, void *dst) {
     return bytes;
 }
 
+/* each of the 16 packed rows against each activation row: vec_dot's operations */
 static void gemm16_mxfp4(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
     for (int j = 0; j < nc; j++)
         for (int r = 0; r < PE_PACK_ROWS; r++)
@@ -273,10 +274,11 @@ static void quantize_iq4_xs(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* MXFP4 (ggml's quantize_row_mxfp4_ref): the scale the largest power of two
- * at or below amax, over 4 (the largest level is 6 = 12 halves, so amax
- * lands at levels 4..8 of the doubled grid), each value the level nearest
- * it (the first of two as near) */
+/* MXFP4 (ggml's quantize_row_mxfp4_ref): E8M0's scale the largest power of
+ * two at or below amax, over 4, so that amax lands in [4, 8) of E2M1's
+ * values (the top one, 6, clips the rest of that range); each value the
+ * level nearest it (the first of two as near).  A block holding an infinity
+ * takes the largest exponent (ggml's cast would be undefined). */
 static int nearest_mxfp4_level(float x, float d) {
     int best = 0;
     float best_err = fabsf(pe_mxfp4_values[0] * d - x);
@@ -293,7 +295,7 @@ static void quantize_mxfp4(const float *x, void *vy, int64_t n) {
         float amax = 0;
         for (int j = 0; j < QK_MXFP4; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float e = amax > 0 ? floorf(log2f(amax)) - 2 + 127 : 0;
-        y[i].e = (uint8_t)(e < 0 ? 0 : e);
+        y[i].e = (uint8_t)(e < 0 ? 0 : e > 255 ? 255 : e);
         const float d = pe_mxfp4_scale(y[i].e);
         for (int j = 0; j < QK_MXFP4 / 2; j++)
             y[i].qs[j] = (uint8_t)(nearest_mxfp4_level(x[j], d) | nearest_mxfp4_level(x[j + QK_MXFP4 / 2], d) << 4);

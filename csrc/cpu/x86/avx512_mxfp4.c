@@ -17,8 +17,6 @@
 #include "internal.h"
 #include "x86_kquants.h"
 
-static inline __m512i pair512(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-
 /* the 16 lanes of a pair of blocks: levels w (|w| and w's signs passed in)
  * with activation codes q, as floats */
 static inline __m512 pair_lanes(__m512i abs_w, __mmask64 negative, __m512i q) {
