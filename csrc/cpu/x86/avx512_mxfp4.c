@@ -52,6 +52,10 @@ static inline __m256 fma_block(__m256i w, const block_q8_0 *a, float dw, __m256 
 /* decoding: AVX2's two 256-bit accumulators (a block's loads and lookups fill
  * a 256-bit vector; on Zen 4 pairing blocks in 512 bits costs more shuffles
  * than it saves), vpdpbusd in place of maddubs + madd */
+/* pe_mxfp4_scale of every exponent: one load per block in the decoding loop
+ * in place of the bit assembly (filled with the table) */
+static float scale_of[256];
+
 static void vec_dot_mxfp4(int64_t n, float *s, const void *vw, const void *va) {
     const block_mxfp4 *x = vw;
     const block_q8_0 *a = va;
@@ -60,10 +64,10 @@ static void vec_dot_mxfp4(int64_t n, float *s, const void *vw, const void *va) {
     const int64_t nb = n / QK_MXFP4;
     int64_t i = 0;
     for (; i + 1 < nb; i += 2) {
-        acc0 = fma_block(block_levels(x[i].qs, grid), &a[i], pe_mxfp4_scale(x[i].e), acc0);
-        acc1 = fma_block(block_levels(x[i + 1].qs, grid), &a[i + 1], pe_mxfp4_scale(x[i + 1].e), acc1);
+        acc0 = fma_block(block_levels(x[i].qs, grid), &a[i], scale_of[x[i].e], acc0);
+        acc1 = fma_block(block_levels(x[i + 1].qs, grid), &a[i + 1], scale_of[x[i + 1].e], acc1);
     }
-    if (i < nb) acc0 = fma_block(block_levels(x[i].qs, grid), &a[i], pe_mxfp4_scale(x[i].e), acc0);
+    if (i < nb) acc0 = fma_block(block_levels(x[i].qs, grid), &a[i], scale_of[x[i].e], acc0);
     *s = x86_sum_ps8(_mm256_add_ps(acc0, acc1));
 }
 
@@ -149,6 +153,7 @@ static void gemm16_mxfp4(int64_t n, float *s, size_t bs, const void *packed, con
 }
 
 void pe_fill_avx512_mxfp4(pe_kernels *k) {
+    for (int e = 0; e < 256; e++) scale_of[e] = pe_mxfp4_scale((uint8_t)e);
     k->type[PE_TYPE_MXFP4].vec_dot = vec_dot_mxfp4;
     k->type[PE_TYPE_MXFP4].gemm16 = gemm16_mxfp4;
 }
