@@ -27,7 +27,7 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 
 from pyengine.chat import capabilities, fim, shapes
 from pyengine.chat.messages import normalize_messages, normalize_tools
-from pyengine.chat.parsers import Delta, StreamParser, collect, detect_tool_format, prompt_opens_reasoning
+from pyengine.chat.parsers import Delta, collect, make_parser, prompt_opens_reasoning, reply_format
 from pyengine.chat.prompt import encode_rendered, model_template
 from pyengine.chat.template import ChatTemplate, thinking_kwargs
 from pyengine.chat.tool_choice import forced_call_grammar, forced_parse_format, forced_syntax, read_tool_choice
@@ -125,7 +125,7 @@ def prepare_chat(llm: Any, messages: Any, tools: Any = None, think: bool | str |
     kwargs = _think_kwargs(template, think)
     text = template.render(conversation, tools=tool_list, add_generation_prompt=True, **kwargs)
     ids = encode_rendered(llm.tokenizer, template, text)
-    tool_format = detect_tool_format(template.source) if tool_list else None
+    tool_format = reply_format(template.source, has_tools=bool(tool_list))
     return PreparedPrompt(ids, text, tool_format, prompt_opens_reasoning(text), stops=template.stops)
 
 
@@ -152,8 +152,12 @@ def _think_kwargs(template: ChatTemplate, think: bool | str | None) -> dict:
         return {**kwargs, **thinking_kwargs(template.source, True)}
     if not isinstance(think, bool):
         raise InvalidOptionError(f"think must be true, false or one of {THINK_LEVELS}, got {think!r}")
+    kwargs = thinking_kwargs(template.source, think)
+    if not kwargs and "reasoning_effort" in template.source:
+        # gpt-oss has levels, not a switch: true is its default level, false the lowest
+        return {"reasoning_effort": "medium" if think else "low"}
     # A template without a switch is rendered as is: the model reasons (or not) on its own.
-    return thinking_kwargs(template.source, think)
+    return kwargs
 
 
 def _token_ids(llm: Any, prompt: Sequence[int]) -> list[int]:
@@ -218,8 +222,8 @@ class ChatStream:
         self._handle = handle
         self.prepared = prepared
         self.result: ChatResult | None = None
-        self._parser = StreamParser(reasoning=True, tool_format=prepared.tool_format,
-                                    starts_in_reasoning=prepared.starts_in_reasoning) if prepared.parse else None
+        self._parser = make_parser(reasoning=True, tool_format=prepared.tool_format,
+                                   starts_in_reasoning=prepared.starts_in_reasoning) if prepared.parse else None
         self._deltas: list[Delta] = []
         self._t0 = time.perf_counter()
 
