@@ -29,7 +29,7 @@ from pyengine.chat import capabilities, fim, shapes
 from pyengine.chat.messages import normalize_messages, normalize_tools
 from pyengine.chat.parsers import Delta, collect, make_parser, prompt_opens_reasoning, reply_format
 from pyengine.chat.prompt import encode_rendered, model_template
-from pyengine.chat.template import ChatTemplate, thinking_kwargs
+from pyengine.chat.template import ChatTemplate, takes_reasoning_effort, thinking_kwargs
 from pyengine.chat.tool_choice import forced_call_grammar, forced_parse_format, forced_syntax, read_tool_choice
 from pyengine.errors import InvalidOptionError
 from pyengine.generation import submit
@@ -148,12 +148,12 @@ def _think_kwargs(template: ChatTemplate, think: bool | str | None) -> dict:
     if isinstance(think, str):
         if think not in THINK_LEVELS:
             raise InvalidOptionError(f"think must be true, false or one of {THINK_LEVELS}, got {think!r}")
-        kwargs = {"reasoning_effort": think} if "reasoning_effort" in template.source else {}
+        kwargs = {"reasoning_effort": think} if takes_reasoning_effort(template.source) else {}
         return {**kwargs, **thinking_kwargs(template.source, True)}
     if not isinstance(think, bool):
         raise InvalidOptionError(f"think must be true, false or one of {THINK_LEVELS}, got {think!r}")
     kwargs = thinking_kwargs(template.source, think)
-    if not kwargs and "reasoning_effort" in template.source:
+    if not kwargs and takes_reasoning_effort(template.source):
         # gpt-oss has levels, not a switch: true is its default level, false the lowest
         return {"reasoning_effort": "medium" if think else "low"}
     # A template without a switch is rendered as is: the model reasons (or not) on its own.

@@ -20,10 +20,13 @@ from datetime import datetime
 from pathlib import Path
 from unittest import mock
 
+import transformers
 import transformers.utils.chat_template_utils as hf_chat
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "tests" / "data" / "harmony" / "openai-gpt-oss-120b.jinja"
+# gpt-oss's own chat template, as llama.cpp keeps it (added with its harmony support, b204a5a2)
+TEMPLATE_ORIGIN = "ggml-org/llama.cpp models/templates/openai-gpt-oss-120b.jinja @ b204a5a2"
 OUT = ROOT / "tests" / "data" / "harmony" / "goldens.json"
 DATE = datetime(2026, 11, 29, 12, 0, 0)
 
@@ -94,7 +97,8 @@ CASES = {
                 {"role": "assistant", "content": "Hi! How can I help?", "thinking": "A greeting."},
                 QUESTION,
                 {"role": "assistant", "content": "", "thinking": "Call the tool.",
-                 "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}]},
+                 "tool_calls": [{"function": {"name": "get_weather",
+                                              "arguments": {"city": "Paris", "unit": "celsius"}}}]},
                 {"role": "tool", "tool_name": "get_weather", "content": RESULT},
                 {"role": "assistant", "content": "It is 18 °C in Paris.", "thinking": "Report it."},
                 {"role": "user", "content": "Thanks!"}],
@@ -137,8 +141,8 @@ def main() -> None:
             cases[name] = {"messages": case["messages"], "client": case["client"], "tools": case.get("tools"),
                            "think": case["think"], "extra": extra, "kwargs": case["kwargs"],
                            "add_generation_prompt": generation, "text": text}
-    record = {"template": TEMPLATE.name, "date": DATE.strftime("%Y-%m-%d"),
-              "renderer": f"transformers {hf_chat.__name__} render_jinja_template", "cases": cases}
+    record = {"template": TEMPLATE.name, "origin": TEMPLATE_ORIGIN, "date": DATE.strftime("%Y-%m-%d"),
+              "renderer": f"transformers {transformers.__version__} render_jinja_template", "cases": cases}
     OUT.write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n")
     print(f"wrote {OUT} ({len(cases)} conversations)")
 

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from server_support import FakeAdapter, fake_loader, running_server
 
 from pyengine import session
 from pyengine.chat import sandbox
@@ -35,10 +36,10 @@ from pyengine.chat.parsers import (
     parse_output,
     reply_format,
 )
+from pyengine.chat.template import takes_reasoning_effort
 from pyengine.errors import InvalidOptionError
 from pyengine.runner.sequence import Completion
 from pyengine.server import ServerConfig
-from server_support import FakeAdapter, fake_loader, running_server
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = json.loads((DATA / "harmony" / "goldens.json").read_text())
@@ -124,6 +125,8 @@ def test_the_template_is_read_as_harmony():
     assert is_harmony_template(SOURCE) and detect_tool_format(SOURCE) == "harmony"
     assert reply_format(SOURCE, has_tools=False) == reply_format(SOURCE, has_tools=True) == "harmony"
     assert template_capabilities(SOURCE) == ("tools", "thinking")
+    assert takes_reasoning_effort(SOURCE)
+    assert not takes_reasoning_effort(OTHER_TEMPLATES["Qwen-Qwen3-0.6B.jinja"]["source"])
     assert isinstance(make_parser(tool_format="harmony"), HarmonyParser)
     assert not any(is_harmony_template(record["source"]) for record in OTHER_TEMPLATES.values())
     assert reply_format(OTHER_TEMPLATES["Qwen-Qwen3-0.6B.jinja"]["source"], has_tools=False) is None
@@ -167,8 +170,8 @@ CASES = {
                    [call("get_weather", {"city": "Paris", "unit": "celsius"})]),
     "final only, <|return|> not in the text": ("<|channel|>final<|message|>Hello!", {}, "Hello!", None, []),
     "call ended by the generation (<|call|> is end-of-generation)": (
-        '<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary '
-        'to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}',
+        ('<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary '
+         'to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}'),
         {}, "", "Need it.", [call("get_weather", {"city": "Oslo"})]),
     "recipient before the channel": (
         '<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"a": [1, {"b": "}"}]}<|call|>',
@@ -192,8 +195,8 @@ CASES = {
     "header too long": ("<|channel|>" + "x" * MAX_HEADER_CHARS + "<|message|>y", {},
                         "<|channel|>" + "x" * MAX_HEADER_CHARS + "<|message|>y", None, []),
     "header cut off by the end of the reply": ("<|channel|>analy", {}, "", None, []),
-    "unknown channel": ("<|channel|>scratchpad<|message|>notes<|end|><|start|>assistant<|channel|>final"
-                        "<|message|> Done.", {}, "notes Done.", None, []),
+    "unknown channel": (("<|channel|>scratchpad<|message|>notes<|end|><|start|>assistant<|channel|>final"
+                         "<|message|> Done."), {}, "notes Done.", None, []),
     "unterminated analysis": ("<|channel|>analysis<|message|>still thinking", {}, "", "still thinking", []),
     "call with bad JSON": ("<|channel|>commentary to=functions.f json<|message|>{bad}<|call|>", {},
                            "<|channel|>commentary to=functions.f json<|message|>{bad}", None, []),
@@ -303,7 +306,8 @@ def test_headers():
     assert read_header("<|channel|>final") == Header("final", None, None)
     assert read_header("<|channel|>commentary to=functions.get_weather <|constrain|>json") == \
         Header("commentary", "functions.get_weather", "json")
-    assert read_header("assistant to=functions.f<|channel|>commentary json") == Header("commentary", "functions.f", "json")
+    assert read_header("assistant to=functions.f<|channel|>commentary json") == \
+        Header("commentary", "functions.f", "json")
     assert read_header("functions.f to=assistant<|channel|>commentary") is None   # a tool's turn, not the model's
     assert read_header("<|channel|>final Hello") is None
     assert read_header("assistant<|channel|>commentary to=assistant").recipient is None
@@ -363,9 +367,9 @@ class HarmonyAdapter(FakeAdapter):
 def gpt_oss(golden_date):
     adapter = HarmonyAdapter()
     served = {"gpt-oss": DATA / "synth" / "llama-f16.gguf"}
-    with running_server(ServerConfig(), loader=fake_loader(adapter), served=served) as server:
-        with httpx.Client(base_url=server.url, timeout=60) as client:
-            yield adapter, client
+    with running_server(ServerConfig(), loader=fake_loader(adapter), served=served) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as client:
+        yield adapter, client
 
 
 def _sse(response: httpx.Response) -> list[dict]:

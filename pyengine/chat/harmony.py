@@ -5,15 +5,17 @@ the first message starts with its header at once; later ones start with
 ``<|start|>assistant``. A message is a header, ``<|message|>``, a body and a terminator::
 
     <|channel|>analysis<|message|>The user wants the weather.<|end|>
-    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>
-    <|start|>assistant<|channel|>final<|message|>It is 18 °C in Paris.<|return|>
+    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Oslo"}<|call|>
+    <|start|>assistant<|channel|>final<|message|>It is 9 °C in Oslo.<|return|>
 
 The header names the channel and, for a tool call, the recipient (``to=``, before or
 after the channel) and the arguments' type (``<|constrain|>json`` or a bare ``json``).
 Bodies are read by channel: ``analysis`` is reasoning, ``final`` is content, a message
 with a recipient is a tool call (``functions.NAME`` calls NAME; a built-in tool such as
 ``browser.search`` keeps its name), and ``commentary`` without one (a preamble the
-model shows the user) is content, as is a channel harmony does not define.
+model shows the user) is content, as is a channel harmony does not define. Calls are
+read whether or not the request offered tools: the header, not a marker in the text,
+says a message is one.
 ``<|end|>`` ends a message, ``<|call|>`` and ``<|return|>`` end the generation
 (:data:`HARMONY_STOPS`; the vocabulary marks them end-of-generation, so they are
 usually not in the text at all and the reply's end closes its last message).
@@ -38,7 +40,7 @@ from pyengine.chat.deltas import Delta, earliest_marker, partial_marker_length
 from pyengine.chat.toolcalls import make_tool_call
 from pyengine.errors import InvalidOptionError
 
-START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
+START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 END, CALL, RETURN = "<|end|>", "<|call|>", "<|return|>"
 HARMONY_STOPS = (RETURN, CALL)
 MAX_HEADER_CHARS = 256
@@ -234,9 +236,10 @@ class HarmonyParser:
         if not rest:
             self._buffer = ""
             return False
-        if rest.startswith(START) or rest.startswith(CHANNEL):
-            self._buffer = rest[len(START):] if rest.startswith(START) else rest
-            self._state, self._opener = _IN_HEADER, START if rest.startswith(START) else ""
+        if rest.startswith((START, CHANNEL)):
+            self._opener = START if rest.startswith(START) else ""   # <|channel|> is part of the header
+            self._buffer = rest.removeprefix(START)
+            self._state = _IN_HEADER
             return True
         if not final and (START.startswith(rest) or CHANNEL.startswith(rest)):
             return False
