@@ -40,6 +40,7 @@ from pyengine.chat.template import takes_reasoning_effort
 from pyengine.errors import InvalidOptionError
 from pyengine.runner.sequence import Completion
 from pyengine.server import ServerConfig
+from pyengine.server.models import ModelAdapter
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = json.loads((DATA / "harmony" / "goldens.json").read_text())
@@ -67,6 +68,7 @@ def golden_date(monkeypatch):
 
 class _Tokenizer:
     bos_id = eos_id = None
+    vocab = SimpleNamespace(special={})
 
     def encode(self, text, add_special=True, parse_special=False):
         return [0]
@@ -77,7 +79,7 @@ def harmony_llm(source: str = SOURCE) -> SimpleNamespace:
     metadata = {"general.architecture": "gpt-oss", "tokenizer.chat_template": source}
     gguf = SimpleNamespace(path="gpt-oss-test.gguf", architecture="gpt-oss", metadata=metadata,
                            get_str=lambda key, default="": metadata.get(key, default))
-    return SimpleNamespace(gguf=gguf, tokenizer=_Tokenizer(), path="gpt-oss-test.gguf")
+    return SimpleNamespace(gguf=gguf, tokenizer=_Tokenizer(), path="gpt-oss-test.gguf", n_vocab=16)
 
 
 def _rendered_by_pyengine(case: dict) -> str:
@@ -424,6 +426,17 @@ def test_openai_chat_completions(gpt_oss):
         in adapter.prompts[-1]
     assert reply["choices"][0]["message"]["content"] == "18 °C in Paris."
     assert reply["choices"][0]["message"]["reasoning_content"] == "Report."
+
+
+def test_generate_after_a_context_reads_harmony(monkeypatch, golden_date):
+    """Ollama's /api/generate with an earlier reply's `context`: still read as harmony."""
+    started = []
+    monkeypatch.setattr(session, "start_prepared", lambda llm, prepared, **options: started.append(prepared))
+    adapter = ModelAdapter("gpt-oss", Path("gpt-oss-test.gguf"), harmony_llm())
+    adapter.start_generate("Hi", context=[1, 2, 3], think="high", options={})
+    (prepared,) = started
+    assert prepared.ids[:3] == [1, 2, 3] and prepared.tool_format == "harmony" and prepared.parse
+    assert "\nReasoning: high\n" in prepared.text
 
 
 def test_responses_reasoning_effort(gpt_oss):
