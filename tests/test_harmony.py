@@ -41,6 +41,7 @@ from pyengine.errors import InvalidOptionError
 from pyengine.runner.sequence import Completion
 from pyengine.server import ServerConfig
 from pyengine.server.models import ModelAdapter
+from pyengine.tokenizer.tokenizer import Tokenizer
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = json.loads((DATA / "harmony" / "goldens.json").read_text())
@@ -313,6 +314,23 @@ def test_headers():
     assert read_header("functions.f to=assistant<|channel|>commentary") is None   # a tool's turn, not the model's
     assert read_header("<|channel|>final Hello") is None
     assert read_header("assistant<|channel|>commentary to=assistant").recipient is None
+
+
+def test_a_harmony_vocabulary_ends_at_return_and_call_and_renders_the_rest():
+    """o200k_harmony's specials: <|return|> and <|call|> end the generation, <|end|> does
+    not, and the channel markers are in the decoded text the parser reads."""
+    specials = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"]
+    words = ["Hm", "Yes", "analysis", "final"]
+    tokens = words + specials
+    tokenizer = Tokenizer.from_metadata({
+        "general.architecture": "gpt-oss", "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-4o",
+        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": [1] * len(words) + [3] * len(specials),
+        "tokenizer.ggml.merges": ["H m"], "tokenizer.ggml.eos_token_id": tokens.index("<|return|>")})
+    assert {tokens[i] for i in tokenizer.eog_ids} == set(HARMONY_STOPS)
+    reply = ["<|channel|>", "analysis", "<|message|>", "Hm", "<|end|>", "<|start|>", "<|channel|>", "final",
+             "<|message|>", "Yes"]
+    text = "".join(tokenizer.decode([tokens.index(piece)]) for piece in reply)
+    assert summary(parse_output(text, tool_format="harmony")) == ("Yes", "Hm", [])
 
 
 # --------------------------------------------------------------------------------------
