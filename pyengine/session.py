@@ -11,7 +11,8 @@ Both take options by Ollama's names (``temperature``, ``top_k``, ``num_predict``
 own chat template (``think`` switches reasoning on or off where the template has a
 switch), the reply is split into reasoning, content and tool calls (tool calls are
 parsed only when ``tools`` are given, in the format the template teaches), and
-``format`` ("json" or a JSON schema) constrains the answer.
+``format`` ("json" or a JSON schema) constrains the answer (gpt-oss then answers in
+the final channel its prompt opens, without reasoning first).
 
 Lower level: :func:`start_chat` / :func:`start_prompt` return a :class:`ChatStream`
 of :class:`ChatPiece` events ending with a :class:`ChatResult`; the server uses these.
@@ -26,8 +27,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Iterator, Sequence
 
 from pyengine.chat import capabilities, fim, shapes
+from pyengine.chat.harmony import FINAL_OPENER, opened_header
 from pyengine.chat.messages import normalize_messages, normalize_tools
-from pyengine.chat.parsers import Delta, collect, make_parser, prompt_opens_reasoning, reply_format
+from pyengine.chat.parsers import HARMONY, Delta, collect, make_parser, prompt_opens_reasoning, reply_format
 from pyengine.chat.prompt import encode_rendered, model_template
 from pyengine.chat.template import ChatTemplate, takes_reasoning_effort, thinking_kwargs
 from pyengine.chat.tool_choice import forced_call_grammar, forced_parse_format, forced_syntax, read_tool_choice
@@ -223,7 +225,8 @@ class ChatStream:
         self.prepared = prepared
         self.result: ChatResult | None = None
         self._parser = make_parser(reasoning=True, tool_format=prepared.tool_format,
-                                   starts_in_reasoning=prepared.starts_in_reasoning) if prepared.parse else None
+                                   starts_in_reasoning=prepared.starts_in_reasoning,
+                                   prompt=prepared.text) if prepared.parse else None
         self._deltas: list[Delta] = []
         self._t0 = time.perf_counter()
 
@@ -316,9 +319,20 @@ def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, su
     stop = _with_template_stops(options.pop("stop", None), prepared.stops)
     if format not in (None, "", "text"):
         options["format"] = format
+        prepared = _open_final_channel(llm, prepared)
     handle = submit(llm, prepared.ids, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
                     surface=surface, **options)
     return ChatStream(handle, prepared)
+
+
+def _open_final_channel(llm: Any, prepared: PreparedPrompt) -> PreparedPrompt:
+    """A harmony prompt whose answer is constrained opens the final channel itself: the
+    grammar (which applies from the first token) then writes the answer where the model
+    writes answers, not in place of its channel headers. Its reasoning is skipped."""
+    if prepared.tool_format != HARMONY or not prepared.text or opened_header(prepared.text) is not None:
+        return prepared
+    opener = llm.tokenizer.encode(FINAL_OPENER, add_special=False, parse_special=True)
+    return replace(prepared, ids=[*prepared.ids, *opener], text=prepared.text + FINAL_OPENER)
 
 
 def _with_template_stops(stop: Any, template_stops: tuple[str, ...]) -> Any:

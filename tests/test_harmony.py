@@ -19,11 +19,13 @@ from pyengine import session
 from pyengine.chat import sandbox
 from pyengine.chat.capabilities import template_capabilities
 from pyengine.chat.harmony import (
+    FINAL_OPENER,
     HARMONY_STOPS,
     MAX_HEADER_CHARS,
     HarmonyParser,
     Header,
     is_harmony_template,
+    opened_header,
     read_header,
 )
 from pyengine.chat.messages import normalize_messages, normalize_tools
@@ -72,7 +74,7 @@ class _Tokenizer:
     vocab = SimpleNamespace(special={})
 
     def encode(self, text, add_special=True, parse_special=False):
-        return [0]
+        return [len(text)]   # one "token" per text: tells which texts were encoded
 
 
 def harmony_llm(source: str = SOURCE) -> SimpleNamespace:
@@ -305,6 +307,18 @@ def test_a_call_is_emitted_whole_when_its_message_ends():
     assert parser.finish() == []
 
 
+def test_a_message_the_prompt_opened():
+    prompt = "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|>"
+    assert opened_header(prompt) == Header("analysis", None, None)
+    assert opened_header(prompt[:-len("analysis<|message|>")] + "final<|message|>") == Header("final", None, None)
+    assert opened_header("<|start|>user<|message|>") is None            # not the assistant's
+    assert opened_header("<|start|>user<|message|>Hi<|end|><|start|>assistant") is None
+    parser = make_parser(tool_format="harmony", prompt=prompt)
+    deltas = parser.push("Hm.<|end|><|start|>assistant<|channel|>final<|message|>Ok") + parser.finish()
+    assert summary(collect(deltas)) == ("Ok", "Hm.", [])
+    assert summary(collect(stream(["Ok"], {}))) == ("Ok", None, [])     # not opened: degrades to content
+
+
 def test_headers():
     assert read_header("<|channel|>final") == Header("final", None, None)
     assert read_header("<|channel|>commentary to=functions.get_weather <|constrain|>json") == \
@@ -369,23 +383,31 @@ class _ScriptedGeneration:
 
 
 class HarmonyAdapter(FakeAdapter):
-    """The real prompt preparation and reply parsing of a gpt-oss file, its generation scripted."""
+    """session.start_chat on a gpt-oss file (rendering, options, reply parsing), the
+    generation itself scripted (see `submit`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.llm = harmony_llm()
         self.reply = CALL_REPLY
         self.prompts: list[str] = []
+        self.submitted: list[tuple[list[int], dict]] = []
 
     def start_chat(self, messages, *, tools=None, tool_choice=None, format=None, think=None, options=None):
-        prepared = session.prepare_chat(self.llm, messages, tools=tools, think=think)
-        self.prompts.append(prepared.text)
-        return session.ChatStream(_ScriptedGeneration(self.reply, prepared.ids), prepared)
+        run = session.start_chat(self.llm, messages, tools=tools, tool_choice=tool_choice, format=format,
+                                 think=think, **(options or {}))
+        self.prompts.append(run.prepared.text)
+        return run
+
+    def submit(self, llm, ids, **options):
+        self.submitted.append((list(ids), options))
+        return _ScriptedGeneration(self.reply, list(ids))
 
 
 @pytest.fixture()
-def gpt_oss(golden_date):
+def gpt_oss(golden_date, monkeypatch):
     adapter = HarmonyAdapter()
+    monkeypatch.setattr(session, "submit", adapter.submit)
     served = {"gpt-oss": DATA / "synth" / "llama-f16.gguf"}
     with running_server(ServerConfig(), loader=fake_loader(adapter), served=served) as server, \
             httpx.Client(base_url=server.url, timeout=60) as client:
@@ -455,6 +477,26 @@ def test_generate_after_a_context_reads_harmony(monkeypatch, golden_date):
     (prepared,) = started
     assert prepared.ids[:3] == [1, 2, 3] and prepared.tool_format == "harmony" and prepared.parse
     assert "\nReasoning: high\n" in prepared.text
+
+
+def test_a_constrained_answer_is_written_in_the_final_channel(gpt_oss):
+    adapter, client = gpt_oss
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    adapter.reply = ['{"city"', ': "Paris"}']
+    reply = client.post("/api/chat", json={"model": "gpt-oss", "messages": ASK, "format": schema,
+                                           "stream": False}).json()
+    assert adapter.prompts[-1].endswith("<|start|>assistant<|channel|>final<|message|>")
+    ids, options = adapter.submitted[-1]
+    assert ids == [len(adapter.prompts[-1]) - len(FINAL_OPENER), len(FINAL_OPENER)]   # the prompt, then the opener
+    assert options["format"] == schema and options["stop"] == list(HARMONY_STOPS)
+    assert reply["message"]["content"] == '{"city": "Paris"}' and "thinking" not in reply["message"]
+    body = {"model": "gpt-oss", "messages": ASK, "response_format": {"type": "json_object"}}
+    reply = client.post("/v1/chat/completions", json=body).json()
+    assert adapter.prompts[-1].endswith(FINAL_OPENER)
+    assert reply["choices"][0]["message"]["content"] == '{"city": "Paris"}'
+    adapter.reply = ANSWER_REPLY   # no format: the model opens its channels itself
+    client.post("/api/chat", json={"model": "gpt-oss", "messages": ASK, "stream": False})
+    assert adapter.prompts[-1].endswith("<|start|>assistant") and "format" not in adapter.submitted[-1][1]
 
 
 def test_responses_reasoning_effort(gpt_oss):

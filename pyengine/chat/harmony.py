@@ -44,6 +44,9 @@ START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 END, CALL, RETURN = "<|end|>", "<|call|>", "<|return|>"
 HARMONY_STOPS = (RETURN, CALL)
 MAX_HEADER_CHARS = 256
+# Written after the prompt when the answer's form is constrained (a JSON format): the
+# grammar then shapes the final message, not the headers of the channels before it.
+FINAL_OPENER = CHANNEL + "final" + MESSAGE
 
 _TERMINATORS = (END, CALL, RETURN)
 _HEADER_ENDS = (MESSAGE, START, *_TERMINATORS)
@@ -91,6 +94,17 @@ def read_header(text: str) -> Header | None:
     return Header(match.group("channel"), recipient, match.group("type"))
 
 
+def opened_header(prompt: str | None) -> Header | None:
+    """The header of the assistant message a prompt leaves open (it ends with
+    ``<|message|>``, as one that :data:`FINAL_OPENER` was written after), or None."""
+    if not prompt or not prompt.endswith(MESSAGE):
+        return None
+    start = prompt.rfind(START)
+    if start < 0:
+        return None
+    return read_header(prompt[start + len(START):-len(MESSAGE)])
+
+
 def _could_start_header(text: str) -> bool:
     """Whether `text` (a header's settled part) can still grow into a header."""
     head = text.lstrip(_SPACE)
@@ -106,15 +120,18 @@ def _function_name(recipient: str) -> str:
 class HarmonyParser:
     """Incremental harmony reader with :class:`~pyengine.chat.parsers.StreamParser`'s
     interface: ``push`` pieces, then ``finish``; each returns the deltas now certain.
-    `reasoning` False puts the analysis channel into the content."""
+    `reasoning` False puts the analysis channel into the content. `opened`: the header
+    of a message the prompt already opened (:func:`opened_header`); the reply then
+    starts inside its body, otherwise (the prompt ended with ``<|start|>assistant``)
+    with a header."""
 
-    def __init__(self, reasoning: bool = True) -> None:
+    def __init__(self, reasoning: bool = True, opened: Header | None = None) -> None:
         self._reasoning = reasoning
         self._buffer = ""
-        self._state = _IN_HEADER   # the prompt ended with <|start|>assistant
+        self._state = _IN_HEADER if opened is None else _IN_BODY
         self._opener = ""          # the marker that opened the current header ("" or <|start|>)
         self._header_text = ""     # the current message's raw header (for a call that fails)
-        self._header: Header | None = None
+        self._header = opened
         self._deltas: list[Delta] = []
         self._finished = False
 
@@ -287,4 +304,5 @@ class HarmonyParser:
         return deltas
 
 
-__all__ = ["HARMONY_STOPS", "MAX_HEADER_CHARS", "HarmonyParser", "Header", "is_harmony_template", "read_header"]
+__all__ = ["FINAL_OPENER", "HARMONY_STOPS", "MAX_HEADER_CHARS", "HarmonyParser", "Header", "is_harmony_template",
+           "opened_header", "read_header"]

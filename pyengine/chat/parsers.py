@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from pyengine.chat.collectors import HermesCollector, JsonCallCollector, MistralCollector, collector_for
 from pyengine.chat.deltas import Delta, ParsedOutput, collect, earliest_marker, partial_marker_length
-from pyengine.chat.harmony import HarmonyParser, is_harmony_template
+from pyengine.chat.harmony import HarmonyParser, is_harmony_template, opened_header
 from pyengine.errors import InvalidOptionError
 
 REASONING_MARKERS: tuple[tuple[str, str], ...] = (
@@ -86,12 +86,13 @@ def reply_format(template: str | None, has_tools: bool) -> str | None:
     return detect_tool_format(template) if has_tools else None
 
 
-def make_parser(reasoning: bool = True, tool_format: str | None = None,
-                starts_in_reasoning: bool = False) -> StreamParser | HarmonyParser:
-    """The incremental parser for replies in `tool_format` (see :func:`reply_format`); a
-    harmony reply opens its channels itself, so `starts_in_reasoning` does not apply to it."""
+def make_parser(reasoning: bool = True, tool_format: str | None = None, starts_in_reasoning: bool = False,
+                prompt: str | None = None) -> StreamParser | HarmonyParser:
+    """The incremental parser for replies in `tool_format` (see :func:`reply_format`). A
+    harmony reply opens its channels itself: instead of `starts_in_reasoning`, the end of
+    the rendered `prompt` tells whether it left a message open."""
     if tool_format == HARMONY:
-        return HarmonyParser(reasoning=reasoning)
+        return HarmonyParser(reasoning=reasoning, opened=opened_header(prompt))
     return StreamParser(reasoning=reasoning, tool_format=tool_format, starts_in_reasoning=starts_in_reasoning)
 
 
