@@ -27,12 +27,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Iterator, Sequence
 
 from pyengine.chat import capabilities, fim, shapes
-from pyengine.chat.harmony import FINAL_OPENER, opened_header
+from pyengine.chat.harmony import FINAL_OPENER, harmony_call_header, opened_header
 from pyengine.chat.messages import normalize_messages, normalize_tools
 from pyengine.chat.parsers import HARMONY, Delta, collect, make_parser, prompt_opens_reasoning, reply_format
 from pyengine.chat.prompt import encode_rendered, model_template
 from pyengine.chat.template import ChatTemplate, takes_reasoning_effort, thinking_kwargs
-from pyengine.chat.tool_choice import forced_call_grammar, forced_parse_format, forced_syntax, read_tool_choice
+from pyengine.chat.tool_choice import (
+    forced_arguments_grammar,
+    forced_call_grammar,
+    forced_parse_format,
+    forced_syntax,
+    read_tool_choice,
+)
 from pyengine.errors import InvalidOptionError
 from pyengine.generation import submit
 from pyengine.runner.sequence import Completion
@@ -335,6 +341,16 @@ def _open_final_channel(llm: Any, prepared: PreparedPrompt) -> PreparedPrompt:
     return replace(prepared, ids=[*prepared.ids, *opener], text=prepared.text + FINAL_OPENER)
 
 
+def _harmony_forced_call(llm: Any, prepared: PreparedPrompt, function: dict) -> tuple[PreparedPrompt, Any]:
+    """gpt-oss forced to call one function: the prompt writes the call's header, as the
+    model would (harmony's markers are tokens no grammar writes), and the grammar its
+    arguments; the reply is read as that message's body."""
+    header = harmony_call_header(function["name"])
+    ids = llm.tokenizer.encode(header, add_special=False, parse_special=True)
+    prepared = replace(prepared, ids=[*prepared.ids, *ids], text=prepared.text + header, forced_call=True)
+    return prepared, forced_arguments_grammar(function)
+
+
 def _with_template_stops(stop: Any, template_stops: tuple[str, ...]) -> Any:
     """The request's stop texts (a string or a list, checked by the runner) and then the
     template's."""
@@ -357,11 +373,14 @@ def start_chat(llm: Any, messages: Any, tools: Any = None, format: Any = None, t
     if choice.is_forced:
         if options.get("grammar") is not None:
             raise InvalidOptionError("a tool_choice that forces a call cannot be combined with option 'grammar'")
-        syntax = forced_syntax(prepared.tool_format)
-        # the call starts at once (no reasoning first) and is read in the syntax forced
-        prepared = replace(prepared, tool_format=forced_parse_format(syntax), starts_in_reasoning=False,
-                           forced_call=True)
-        options["grammar"] = forced_call_grammar(choice.forced, syntax)
+        if prepared.tool_format == HARMONY and len(choice.forced) == 1:
+            prepared, options["grammar"] = _harmony_forced_call(llm, prepared, choice.forced[0])
+        else:
+            syntax = forced_syntax(prepared.tool_format)
+            # the call starts at once (no reasoning first) and is read in the syntax forced
+            prepared = replace(prepared, tool_format=forced_parse_format(syntax), starts_in_reasoning=False,
+                               forced_call=True)
+            options["grammar"] = forced_call_grammar(choice.forced, syntax)
         format = None  # the call's grammar is the reply's form
     return start_prepared(llm, prepared, format=format, **options)
 

@@ -24,6 +24,7 @@ from pyengine.chat.harmony import (
     MAX_HEADER_CHARS,
     HarmonyParser,
     Header,
+    harmony_call_header,
     is_harmony_template,
     opened_header,
     read_header,
@@ -497,6 +498,29 @@ def test_a_constrained_answer_is_written_in_the_final_channel(gpt_oss):
     adapter.reply = ANSWER_REPLY   # no format: the model opens its channels itself
     client.post("/api/chat", json={"model": "gpt-oss", "messages": ASK, "stream": False})
     assert adapter.prompts[-1].endswith("<|start|>assistant") and "format" not in adapter.submitted[-1][1]
+
+
+def test_a_forced_call_has_its_header_written_by_the_prompt(gpt_oss):
+    adapter, client = gpt_oss
+    adapter.reply = ['{"city"', ': "Paris"}']
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    body = {"model": "gpt-oss", "messages": ASK, "tools": [WEATHER], "tool_choice": named}
+    reply = client.post("/v1/chat/completions", json=body).json()
+    assert adapter.prompts[-1].endswith(
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>")
+    ids, options = adapter.submitted[-1]
+    assert ids[-1] == len(harmony_call_header("get_weather")) and options["grammar"] is not None
+    assert "format" not in options
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    assert [c["function"] for c in choice["message"]["tool_calls"]] == [call("get_weather", {"city": "Paris"})]
+    # "required" among several functions: the name is the grammar's to choose, in bare JSON
+    other = {"type": "function", "function": {"name": "get_time", "description": "The time.", "parameters": {}}}
+    adapter.reply = ['{"name": "get_time", ', '"arguments": {}}']
+    reply = client.post("/v1/chat/completions", json={**body, "tools": [WEATHER, other],
+                                                      "tool_choice": "required"}).json()
+    assert adapter.prompts[-1].endswith("<|start|>assistant")
+    assert [c["function"] for c in reply["choices"][0]["message"]["tool_calls"]] == [call("get_time", {})]
 
 
 def test_responses_reasoning_effort(gpt_oss):

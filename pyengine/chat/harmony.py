@@ -40,7 +40,7 @@ from pyengine.chat.deltas import Delta, earliest_marker, partial_marker_length
 from pyengine.chat.toolcalls import make_tool_call
 from pyengine.errors import InvalidOptionError
 
-START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
+START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
 END, CALL, RETURN = "<|end|>", "<|call|>", "<|return|>"
 HARMONY_STOPS = (RETURN, CALL)
 MAX_HEADER_CHARS = 256
@@ -92,6 +92,11 @@ def read_header(text: str) -> Header | None:
     if recipient == "assistant":  # a tool's answer addressed back: no call
         recipient = None
     return Header(match.group("channel"), recipient, match.group("type"))
+
+
+def harmony_call_header(name: str) -> str:
+    """The header of a message that calls function `name` (its JSON arguments follow)."""
+    return f"{CHANNEL}commentary to=functions.{name} {CONSTRAIN}json{MESSAGE}"
 
 
 def opened_header(prompt: str | None) -> Header | None:
@@ -304,5 +309,5 @@ class HarmonyParser:
         return deltas
 
 
-__all__ = ["FINAL_OPENER", "HARMONY_STOPS", "MAX_HEADER_CHARS", "HarmonyParser", "Header", "is_harmony_template",
-           "opened_header", "read_header"]
+__all__ = ["FINAL_OPENER", "HARMONY_STOPS", "MAX_HEADER_CHARS", "HarmonyParser", "Header", "harmony_call_header",
+           "is_harmony_template", "opened_header", "read_header"]
