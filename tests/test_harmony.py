@@ -348,6 +348,28 @@ def test_a_harmony_vocabulary_ends_at_return_and_call_and_renders_the_rest():
     assert summary(parse_output(text, tool_format="harmony")) == ("Yes", "Hm", [])
 
 
+def test_a_real_generation_streams_through_the_harmony_parser(smollm2_path, golden_date):
+    """SmolLM2 rendered with gpt-oss's template, a grammar making it write a harmony reply:
+    its markers are plain text here, so they arrive split across tokens; the template's
+    stop texts end the reply at <|call|>."""
+    from pyengine.api import LLM
+
+    reply = ('"<|channel|>analysis<|message|>" [a-z]{1,8} " weather.<|end|><|start|>assistant<|channel|>'
+             'commentary to=functions.get_weather <|constrain|>json<|message|>{\\"city\\": \\"Paris\\"}'
+             '<|call|>" [a-z]{1,4}')
+    with LLM(str(smollm2_path), n_ctx=1024) as llm:
+        session.use_template(llm, SOURCE)
+        run = session.start_chat(llm, ASK, tools=[WEATHER], think="high", temperature=0,
+                                 grammar=f"root ::= {reply}\n")
+        assert "\nReasoning: high\n" in run.prepared.text and run.prepared.tool_format == "harmony"
+        pieces = [event for event in run if not isinstance(event, session.ChatResult)]
+    result = run.result
+    assert result.stop_string == "<|call|>" and result.finish_reason == "tool_calls"
+    assert result.reasoning.endswith(" weather.") and result.content == ""
+    assert [c["function"] for c in result.tool_calls] == [call("get_weather", {"city": "Paris"})]
+    assert sum(len(piece.deltas) for piece in pieces) >= 2   # reasoning streamed before the call
+
+
 # --------------------------------------------------------------------------------------
 # The chat routes with a scripted gpt-oss
 # --------------------------------------------------------------------------------------
