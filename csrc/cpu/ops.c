@@ -28,6 +28,11 @@ size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t);
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 size_t pe_op_get_rows_work(const pe_graph *g, const pe_tensor *t, int n_threads);
+void pe_op_l2_norm_run(pe_exec *ex, pe_tensor *t);
+void pe_op_ssm_conv_run(pe_exec *ex, pe_tensor *t);
+void pe_op_ssm_scan_run(pe_exec *ex, pe_tensor *t);
+void pe_op_delta_net_run(pe_exec *ex, pe_tensor *t);
+size_t pe_op_ssm_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 
 static inline pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
     return t->src[i] >= 0 ? &ex->g->t[t->src[i]] : NULL;
@@ -206,6 +211,10 @@ void pe_op_compute(pe_exec *ex, pe_tensor *t) {
     case PE_OP_TOPK:         topk_run(ex, t); break;
     case PE_OP_MOE_WEIGHTS:  moe_weights_run(ex, t); break;
     case PE_OP_WEIGHTED_SUM: weighted_sum_run(ex, t); break;
+    case PE_OP_L2_NORM:      pe_op_l2_norm_run(ex, t); break;
+    case PE_OP_SSM_CONV:     pe_op_ssm_conv_run(ex, t); break;
+    case PE_OP_SSM_SCAN:     pe_op_ssm_scan_run(ex, t); break;
+    case PE_OP_DELTA_NET:    pe_op_delta_net_run(ex, t); break;
     default: break;
     }
 }
@@ -216,6 +225,9 @@ size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads) {
     case PE_OP_MUL_MAT_ID: return pe_op_mul_mat_work(g, t, n_threads);
     case PE_OP_ATTN:       return pe_op_attn_work(g, t, n_threads);
     case PE_OP_GET_ROWS:   return pe_op_get_rows_work(g, t, n_threads);
+    case PE_OP_SSM_CONV:
+    case PE_OP_SSM_SCAN:
+    case PE_OP_DELTA_NET:  return pe_op_ssm_work(g, t, n_threads);
     default:               return 0;
     }
 }

@@ -206,6 +206,29 @@ class Context:
     def weighted_sum(self, a: Tensor, w: Tensor) -> Tensor:
         return self._tensor(self.graph.weighted_sum(a.id, w.id))
 
+    # ---- recurrent layers (pe.h: states in caller-owned F32 rows, `seqs` an I32
+    # [5, n_seqs] input of {first token, token count, row read, row written, first position})
+
+    def l2_norm(self, a: Tensor, eps: float) -> Tensor:
+        return self._tensor(self.graph.l2_norm(a.id, eps))
+
+    def ssm_conv(self, x: Tensor, w: Tensor, state: Tensor, seqs: Tensor) -> Tensor:
+        """Causal depthwise convolution of x [d, T] with w [K, d] over each sequence's window."""
+        return self._tensor(self.graph.ssm_conv(x.id, w.id, state.id, seqs.id))
+
+    def ssm_scan(self, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, state: Tensor, seqs: Tensor, *,
+                 D: Tensor | None = None, dt_bias: Tensor | None = None) -> Tensor:
+        """Mamba-2's selective scan: x [P, H, T], dt [H, T], A [H], B and C [N, G, T] -> [P, H, T]."""
+        return self._tensor(self.graph.ssm_scan(x.id, dt.id, A.id, B.id, C.id, -1 if D is None else D.id,
+                                                -1 if dt_bias is None else dt_bias.id, state.id, seqs.id))
+
+    def delta_net(self, q: Tensor, k: Tensor, v: Tensor, gate: Tensor, beta: Tensor, state: Tensor, seqs: Tensor,
+                  *, scale: float, chunk: int = 64) -> Tensor:
+        """The gated delta rule: q, k [Dk, Hk, T], v [Dv, H, T], gate (log decay) and beta [H, T] -> [Dv, H, T];
+        chunk 0 runs token by token, else pieces cut at positions that are multiples of chunk."""
+        return self._tensor(self.graph.delta_net(q.id, k.id, v.id, gate.id, beta.id, state.id, seqs.id, scale,
+                                                 chunk))
+
     # ---- running -----------------------------------------------------------
 
     def set_output(self, t: Tensor) -> None:
