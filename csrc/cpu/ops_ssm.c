@@ -197,6 +197,11 @@ static void delta_tokens(const delta_in *in, float *S, int64_t h, int64_t first,
     }
 }
 
+/* The in-piece products are lower triangular: they are taken by blocks of
+ * TRI_ROWS rows, each over the columns up to its last row (a constant, so the
+ * same terms on every table). */
+#define TRI_ROWS 16
+
 /* The chunked form's scratch, in floats, for pieces of up to L tokens. */
 static size_t delta_chunk_floats(int64_t L, int64_t Dk, int64_t Dv) {
     return (size_t)(L * (5 * Dk + 4 * Dv) + 2 * Dk * L + 3 * L * L + L) + 16 * 16;
@@ -213,7 +218,8 @@ static size_t delta_chunk_floats(int64_t L, int64_t Dk, int64_t Dv) {
 static void delta_piece(const delta_in *in, float *S, int64_t h, int64_t first, int64_t n, float *sc, pe_tensor *out) {
     const pe_ssm_kernels *kn = &pe_kern->ssm;
     const int64_t Dk = in->Dk, Dv = in->Dv, hk = h % in->Hk;
-    float *qs = sc, *qg = qs + n * Dk, *kk = qg + n * Dk, *kbg = kk + n * Dk, *W = kbg + n * Dk, *kT = W + n * Dk;
+    /* W then qg, and V then O: the products with S of both run as one (S read once) */
+    float *qs = sc, *kk = qs + n * Dk, *kbg = kk + n * Dk, *W = kbg + n * Dk, *qg = W + n * Dk, *kT = qg + n * Dk;
     float *kd = kT + Dk * n, *vb = kd + Dk * n, *U = vb + n * Dv, *V = U + n * Dv, *O = V + n * Dv;
     float *KK = O + n * Dv, *QK = KK + n * n, *Tm = QK + n * n, *G = Tm + n * n;
     float beta[PE_DELTA_MAX_CHUNK], eG[PE_DELTA_MAX_CHUNK];
@@ -234,14 +240,20 @@ static void delta_piece(const delta_in *in, float *S, int64_t h, int64_t first, 
         for (int64_t c2 = 0; c2 < Dv; c2++) vb[i * Dv + c2] = v[c2] * beta[i];
     }
     memset(KK, 0, (size_t)(2 * n * n) * sizeof(float));   /* KK and QK */
-    kn->gemm_acc(n, n, Dk, kk, Dk, kT, n, KK, n);
-    kn->gemm_acc(n, n, Dk, qs, Dk, kT, n, QK, n);
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t m = 0; m < n; m += TRI_ROWS) {   /* the lower triangles (and the diagonal's blocks) */
+        const int64_t rows = n - m < TRI_ROWS ? n - m : TRI_ROWS;
+        kn->gemm_acc(rows, m + rows, Dk, kk + m * Dk, Dk, kT, n, KK + m * n, n);
+        kn->gemm_acc(rows, m + rows, Dk, qs + m * Dk, Dk, kT, n, QK + m * n, n);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float diff[PE_DELTA_MAX_CHUNK], decay[PE_DELTA_MAX_CHUNK];   /* exp(G_i - G_j), j <= i */
+        for (int64_t j = 0; j <= i; j++) diff[j] = G[i] - G[j];
+        pe_kern->vec.exp_sum(i + 1, decay, diff, 0.0f);
         for (int64_t j = 0; j < n; j++) {
-            const float decay = j <= i ? pe_expf(G[i] - G[j]) : 0.0f;
-            KK[i * n + j] = j < i ? -(beta[i] * KK[i * n + j]) * decay : 0.0f;   /* A */
-            QK[i * n + j] = QK[i * n + j] * decay;
+            KK[i * n + j] = j < i ? -(beta[i] * KK[i * n + j]) * decay[j] : 0.0f;   /* A */
+            QK[i * n + j] = j <= i ? QK[i * n + j] * decay[j] : 0.0f;
         }
+    }
     /* T: row i = A_i + sum_{m<i} A_im T_m (rows m < i done; T_m is 0 from column m on) */
     for (int64_t i = 0; i < n; i++) {
         float *row = Tm + i * n;
@@ -251,12 +263,17 @@ static void delta_piece(const delta_in *in, float *S, int64_t h, int64_t first, 
     }
     memset(W, 0, (size_t)(n * Dk) * sizeof(float));
     memset(U, 0, (size_t)(3 * n * Dv) * sizeof(float));   /* U, V, O */
-    kn->gemm_acc(n, Dk, n, Tm, n, kbg, Dk, W, Dk);
-    kn->gemm_acc(n, Dv, n, Tm, n, vb, Dv, U, Dv);
-    kn->gemm_acc(n, Dv, Dk, W, Dk, S, Dv, V, Dv);
+    for (int64_t m = 0; m < n; m += TRI_ROWS) {   /* T is lower triangular: row i takes rows <= i */
+        const int64_t rows = n - m < TRI_ROWS ? n - m : TRI_ROWS;
+        kn->gemm_acc(rows, Dk, m + rows, Tm + m * n, n, kbg, Dk, W + m * Dk, Dk);
+        kn->gemm_acc(rows, Dv, m + rows, Tm + m * n, n, vb, Dv, U + m * Dv, Dv);
+    }
+    kn->gemm_acc(2 * n, Dv, Dk, W, Dk, S, Dv, V, Dv);   /* W S into V, qg S into O */
     for (int64_t e = 0; e < n * Dv; e++) V[e] = U[e] - V[e];
-    kn->gemm_acc(n, Dv, Dk, qg, Dk, S, Dv, O, Dv);
-    kn->gemm_acc(n, Dv, n, QK, n, V, Dv, O, Dv);
+    for (int64_t m = 0; m < n; m += TRI_ROWS) {
+        const int64_t rows = n - m < TRI_ROWS ? n - m : TRI_ROWS;
+        kn->gemm_acc(rows, Dv, m + rows, QK + m * n, n, V, Dv, O + m * Dv, Dv);
+    }
     for (int64_t i = 0; i < n; i++) {
         const float keep = pe_expf(G[n - 1] - G[i]);
         for (int64_t r = 0; r < Dk; r++) kd[r * n + i] = kk[i * Dk + r] * keep;

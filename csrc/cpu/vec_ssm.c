@@ -67,11 +67,20 @@ typedef float vf;
 
 /* ---- C += A B ------------------------------------------------------------------
  * C[m][n] = fma(A[m][l], B[l][n], C[m][n]) for l = 0..K-1 in order: tiles of
- * 4 rows by 2 vectors keep their sums in registers over the whole of K. */
+ * MT rows by 2 vectors keep their sums in registers over the whole of K (as
+ * many rows as the build's registers hold: a row of B is loaded once per
+ * tile, so taller tiles read B fewer times). */
+#if defined(__AVX512F__)
+#define MT 8
+#elif defined(__AVX2__)
+#define MT 6
+#else
+#define MT 4
+#endif
 
 static inline void gemm_tile(int64_t nr, int nv, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                              float *C, int64_t ldc) {
-    vf acc[4][2];
+    vf acc[MT][2];
     for (int64_t r = 0; r < nr; r++)
         for (int j = 0; j < nv; j++) acc[r][j] = vf_load(C + r * ldc + j * VN);
     for (int64_t l = 0; l < K; l++) {
@@ -86,19 +95,19 @@ static inline void gemm_tile(int64_t nr, int nv, int64_t K, const float *A, int6
         for (int j = 0; j < nv; j++) vf_store(C + r * ldc + j * VN, acc[r][j]);
 }
 
+/* the tiles of a column strip nv vectors wide: whole ones, then the rows left one by one */
+static inline void gemm_strip(int nv, int64_t M, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                              float *C, int64_t ldc) {
+    int64_t m = 0;
+    for (; m + MT <= M; m += MT) gemm_tile(MT, nv, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc);
+    for (; m < M; m++) gemm_tile(1, nv, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc);
+}
+
 static void gemm_acc(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                      float *C, int64_t ldc) {
     int64_t n = 0;
-    for (; n + 2 * VN <= N; n += 2 * VN) {
-        int64_t m = 0;
-        for (; m + 4 <= M; m += 4) gemm_tile(4, 2, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc);
-        for (; m < M; m++) gemm_tile(1, 2, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc);
-    }
-    for (; n + VN <= N; n += VN) {
-        int64_t m = 0;
-        for (; m + 4 <= M; m += 4) gemm_tile(4, 1, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc);
-        for (; m < M; m++) gemm_tile(1, 1, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc);
-    }
+    for (; n + 2 * VN <= N; n += 2 * VN) gemm_strip(2, M, K, A, lda, B + n, ldb, C + n, ldc);
+    for (; n + VN <= N; n += VN) gemm_strip(1, M, K, A, lda, B + n, ldb, C + n, ldc);
     for (; n < N; n++)
         for (int64_t m = 0; m < M; m++) {
             float c = C[m * ldc + n];
