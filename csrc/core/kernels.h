@@ -124,6 +124,21 @@ typedef struct pe_vec_kernels {
     void  (*gelu_mul)(int64_t n, float *y, const float *g, const float *u);  /* gelu_tanh(g)*u */
 } pe_vec_kernels;
 
+/* The rows of one head's piece of tokens for the chunked delta rule: token i's
+ * q, k and v rows at q + i * q_step etc., its log decay and beta at g[i *
+ * g_step], beta[i * beta_step]; its output row at out + i * out_step. */
+typedef struct pe_delta_rows {
+    const float *q, *k, *v, *g, *beta;
+    float       *out;
+    int64_t      q_step, k_step, v_step, g_step, beta_step, out_step;
+    float        scale;
+} pe_delta_rows;
+
+/* the floats of scratch delta_chunk takes for pieces of up to L tokens */
+static inline size_t pe_delta_chunk_floats(int64_t L, int64_t dk, int64_t dv) {
+    return (size_t)(L * (5 * dk + 4 * dv) + 2 * dk * L + 3 * L * L + L);
+}
+
 /* The recurrent layers' loops (cpu/vec_ssm.c).  Every output element is one
  * chain of fused multiply-adds in a fixed order, the same on every table. */
 typedef struct pe_ssm_kernels {
@@ -139,6 +154,9 @@ typedef struct pe_ssm_kernels {
     /* one token of the selective scan on a head's state S [n][p]: S = S * dA + B xdt^T, y = S^T C */
     void (*scan_token)(int64_t p, int64_t n, float *S, const float *xdt, const float *B, const float *C, float dA,
                        float *y);
+    /* the gated delta rule over a piece of 2 <= n <= PE_DELTA_MAX_CHUNK tokens of one head in
+     * its chunked form (the piece's products as matrices), on S [dk][dv] */
+    void (*delta_chunk)(int64_t n, int64_t dk, int64_t dv, float *S, const pe_delta_rows *rows, float *scratch);
     /* y[c] = sum_j w[j * d + c] * cols[j][c], j < K */
     void (*conv_token)(int64_t d, int K, const float *const *cols, const float *w, float *y);
 } pe_ssm_kernels;

@@ -197,90 +197,18 @@ static void delta_tokens(const delta_in *in, float *S, int64_t h, int64_t first,
     }
 }
 
-/* The in-piece products are lower triangular: they are taken by blocks of
- * TRI_ROWS rows, each over the columns up to its last row (a constant, so the
- * same terms on every table). */
-#define TRI_ROWS 16
-
-/* The chunked form's scratch, in floats, for pieces of up to L tokens. */
-static size_t delta_chunk_floats(int64_t L, int64_t Dk, int64_t Dv) {
-    return (size_t)(L * (5 * Dk + 4 * Dv) + 2 * Dk * L + 3 * L * L + L) + 16 * 16;
-}
-
-/* One piece of n tokens (2 <= n <= L) of head h from token `first`, on the
- * head's state S [Dk][Dv].  With G_i the running sum of the log decays,
- * D_ij = exp(G_i - G_j), the piece's own products are matrices:
- *   A = -(beta_i k_i.k_j D_ij)_{j<i},  T = (I - A)^-1   (forward substitution)
- *   W = T (beta_i exp(G_i) k_i),       U = T (beta_i v_i)
- *   V = U - W S                        (the values the state does not yet hold)
- *   O = (exp(G_i) scale q_i) S + (scale q_i.k_j D_ij)_{j<=i} V
- *   S = exp(G_n) S + sum_i exp(G_n - G_i) k_i V_i^T */
+/* One piece of n tokens (2 <= n <= chunk) of head h from token `first`: the
+ * kernel's chunked form (vec_ssm.c) on the rows of this head. */
 static void delta_piece(const delta_in *in, float *S, int64_t h, int64_t first, int64_t n, float *sc, pe_tensor *out) {
-    const pe_ssm_kernels *kn = &pe_kern->ssm;
-    const int64_t Dk = in->Dk, Dv = in->Dv, hk = h % in->Hk;
-    /* W then qg, and V then O: the products with S of both run as one (S read once) */
-    float *qs = sc, *kk = qs + n * Dk, *kbg = kk + n * Dk, *W = kbg + n * Dk, *qg = W + n * Dk, *kT = qg + n * Dk;
-    float *kd = kT + Dk * n, *vb = kd + Dk * n, *U = vb + n * Dv, *V = U + n * Dv, *O = V + n * Dv;
-    float *KK = O + n * Dv, *QK = KK + n * n, *Tm = QK + n * n, *G = Tm + n * n;
-    float beta[PE_DELTA_MAX_CHUNK], eG[PE_DELTA_MAX_CHUNK];
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t c = first + i;
-        G[i] = (i ? G[i - 1] : 0.0f) + *at(in->g, h, c, 0);
-        eG[i] = pe_expf(G[i]);
-        beta[i] = *at(in->beta, h, c, 0);
-        const float *q = at(in->q, 0, hk, c), *k = at(in->k, 0, hk, c), *v = at(in->v, 0, h, c);
-        const float kscale = beta[i] * eG[i];
-        for (int64_t r = 0; r < Dk; r++) {
-            qs[i * Dk + r] = q[r] * in->scale;
-            qg[i * Dk + r] = qs[i * Dk + r] * eG[i];
-            kk[i * Dk + r] = k[r];
-            kbg[i * Dk + r] = k[r] * kscale;
-            kT[r * n + i] = k[r];
-        }
-        for (int64_t c2 = 0; c2 < Dv; c2++) vb[i * Dv + c2] = v[c2] * beta[i];
-    }
-    memset(KK, 0, (size_t)(2 * n * n) * sizeof(float));   /* KK and QK */
-    for (int64_t m = 0; m < n; m += TRI_ROWS) {   /* the lower triangles (and the diagonal's blocks) */
-        const int64_t rows = n - m < TRI_ROWS ? n - m : TRI_ROWS;
-        kn->gemm_acc(rows, m + rows, Dk, kk + m * Dk, Dk, kT, n, KK + m * n, n);
-        kn->gemm_acc(rows, m + rows, Dk, qs + m * Dk, Dk, kT, n, QK + m * n, n);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        float diff[PE_DELTA_MAX_CHUNK], decay[PE_DELTA_MAX_CHUNK];   /* exp(G_i - G_j), j <= i */
-        for (int64_t j = 0; j <= i; j++) diff[j] = G[i] - G[j];
-        pe_kern->vec.exp_sum(i + 1, decay, diff, 0.0f);
-        for (int64_t j = 0; j < n; j++) {
-            KK[i * n + j] = j < i ? -(beta[i] * KK[i * n + j]) * decay[j] : 0.0f;   /* A */
-            QK[i * n + j] = j <= i ? QK[i * n + j] * decay[j] : 0.0f;
-        }
-    }
-    /* T: row i = A_i + sum_{m<i} A_im T_m (rows m < i done; T_m is 0 from column m on) */
-    for (int64_t i = 0; i < n; i++) {
-        float *row = Tm + i * n;
-        memcpy(row, KK + i * n, (size_t)n * sizeof(float));
-        for (int64_t m = 1; m < i; m++) kn->axpy(m, row, KK[i * n + m], Tm + m * n);
-        row[i] = 1.0f;   /* T + I */
-    }
-    memset(W, 0, (size_t)(n * Dk) * sizeof(float));
-    memset(U, 0, (size_t)(3 * n * Dv) * sizeof(float));   /* U, V, O */
-    for (int64_t m = 0; m < n; m += TRI_ROWS) {   /* T is lower triangular: row i takes rows <= i */
-        const int64_t rows = n - m < TRI_ROWS ? n - m : TRI_ROWS;
-        kn->gemm_acc(rows, Dk, m + rows, Tm + m * n, n, kbg, Dk, W + m * Dk, Dk);
-        kn->gemm_acc(rows, Dv, m + rows, Tm + m * n, n, vb, Dv, U + m * Dv, Dv);
-    }
-    kn->gemm_acc(2 * n, Dv, Dk, W, Dk, S, Dv, V, Dv);   /* W S into V, qg S into O */
-    for (int64_t e = 0; e < n * Dv; e++) V[e] = U[e] - V[e];
-    for (int64_t m = 0; m < n; m += TRI_ROWS) {
-        const int64_t rows = n - m < TRI_ROWS ? n - m : TRI_ROWS;
-        kn->gemm_acc(rows, Dv, m + rows, QK + m * n, n, V, Dv, O + m * Dv, Dv);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        const float keep = pe_expf(G[n - 1] - G[i]);
-        for (int64_t r = 0; r < Dk; r++) kd[r * n + i] = kk[i * Dk + r] * keep;
-    }
-    for (int64_t e = 0; e < Dk * Dv; e++) S[e] = S[e] * eG[n - 1];
-    kn->gemm_acc(Dk, Dv, n, kd, n, V, Dv, S, Dv);
-    for (int64_t i = 0; i < n; i++) memcpy(at(out, 0, h, first + i), O + i * Dv, (size_t)Dv * sizeof(float));
+    const int64_t hk = h % in->Hk;
+    const pe_delta_rows rows = {
+        .q = at(in->q, 0, hk, first), .k = at(in->k, 0, hk, first), .v = at(in->v, 0, h, first),
+        .g = at(in->g, h, first, 0), .beta = at(in->beta, h, first, 0), .out = at(out, 0, h, first),
+        .q_step = (int64_t)(in->q->nb[2] / sizeof(float)), .k_step = (int64_t)(in->k->nb[2] / sizeof(float)),
+        .v_step = (int64_t)(in->v->nb[2] / sizeof(float)), .g_step = (int64_t)(in->g->nb[1] / sizeof(float)),
+        .beta_step = (int64_t)(in->beta->nb[1] / sizeof(float)), .out_step = (int64_t)(out->nb[2] / sizeof(float)),
+        .scale = in->scale};
+    pe_kern->ssm.delta_chunk(n, in->Dk, in->Dv, S, &rows, sc);
 }
 
 void pe_op_delta_net_run(pe_exec *ex, pe_tensor *t) {
@@ -316,7 +244,7 @@ static size_t thread_bytes(const pe_graph *g, const pe_tensor *t) {
     else if (t->op == PE_OP_SSM_SCAN) floats = (size_t)g->t[t->src[0]].ne[0];
     else if (t->op == PE_OP_DELTA_NET) {
         const int64_t Dk = g->t[t->src[0]].ne[0], Dv = g->t[t->src[2]].ne[0];
-        floats = t->ip[0] ? delta_chunk_floats(t->ip[0], Dk, Dv) : (size_t)Dk;
+        floats = t->ip[0] ? pe_delta_chunk_floats(t->ip[0], Dk, Dv) : (size_t)Dk;
     }
     return (floats * sizeof(float) + 127) / 64 * 64;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "vec_math.h"
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -180,6 +181,85 @@ static void delta_token(int64_t dk, int64_t dv, float *S, const float *k, const 
     }
 }
 
+/* ---- the delta rule, chunked ------------------------------------------------------
+ * The in-piece products are lower triangular: they are taken by blocks of
+ * TRI_ROWS rows, each over the columns up to its last row (a constant, so the
+ * same terms on every table). */
+#define TRI_ROWS 16
+
+/* One piece of n tokens (2 <= n <= PE_DELTA_MAX_CHUNK) of one head, on its
+ * state S [Dk][Dv].  With G_i the running sum of the log decays,
+ * D_ij = exp(G_i - G_j), the piece's own products are matrices:
+ *   A = -(beta_i k_i.k_j D_ij)_{j<i},  T = (I - A)^-1   (forward substitution)
+ *   W = T (beta_i exp(G_i) k_i),       U = T (beta_i v_i)
+ *   V = U - W S                        (the values the state does not yet hold)
+ *   O = (exp(G_i) scale q_i) S + (scale q_i.k_j D_ij)_{j<=i} V
+ *   S = exp(G_n) S + sum_i exp(G_n - G_i) k_i V_i^T */
+static void delta_chunk(int64_t n, int64_t Dk, int64_t Dv, float *S, const pe_delta_rows *in, float *sc) {
+    /* W then qg, and V then O: the products with S of both run as one (S read once) */
+    float *qs = sc, *kk = qs + n * Dk, *kbg = kk + n * Dk, *W = kbg + n * Dk, *qg = W + n * Dk, *kT = qg + n * Dk;
+    float *kd = kT + Dk * n, *vb = kd + Dk * n, *U = vb + n * Dv, *V = U + n * Dv, *O = V + n * Dv;
+    float *KK = O + n * Dv, *QK = KK + n * n, *Tm = QK + n * n, *G = Tm + n * n;
+    float beta[PE_DELTA_MAX_CHUNK], eG[PE_DELTA_MAX_CHUNK];
+    for (int64_t i = 0; i < n; i++) {
+        G[i] = (i ? G[i - 1] : 0.0f) + in->g[i * in->g_step];
+        eG[i] = pe_expf(G[i]);
+        beta[i] = in->beta[i * in->beta_step];
+        const float *q = in->q + i * in->q_step, *k = in->k + i * in->k_step, *v = in->v + i * in->v_step;
+        const float kscale = beta[i] * eG[i];
+        for (int64_t r = 0; r < Dk; r++) {
+            qs[i * Dk + r] = q[r] * in->scale;
+            qg[i * Dk + r] = qs[i * Dk + r] * eG[i];
+            kk[i * Dk + r] = k[r];
+            kbg[i * Dk + r] = k[r] * kscale;
+            kT[r * n + i] = k[r];
+        }
+        for (int64_t c2 = 0; c2 < Dv; c2++) vb[i * Dv + c2] = v[c2] * beta[i];
+    }
+    memset(KK, 0, (size_t)(2 * n * n) * sizeof(float));   /* KK and QK */
+    for (int64_t m = 0; m < n; m += TRI_ROWS) {   /* the lower triangles (and the diagonal's blocks) */
+        const int64_t rows = n - m < TRI_ROWS ? n - m : TRI_ROWS;
+        gemm_acc(rows, m + rows, Dk, kk + m * Dk, Dk, kT, n, KK + m * n, n);
+        gemm_acc(rows, m + rows, Dk, qs + m * Dk, Dk, kT, n, QK + m * n, n);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float diff[PE_DELTA_MAX_CHUNK], decay[PE_DELTA_MAX_CHUNK];   /* exp(G_i - G_j), j <= i */
+        for (int64_t j = 0; j <= i; j++) diff[j] = G[i] - G[j];
+        pe_kern->vec.exp_sum(i + 1, decay, diff, 0.0f);
+        for (int64_t j = 0; j < n; j++) {
+            KK[i * n + j] = j < i ? -(beta[i] * KK[i * n + j]) * decay[j] : 0.0f;   /* A */
+            QK[i * n + j] = j <= i ? QK[i * n + j] * decay[j] : 0.0f;
+        }
+    }
+    /* T: row i = A_i + sum_{m<i} A_im T_m (rows m < i done; T_m is 0 from column m on) */
+    for (int64_t i = 0; i < n; i++) {
+        float *row = Tm + i * n;
+        memcpy(row, KK + i * n, (size_t)n * sizeof(float));
+        for (int64_t m = 1; m < i; m++) axpy(m, row, KK[i * n + m], Tm + m * n);
+        row[i] = 1.0f;   /* T + I */
+    }
+    memset(W, 0, (size_t)(n * Dk) * sizeof(float));
+    memset(U, 0, (size_t)(3 * n * Dv) * sizeof(float));   /* U, V, O */
+    for (int64_t m = 0; m < n; m += TRI_ROWS) {   /* T is lower triangular: row i takes rows <= i */
+        const int64_t rows = n - m < TRI_ROWS ? n - m : TRI_ROWS;
+        gemm_acc(rows, Dk, m + rows, Tm + m * n, n, kbg, Dk, W + m * Dk, Dk);
+        gemm_acc(rows, Dv, m + rows, Tm + m * n, n, vb, Dv, U + m * Dv, Dv);
+    }
+    gemm_acc(2 * n, Dv, Dk, W, Dk, S, Dv, V, Dv);   /* W S into V, qg S into O */
+    for (int64_t e = 0; e < n * Dv; e++) V[e] = U[e] - V[e];
+    for (int64_t m = 0; m < n; m += TRI_ROWS) {
+        const int64_t rows = n - m < TRI_ROWS ? n - m : TRI_ROWS;
+        gemm_acc(rows, Dv, m + rows, QK + m * n, n, V, Dv, O + m * Dv, Dv);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const float keep = pe_expf(G[n - 1] - G[i]);
+        for (int64_t r = 0; r < Dk; r++) kd[r * n + i] = kk[i * Dk + r] * keep;
+    }
+    for (int64_t e = 0; e < Dk * Dv; e++) S[e] = S[e] * eG[n - 1];
+    gemm_acc(Dk, Dv, n, kd, n, V, Dv, S, Dv);
+    for (int64_t i = 0; i < n; i++) memcpy(in->out + i * in->out_step, O + i * Dv, (size_t)Dv * sizeof(float));
+}
+
 /* ---- the selective scan, one token of one head -------------------------------------
  * S [n][p]: column p of the head's state.  S[i][p] = fma(B[i], xdt[p],
  * S[i][p] * dA), y[p] = sum_i S[i][p] C[i] (i ascending). */
@@ -235,6 +315,7 @@ void PE_SSM_FILL(pe_kernels *k) {
     k->ssm.gemm_acc = gemm_acc;
     k->ssm.axpy = axpy;
     k->ssm.delta_token = delta_token;
+    k->ssm.delta_chunk = delta_chunk;
     k->ssm.scan_token = scan_token;
     k->ssm.conv_token = conv_token;
 }
