@@ -366,3 +366,28 @@ def test_l2_norm():
     y, _ = run(build, {"x": x}, np.zeros((1, 1), np.float32), seq_table([(0, 0, 0, 0, 0)]))
     assert rel_err(y, l2n(x.astype(np.float64))) <= 1e-6
     assert not y[0, 0].any()
+
+
+def test_the_gates_sigmoid_and_softplus():
+    """Qwen3.5's beta = sigmoid(b) and decay softplus(a + dt_bias) * A, on every table alike."""
+    x = np.concatenate([np.linspace(-30, 30, 601), [-100.0, 100.0, 20.0, 20.5]]).astype(np.float32).reshape(5, 121)
+
+    def build(which):
+        def b(ctx, t, state, seqs):
+            return ctx.sigmoid(t["x"]) if which == "sigmoid" else ctx.softplus(t["x"])
+        return b
+
+    no_state, no_seqs = np.zeros((1, 1), np.float32), seq_table([(0, 0, 0, 0, 0)])
+    x64 = x.astype(np.float64)
+    want = {"sigmoid": 1 / (1 + np.exp(-x64)), "softplus": np.where(x64 > 20, x64, np.log1p(np.exp(np.minimum(x64, 20))))}
+    for which, ref in want.items():
+        got = {}
+        for isa in ISAS:
+            with forced_isa(isa):
+                got[isa], _ = run(build(which), {"x": x}, no_state, no_seqs)
+        assert rel_err(got[ISAS[0]], ref) <= 1e-6, which
+        if which == "softplus":   # element by element too, where float32 holds normal values
+            normal = ref > 1e-37
+            assert np.max(np.abs(got[ISAS[0]] - ref)[normal] / ref[normal]) <= 1e-6
+        for isa in ISAS[1:]:
+            assert np.array_equal(got[isa], got[ISAS[0]]), (which, isa)

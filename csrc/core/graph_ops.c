@@ -116,7 +116,7 @@ int pe_op_softcap(pe_graph *g, int a, float cap) {
 }
 
 int pe_op_unary(pe_graph *g, int a, int op) {
-    if (op < PE_UNARY_SILU || op > PE_UNARY_RELU) return pe_fail("unary: unknown function %d", op);
+    if (op < PE_UNARY_SILU || op > PE_UNARY_SOFTPLUS) return pe_fail("unary: unknown function %d", op);
     return unary_param(g, PE_OP_UNARY, "unary", a, 0, op);
 }
 

@@ -85,6 +85,8 @@ static void unary_run(pe_exec *ex, pe_tensor *t) {
         case 100 + PE_UNARY_GELU:     for (int64_t i = 0; i < n; i++) d[i] = pe_gelu(x[i]); break;
         case 100 + PE_UNARY_GELU_ERF: for (int64_t i = 0; i < n; i++) d[i] = 0.5f * x[i] * (1.0f + gelu_erf(x[i])); break;
         case 100 + PE_UNARY_RELU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] > 0 ? x[i] : 0; break;
+        case 100 + PE_UNARY_SIGMOID:  for (int64_t i = 0; i < n; i++) d[i] = 1.0f / (1.0f + pe_expf(0.0f - x[i])); break;
+        case 100 + PE_UNARY_SOFTPLUS: for (int64_t i = 0; i < n; i++) d[i] = pe_softplusf(x[i]); break;
         default: break;
         }
     }

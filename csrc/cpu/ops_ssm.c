@@ -148,9 +148,6 @@ void pe_op_ssm_conv_run(pe_exec *ex, pe_tensor *t) {
 
 /* ---- selective scan -------------------------------------------------------------- */
 
-/* softplus as GGML takes it: x itself above 20; log1p in double, rounded once */
-static inline float softplus(float x) { return x > 20.0f ? x : (float)log1p((double)pe_expf(x)); }
-
 void pe_op_ssm_scan_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *x = src(ex, t, 0), *dt = src(ex, t, 1), *A = src(ex, t, 2), *B = src(ex, t, 3),
                     *C = src(ex, t, 4), *D = src(ex, t, 5), *bias = src(ex, t, 6), *state = src(ex, t, 7),
@@ -169,7 +166,7 @@ void pe_op_ssm_scan_run(pe_exec *ex, pe_tensor *t) {
         const float Ah = ((const float *)A->data)[h];
         const float Dh = D ? ((const float *)D->data)[h] : 0.0f, bh = bias ? ((const float *)bias->data)[h] : 0.0f;
         for (int64_t i = a.first; i < a.first + a.count; i++) {
-            const float step = softplus(*at(dt, h, i, 0) + bh);
+            const float step = pe_softplusf(*at(dt, h, i, 0) + bh);
             const float *xi = at(x, 0, h, i);
             for (int64_t p = 0; p < P; p++) xdt[p] = xi[p] * step;
             float *y = at(t, 0, h, i);

@@ -186,7 +186,8 @@ int      pe_physical_cores(void);
 typedef struct pe_graph pe_graph;
 
 enum pe_rope_mode { PE_ROPE_NORMAL = 0, PE_ROPE_NEOX = 2 };
-enum pe_unary_op  { PE_UNARY_SILU = 0, PE_UNARY_GELU = 1, PE_UNARY_GELU_ERF = 2, PE_UNARY_RELU = 3 };
+enum pe_unary_op  { PE_UNARY_SILU = 0, PE_UNARY_GELU = 1, PE_UNARY_GELU_ERF = 2, PE_UNARY_RELU = 3,
+                    PE_UNARY_SIGMOID = 4, PE_UNARY_SOFTPLUS = 5 };   /* the last two: recurrent layers' gates */
 
 pe_graph *pe_graph_new(void);
 void      pe_graph_free(pe_graph *g);
