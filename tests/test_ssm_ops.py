@@ -214,6 +214,25 @@ def test_scan_against_the_float64_reference(P, H, G, N, counts):
         first += n
 
 
+def test_scan_without_skip_and_bias():
+    """D and dt_bias are optional (a model that adds them in its own graph)."""
+    rng = np.random.default_rng(4)
+    a, state = scan_case(rng, 16, 4, 2, 8, [1, 6])
+
+    def build(ctx, t, st, seqs):
+        return ctx.ssm_scan(t["x"], t["dt"], t["A"], t["B"], t["C"], st, seqs)
+
+    y, after = run(build, a, state, spans_for([1, 6]))
+    zero = np.zeros(4, np.float32)
+    first = 0
+    for s, n in enumerate([1, 6]):
+        sl = slice(first, first + n)
+        want, S = scan_ref(a["x"][sl], a["dt"][sl], a["A"], a["B"][sl], a["C"][sl], zero, zero,
+                           state[2 * s].reshape(4, 8, 16))
+        assert rel_err(y[sl], want) <= TOL_SCAN and rel_err(after[2 * s + 1].reshape(4, 8, 16), S) <= TOL_SCAN
+        first += n
+
+
 def test_scan_without_the_decay_is_far_off():
     rng = np.random.default_rng(3)
     a, state = scan_case(rng, 8, 2, 1, 4, [12])

@@ -287,10 +287,9 @@ int pe_op_ssm_scan(pe_graph *g, int x, int dt, int A, int B, int C, int D, int d
  * and each piece of two or more tokens runs the chunked form (the WY /
  * UT-transform of flash-linear-attention: the in-piece products as
  * matrices), a piece of one token the token form.  The two forms agree to
- * rounding, not in bits; the pieces depend only on the positions, so a
- * sequence gets the same bits whatever batch it is computed in, as long
- * as its batches start at positions of the same chunk boundaries.
- * -> [Dv, H, T]. */
+ * rounding, not in bits.  The pieces depend only on the positions: a
+ * sequence fed in several batches gets the bits it gets fed whole when
+ * each batch after its first starts at a multiple of chunk.  -> [Dv, H, T]. */
 #define PE_DELTA_MAX_CHUNK 128
 int pe_op_delta_net(pe_graph *g, int q, int k, int v, int gate, int beta, int state, int seqs, float scale, int chunk);
 
