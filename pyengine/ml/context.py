@@ -230,9 +230,10 @@ class Context:
                                                 -1 if dt_bias is None else dt_bias.id, state.id, seqs.id))
 
     def delta_net(self, q: Tensor, k: Tensor, v: Tensor, gate: Tensor, beta: Tensor, state: Tensor, seqs: Tensor,
-                  *, scale: float, chunk: int = 64) -> Tensor:
+                  *, scale: float, chunk: int = 32) -> Tensor:
         """The gated delta rule: q, k [Dk, Hk, T], v [Dv, H, T], gate (log decay) and beta [H, T] -> [Dv, H, T];
-        chunk 0 runs token by token, else pieces cut at positions that are multiples of chunk."""
+        chunk 0 runs token by token, else pieces cut at positions that are multiples of chunk (32: the
+        fastest on one x86 core, benchmarks/delta_net.py)."""
         return self._tensor(self.graph.delta_net(q.id, k.id, v.id, gate.id, beta.id, state.id, seqs.id, scale,
                                                  chunk))
 
