@@ -433,6 +433,18 @@ cdef class Graph:
     def cont(self, int a) -> int:
         return self._id(pe_op_cont(self.g, a))
 
+    def attn_sinks(self, int attn, int sinks) -> int:
+        return self._id(pe_op_attn_sinks(self.g, attn, sinks))
+
+    def moe_softmax_chosen(self, int logits, int ids) -> int:
+        return self._id(pe_op_moe_softmax_chosen(self.g, logits, ids))
+
+    def add_id(self, int a, int b, int ids) -> int:
+        return self._id(pe_op_add_id(self.g, a, b, ids))
+
+    def swiglu_oai(self, int gate, int up, float alpha, float limit) -> int:
+        return self._id(pe_op_swiglu_oai(self.g, gate, up, alpha, limit))
+
     def l2_norm(self, int a, float eps) -> int:
         return self._id(pe_op_l2_norm(self.g, a, eps))
 

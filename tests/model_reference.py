@@ -454,3 +454,58 @@ class Reference:
             x = x + self.norm(f"{p}post_attention_norm", self.linear(f"{p}attn_output", o))
             x = x + self.norm(f"{p}post_ffw_norm", self.gated_mlp(p, x))
         return self.logits(x)
+
+    # gpt-oss: q/k/v/o biases, a sink logit per head in every softmax, a window on
+    # the even layers, NeoX RoPE with the file's scaling, a post-attention norm and
+    # experts with biases and the clamped SwiGLU, weighted by a softmax over the
+    # chosen experts' logits.  The keywords make the wrong variants the tests
+    # measure (sinks dropped, the window on the odd layers, no clamp).
+    def arch_gpt_oss(self, x, pos, *, sinks: bool = True, window_on_even: bool = True, clamp: bool = True):
+        window = self.w.hp("attention.sliding_window")
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            q, k, v = self.qkv(p, self.norm(f"{p}attn_norm", x))
+            sink = self.t(f"{p}attn_sinks.weight") if sinks else None
+            sliding = (i % 2 == 0) == window_on_even
+            o = attend_with_sinks(rope(q, pos), rope(k, pos), v, pos, scale=1.0 / math.sqrt(self.head_dim),
+                                  window=window if sliding else 0, sinks=sink)
+            x = x + self.linear(f"{p}attn_output", o)
+            x = x + self.oai_moe(p, self.norm(f"{p}post_attention_norm", x), clamp=clamp)
+        return self.logits(x)
+
+    def oai_moe(self, p: str, h, *, clamp: bool = True, alpha: float = 1.702, limit: float = 7.0):
+        n_used = self.w.hp("expert_used_count")
+        logits = self.linear(f"{p}ffn_gate_inp", h)                     # [T, E]
+        w = {n: (self.t(f"{p}ffn_{n}_exps.weight"), self.t(f"{p}ffn_{n}_exps.bias")) for n in ("gate", "up", "down")}
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-logits[t], kind="stable")[:n_used]
+            for e, wt in zip(chosen, softmax(logits[t, chosen])):
+                g = w["gate"][0][e] @ h[t] + w["gate"][1][e]
+                u = w["up"][0][e] @ h[t] + w["up"][1][e]
+                if clamp:
+                    g, u = np.minimum(g, limit), np.clip(u, -limit, limit)
+                y = g / (1.0 + np.exp(-alpha * g)) * (u + 1.0)
+                out[t] += wt * (w["down"][0][e] @ y + w["down"][1][e])
+        return out
+
+
+def attend_with_sinks(q, k, v, pos, *, scale: float, window: int = 0, sinks=None) -> np.ndarray:
+    """attend(), with each head's sink logit (sinks [H], or None) joining its
+    softmax denominator, without a value."""
+    if sinks is None:
+        return attend(q, k, v, pos, scale=scale, window=window)
+    n_tok, n_head, hd = q.shape
+    group = n_head // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, k) * scale
+    visible = pos[None, :] <= pos[:, None]
+    if window > 0:
+        visible &= (pos[:, None] - pos[None, :]) < window
+    scores = np.where(visible[None], scores, -np.inf)
+    sink = np.broadcast_to(np.asarray(sinks, np.float64)[:, None, None], (n_head, n_tok, 1))
+    mx = np.maximum(scores.max(-1, keepdims=True), sink)
+    e = np.exp(scores - mx)
+    p = e / (e.sum(-1, keepdims=True) + np.exp(sink - mx))
+    return np.einsum("hts,shd->thd", p, v).reshape(n_tok, n_head * hd)

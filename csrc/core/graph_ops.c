@@ -278,6 +278,43 @@ int pe_op_weighted_sum(pe_graph *g, int ia, int iw) {
     return node(g, PE_OP_WEIGHTED_SUM, PE_TYPE_F32, 2, ne, ia, iw, -1, -1, -1);
 }
 
+int pe_op_attn_sinks(pe_graph *g, int attn, int sinks) {
+    pe_tensor *t = get(g, attn, "attn_sinks", "attn"), *s = get(g, sinks, "attn_sinks", "sinks");
+    if (!t || !s || require_f32("attn_sinks", s)) return -1;
+    if (t->op != PE_OP_ATTN) return pe_fail("attn_sinks: tensor %d is not an attention node", attn);
+    if (s->op != PE_OP_NONE && attn <= sinks)   /* a computed one must be ready when attention runs */
+        return pe_fail("attn_sinks: the sinks (%d) must come before the attention node (%d)", sinks, attn);
+    const int64_t n_head = g->t[t->src[0]].ne[1];
+    if (!pe_is_contiguous(s) || pe_nelements(s) != n_head) return fail_shapes("attn_sinks", &g->t[t->src[0]], s, "one sink per query head");
+    t->src[6] = sinks;
+    return attn;
+}
+
+int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids) {
+    const int id = pe_op_moe_weights(g, logits, ids, 0);
+    if (id >= 0) g->t[id].ip[1] = 1;   /* moe_weights_run: the softmax over the chosen logits alone */
+    return id;
+}
+
+int pe_op_add_id(pe_graph *g, int ia, int ib, int iids) {
+    pe_tensor *a = get(g, ia, "add_id", "a"), *b = get(g, ib, "add_id", "b"), *ids = get(g, iids, "add_id", "ids");
+    if (!a || !b || !ids || require_f32("add_id", a) || require_f32("add_id", b) || require_i32("add_id", ids)) return -1;
+    if (b->ne[0] != a->ne[0] || b->ne[2] != 1 || b->ne[3] != 1) return fail_shapes("add_id", a, b, "b must be [N,E] for an [N,U,T]");
+    if (ids->ne[0] != a->ne[1] || ids->ne[1] != a->ne[2] || a->ne[3] != 1) return fail_shapes("add_id", a, ids, "ids must be [U,T] for an [N,U,T]");
+    return node(g, PE_OP_ADD_ID, PE_TYPE_F32, a->n_dims, a->ne, ia, ib, iids, -1, -1);
+}
+
+int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit) {
+    pe_tensor *a = get(g, gate, "swiglu_oai", "gate"), *b = get(g, up, "swiglu_oai", "up");
+    if (!a || !b || require_f32("swiglu_oai", a) || require_f32("swiglu_oai", b)) return -1;
+    if (!(limit > 0) || !(alpha > 0)) return pe_fail("swiglu_oai: alpha and limit must be positive (got %g, %g)", alpha, limit);
+    for (int i = 0; i < PE_MAX_DIMS; i++)
+        if (a->ne[i] != b->ne[i]) return fail_shapes("swiglu_oai", a, b, "gate and up differ in shape");
+    const int id = same_shape_node(g, PE_OP_SWIGLU_OAI, a, gate, up);
+    if (id >= 0) { g->t[id].fp[0] = alpha; g->t[id].fp[1] = limit; }
+    return id;
+}
+
 /* ---- recurrent layers ---------------------------------------------------------- */
 
 int pe_op_l2_norm(pe_graph *g, int ia, float eps) {

@@ -54,6 +54,8 @@ typedef enum pe_op {
     PE_OP_WEIGHTED_SUM,
     PE_OP_CONT,
     PE_OP_ROPE_ANGLES,  /* rope's cos/sin per position, shared by the rope nodes of one setting */
+    PE_OP_ADD_ID,       /* a bias row per chosen expert (gpt-oss) */
+    PE_OP_SWIGLU_OAI,   /* gpt-oss's clamped gated unit */
     PE_OP_L2_NORM,
     PE_OP_SSM_CONV,
     PE_OP_SSM_SCAN,

@@ -153,6 +153,65 @@ static void topk_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* The softmax over the k chosen logits alone, as llama.cpp takes it over
+ * the gathered logits: their max, exponentials summed in double, the float
+ * inverse.  Returns -1 for an id out of range. */
+static int softmax_chosen(int64_t n, int64_t k, const float *x, const int32_t *id, float *d) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < k; j++) {
+        if (id[j] < 0 || id[j] >= n) return -1;
+        mx = x[id[j]] > mx ? x[id[j]] : mx;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; j++) {
+        d[j] = pe_expf(x[id[j]] - mx);
+        sum += d[j];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j < k; j++) d[j] *= inv;
+    return 0;
+}
+
+/* add_id: row (u, t) of a plus row ids[u, t] of b (each chosen expert's bias). */
+static void add_id_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0), *b = src(ex, t, 1), *ids = src(ex, t, 2);
+    const int64_t n = a->ne[0], n_rows = b->ne[1];
+    int64_t r0, r1;
+    pe_split(pe_nrows(a), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t u = r % a->ne[1], tok = r / a->ne[1];
+        const int32_t e = *(const int32_t *)((const uint8_t *)ids->data + u * ids->nb[0] + tok * ids->nb[1]);
+        if (e < 0 || e >= n_rows) { pe_exec_fail(ex, "add_id: expert id out of range"); return; }
+        const float *x = pe_row(a, u, tok, 0), *y = pe_row(b, e, 0, 0);
+        float *d = row_f32(t, r);
+        for (int64_t i = 0; i < n; i++) d[i] = x[i] + y[i];
+    }
+}
+
+/* gpt-oss's unit, in llama.cpp's steps: the gate clamped from above, the up
+ * part on both sides, gate * sigmoid(alpha * gate) * (up + 1), i.e.
+ * g / (1 + exp(alpha * -g)) * (u + 1).  The exponentials are the table's
+ * exp_sum over the row (pe_expf's bits in vector lanes: this file's own
+ * pe_expf, built without FMA instructions, costs ~50 ns a value). */
+static void swiglu_oai_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *gate = src(ex, t, 0), *up = src(ex, t, 1);
+    const float alpha = t->fp[0], limit = t->fp[1];
+    const int64_t n = gate->ne[0];
+    int64_t r0, r1;
+    pe_split(pe_nrows(gate), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = row_f32(gate, r), *y = row_f32(up, r);
+        float *d = row_f32(t, r);
+        for (int64_t i = 0; i < n; i++) d[i] = alpha * (0.0f - (limit < x[i] ? limit : x[i]));   /* std::min */
+        pe_kern->vec.exp_sum(n, d, d, 0.0f);                                                    /* exp(d - 0) */
+        for (int64_t i = 0; i < n; i++) {
+            const float g = limit < x[i] ? limit : x[i];
+            const float u = y[i] < -limit ? -limit : (limit < y[i] ? limit : y[i]);   /* std::clamp */
+            d[i] = g / (1.0f + d[i]) * (u + 1.0f);
+        }
+    }
+}
+
 static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *ids = src(ex, t, 1);
     const int64_t n = a->ne[0], k = ids->ne[0];
@@ -162,6 +221,10 @@ static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
         const float *x = row_f32(a, r);
         const int32_t *id = (const int32_t *)((const uint8_t *)ids->data + r * ids->nb[1]);
         float *d = (float *)((uint8_t *)t->data + r * t->nb[1]);
+        if (t->ip[1]) {
+            if (softmax_chosen(n, k, x, id, d)) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
+            continue;
+        }
         float mx = -INFINITY;
         for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
         double sum = 0.0;
@@ -213,6 +276,8 @@ void pe_op_compute(pe_exec *ex, pe_tensor *t) {
     case PE_OP_TOPK:         topk_run(ex, t); break;
     case PE_OP_MOE_WEIGHTS:  moe_weights_run(ex, t); break;
     case PE_OP_WEIGHTED_SUM: weighted_sum_run(ex, t); break;
+    case PE_OP_ADD_ID:       add_id_run(ex, t); break;
+    case PE_OP_SWIGLU_OAI:   swiglu_oai_run(ex, t); break;
     case PE_OP_L2_NORM:      pe_op_l2_norm_run(ex, t); break;
     case PE_OP_SSM_CONV:     pe_op_ssm_conv_run(ex, t); break;
     case PE_OP_SSM_SCAN:     pe_op_ssm_scan_run(ex, t); break;

@@ -279,8 +279,10 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
 
 /* Softmax of each head's scores, in place: exponentials over whole vectors,
  * summed in double, scaled by the float inverse, and for an F16 V rounded to
- * F16 (the type of the product with the V cache). */
-static void group_softmax(attn_group *ag, int to_f16) {
+ * F16 (the type of the product with the V cache).  With sinks (one logit per
+ * query head, or NULL), as llama.cpp's softmax takes them: the max over the
+ * scores and the head's sink, and exp(sink - max) added to the sum last. */
+static void group_softmax(attn_group *ag, int to_f16, const float *sinks) {
     const int64_t n = ag->n_slots;
     for (int64_t gi = 0; gi < ag->group; gi++) {
         float *sc = ag->scores + gi * n;
@@ -288,7 +290,9 @@ static void group_softmax(attn_group *ag, int to_f16) {
             memset(sc, 0, (size_t)n * sizeof(float));
             continue;
         }
-        const double sum = pe_kern->vec.exp_sum(n, sc, sc, ag->mx[gi]);
+        const float mx = sinks && sinks[gi] > ag->mx[gi] ? sinks[gi] : ag->mx[gi];
+        double sum = pe_kern->vec.exp_sum(n, sc, sc, mx);
+        if (sinks) sum += (double)pe_expf(sinks[gi] - mx);
         const float inv = (float)(1.0 / sum);
         if (to_f16) {
             pe_kern->vec.scale_round_f16(n, sc, sc, inv);
@@ -388,6 +392,7 @@ typedef struct {
     int64_t          nt, group, n_kv, room;
     size_t           k_head_bytes, v_head_bytes;   /* a head's slice of a cache row */
     const uint16_t  *vt;                            /* the transposed V, or NULL */
+    const pe_tensor *sinks;                         /* F32 [H] sink logits (pe_op_attn_sinks), or NULL */
 } attn_op;
 
 /* Heads h0 .. h0 + nh - 1 (of one KV group) of token tok; a token's cells
@@ -403,7 +408,8 @@ static void run_heads(const attn_op *op, attn_group *ag, int64_t tok, int64_t h0
     ag->vt = op->vt ? op->vt + kvh * hd * ag->vt_width : NULL;
     const size_t k_off = (size_t)kvh * op->k_head_bytes, v_off = (size_t)kvh * op->v_head_bytes;
     group_scores(t, ag, op->q, h0, tok, op->k, k_off, v);
-    group_softmax(ag, v->type == PE_TYPE_F16);
+    const float *sinks = t->src[6] >= 0 ? (const float *)op->sinks->data + h0 : NULL;
+    group_softmax(ag, v->type == PE_TYPE_F16, sinks);
     if (v->type == PE_TYPE_F16) group_values_f16(ag, v, v_off, out);
     else                        group_values_quant(ag, v, v_off, out);
 }
@@ -418,6 +424,7 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     if (group > 64) { pe_exec_fail(ex, "attn: more than 64 query heads per KV head"); return; }
     attn_op op = {.t = t, .q = q, .k = k, .v = v, .mask = &g->t[t->src[3]],
                   .cell_pos = t->src[5] >= 0 ? (const int32_t *)g->t[t->src[5]].data : NULL,
+                  .sinks = t->src[6] >= 0 ? &g->t[t->src[6]] : NULL,
                   .nt = nt, .group = group, .n_kv = n_kv, .room = padded(k->ne[1]) + ATTN_ALIGN,
                   .k_head_bytes = pe_row_bytes(k->type, hd), .v_head_bytes = pe_row_bytes(v->type, hd)};
     const int q_type = k->type == PE_TYPE_F16 ? PE_TYPE_F16 : pe_type_vec_dot_type(k->type);

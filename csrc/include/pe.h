@@ -233,11 +233,24 @@ int pe_op_set_rows(pe_graph *g, int cache, int src, int slots);
  * order (without it: cell order). */
 int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos, int n_head_kv, float scale,
                float softcap);
+/* Attention sinks on an attention node made by pe_op_attn: sinks (F32 [H])
+ * holds one learned logit per query head that joins every query's softmax
+ * denominator (exp(sink - max) added to the sum, the max taken over the
+ * scaled scores and the sink) without a value of its own.  Returns attn, or -1. */
+int pe_op_attn_sinks(pe_graph *g, int attn, int sinks);
 int pe_op_topk(pe_graph *g, int a, int k);                             /* i32 [k,T]: indices of largest */
 /* Weights of the chosen experts: softmax over all logits, picked by ids,
  * optionally renormalised to sum 1 -> [k,T]. */
 int pe_op_moe_weights(pe_graph *g, int logits, int ids, int normalize);
 int pe_op_weighted_sum(pe_graph *g, int a, int w);                      /* [N,U,T] x [U,T] -> [N,T] */
+/* Weights of the chosen experts as a softmax over their own logits only
+ * (gpt-oss's routing): [k,T] from logits [E,T] and ids [k,T]. */
+int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids);
+/* a [N,U,T] plus row ids[u,t] of b [N,E] for every (u,t): a bias per chosen expert. */
+int pe_op_add_id(pe_graph *g, int a, int b, int ids);
+/* gpt-oss's gated unit: g = min(gate, limit), u = clamp(up, -limit, limit),
+ * g * sigmoid(alpha * g) * (u + 1). */
+int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit);
 int pe_op_cont(pe_graph *g, int a);                                    /* contiguous F32 copy */
 
 /* ---- recurrent layers ------------------------------------------------------

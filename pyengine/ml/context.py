@@ -200,9 +200,14 @@ class Context:
         return self._tensor(self.graph.set_rows(cache.id, src.id, slots.id))
 
     def attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kv_len: Tensor, *,
-             n_head_kv: int, scale: float, softcap: float = 0.0, cell_pos: Tensor | None = None) -> Tensor:
-        return self._tensor(self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
-                                            -1 if cell_pos is None else cell_pos.id))
+             n_head_kv: int, scale: float, softcap: float = 0.0, cell_pos: Tensor | None = None,
+             sinks: Tensor | None = None) -> Tensor:
+        """sinks: F32 [n_head] logits that join each head's softmax denominator (gpt-oss)."""
+        t = self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
+                            -1 if cell_pos is None else cell_pos.id)
+        if sinks is not None:
+            t = self.graph.attn_sinks(t, sinks.id)
+        return self._tensor(t)
 
     def topk(self, a: Tensor, k: int) -> Tensor:
         return self._tensor(self.graph.topk(a.id, k))
@@ -212,6 +217,18 @@ class Context:
 
     def weighted_sum(self, a: Tensor, w: Tensor) -> Tensor:
         return self._tensor(self.graph.weighted_sum(a.id, w.id))
+
+    def moe_softmax_chosen(self, logits: Tensor, ids: Tensor) -> Tensor:
+        """[U, T] the softmax over each token's chosen logits alone."""
+        return self._tensor(self.graph.moe_softmax_chosen(logits.id, ids.id))
+
+    def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+        """a [N, U, T] plus row ids[u, t] of b [N, E] (a bias per chosen expert)."""
+        return self._tensor(self.graph.add_id(a.id, b.id, ids.id))
+
+    def swiglu_oai(self, gate: Tensor, up: Tensor, *, alpha: float, limit: float) -> Tensor:
+        """min(gate, limit) * sigmoid(alpha * that) * (clamp(up, -limit, limit) + 1)."""
+        return self._tensor(self.graph.swiglu_oai(gate.id, up.id, alpha, limit))
 
     # ---- recurrent layers (pe.h: states in caller-owned F32 rows, `seqs` an I32
     # [5, n_seqs] input of {first token, token count, row read, row written, first position})
