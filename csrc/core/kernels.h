@@ -178,7 +178,7 @@ void pe_init(void);
  * table already holding the reference (or a lower ISA's) kernels. */
 void pe_fill_ref_float(pe_kernels *k);     /* quant/ref_float.c   F32 F16 BF16 */
 void pe_fill_ref_legacy(pe_kernels *k);    /* quant/ref_legacy.c  Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 */
-void pe_fill_ref_kquants(pe_kernels *k);   /* quant/ref_kquants.c Q2_K..Q6_K Q8_K IQ4_NL IQ4_XS */
+void pe_fill_ref_kquants(pe_kernels *k);   /* quant/ref_kquants.c Q2_K..Q6_K Q8_K IQ4_NL IQ4_XS MXFP4 */
 void pe_fill_ref_rows8(pe_kernels *k);     /* quant/ref_rows8.c   the interleaved types (*_X8) */
 void pe_fill_ref_iquants(pe_kernels *k);   /* quant/ref_iquants.c IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S */
 void pe_fill_vec_scalar(pe_kernels *k);    /* cpu/vec.c compiled without SIMD flags */
@@ -190,12 +190,14 @@ void pe_fill_avx2_iq2(pe_kernels *k);      /* cpu/x86/avx2_iq2.c: IQ2_XXS IQ2_XS
 void pe_fill_avx2_iq13(pe_kernels *k);     /* cpu/x86/avx2_iq13.c: IQ3_XXS IQ3_S IQ1_S IQ1_M */
 void pe_fill_avx2_iq_gemm(pe_kernels *k);  /* cpu/x86/avx2_iq_gemm.c: the lattice types' prompt tiles */
 void pe_fill_avx2_gemm(pe_kernels *k);     /* cpu/x86/avx2_gemm.c: vec_dot + gemm */
+void pe_fill_avx2_mxfp4(pe_kernels *k);    /* cpu/x86/avx2_mxfp4.c: vec_dot + gemm16 */
 void pe_fill_vec_avx2(pe_kernels *k);      /* cpu/vec.c compiled with AVX2 flags */
 void pe_fill_ssm_avx2(pe_kernels *k);      /* cpu/vec_ssm.c compiled with AVX2 flags */
 void pe_fill_avxvnni_gemm(pe_kernels *k);  /* cpu/x86/avxvnni_gemm.c: avx2_gemm.c with vpdpbusd */
 void pe_fill_avx512_legacy(pe_kernels *k); /* cpu/x86/avx512_legacy.c */
 void pe_fill_avx512_gemm(pe_kernels *k);   /* cpu/x86/avx512_gemm.c: vec_dot + gemm */
 void pe_fill_avx512_iq_gemm(pe_kernels *k);/* cpu/x86/avx512_iq_gemm.c: the lattice types' prompt tiles */
+void pe_fill_avx512_mxfp4(pe_kernels *k);  /* cpu/x86/avx512_mxfp4.c: vec_dot + gemm16 */
 void pe_fill_vec_avx512(pe_kernels *k);    /* cpu/vec.c compiled with AVX-512 flags */
 void pe_fill_ssm_avx512(pe_kernels *k);    /* cpu/vec_ssm.c compiled with AVX-512 flags */
 #endif
@@ -213,11 +215,13 @@ void pe_fill_neon_legacy(pe_kernels *k);   /* cpu/arm/neon_legacy.c */
 void pe_fill_neon_kquants(pe_kernels *k);  /* cpu/arm/neon_kquants.c */
 void pe_fill_neon_iquants(pe_kernels *k);  /* cpu/arm/neon_iquants.c: IQ1_S..IQ3_S */
 void pe_fill_neon_iq_gemm(pe_kernels *k);  /* cpu/arm/neon_iq_gemm.c: the lattice types' gemm16 */
+void pe_fill_neon_mxfp4(pe_kernels *k);    /* cpu/arm/neon_mxfp4.c: vec_dot + gemm16 */
 void pe_fill_vec_neon(pe_kernels *k);      /* cpu/vec.c compiled for NEON */
 void pe_fill_neon_legacy_nodot(pe_kernels *k);
 void pe_fill_neon_kquants_nodot(pe_kernels *k);
 void pe_fill_neon_iquants_nodot(pe_kernels *k);
 void pe_fill_neon_iq_gemm_nodot(pe_kernels *k);
+void pe_fill_neon_mxfp4_nodot(pe_kernels *k);
 void pe_fill_vec_neon_nodot(pe_kernels *k);
 #endif
 

@@ -120,6 +120,7 @@ static void build_tables(void) {
         pe_fill_avx2_iq13(&tables[ISA_AVX2]);
         pe_fill_avx2_iq_gemm(&tables[ISA_AVX2]);
         pe_fill_avx2_gemm(&tables[ISA_AVX2]);
+        pe_fill_avx2_mxfp4(&tables[ISA_AVX2]);
     }
 #if defined(PE_HAVE_AVXVNNI)
     if (have[ISA_AVXVNNI]) {
@@ -136,6 +137,7 @@ static void build_tables(void) {
         pe_fill_avx512_legacy(&tables[ISA_AVX512]);
         pe_fill_avx512_gemm(&tables[ISA_AVX512]);
         pe_fill_avx512_iq_gemm(&tables[ISA_AVX512]);
+        pe_fill_avx512_mxfp4(&tables[ISA_AVX512]);
     }
 #elif defined(PE_ARCH_ARM)
 #if defined(PE_HAVE_NEON_NODOT)   /* the build compiled the NEON files a second time */
@@ -148,6 +150,7 @@ static void build_tables(void) {
         pe_fill_neon_kquants_nodot(t);
         pe_fill_neon_iquants_nodot(t);
         pe_fill_neon_iq_gemm_nodot(t);
+        pe_fill_neon_mxfp4_nodot(t);
     }
 #else
     have[ISA_NEON_NODOT] = false;
@@ -160,6 +163,7 @@ static void build_tables(void) {
         pe_fill_neon_kquants(&tables[ISA_NEON]);
         pe_fill_neon_iquants(&tables[ISA_NEON]);
         pe_fill_neon_iq_gemm(&tables[ISA_NEON]);
+        pe_fill_neon_mxfp4(&tables[ISA_NEON]);
     }
 #endif
     for (int i = 0; i < ISA_COUNT; i++)

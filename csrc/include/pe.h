@@ -52,6 +52,7 @@ typedef enum pe_type {
     PE_TYPE_I32     = 26,
     PE_TYPE_IQ1_M   = 29,
     PE_TYPE_BF16    = 30,
+    PE_TYPE_MXFP4   = 39,
     /* internal: weights the engine interleaved at load, never in a file (ids
      * past GGML's, whose numbering runs on) */
     PE_TYPE_Q4_1_X8 = 64,
