@@ -78,6 +78,11 @@ cdef extern from "pe.h" nogil:
     int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids)
     int pe_op_add_id(pe_graph *g, int a, int b, int ids)
     int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit)
+    int pe_op_l2_norm(pe_graph *g, int a, float eps)
+    int pe_op_ssm_conv(pe_graph *g, int x, int w, int state, int seqs)
+    int pe_op_ssm_scan(pe_graph *g, int x, int dt, int A, int B, int C, int D, int dt_bias, int state, int seqs)
+    int pe_op_delta_net(pe_graph *g, int q, int k, int v, int gate, int beta, int state, int seqs, float scale,
+                        int chunk)
     int pe_graph_set_output(pe_graph *g, int t)
     int pe_graph_bind_output(pe_graph *g, int t, void *data, size_t nbytes)
     int pe_graph_set_name(pe_graph *g, int t, const char *name)

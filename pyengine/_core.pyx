@@ -445,6 +445,19 @@ cdef class Graph:
     def swiglu_oai(self, int gate, int up, float alpha, float limit) -> int:
         return self._id(pe_op_swiglu_oai(self.g, gate, up, alpha, limit))
 
+    def l2_norm(self, int a, float eps) -> int:
+        return self._id(pe_op_l2_norm(self.g, a, eps))
+
+    def ssm_conv(self, int x, int w, int state, int seqs) -> int:
+        return self._id(pe_op_ssm_conv(self.g, x, w, state, seqs))
+
+    def ssm_scan(self, int x, int dt, int A, int B, int C, int D, int dt_bias, int state, int seqs) -> int:
+        return self._id(pe_op_ssm_scan(self.g, x, dt, A, B, C, D, dt_bias, state, seqs))
+
+    def delta_net(self, int q, int k, int v, int gate, int beta, int state, int seqs, float scale,
+                  int chunk) -> int:
+        return self._id(pe_op_delta_net(self.g, q, k, v, gate, beta, state, seqs, scale, chunk))
+
     def set_output(self, int t) -> None:
         self._id(pe_graph_set_output(self.g, t))
 
