@@ -61,6 +61,7 @@ cdef extern from "pe.h" nogil:
     int pe_op_scale(pe_graph *g, int a, float s)
     int pe_op_softcap(pe_graph *g, int a, float cap)
     int pe_op_rms_norm(pe_graph *g, int a, int weight, float eps)
+    int pe_op_layer_norm(pe_graph *g, int a, int weight, float eps)
     int pe_op_unary(pe_graph *g, int a, int unary_op)
     int pe_op_glu(pe_graph *g, int gate, int up, int unary_op)
     int pe_op_softmax(pe_graph *g, int a)

@@ -399,6 +399,9 @@ cdef class Graph:
     def rms_norm(self, int a, int weight, float eps) -> int:
         return self._id(pe_op_rms_norm(self.g, a, weight, eps))
 
+    def layer_norm(self, int a, int weight, float eps) -> int:
+        return self._id(pe_op_layer_norm(self.g, a, weight, eps))
+
     def unary(self, int a, int op) -> int:
         return self._id(pe_op_unary(self.g, a, op))
 

@@ -132,6 +132,33 @@ def test_norms_and_activations(isa):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol / 10)
 
 
+def test_layer_norm_is_the_rms_norm_of_the_centred_row_with_one_set_of_bits():
+    """layer_norm: (x - mean) / sqrt(var + eps) * w, with and without a weight, rows
+    offset far from zero (the mean must come off before the square); the same bits
+    on every ISA and thread count."""
+    x = f32(9, 160) * 3 + 40.0
+    w = f32(160)
+    results = []
+    for isa in ISAS:
+        for n_threads in (1, 3):
+            with forced_isa(isa):
+                ctx = Context(Backend(n_threads))
+                tx, tw = ctx.input(x, "x"), ctx.input(w, "w")
+                outs = [ctx.layer_norm(tx, tw, 1e-12), ctx.layer_norm(tx, None, 1e-5)]
+                for o in outs:
+                    ctx.set_output(o)
+                ctx.compute()
+                results.append([ctx.read(o).copy() for o in outs])
+    xd = x.astype(np.float64)
+    centred = xd - xd.mean(-1, keepdims=True)
+    for eps, got, weight in ((1e-12, results[0][0], w), (1e-5, results[0][1], 1.0)):
+        expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + eps) * weight
+        np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_geglu_is_the_same_table_lookup_on_every_isa():
     """GELU is GGML's F16 table: the SIMD gathers must give the scalar lookup's bits, including
     the clamps at -10 and 10 and inputs that round to F16 infinities."""

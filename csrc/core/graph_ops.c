@@ -137,6 +137,12 @@ int pe_op_rms_norm(pe_graph *g, int ia, int iw, float eps) {
     return id;
 }
 
+int pe_op_layer_norm(pe_graph *g, int ia, int iw, float eps) {
+    const int id = pe_op_rms_norm(g, ia, iw, eps);
+    if (id >= 0) g->t[id].ip[0] = 1;   /* centred first (ops.c) */
+    return id;
+}
+
 int pe_op_glu(pe_graph *g, int gate, int up, int op) {
     pe_tensor *a = get(g, gate, "glu", "gate"), *b = get(g, up, "glu", "up");
     if (!a || !b || require_f32("glu", a) || require_f32("glu", b)) return -1;

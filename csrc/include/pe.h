@@ -216,6 +216,7 @@ int pe_op_mul(pe_graph *g, int a, int b);
 int pe_op_scale(pe_graph *g, int a, float s);
 int pe_op_softcap(pe_graph *g, int a, float cap);                      /* cap * tanh(a / cap) */
 int pe_op_rms_norm(pe_graph *g, int a, int weight, float eps);         /* weight may be -1 */
+int pe_op_layer_norm(pe_graph *g, int a, int weight, float eps);       /* (a - mean) / rms, times weight (may be -1) */
 int pe_op_unary(pe_graph *g, int a, int unary_op);
 int pe_op_glu(pe_graph *g, int gate, int up, int unary_op);            /* act(gate) * up */
 int pe_op_softmax(pe_graph *g, int a);                                 /* over rows */

@@ -166,6 +166,10 @@ class Context:
     def rms_norm(self, a: Tensor, weight: Tensor | None, eps: float) -> Tensor:
         return self._tensor(self.graph.rms_norm(a.id, -1 if weight is None else weight.id, eps))
 
+    def layer_norm(self, a: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+        """(a - mean) / sqrt(var + eps) over each row, times weight (the bias is the caller's add)."""
+        return self._tensor(self.graph.layer_norm(a.id, -1 if weight is None else weight.id, eps))
+
     def silu(self, a: Tensor) -> Tensor:
         return self._tensor(self.graph.unary(a.id, SILU))
 
