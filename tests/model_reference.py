@@ -454,3 +454,88 @@ class Reference:
             x = x + self.norm(f"{p}post_attention_norm", self.linear(f"{p}attn_output", o))
             x = x + self.norm(f"{p}post_ffw_norm", self.gated_mlp(p, x))
         return self.logits(x)
+
+
+# ---- encoders ---------------------------------------------------------------------------
+
+
+def layer_norm(x: np.ndarray, w: np.ndarray, b, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def attend_bidirectional(q, k, v, pos, *, scale: float, window: int = 0) -> np.ndarray:
+    """Every token of q [T, H, hd] attends every token of k, v [T, Hkv, hd] (with a
+    window: those at most window // 2 positions away, either side) -> [T, H*hd]."""
+    n_tok, n_head, hd = q.shape
+    group = n_head // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, k) * scale
+    if window > 0:
+        visible = np.abs(pos[:, None] - pos[None, :]) <= window // 2
+        scores = np.where(visible[None], scores, -np.inf)
+    return np.einsum("hts,shd->thd", softmax(scores), v).reshape(n_tok, n_head * hd)
+
+
+class EncoderReference(Reference):
+    """An encoder's final hidden states [T, n_embd] of one whole sequence (positions
+    0..T-1, token type 0), and its classification head.
+
+    causal / pre_norm build wrong variants (a causal mask; the LayerNorms before each
+    sublayer instead of after each residual add), for the tests that show such a
+    mistake is caught."""
+
+    def __init__(self, path, *, causal: bool = False, pre_norm: bool = False) -> None:
+        super().__init__(path)
+        self.eps = self.w.hp("attention.layer_norm_epsilon")
+        self.causal, self.pre_norm = causal, pre_norm
+
+    def layer_norm(self, name: str, x: np.ndarray) -> np.ndarray:
+        bias = self.t(f"{name}.bias") if self.w.has(f"{name}.bias") else 0.0
+        return layer_norm(x, self.t(f"{name}.weight"), bias, self.eps)
+
+    def hidden(self, ids) -> np.ndarray:
+        ids = np.asarray(ids)
+        pos = np.arange(len(ids))
+        x = self.t("token_embd.weight")[ids]
+        if self.w.has("token_types.weight"):
+            x = x + self.t("token_types.weight")[0]
+        return getattr(self, f"encoder_{self.w.arch.replace('-', '_')}")(x, pos)
+
+    def classify(self, pooled: np.ndarray) -> np.ndarray:
+        x = pooled
+        if self.w.has("cls.weight"):
+            x = np.tanh(self.linear("cls", x))
+        if self.w.has("cls.output.weight"):
+            x = self.linear("cls.output", x)
+        return x
+
+    def attention(self, p: str, h, pos, rope: Rope | None):
+        q, k, v = self.qkv(p, h)
+        if rope is not None:
+            q, k = rope(q, pos), rope(k, pos)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        o = attend(q, k, v, pos, scale=scale) if self.causal else attend_bidirectional(q, k, v, pos, scale=scale)
+        return self.linear(f"{p}attn_output", o)
+
+    def post_norm_stack(self, x, pos, rope: Rope | None, ffn) -> np.ndarray:
+        x = self.layer_norm("token_embd_norm", x)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            if self.pre_norm:
+                x = x + self.attention(p, self.layer_norm(f"{p}attn_output_norm", x), pos, rope)
+                x = x + ffn(p, self.layer_norm(f"{p}layer_output_norm", x))
+            else:
+                x = self.layer_norm(f"{p}attn_output_norm", x + self.attention(p, x, pos, rope))
+                x = self.layer_norm(f"{p}layer_output_norm", x + ffn(p, x))
+        return x
+
+    def gelu_mlp(self, p: str, h):
+        return self.linear(f"{p}ffn_down", gelu_tanh(self.linear(f"{p}ffn_up", h)))
+
+    def encoder_bert(self, x, pos):
+        return self.post_norm_stack(x + self.t("position_embd.weight")[pos], pos, None, self.gelu_mlp)
+
+    def encoder_nomic_bert(self, x, pos):
+        return self.post_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.gated_mlp)

@@ -64,6 +64,21 @@ class RMSNorm:
 
 
 @dataclass(eq=False)
+class LayerNorm:
+    """(x - mean) / sqrt(var + eps) * w, plus a bias where the file has one."""
+
+    weight: Weight
+    bias: Weight | None = None
+
+    PARTS = {"weight": True, "bias": False}
+    F32_PARTS = ("weight", "bias")
+
+    def __call__(self, ctx: Context, x: Tensor, eps: float) -> Tensor:
+        y = ctx.layer_norm(x, ctx.weight(self.weight), eps)
+        return y if self.bias is None else ctx.add(y, ctx.weight(self.bias))
+
+
+@dataclass(eq=False)
 class Embedding:
     weight: Weight
 
