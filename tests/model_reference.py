@@ -482,14 +482,15 @@ class EncoderReference(Reference):
     """An encoder's final hidden states [T, n_embd] of one whole sequence (positions
     0..T-1, token type 0), and its classification head.
 
-    causal / pre_norm build wrong variants (a causal mask; the LayerNorms before each
-    sublayer instead of after each residual add), for the tests that show such a
+    causal / swap_norms / global_only build wrong variants (a causal mask; the
+    LayerNorms before each sublayer where the model has them after each residual add,
+    or the other way round; no sliding window), for the tests that show such a
     mistake is caught."""
 
-    def __init__(self, path, *, causal: bool = False, pre_norm: bool = False) -> None:
+    def __init__(self, path, *, causal: bool = False, swap_norms: bool = False, global_only: bool = False) -> None:
         super().__init__(path)
         self.eps = self.w.hp("attention.layer_norm_epsilon")
-        self.causal, self.pre_norm = causal, pre_norm
+        self.causal, self.swap_norms, self.global_only = causal, swap_norms, global_only
 
     def layer_norm(self, name: str, x: np.ndarray) -> np.ndarray:
         bias = self.t(f"{name}.bias") if self.w.has(f"{name}.bias") else 0.0
@@ -523,7 +524,7 @@ class EncoderReference(Reference):
         x = self.layer_norm("token_embd_norm", x)
         for i in range(self.n_layer):
             p = f"blk.{i}."
-            if self.pre_norm:
+            if self.swap_norms:
                 x = x + self.attention(p, self.layer_norm(f"{p}attn_output_norm", x), pos, rope)
                 x = x + ffn(p, self.layer_norm(f"{p}layer_output_norm", x))
             else:
@@ -539,3 +540,36 @@ class EncoderReference(Reference):
 
     def encoder_nomic_bert(self, x, pos):
         return self.post_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.gated_mlp)
+
+    def encoder_modern_bert(self, x, pos):
+        """Pre-norm blocks (no norm before layer 0's attention), bias-free LayerNorms,
+        GEGLU, a final norm; every `sliding_window_pattern`-th layer from the first is
+        global (rope.freq_base), the others see |distance| <= window // 2
+        (rope.freq_base_swa)."""
+        window = 0 if self.global_only else self.w.hp("attention.sliding_window", 0)
+        period = self.w.hp("attention.sliding_window_pattern", 3)
+        base_local = self.w.hp("rope.freq_base_swa", self.rope_base)
+        x = self.layer_norm("token_embd_norm", x)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            local = window > 0 and i % period != 0
+            rope = Rope(self.rope_dims, base_local if local else self.rope_base, neox=True)
+            has_norm = self.w.has(f"{p}attn_norm.weight")
+            h = self.layer_norm(f"{p}attn_norm", x) if has_norm and not self.swap_norms else x
+            q, k, v = self.qkv(p, h)
+            q, k = rope(q, pos), rope(k, pos)
+            scale = 1.0 / math.sqrt(self.head_dim)
+            o = (attend(q, k, v, pos, scale=scale) if self.causal
+                 else attend_bidirectional(q, k, v, pos, scale=scale, window=window if local else 0))
+            x = x + self.linear(f"{p}attn_output", o)
+            if self.swap_norms:   # post-norm: after the residual adds
+                x = self.layer_norm(f"{p}attn_norm", x) if has_norm else x
+                x = self.layer_norm(f"{p}ffn_norm", x + self.geglu(p, x))
+            else:
+                x = x + self.geglu(p, self.layer_norm(f"{p}ffn_norm", x))
+        return self.layer_norm("output_norm", x)
+
+    def geglu(self, p: str, h):
+        gate_up = self.linear(f"{p}ffn_up", h)
+        n_ff = gate_up.shape[1] // 2
+        return self.linear(f"{p}ffn_down", gelu_tanh(gate_up[:, :n_ff]) * gate_up[:, n_ff:])

@@ -1,11 +1,12 @@
 """Encoder (embedding) models against llama.cpp's recorded embeddings and the float64
-reference: bert and nomic-bert, synthetic (tests/data/synth/encoders, made by
+reference: bert, nomic-bert and modern-bert, synthetic (tests/data/synth/encoders, made by
 scripts/make_synth_<arch>.py, recorded by scripts/synth_encoders.py).
 
 Every token's final hidden state and the pooled vector (the file's pooling type,
 pooled here with numpy) must have cosine >= 0.999 with llama.cpp's; so must they
 with the float64 reference.  A wrong model (a causal mask; pre-norm blocks) is
-measured far below that, so the bound tells the variants apart.  The input rules
+measured far below that (ModernBERT without its sliding window too), so the bound
+tells the variants apart.  The input rules
 of an encoder (a sequence in one batch, no longer than its context) fail with
 typed errors, and the model has no language-model head."""
 
@@ -29,7 +30,7 @@ from pyengine.runner.forward import Forward
 from pyengine.tokenizer import Tokenizer
 
 DATA = Path(__file__).parent / "data"
-STEMS = ["bert-q8_0", "nomic-bert-q8_0"]
+STEMS = ["bert-q8_0", "nomic-bert-q8_0", "modern-bert-q8_0"]
 COSINE = 0.999
 WRONG_BELOW = 0.99   # what a wrong variant must fall under on some text (measured: see the tests)
 
@@ -123,8 +124,11 @@ def test_a_causal_mask_is_caught(stem):
     assert right >= COSINE and wrong < WRONG_BELOW, (right, wrong)
 
 
-@pytest.mark.parametrize("stem", STEMS)
-@pytest.mark.parametrize("variant", ["causal", "pre_norm"])
+WRONG_VARIANTS = [(stem, "causal") for stem in STEMS] + [(stem, "swap_norms") for stem in STEMS] \
+    + [("modern-bert-q8_0", "global_only")]
+
+
+@pytest.mark.parametrize("stem, variant", WRONG_VARIANTS)
 def test_a_wrong_reference_is_caught(stem, variant):
     wrong = EncoderReference(model_path(stem), **{variant: True})
     worst = min(cosines(wrong.hidden(c["tokens"]), c["hidden"]).min() for c in cases(stem))
@@ -219,3 +223,23 @@ def test_decoders_stay_causal():
     model = load(DATA / "synth" / "llama-bpe-q5_1-tied.gguf")
     assert isinstance(model, CausalLM) and not getattr(model, "EMBEDDING_ONLY", False)
     assert Forward(model, backend(), KVCache(model.cache_layout(), 16)).causal
+
+
+def test_the_bidirectional_mask():
+    """Two sequences in the cells: a token sees every cell of its own sequence, before
+    and after it; with a window, those at most window // 2 positions away."""
+    from pyengine.kvcache.cells import CellTable
+
+    cells = CellTable(8)
+    positions, seqs = np.array([0, 1, 2, 3, 4, 0, 1]), np.array([0, 0, 0, 0, 0, 1, 1])
+    cells.record(np.arange(7), positions, seqs)
+    out = np.full((7, 8), 7.0, np.float32)
+    cells.fill_mask(out, positions, seqs, 7, causal=False)
+    same = seqs[:, None] == seqs[None, :]
+    np.testing.assert_array_equal(out[:, :7], np.where(same, 0, -np.inf))
+    assert (out[:, 7] == 7).all()   # past n_kv: untouched
+    cells.fill_mask(out, positions, seqs, 7, window=4, causal=False)
+    near = np.abs(positions[:, None] - positions[None, :]) <= 2
+    np.testing.assert_array_equal(out[:, :7], np.where(same & near, 0, -np.inf))
+    cells.fill_mask(out, positions, seqs, 7)   # the decoders' mask is as it was: causal
+    np.testing.assert_array_equal(out[:, :7], np.where(same & (positions[None, :] <= positions[:, None]), 0, -np.inf))

@@ -294,11 +294,14 @@ class FusedMLP(Module):
     ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff_pair"))
     ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
 
+    def gate(self, ctx: Context, gate: Tensor, up: Tensor) -> Tensor:
+        return ctx.swiglu(gate, up)
+
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
         n_ff = self.cfg.n_ff
         gate_up = self.ffn_up(ctx, x)                                               # [2*n_ff, T]
         gate, up = ctx.rows_slice(gate_up, 0, n_ff), ctx.rows_slice(gate_up, n_ff, n_ff)
-        return self.ffn_down(ctx, ctx.swiglu(gate, up))
+        return self.ffn_down(ctx, self.gate(ctx, gate, up))
 
 
 # ---- blocks ---------------------------------------------------------------------------
