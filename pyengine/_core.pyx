@@ -424,6 +424,9 @@ cdef class Graph:
              float softcap=0.0, int cell_pos=-1) -> int:
         return self._id(pe_op_attn(self.g, q, k, v, mask, kv_len, cell_pos, n_head_kv, scale, softcap))
 
+    def attn_alibi(self, int attn, float max_bias) -> int:
+        return self._id(pe_op_attn_alibi(self.g, attn, max_bias))
+
     def topk(self, int a, int k) -> int:
         return self._id(pe_op_topk(self.g, a, k))
 

@@ -465,13 +465,25 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b, eps: float) -> np.ndarray:
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
-def attend_bidirectional(q, k, v, pos, *, scale: float, window: int = 0) -> np.ndarray:
+def alibi_slopes(n_head: int, max_bias: float) -> np.ndarray:
+    """ALiBi's per-head slopes (Press et al.; for a head count that is no power of
+    two, the odd powers of the next scale fill the rest, as ggml does)."""
+    n_log2 = 2 ** int(math.floor(math.log2(n_head)))
+    m0, m1 = 2.0 ** (-max_bias / n_log2), 2.0 ** (-(max_bias / 2.0) / n_log2)
+    return np.array([m0 ** (h + 1) if h < n_log2 else m1 ** (2 * (h - n_log2) + 1) for h in range(n_head)])
+
+
+def attend_bidirectional(q, k, v, pos, *, scale: float, window: int = 0, alibi: float = 0.0) -> np.ndarray:
     """Every token of q [T, H, hd] attends every token of k, v [T, Hkv, hd] (with a
-    window: those at most window // 2 positions away, either side) -> [T, H*hd]."""
+    window: those at most window // 2 positions away, either side; with an ALiBi max
+    bias, each head's scores minus its slope times the distance) -> [T, H*hd]."""
     n_tok, n_head, hd = q.shape
     group = n_head // k.shape[1]
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     scores = np.einsum("thd,shd->hts", q, k) * scale
+    if alibi > 0:
+        distance = np.abs(pos[:, None] - pos[None, :])
+        scores = scores - alibi_slopes(n_head, alibi)[:, None, None] * distance[None]
     if window > 0:
         visible = np.abs(pos[:, None] - pos[None, :]) <= window // 2
         scores = np.where(visible[None], scores, -np.inf)
@@ -482,15 +494,16 @@ class EncoderReference(Reference):
     """An encoder's final hidden states [T, n_embd] of one whole sequence (positions
     0..T-1, token type 0), and its classification head.
 
-    causal / swap_norms / global_only build wrong variants (a causal mask; the
-    LayerNorms before each sublayer where the model has them after each residual add,
-    or the other way round; no sliding window), for the tests that show such a
+    causal / swap_norms / global_only / no_alibi build wrong variants (a causal
+    mask; the LayerNorms before each sublayer where the model has them after each
+    residual add, or the other way round; no sliding window; no ALiBi), for the tests that show such a
     mistake is caught."""
 
-    def __init__(self, path, *, causal: bool = False, swap_norms: bool = False, global_only: bool = False) -> None:
+    def __init__(self, path, *, causal: bool = False, swap_norms: bool = False, global_only: bool = False,
+                 no_alibi: bool = False) -> None:
         super().__init__(path)
         self.eps = self.w.hp("attention.layer_norm_epsilon")
-        self.causal, self.swap_norms, self.global_only = causal, swap_norms, global_only
+        self.causal, self.swap_norms, self.global_only, self.no_alibi = causal, swap_norms, global_only, no_alibi
 
     def layer_norm(self, name: str, x: np.ndarray) -> np.ndarray:
         bias = self.t(f"{name}.bias") if self.w.has(f"{name}.bias") else 0.0
@@ -512,24 +525,35 @@ class EncoderReference(Reference):
             x = self.linear("cls.output", x)
         return x
 
-    def attention(self, p: str, h, pos, rope: Rope | None):
-        q, k, v = self.qkv(p, h)
+    def attention(self, p: str, h, pos, rope: Rope | None, alibi: float = 0.0):
+        if self.w.has(f"{p}attn_q_norm.weight"):   # Jina's: LayerNorms over the whole q and k
+            q = self.layer_norm(f"{p}attn_q_norm", self.linear(f"{p}attn_q", h))
+            k = self.layer_norm(f"{p}attn_k_norm", self.linear(f"{p}attn_k", h))
+            q, k, v = self.heads(q, self.n_head), self.heads(k, self.n_head_kv), \
+                self.heads(self.linear(f"{p}attn_v", h), self.n_head_kv)
+        else:
+            q, k, v = self.qkv(p, h)
         if rope is not None:
             q, k = rope(q, pos), rope(k, pos)
         scale = 1.0 / math.sqrt(self.head_dim)
-        o = attend(q, k, v, pos, scale=scale) if self.causal else attend_bidirectional(q, k, v, pos, scale=scale)
+        if self.causal:   # (without ALiBi: the variant only needs to be wrong)
+            o = attend(q, k, v, pos, scale=scale)
+        else:
+            o = attend_bidirectional(q, k, v, pos, scale=scale, alibi=alibi)
         return self.linear(f"{p}attn_output", o)
 
-    def post_norm_stack(self, x, pos, rope: Rope | None, ffn) -> np.ndarray:
+    def post_norm_stack(self, x, pos, rope: Rope | None, ffn, alibi: float = 0.0) -> np.ndarray:
         x = self.layer_norm("token_embd_norm", x)
         for i in range(self.n_layer):
             p = f"blk.{i}."
             if self.swap_norms:
-                x = x + self.attention(p, self.layer_norm(f"{p}attn_output_norm", x), pos, rope)
+                x = x + self.attention(p, self.layer_norm(f"{p}attn_output_norm", x), pos, rope, alibi)
                 x = x + ffn(p, self.layer_norm(f"{p}layer_output_norm", x))
             else:
-                x = self.layer_norm(f"{p}attn_output_norm", x + self.attention(p, x, pos, rope))
-                x = self.layer_norm(f"{p}layer_output_norm", x + ffn(p, x))
+                h = self.layer_norm(f"{p}attn_output_norm", x + self.attention(p, x, pos, rope, alibi))
+                if self.w.has(f"{p}attn_norm_2.weight"):   # Jina's: the layer's input added again
+                    h = self.layer_norm(f"{p}attn_norm_2", h + x)
+                x = self.layer_norm(f"{p}layer_output_norm", h + ffn(p, h))
         return x
 
     def gelu_mlp(self, p: str, h):
@@ -537,6 +561,11 @@ class EncoderReference(Reference):
 
     def encoder_bert(self, x, pos):
         return self.post_norm_stack(x + self.t("position_embd.weight")[pos], pos, None, self.gelu_mlp)
+
+    def encoder_jina_bert_v2(self, x, pos):
+        def gelu_gated(p, h):
+            return self.gated_mlp(p, h, act=gelu_tanh)
+        return self.post_norm_stack(x, pos, None, gelu_gated, alibi=0.0 if self.no_alibi else 8.0)
 
     def encoder_nomic_bert(self, x, pos):
         return self.post_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.gated_mlp)

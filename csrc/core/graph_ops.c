@@ -257,6 +257,15 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
     return id;
 }
 
+int pe_op_attn_alibi(pe_graph *g, int attn, float max_bias) {
+    pe_tensor *t = get(g, attn, "attn_alibi", "attn");
+    if (!t) return -1;
+    if (t->op != PE_OP_ATTN) return pe_fail("attn_alibi: tensor %d is no attention node", attn);
+    if (!(max_bias > 0 && max_bias < 1e6f)) return pe_fail("attn_alibi: max_bias must be positive (got %g)", max_bias);
+    t->fp[2] = max_bias;
+    return attn;
+}
+
 int pe_op_topk(pe_graph *g, int ia, int k) {
     pe_tensor *a = get(g, ia, "topk", "a");
     if (!a || require_f32("topk", a)) return -1;

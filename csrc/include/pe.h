@@ -233,6 +233,10 @@ int pe_op_set_rows(pe_graph *g, int cache, int src, int slots);
  * order (without it: cell order). */
 int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos, int n_head_kv, float scale,
                float softcap);
+/* ALiBi on attention node `attn` (returns it): head h's scaled scores get slope_h
+ * times the mask's value (which then holds -|distance| at the visible cells, as
+ * llama.cpp's does), slope_h from max_bias as ggml's soft_max computes it. */
+int pe_op_attn_alibi(pe_graph *g, int attn, float max_bias);
 int pe_op_topk(pe_graph *g, int a, int k);                             /* i32 [k,T]: indices of largest */
 /* Weights of the chosen experts: softmax over all logits, picked by ids,
  * optionally renormalised to sum 1 -> [k,T]. */

@@ -197,9 +197,15 @@ class Context:
         return self._tensor(self.graph.set_rows(cache.id, src.id, slots.id))
 
     def attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kv_len: Tensor, *,
-             n_head_kv: int, scale: float, softcap: float = 0.0, cell_pos: Tensor | None = None) -> Tensor:
-        return self._tensor(self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
-                                            -1 if cell_pos is None else cell_pos.id))
+             n_head_kv: int, scale: float, softcap: float = 0.0, cell_pos: Tensor | None = None,
+             alibi_max_bias: float = 0.0) -> Tensor:
+        """alibi_max_bias > 0: ALiBi, each head's scores plus its slope times the mask
+        (whose visible cells then hold -|distance|)."""
+        tid = self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
+                              -1 if cell_pos is None else cell_pos.id)
+        if alibi_max_bias > 0:
+            tid = self.graph.attn_alibi(tid, alibi_max_bias)
+        return self._tensor(tid)
 
     def topk(self, a: Tensor, k: int) -> Tensor:
         return self._tensor(self.graph.topk(a.id, k))

@@ -108,16 +108,17 @@ class F32Param(Param):
 
 
 def attention(ctx: Context, batch, layer: int, q: Tensor, k: Tensor, v: Tensor, *,
-              n_head_kv: int, scale: float, softcap: float = 0.0) -> Tensor:
+              n_head_kv: int, scale: float, softcap: float = 0.0, alibi_max_bias: float = 0.0) -> Tensor:
     """Store this batch's k and v in the layer's cache, then attend q over it.
 
     q is [head_dim, n_head, T]; k and v are [head_dim * n_head_kv, T] (rows
-    may be strided views); returns [head_dim * n_head, T]."""
+    may be strided views); returns [head_dim * n_head, T].  alibi_max_bias > 0:
+    ALiBi (the runner's mask then holds distances; runner/forward.py)."""
     inputs = batch.attn_inputs(layer)
     k_cache = ctx.set_rows(inputs.k, k, inputs.slots)
     v_cache = ctx.set_rows(inputs.v, v, inputs.slots)
     return ctx.attn(q, k_cache, v_cache, inputs.mask, inputs.kv_len, cell_pos=inputs.cell_pos,
-                    n_head_kv=n_head_kv, scale=scale, softcap=softcap)
+                    n_head_kv=n_head_kv, scale=scale, softcap=softcap, alibi_max_bias=alibi_max_bias)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ class AttentionConfig(TransformerConfig):
     attn_scale: float = 0.0     # multiplies q.k before the softmax
     attn_softcap: float = 0.0   # cap * tanh(score / cap) on the scores; 0 = none
     scale_query: bool = False   # apply attn_scale to the query instead (Gemma, as llama.cpp does)
+    alibi_max_bias: float = 0.0   # ALiBi's max bias (Jina's 8); 0 = none
 
     @classmethod
     def common_from_gguf(cls, f: GGUFFile, *, rope_mode: int = ROPE_NEOX, eps_default: float | None = 1e-5,
@@ -220,8 +221,8 @@ class SelfAttention(Module):
         scale = c.attn_scale
         if c.scale_query:
             q, scale = ctx.scale(q, scale), 1.0
-        o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, -1)), v,
-                         n_head_kv=c.n_head_kv, scale=scale, softcap=c.attn_softcap)  # [hd*H, T]
+        o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, -1)), v, n_head_kv=c.n_head_kv,
+                         scale=scale, softcap=c.attn_softcap, alibi_max_bias=c.alibi_max_bias)  # [hd*H, T]
         return self.attn_output(ctx, o)
 
 
@@ -493,7 +494,7 @@ class ClassifierHead(Module):
     """A cross-encoder's scores from a pooled row: cls.output(tanh(cls x + b)) + b
     (llama.cpp's rank pooling); either projection may be absent."""
 
-    cls: Linear | None = tensor("cls", optional=True, shape=("n_embd", "n_embd"))
+    cls: Linear | None = tensor("cls", optional=True, shape=("n_embd", None))   # (Jina's: one row)
     cls_output: Linear | None = tensor("cls.output", optional=True, shape=("n_embd", None))
 
     def present(self) -> bool:

@@ -144,6 +144,7 @@ class Forward:
         self.n_vocab = model.cfg.n_vocab
         # an encoder's tokens attend to their whole sequence, which must come in one batch
         self.causal = getattr(model.cfg, "causal", True)
+        self.alibi = getattr(model.cfg, "alibi_max_bias", 0.0) > 0   # its mask then holds distances
         self._buffers = HostBuffers(cache, max_tokens)
         self._graphs: OrderedDict[tuple[int, int, bool], BatchGraph] = OrderedDict()
         self.compute_seconds = 0.0   # time inside the native core, for the bench
@@ -210,7 +211,7 @@ class Forward:
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]
             buf.kv_len[gi][0] = n_kv
-            group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window, self.causal)
+            group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window, self.causal, self.alibi)
         into = out is not None and (out is g.bound_to or g.bindable and out.dtype == np.float32
                                     and out.flags.c_contiguous and out.flags.writeable
                                     and out.size == len(out_rows) * g.row_width)
