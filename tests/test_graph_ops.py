@@ -288,6 +288,47 @@ def test_set_rows_then_attention(isa, softcap):
     np.testing.assert_allclose(got, expected, rtol=3e-3, atol=3e-3)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_alibi_attention(isa):
+    """ALiBi: head h's scores plus its slope (ggml's: powers of 2^(-8/4) over the first
+    4 of 6 heads, odd powers of 2^(-4/4) over the rest) times the mask, which holds
+    -|distance| at the visible cells (a bidirectional encoder's); the same bits on
+    every ISA and thread count."""
+    n_cells, hd, h, hkv, t = 8, 32, 6, 3, 6
+    pos = np.arange(t)
+    k16 = f32(n_cells, hkv * hd).astype(np.float16)
+    v16 = f32(n_cells, hkv * hd).astype(np.float16)
+    q = f32(t, h, hd) * 2
+    mask = np.full((t, n_cells), -np.inf, np.float32)
+    mask[:, :t] = -np.abs(pos[:, None] - pos[None, :])
+    results = []
+    for n_threads in (1, 3):
+        with forced_isa(isa):
+            ctx = Context(Backend(n_threads))
+            out = ctx.attn(ctx.input(q, "q"), ctx.cache(k16.view(np.uint16), 1, (hd * hkv, n_cells), "k"),
+                           ctx.cache(v16.view(np.uint16), 1, (hd * hkv, n_cells), "v"), ctx.input(mask, "mask"),
+                           ctx.input(np.array([n_cells], np.int32), "kv_len"), n_head_kv=hkv, scale=hd ** -0.5,
+                           alibi_max_bias=8.0)
+            results.append(run(ctx, out).copy())
+    np.testing.assert_array_equal(results[0], results[1])
+    slopes = np.array([2.0 ** (-2 * (i + 1)) for i in range(4)] + [2.0 ** -1, 2.0 ** -3])
+    kf = k16.astype(np.float64).reshape(n_cells, hkv, hd)
+    vf = v16.astype(np.float64).reshape(n_cells, hkv, hd)
+    expected = np.concatenate([attention_reference(q[:, i:i + 1].astype(np.float64), kf[:, i // 2:i // 2 + 1],
+                                                   vf[:, i // 2:i // 2 + 1], slopes[i] * mask, 1, hd ** -0.5)
+                               for i in range(h)], axis=1)
+    np.testing.assert_allclose(results[0], expected, rtol=3e-3, atol=3e-3)
+    without = attention_reference(q.astype(np.float64), kf, vf, np.where(np.isinf(mask), mask, 0), hkv, hd ** -0.5)
+    assert np.abs(results[0] - without).max() > 0.05   # the bias matters here
+
+
+def test_alibi_needs_an_attention_node():
+    ctx = ctx1()
+    x = ctx.input(f32(4, 8), "x")
+    with pytest.raises(NativeError, match="no attention node"):
+        ctx.graph.attn_alibi(ctx.scale(x, 2.0).id, 8.0)
+
+
 def batch_attention(isa, q, k16, v16, order, n_cells, hkv, rows=None):
     """Causal attention of len(q) prompt tokens whose K/V rows sit in cells order[p] (p: position);
     with `rows`, of those tokens only (one batch of them)."""
