@@ -441,9 +441,8 @@ class EncoderConfig(AttentionConfig):
     causal: bool = False
 
     @classmethod
-    def common_from_gguf(cls, f: GGUFFile, *, rope_mode: int = ROPE_NEOX, eps_default: float | None = 1e-5,
-                         equal_heads: bool = True) -> dict:
-        kw = super().common_from_gguf(f, rope_mode=rope_mode, eps_default=1e-5, equal_heads=equal_heads)
+    def common_from_gguf(cls, f: GGUFFile, *, rope_mode: int = ROPE_NEOX, equal_heads: bool = True) -> dict:
+        kw = super().common_from_gguf(f, rope_mode=rope_mode, equal_heads=equal_heads)   # (its RMS eps unused)
         eps_key = f.arch_key("attention.layer_norm_epsilon")
         if eps_key not in f.metadata:
             raise ModelError(f"{f.path}: missing metadata key {eps_key!r} ({f.architecture} models must set "
