@@ -209,13 +209,20 @@ def test_a_sequence_must_come_whole_in_one_batch(stem):
     hidden(fw, ids)   # cleared, it runs again
 
 
-@pytest.mark.parametrize("stem", STEMS)
-def test_an_input_past_the_trained_context_is_refused(stem):
-    model, _ = loaded(stem)
+def test_an_input_past_the_position_table_is_refused():
+    """BERT's learned positions end at its context; a rotary or ALiBi encoder runs past
+    it (as llama.cpp lets it), bounded by its cache."""
+    model, _ = loaded("bert-q8_0")
     n = model.cfg.n_ctx_train + 1
-    fw = forward(stem, n_cells=2 * n)
+    assert model.max_positions() == n - 1
+    fw = forward("bert-q8_0", n_cells=2 * n)
     with pytest.raises(ContextLengthError, match="truncate"):
         fw.hidden(np.full(n, 5, np.int32), np.arange(n), np.zeros(n), np.arange(n))
+    for stem in ("nomic-bert-q8_0", "jina-bert-v2-q8_0", "modern-bert-q8_0"):
+        assert loaded(stem)[0].max_positions() is None
+        hidden(forward(stem, n_cells=2 * n), np.full(n, 5, np.int32))
+        with pytest.raises(ContextLengthError):
+            hidden(forward(stem, n_cells=n - 1), np.full(n, 5, np.int32))
 
 
 def test_decoders_stay_causal():

@@ -271,7 +271,6 @@ class CellTable:
         _core.kv_mask(out, np.ascontiguousarray(positions, np.int32), seq_bits(seq_ids), self.pos, self.seq,
                       n_kv, window)
 
-
     def _fill_mask_numpy(self, out: np.ndarray, positions: np.ndarray, bits: np.ndarray, n_kv: int,
                          window: int, causal: bool, alibi: bool) -> None:
         """An encoder's batch is computed once, not per decode step: numpy serves."""

@@ -42,3 +42,6 @@ class Bert(common.Encoder):
     def embed(self, ctx: Context, batch) -> Tensor:
         x = super().embed(ctx, batch)                                              # [n_embd, T]
         return ctx.add(x, self.position_embd(ctx, batch.positions))
+
+    def max_positions(self) -> int:
+        return self.position_embd.weight.shape[1]

@@ -431,6 +431,9 @@ class EmbeddingModel(Protocol):
     def has_classifier(self) -> bool:
         """Whether the file has a classification head (`cls` / `cls.output`)."""
 
+    def max_positions(self) -> int | None:
+        """The positions an input may reach, where the model has a limit (BERT's table)."""
+
 
 @dataclass(frozen=True)
 class EncoderConfig(AttentionConfig):
@@ -551,6 +554,11 @@ class Encoder(Module):
 
     def has_classifier(self) -> bool:
         return self.head_cls.present()
+
+    def max_positions(self) -> int | None:
+        """Positions a sequence may reach (learned position embeddings' rows), or None:
+        rotary or ALiBi positions have no table to run past (the cache bounds them)."""
+        return None
 
     def classify(self, ctx: Context, pooled: Tensor) -> Tensor:
         if not self.has_classifier():

@@ -232,17 +232,17 @@ class Forward:
     def _check_whole_sequences(self, positions: np.ndarray, seq_ids: np.ndarray) -> None:
         """A non-causal model sees each sequence whole: a token attends to the tokens
         after it too, so a sequence cannot be split over batches (llama.cpp asks the
-        same of an encoder: its whole input in one ubatch), nor run past the positions
-        the model was trained on."""
-        n_ctx_train = self.model.cfg.n_ctx_train
+        same of an encoder: its whole input in one ubatch), nor (a model with learned
+        position embeddings) run past the positions its table holds."""
+        limit = getattr(self.model, "max_positions", lambda: None)()
         for sid in np.unique(seq_ids).tolist():
-            mine = positions[seq_ids == sid]
             if self.cache.seq_positions(sid).size:
                 raise InvalidOptionError(f"sequence {sid} already holds tokens: an encoder (non-causal) model "
                                          "reads a sequence's whole input in one batch; clear the sequence first")
-            if mine.size > n_ctx_train or int(mine.max()) >= n_ctx_train:
-                raise ContextLengthError(f"an input of {mine.size} tokens is longer than this encoder model's "
-                                         f"context of {n_ctx_train} tokens; truncate the input")
+            mine = positions[seq_ids == sid]
+            if limit is not None and int(mine.max()) >= limit:
+                raise ContextLengthError(f"an input of {mine.size} tokens is longer than the {limit} positions "
+                                         "this encoder model has embeddings for; truncate the input")
 
 
 def _span(values: np.ndarray) -> tuple[int, int]:
