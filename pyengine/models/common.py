@@ -467,7 +467,7 @@ class NoRopeAttention(Attention):
 
 @dataclass(eq=False)
 class GeluSeqMLP(Module):
-    """down(gelu_tanh(up x + b) ) + b: BERT's ungated MLP."""
+    """down(gelu_tanh(up x + b)) + b: BERT's ungated MLP."""
 
     ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff"))
     ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
@@ -526,10 +526,10 @@ class Encoder(Module):
     EMBEDDING_ONLY = True
 
     token_embd: Embedding = tensor("token_embd", shape=("n_embd", "n_vocab"))
-    token_types: F32Param | None = tensor("token_types", optional=True)
+    token_types: F32Param | None = tensor("token_types", optional=True, shape=("n_embd", None))
     token_embd_norm: LayerNorm = tensor("token_embd_norm", shape=("n_embd",))
     layers: list[EncoderBlock] = blocks("blk")
-    head_cls: ClassifierHead = module()
+    head_cls: ClassifierHead = module()   # an architecture without one declares it `None = None`
 
     def embed(self, ctx: Context, batch) -> Tensor:
         x = self.token_embd(ctx, batch.tokens)                                     # [n_embd, T]
@@ -553,7 +553,7 @@ class Encoder(Module):
         return x
 
     def has_classifier(self) -> bool:
-        return self.head_cls.present()
+        return self.head_cls is not None and self.head_cls.present()
 
     def max_positions(self) -> int | None:
         """Positions a sequence may reach (learned position embeddings' rows), or None:

@@ -89,6 +89,3 @@ class ModernBert(common.Encoder):
 
     def final(self, ctx: Context, x: Tensor) -> Tensor:
         return self.output_norm(ctx, x, self.cfg.eps)
-
-    def has_classifier(self) -> bool:
-        return False

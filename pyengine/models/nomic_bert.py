@@ -32,4 +32,5 @@ class Block(common.EncoderBlock):
 class NomicBert(common.Encoder):
     Config = NomicBertConfig
 
+    head_cls: None = None   # (llama.cpp reads no classification head for nomic-bert)
     layers: list[Block] = blocks("blk")
