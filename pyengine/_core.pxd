@@ -61,6 +61,7 @@ cdef extern from "pe.h" nogil:
     int pe_op_scale(pe_graph *g, int a, float s)
     int pe_op_softcap(pe_graph *g, int a, float cap)
     int pe_op_rms_norm(pe_graph *g, int a, int weight, float eps)
+    int pe_op_layer_norm(pe_graph *g, int a, int weight, float eps)
     int pe_op_unary(pe_graph *g, int a, int unary_op)
     int pe_op_glu(pe_graph *g, int gate, int up, int unary_op)
     int pe_op_softmax(pe_graph *g, int a)
@@ -70,6 +71,7 @@ cdef extern from "pe.h" nogil:
     int pe_op_set_rows(pe_graph *g, int cache, int src, int slots)
     int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos,
                    int n_head_kv, float scale, float softcap)
+    int pe_op_attn_alibi(pe_graph *g, int attn, float max_bias)
     int pe_op_topk(pe_graph *g, int a, int k)
     int pe_op_moe_weights(pe_graph *g, int logits, int ids, int normalize)
     int pe_op_weighted_sum(pe_graph *g, int a, int w)

@@ -399,6 +399,9 @@ cdef class Graph:
     def rms_norm(self, int a, int weight, float eps) -> int:
         return self._id(pe_op_rms_norm(self.g, a, weight, eps))
 
+    def layer_norm(self, int a, int weight, float eps) -> int:
+        return self._id(pe_op_layer_norm(self.g, a, weight, eps))
+
     def unary(self, int a, int op) -> int:
         return self._id(pe_op_unary(self.g, a, op))
 
@@ -420,6 +423,9 @@ cdef class Graph:
     def attn(self, int q, int k, int v, int mask, int kv_len, int n_head_kv, float scale,
              float softcap=0.0, int cell_pos=-1) -> int:
         return self._id(pe_op_attn(self.g, q, k, v, mask, kv_len, cell_pos, n_head_kv, scale, softcap))
+
+    def attn_alibi(self, int attn, float max_bias) -> int:
+        return self._id(pe_op_attn_alibi(self.g, attn, max_bias))
 
     def topk(self, int a, int k) -> int:
         return self._id(pe_op_topk(self.g, a, k))

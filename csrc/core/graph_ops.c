@@ -137,6 +137,12 @@ int pe_op_rms_norm(pe_graph *g, int ia, int iw, float eps) {
     return id;
 }
 
+int pe_op_layer_norm(pe_graph *g, int ia, int iw, float eps) {
+    const int id = pe_op_rms_norm(g, ia, iw, eps);
+    if (id >= 0) g->t[id].ip[0] = 1;   /* centred first (ops.c) */
+    return id;
+}
+
 int pe_op_glu(pe_graph *g, int gate, int up, int op) {
     pe_tensor *a = get(g, gate, "glu", "gate"), *b = get(g, up, "glu", "up");
     if (!a || !b || require_f32("glu", a) || require_f32("glu", b)) return -1;
@@ -249,6 +255,15 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
     g->t[id].fp[0] = scale;
     g->t[id].fp[1] = softcap;
     return id;
+}
+
+int pe_op_attn_alibi(pe_graph *g, int attn, float max_bias) {
+    pe_tensor *t = get(g, attn, "attn_alibi", "attn");
+    if (!t) return -1;
+    if (t->op != PE_OP_ATTN) return pe_fail("attn_alibi: tensor %d is no attention node", attn);
+    if (!(max_bias > 0 && max_bias < 1e6f)) return pe_fail("attn_alibi: max_bias must be positive (got %g)", max_bias);
+    t->fp[2] = max_bias;
+    return attn;
 }
 
 int pe_op_topk(pe_graph *g, int ia, int k) {

@@ -102,6 +102,16 @@ static void glu_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* x - mean(x) into d (which may be x's row), the mean summed in double in
+ * element order: one order whatever the ISA or thread split */
+static const float *centred_row(int64_t n, const float *x, float *d) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    for (int64_t i = 0; i < n; i++) d[i] = x[i] - mean;
+    return d;
+}
+
 static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *w = src(ex, t, 1);
     const int64_t n = a->ne[0];
@@ -111,6 +121,7 @@ static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     for (int64_t r = r0; r < r1; r++) {
         const float *x = row_f32(a, r);
         float *d = row_f32(t, r);
+        if (t->ip[0]) x = centred_row(n, x, d);   /* a layer norm: the RMS norm of x - mean(x) */
         const float mean = (float)(pe_kern->vec.sum_sq(n, x) / (double)n);
         const float scale = 1.0f / sqrtf(mean + t->fp[0]);
         /* (x * scale) * w, the same rounding as a norm followed by a mul */

@@ -218,6 +218,7 @@ int pe_op_mul(pe_graph *g, int a, int b);
 int pe_op_scale(pe_graph *g, int a, float s);
 int pe_op_softcap(pe_graph *g, int a, float cap);                      /* cap * tanh(a / cap) */
 int pe_op_rms_norm(pe_graph *g, int a, int weight, float eps);         /* weight may be -1 */
+int pe_op_layer_norm(pe_graph *g, int a, int weight, float eps);       /* (a - mean) / rms, times weight (may be -1) */
 int pe_op_unary(pe_graph *g, int a, int unary_op);
 int pe_op_glu(pe_graph *g, int gate, int up, int unary_op);            /* act(gate) * up */
 int pe_op_softmax(pe_graph *g, int a);                                 /* over rows */
@@ -239,6 +240,10 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
  * denominator (exp(sink - max) added to the sum, the max taken over the
  * scaled scores and the sink) without a value of its own.  Returns attn, or -1. */
 int pe_op_attn_sinks(pe_graph *g, int attn, int sinks);
+/* ALiBi on attention node `attn` (returns it): head h's scaled scores get slope_h
+ * times the mask's value (which then holds -|distance| at the visible cells, as
+ * llama.cpp's does), slope_h from max_bias as ggml's soft_max computes it. */
+int pe_op_attn_alibi(pe_graph *g, int attn, float max_bias);
 int pe_op_topk(pe_graph *g, int a, int k);                             /* i32 [k,T]: indices of largest */
 /* Weights of the chosen experts: softmax over all logits, picked by ids,
  * optionally renormalised to sum 1 -> [k,T]. */

@@ -167,6 +167,10 @@ class Context:
     def rms_norm(self, a: Tensor, weight: Tensor | None, eps: float) -> Tensor:
         return self._tensor(self.graph.rms_norm(a.id, -1 if weight is None else weight.id, eps))
 
+    def layer_norm(self, a: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+        """(a - mean) / sqrt(var + eps) over each row, times weight (the bias is the caller's add)."""
+        return self._tensor(self.graph.layer_norm(a.id, -1 if weight is None else weight.id, eps))
+
     def silu(self, a: Tensor) -> Tensor:
         return self._tensor(self.graph.unary(a.id, SILU))
 
@@ -201,13 +205,17 @@ class Context:
 
     def attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kv_len: Tensor, *,
              n_head_kv: int, scale: float, softcap: float = 0.0, cell_pos: Tensor | None = None,
-             sinks: Tensor | None = None) -> Tensor:
-        """sinks: F32 [n_head] logits that join each head's softmax denominator (gpt-oss)."""
-        t = self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
-                            -1 if cell_pos is None else cell_pos.id)
+             sinks: Tensor | None = None, alibi_max_bias: float = 0.0) -> Tensor:
+        """sinks: F32 [n_head] logits that join each head's softmax denominator (gpt-oss).
+        alibi_max_bias > 0: ALiBi, each head's scores plus its slope times the mask
+        (whose visible cells then hold -|distance|)."""
+        tid = self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
+                              -1 if cell_pos is None else cell_pos.id)
         if sinks is not None:
-            t = self.graph.attn_sinks(t, sinks.id)
-        return self._tensor(t)
+            tid = self.graph.attn_sinks(tid, sinks.id)
+        if alibi_max_bias > 0:
+            tid = self.graph.attn_alibi(tid, alibi_max_bias)
+        return self._tensor(tid)
 
     def topk(self, a: Tensor, k: int) -> Tensor:
         return self._tensor(self.graph.topk(a.id, k))
