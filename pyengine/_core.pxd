@@ -61,6 +61,7 @@ cdef extern from "pe.h" nogil:
     int pe_op_scale(pe_graph *g, int a, float s)
     int pe_op_softcap(pe_graph *g, int a, float cap)
     int pe_op_rms_norm(pe_graph *g, int a, int weight, float eps)
+    int pe_op_layer_norm(pe_graph *g, int a, int weight, float eps)
     int pe_op_unary(pe_graph *g, int a, int unary_op)
     int pe_op_glu(pe_graph *g, int gate, int up, int unary_op)
     int pe_op_softmax(pe_graph *g, int a)
@@ -70,6 +71,7 @@ cdef extern from "pe.h" nogil:
     int pe_op_set_rows(pe_graph *g, int cache, int src, int slots)
     int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos,
                    int n_head_kv, float scale, float softcap)
+    int pe_op_attn_alibi(pe_graph *g, int attn, float max_bias)
     int pe_op_topk(pe_graph *g, int a, int k)
     int pe_op_moe_weights(pe_graph *g, int logits, int ids, int normalize)
     int pe_op_weighted_sum(pe_graph *g, int a, int w)
@@ -81,6 +83,11 @@ cdef extern from "pe.h" nogil:
     int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids)
     int pe_op_add_id(pe_graph *g, int a, int b, int ids)
     int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit)
+    int pe_op_l2_norm(pe_graph *g, int a, float eps)
+    int pe_op_ssm_conv(pe_graph *g, int x, int w, int state, int seqs)
+    int pe_op_ssm_scan(pe_graph *g, int x, int dt, int A, int B, int C, int D, int dt_bias, int state, int seqs)
+    int pe_op_delta_net(pe_graph *g, int q, int k, int v, int gate, int beta, int state, int seqs, float scale,
+                        int chunk)
     int pe_graph_set_output(pe_graph *g, int t)
     int pe_graph_bind_output(pe_graph *g, int t, void *data, size_t nbytes)
     int pe_graph_set_name(pe_graph *g, int t, const char *name)

@@ -90,6 +90,7 @@ QUANT = {
     "qwen2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
     "qwen3-q4_1": Bounds(QUANT_ARGMAX, 0.05),
     "qwen3moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    "qwen3moe-mxfp4": Bounds(0.99, 0.05),   # MXFP4 experts (MOSTLY_MXFP4_MOE)
     "gemma2-q8_0": Bounds(QUANT_ARGMAX, 0.15),
     "phi3-q5_0": Bounds(QUANT_ARGMAX, 0.05),
     # scripts/make_synth_<arch>.py, recorded by llama.cpp's AVX2 build: its Q8_0 products are its

@@ -28,6 +28,11 @@ size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t);
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 size_t pe_op_get_rows_work(const pe_graph *g, const pe_tensor *t, int n_threads);
+void pe_op_l2_norm_run(pe_exec *ex, pe_tensor *t);
+void pe_op_ssm_conv_run(pe_exec *ex, pe_tensor *t);
+void pe_op_ssm_scan_run(pe_exec *ex, pe_tensor *t);
+void pe_op_delta_net_run(pe_exec *ex, pe_tensor *t);
+size_t pe_op_ssm_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 
 static inline pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
     return t->src[i] >= 0 ? &ex->g->t[t->src[i]] : NULL;
@@ -80,6 +85,8 @@ static void unary_run(pe_exec *ex, pe_tensor *t) {
         case 100 + PE_UNARY_GELU:     for (int64_t i = 0; i < n; i++) d[i] = pe_gelu(x[i]); break;
         case 100 + PE_UNARY_GELU_ERF: for (int64_t i = 0; i < n; i++) d[i] = 0.5f * x[i] * (1.0f + gelu_erf(x[i])); break;
         case 100 + PE_UNARY_RELU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] > 0 ? x[i] : 0; break;
+        case 100 + PE_UNARY_SIGMOID:  for (int64_t i = 0; i < n; i++) d[i] = 1.0f / (1.0f + pe_expf(0.0f - x[i])); break;
+        case 100 + PE_UNARY_SOFTPLUS: for (int64_t i = 0; i < n; i++) d[i] = pe_softplusf(x[i]); break;
         default: break;
         }
     }
@@ -95,6 +102,16 @@ static void glu_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* x - mean(x) into d (which may be x's row), the mean summed in double in
+ * element order: one order whatever the ISA or thread split */
+static const float *centred_row(int64_t n, const float *x, float *d) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    for (int64_t i = 0; i < n; i++) d[i] = x[i] - mean;
+    return d;
+}
+
 static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *w = src(ex, t, 1);
     const int64_t n = a->ne[0];
@@ -104,6 +121,7 @@ static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     for (int64_t r = r0; r < r1; r++) {
         const float *x = row_f32(a, r);
         float *d = row_f32(t, r);
+        if (t->ip[0]) x = centred_row(n, x, d);   /* a layer norm: the RMS norm of x - mean(x) */
         const float mean = (float)(pe_kern->vec.sum_sq(n, x) / (double)n);
         const float scale = 1.0f / sqrtf(mean + t->fp[0]);
         /* (x * scale) * w, the same rounding as a norm followed by a mul */
@@ -364,6 +382,10 @@ void pe_op_compute(pe_exec *ex, pe_tensor *t) {
     case PE_OP_WEIGHTED_SUM: weighted_sum_run(ex, t); break;
     case PE_OP_ADD_ID:       add_id_run(ex, t); break;
     case PE_OP_SWIGLU_OAI:   swiglu_oai_run(ex, t); break;
+    case PE_OP_L2_NORM:      pe_op_l2_norm_run(ex, t); break;
+    case PE_OP_SSM_CONV:     pe_op_ssm_conv_run(ex, t); break;
+    case PE_OP_SSM_SCAN:     pe_op_ssm_scan_run(ex, t); break;
+    case PE_OP_DELTA_NET:    pe_op_delta_net_run(ex, t); break;
     case PE_OP_CONCAT:       concat_run(ex, t); break;
     case PE_OP_MOE_ROUTE:    moe_route_run(ex, t); break;
     default: break;
@@ -376,6 +398,9 @@ size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads) {
     case PE_OP_MUL_MAT_ID: return pe_op_mul_mat_work(g, t, n_threads);
     case PE_OP_ATTN:       return pe_op_attn_work(g, t, n_threads);
     case PE_OP_GET_ROWS:   return pe_op_get_rows_work(g, t, n_threads);
+    case PE_OP_SSM_CONV:
+    case PE_OP_SSM_SCAN:
+    case PE_OP_DELTA_NET:  return pe_op_ssm_work(g, t, n_threads);
     default:               return 0;
     }
 }

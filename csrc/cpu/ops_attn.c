@@ -282,6 +282,31 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
     for (int64_t gi = 0; gi < ag->group; gi++) ag->mx[gi] = pe_kern->vec.scale_max(n, ag->scores + gi * n, t->fp[0]);
 }
 
+/* ggml's ALiBi slope of head h of n_head (soft_max's): powers of m0 over the
+ * first 2^floor(log2 n_head) heads, odd powers of m1 over the rest. */
+static float alibi_slope(int64_t h, int64_t n_head, float max_bias) {
+    const int64_t n_log2 = (int64_t)1 << (int)floor(log2((double)n_head));
+    const float m0 = powf(2.0f, -max_bias / (float)n_log2);
+    const float m1 = powf(2.0f, -(max_bias / 2.0f) / (float)n_log2);
+    return h < n_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_log2) + 1));
+}
+
+/* ALiBi: each visible slot's scaled score plus the head's slope times the
+ * mask's value there (-|distance|), and each head's new largest. */
+static void alibi_scores(attn_group *ag, const float *m, int64_t h0, int64_t n_head, float max_bias) {
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        const float slope = alibi_slope(h0 + gi, n_head, max_bias);
+        float *sc = ag->scores + gi * ag->n_slots;
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < ag->n_visible; i++) {
+            const float s = sc[ag->vslot[i]] + slope * m[ag->visible[i]];
+            sc[ag->vslot[i]] = s;
+            mx = s > mx ? s : mx;
+        }
+        ag->mx[gi] = mx;
+    }
+}
+
 /* Softmax of each head's scores, in place: exponentials over whole vectors,
  * summed in double, scaled by the float inverse, and for an F16 V rounded to
  * F16 (the type of the product with the V cache).  With sinks (one logit per
@@ -413,6 +438,7 @@ static void run_heads(const attn_op *op, attn_group *ag, int64_t tok, int64_t h0
     ag->vt = op->vt ? op->vt + kvh * hd_v * ag->vt_width : NULL;
     const size_t k_off = (size_t)kvh * op->k_head_bytes, v_off = (size_t)kvh * op->v_head_bytes;
     group_scores(t, ag, op->q, h0, tok, op->k, k_off, v);
+    if (t->fp[2] > 0) alibi_scores(ag, m, h0, op->q->ne[1], t->fp[2]);
     const float *sinks = t->src[6] >= 0 ? (const float *)op->sinks->data + h0 : NULL;
     group_softmax(ag, v->type == PE_TYPE_F16, sinks);
     if (v->type == PE_TYPE_F16) group_values_f16(ag, v, v_off, out);

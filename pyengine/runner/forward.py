@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine.errors import InvalidOptionError, NativeError, UnsupportedError
+from pyengine.errors import ContextLengthError, InvalidOptionError, NativeError, UnsupportedError
 from pyengine.kvcache import KVCache
 from pyengine.ml.context import Backend, Context, Tensor
 
@@ -113,7 +113,9 @@ class BatchGraph:
                 # no V rows (v_dim 0): a layer that reads V from its K rows (MLA's latent)
                 ctx.cache(group.v[i], cache.type_id, (spec.v_dim, group.n_cells), f"cache_v.{i}") if spec.v_dim else None,
                 slots, mask, kv_len, cell_pos))
-        if hidden:
+        if hidden and getattr(model, "EMBEDDING_ONLY", False):   # an encoder: no head to stop before
+            self.logits = model.hidden(ctx, self)
+        elif hidden:
             capture = _HeadCapture(ctx, model)
             model.forward(capture, self)
             if capture.hidden is None:
@@ -141,6 +143,9 @@ class Forward:
         self.backend = backend
         self.cache = cache
         self.n_vocab = model.cfg.n_vocab
+        # an encoder's tokens attend to their whole sequence, which must come in one batch
+        self.causal = getattr(model.cfg, "causal", True)
+        self.alibi = getattr(model.cfg, "alibi_max_bias", 0.0) > 0   # its mask then holds distances
         self._buffers = HostBuffers(cache, max_tokens)
         self._graphs: OrderedDict[tuple[int, int, bool], BatchGraph] = OrderedDict()
         self.compute_seconds = 0.0   # time inside the native core, for the bench
@@ -195,6 +200,8 @@ class Forward:
         rows_lo, rows_hi = _span(out_rows) if out_rows.ndim == 1 and out_rows.size else (-1, -1)
         if rows_lo < 0 or rows_hi >= n:
             raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
+        if not self.causal:
+            self._check_whole_sequences(positions, seq_ids)
         g = self._graph(n, len(out_rows), hidden)
         slots = self.cache.allocate(positions, seq_ids)
         buf = self._buffers
@@ -205,7 +212,7 @@ class Forward:
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]
             buf.kv_len[gi][0] = n_kv
-            group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window)
+            group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window, self.causal, self.alibi)
         into = out is not None and (out is g.bound_to or g.bindable and out.dtype == np.float32
                                     and out.flags.c_contiguous and out.flags.writeable
                                     and out.size == len(out_rows) * g.row_width)
@@ -222,6 +229,21 @@ class Forward:
         g.ctx.compute()
         self.compute_seconds += time.perf_counter() - t0
         return out if into else g.ctx.read(g.logits, out)
+
+    def _check_whole_sequences(self, positions: np.ndarray, seq_ids: np.ndarray) -> None:
+        """A non-causal model sees each sequence whole: a token attends to the tokens
+        after it too, so a sequence cannot be split over batches (llama.cpp asks the
+        same of an encoder: its whole input in one ubatch), nor (a model with learned
+        position embeddings) run past the positions its table holds."""
+        limit = getattr(self.model, "max_positions", lambda: None)()
+        for sid in np.unique(seq_ids).tolist():
+            if self.cache.seq_positions(sid).size:
+                raise InvalidOptionError(f"sequence {sid} already holds tokens: an encoder (non-causal) model "
+                                         "reads a sequence's whole input in one batch; clear the sequence first")
+            mine = positions[seq_ids == sid]
+            if limit is not None and int(mine.max()) >= limit:
+                raise ContextLengthError(f"an input of {mine.size} tokens is longer than the {limit} positions "
+                                         "this encoder model has embeddings for; truncate the input")
 
 
 def _span(values: np.ndarray) -> tuple[int, int]:
