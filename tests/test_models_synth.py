@@ -369,7 +369,7 @@ def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
 
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
-                                     "mistral3-q8_0", "gpt-oss-q8_0",
+                                     "mistral3-q8_0", "gpt-oss-q8_0", "deepseek2-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the

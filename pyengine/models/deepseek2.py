@@ -304,6 +304,16 @@ class Deepseek2(common.Decoder):
             self._heads[n_tokens] = heads
         return MlaInputs(heads=ctx.input(heads, "mla_heads"))
 
+    @property
+    def shift_head_dim(self) -> int:
+        """A context shift hands each cached row whole (kvcache/rotate.py)."""
+        return self.cfg.kv_row
+
     def shift_keys(self, ctx: Context, k: Tensor, positions: Tensor, layer: int,
                    n_ctx_seq: int | None = None) -> Tensor:
-        raise UnsupportedError("deepseek2: context shift of the latent cache is not supported yet")
+        """Rows k [r + rope, 1, n]: the latent stays, the roped part turns (a pure rotation)."""
+        c, n, f = self.cfg, k.shape[2], common.F32_BYTES
+        r, rope = c.kv_lora_rank, c.rope_dims
+        latent = ctx.cont(ctx.view(k, (r, 1, n), (f, c.kv_row * f, c.kv_row * f)))
+        k_pe = ctx.cont(ctx.view(k, (rope, 1, n), (f, c.kv_row * f, c.kv_row * f), r * f))
+        return ctx.concat(latent, c.rotation_only().rope(ctx, k_pe, positions))      # [r + rope, 1, n]
