@@ -34,7 +34,7 @@ from gguf import GGUFValueType
 from conftest import available_isas, forced_isa
 from model_parity import DATA, CaseRun, compare, golden, load, prompt_logits, rewrite, run_case
 from model_reference import Reference
-from pyengine.errors import ModelError
+from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.kvcache import KeyRotator, KVCache
 from pyengine.ml.context import Backend
@@ -285,6 +285,16 @@ def test_deepseek2_cache_holds_the_latent_only():
     assert [(s.k_dim, s.v_dim) for s in model.cache_layout()] == [(64 + 32, 0)] * 4
     full = c.n_head * (c.q_head_dim + c.v_head_dim)
     assert (c.kv_row, full) == (96, 384)   # a quarter of full K/V, per token and layer
+
+
+def test_deepseek2_older_conversion_is_refused_by_name(tmp_path):
+    """A file with the combined attn_kv_b (older converters) is refused with what to do,
+    not with a missing-tensor error."""
+    drop = tuple(f"blk.{i}.attn_{n}_b.weight" for i in range(4) for n in "kv")
+    kv_b = {f"blk.{i}.attn_kv_b.weight": np.zeros((4 * (32 + 32), 64), np.float32) for i in range(4)}
+    path = rewrite(tmp_path, "deepseek2-q8_0", drop=drop, add=kv_b)
+    with pytest.raises(UnsupportedError, match="re-convert"):
+        load(path)
 
 
 def test_deepseek2_memory_estimate_counts_the_latent_row():

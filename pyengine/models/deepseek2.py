@@ -64,6 +64,9 @@ class Deepseek2Config(common.AttentionConfig):
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Deepseek2Config":
         key = f.arch_key
+        if "blk.0.attn_kv_b.weight" in f.tensors and "blk.0.attn_k_b.weight" not in f.tensors:
+            raise UnsupportedError(f"{f.path}: an older DeepSeek-2 conversion (one attn_kv_b per layer); pyengine "
+                                   "runs the split attn_k_b / attn_v_b of current convert_hf_to_gguf.py: re-convert it")
         kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL, equal_heads=False)
         # current converters write the absorbed (MQA) shape as key/value_length and the
         # per-head MHA sizes as *_mla; older files have the MHA sizes only
