@@ -88,6 +88,8 @@ class Context:
         self.backend = backend
         self.graph = _core.Graph()
         self._externals: dict[int, Tensor] = {}
+        self._mean_rows: dict[int, Tensor] = {}   # width -> a [width, 1] row of 1/width (layer_norm)
+        self._identities: dict[int, Tensor] = {}  # width -> the identity matrix (transpose)
 
     # ---- leaves ------------------------------------------------------------
 
@@ -140,6 +142,16 @@ class Context:
     def cont(self, x: Tensor) -> Tensor:
         return self._tensor(self.graph.cont(x.id))
 
+    def transpose(self, x: Tensor) -> Tensor:
+        """2-D F32 x [a, b] as [b, a], through a product of x (as the weight) with the a x a
+        identity: views cannot move a row's elements apart.  Exact for finite x (each value
+        times 1 plus zeros); an inf or NaN spreads over its whole row of the result."""
+        a = x.shape[0]
+        eye = self._identities.get(a)
+        if eye is None:
+            eye = self._identities[a] = self.input(np.eye(a, dtype=np.float32), f"identity_{a}")
+        return self.mul_mat(x, eye)
+
     # ---- ops ---------------------------------------------------------------
 
     def get_rows(self, table: Tensor, ids: Tensor) -> Tensor:
@@ -165,6 +177,21 @@ class Context:
 
     def rms_norm(self, a: Tensor, weight: Tensor | None, eps: float) -> Tensor:
         return self._tensor(self.graph.rms_norm(a.id, -1 if weight is None else weight.id, eps))
+
+    def layer_norm(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+        """LayerNorm over each row of 2-D x [n, T], composed of the ops there are: each row's
+        mean as a product with a row of 1/n (F32), the mean taken off, then an RMS norm of
+        the centred row (its root mean square is the row's standard deviation), times
+        `weight`, plus `bias`.  The same arithmetic whatever the batch, like its parts."""
+        n = x.shape[0]
+        mean_row = self._mean_rows.get(n)
+        if mean_row is None:
+            mean_row = self.input(np.full(n, 1.0 / n, np.float32), f"mean_row_{n}", shape=(n, 1))
+            self._mean_rows[n] = mean_row
+        mean = self.mul_mat(mean_row, x)                                       # [1, T]
+        centred = self.add(x, self.scale(mean, -1.0))                          # [n, T]
+        y = self.rms_norm(centred, weight, eps)
+        return y if bias is None else self.add(y, bias)
 
     def silu(self, a: Tensor) -> Tensor:
         return self._tensor(self.graph.unary(a.id, SILU))
