@@ -19,7 +19,10 @@ Writes
   /tmp/rndmodel-venv/bin/python), tests/data/vision/gemma3-tiny.embd.json:
   llama.cpp's embeddings of the test image through libmtmd
   (mtmd_helper_bitmap_init_from_buf, mtmd_tokenize, mtmd_encode_chunk,
-  mtmd_get_output_embd), on 2 threads.
+  mtmd_get_output_embd), the token ids of the text around the image in PROMPT
+  (with <start_of_image> / <end_of_image>, which this vocabulary spells as
+  text), and the top-10 logits after the whole prompt
+  (mtmd_helper_eval_chunks: the image's rows attend both ways), on 2 threads.
 
     python scripts/make_synth_vision.py
     /tmp/rndmodel-venv/bin/python scripts/make_synth_vision.py --record
@@ -144,8 +147,12 @@ def write_image() -> None:
     Image.fromarray(test_image(), "RGB").save(IMAGE, format="PNG")
 
 
+PROMPT = "Look at this: {marker} What is in the picture?"   # {marker}: where the image goes
+
+
 def record() -> None:
-    """llama.cpp's embeddings of IMAGE through libmtmd, into EMBD."""
+    """llama.cpp's embeddings of IMAGE through libmtmd, and the logits after PROMPT with
+    the image in it (mtmd_helper_eval_chunks: the image attended both ways), into EMBD."""
     import ctypes
 
     import llama_cpp
@@ -163,24 +170,49 @@ def record() -> None:
     buf = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
     bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(data), False)
     chunks = mtmd.mtmd_input_chunks_init()
-    marker = mtmd.mtmd_get_marker(ctx)
-    text = mtmd.mtmd_input_text(text=marker, text_len=len(marker), add_special=False, parse_special=True)
+    prompt = PROMPT.format(marker=mtmd.mtmd_get_marker(ctx).decode()).encode()
+    text = mtmd.mtmd_input_text(text=prompt, text_len=len(prompt), add_special=True, parse_special=True)
     bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
     if mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
         raise SystemExit("mtmd_tokenize failed")
-    image_chunk = next(mtmd.mtmd_input_chunks_get(chunks, i) for i in range(mtmd.mtmd_input_chunks_size(chunks))
-                       if mtmd.mtmd_input_chunk_get_type(mtmd.mtmd_input_chunks_get(chunks, i)) == 1)
-    n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(image_chunk)
-    if mtmd.mtmd_encode_chunk(ctx, image_chunk) != 0:
-        raise SystemExit("mtmd_encode_chunk failed")
-    out = mtmd.mtmd_get_output_embd(ctx)
-    values = np.ctypeslib.as_array(out, shape=(n_tokens * N_EMBD_TEXT,)).astype(np.float32)
-    rows = values.reshape(n_tokens, N_EMBD_TEXT)
+    segments, rows = [], None
+    for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+        chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+        if mtmd.mtmd_input_chunk_get_type(chunk) == 0:   # text
+            n = ctypes.c_size_t()
+            ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+            segments.append({"tokens": [int(ids[j]) for j in range(n.value)]})
+            continue
+        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
+        if mtmd.mtmd_encode_chunk(ctx, chunk) != 0:
+            raise SystemExit("mtmd_encode_chunk failed")
+        out = mtmd.mtmd_get_output_embd(ctx)
+        rows = np.ctypeslib.as_array(out, shape=(n_tokens * N_EMBD_TEXT,)).astype(np.float32).reshape(n_tokens, -1)
+        segments.append({"image": int(n_tokens)})
+    top = top_logits_after(llama_cpp, mtmd, ctx, model, chunks)
     head = json.dumps({"source": f"llama-cpp-python {llama_cpp.__version__} libmtmd, 2 threads",
-                       "image": IMAGE.name, "n_tokens": int(n_tokens), "n_embd": N_EMBD_TEXT})
+                       "image": IMAGE.name, "prompt": PROMPT, "segments": segments, "top_logits": top,
+                       "n_tokens": len(rows), "n_embd": N_EMBD_TEXT})
     body = ",\n".join(json.dumps([float(v) for v in row]) for row in rows)   # one image token a line
     EMBD.write_text(f'{head[:-1]}, "embeddings": [\n{body}]}}\n')
-    print(f"recorded {n_tokens} x {N_EMBD_TEXT} embeddings into {EMBD}")
+    print(f"recorded {len(rows)} x {N_EMBD_TEXT} embeddings and {len(top)} logits into {EMBD}")
+
+
+def top_logits_after(llama_cpp, mtmd, ctx, model, chunks, k: int = 10) -> list[list[float]]:
+    """[[token, logit], ...] the k largest logits after every chunk (mtmd_helper_eval_chunks)."""
+    import ctypes
+
+    cp = llama_cpp.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = 512, 512, 512, 2, 2
+    cp.flash_attn_type = 0   # plain attention, as the text golden files are recorded
+    lctx = llama_cpp.llama_init_from_model(model, cp)
+    n_past = llama_cpp.llama_pos(0)
+    if mtmd.mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) != 0:
+        raise SystemExit("mtmd_helper_eval_chunks failed")
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(lctx, -1), shape=(n_vocab,)).astype(np.float64)
+    order = np.argsort(-logits, kind="stable")[:k]
+    return [[int(t), float(logits[t])] for t in order]
 
 
 def main() -> None:

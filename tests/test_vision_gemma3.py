@@ -16,7 +16,7 @@ from conftest import DATA, available_isas, forced_isa
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from PIL import Image
 
-from pyengine.errors import GGUFError, ModelError, UnsupportedError
+from pyengine.errors import GGUFError, InvalidOptionError, ModelError, UnsupportedError
 from pyengine.ml.context import Backend
 from pyengine.vision import image
 from pyengine.vision.projector import load_projector
@@ -165,3 +165,76 @@ def test_same_bits_on_every_isa_and_thread_count(projector):
     first = results[0][2]
     for isa, threads, out in results[1:]:
         assert np.array_equal(out, first), (isa, threads)
+
+
+# ---------------------------------------------------------------- the image in the text sequence
+
+def prompt_logits(fw, segments, image_rows: np.ndarray, both_ways: bool = True) -> np.ndarray:
+    """The logits after the recorded prompt: its text segments as tokens, its image as
+    `image_rows`, one batch each, as mtmd_helper_eval_chunks feeds llama.cpp."""
+    pos = 0
+    for seg in segments:
+        n = len(seg["tokens"]) if "tokens" in seg else seg["image"]
+        positions, seqs, last = np.arange(pos, pos + n), np.zeros(n, np.int64), [n - 1]
+        if "tokens" in seg:
+            logits = fw(np.array(seg["tokens"]), positions, seqs, last)
+        else:
+            logits = fw.embedded(image_rows, positions, seqs, last, both_ways=both_ways)
+        pos += n
+    return logits[0]
+
+
+@pytest.fixture(scope="module")
+def text_model():
+    from pyengine.gguf import GGUFFile
+    from pyengine.models import load_model
+
+    f = GGUFFile(TEXT)
+    yield load_model(f)
+    f.close()
+
+
+def new_forward(model):
+    from pyengine.kvcache import KVCache
+    from pyengine.runner.forward import Forward
+
+    return Forward(model, Backend(2), KVCache(model.cache_layout(), 128))
+
+
+def top_logit_distance(logits: np.ndarray, top: list) -> float:
+    return max(abs(float(logits[t]) - v) for t, v in top)
+
+
+def test_first_token_logits_after_the_image_match_llama_cpp(text_model, projector):
+    d = json.loads(RECORDED.read_text())
+    rows = projector.embed(PNG.read_bytes())
+    logits = prompt_logits(new_forward(text_model), d["segments"], rows)
+    assert top_logit_distance(logits, d["top_logits"]) < 0.05
+    assert [int(t) for t in np.argsort(-logits, kind="stable")[:3]] == [t for t, _ in d["top_logits"][:3]]
+
+
+@pytest.mark.parametrize("wrong", ["causal_image", "scaled_like_tokens"])
+def test_an_image_placed_wrongly_lands_far_from_llama_cpp(text_model, recorded, wrong):
+    d = json.loads(RECORDED.read_text())
+    rows = recorded.astype(np.float32)
+    if wrong == "scaled_like_tokens":   # Gemma's sqrt(n_embd) belongs to token embeddings only
+        rows = rows * np.float32(np.sqrt(text_model.cfg.n_embd))
+    logits = prompt_logits(new_forward(text_model), d["segments"], rows, both_ways=wrong != "causal_image")
+    assert top_logit_distance(logits, d["top_logits"]) > 0.1
+
+
+def test_embedded_rows_equal_to_token_embeddings_give_the_tokens_logits(text_model):
+    """The same rows brought as embeddings (the token embeddings times Gemma's sqrt(n_embd),
+    a power of two here: exact) give the same bits as the tokens."""
+    ids = np.array([5, 77, 300, 12, 9])
+    from gguf import quants
+
+    raw = next(t for t in GGUFReader(TEXT).tensors if t.name == "token_embd.weight")
+    table = quants.dequantize(raw.data, raw.tensor_type).astype(np.float32)     # [n_vocab, n_embd]
+    rows = table[ids] * np.float32(np.sqrt(text_model.cfg.n_embd))
+    positions, seqs, out = np.arange(5), np.zeros(5, np.int64), np.arange(5)
+    by_tokens = new_forward(text_model)(ids, positions, seqs, out)
+    by_rows = new_forward(text_model).embedded(rows, positions, seqs, out)
+    assert np.array_equal(by_tokens, by_rows)
+    with pytest.raises(InvalidOptionError, match=r"\[tokens, 64\]"):
+        new_forward(text_model).embedded(rows[:, :10], positions, seqs, out)
