@@ -123,6 +123,16 @@ class VisionProjector:
     def n_image_tokens(self) -> int:
         return self.tower.n_tokens
 
+    @property
+    def image_begin(self) -> str:
+        """The text the prompt has before an image's rows."""
+        return self.tower.IMAGE_BEGIN
+
+    @property
+    def image_end(self) -> str:
+        """The text the prompt has after them."""
+        return self.tower.IMAGE_END
+
     def check_fits(self, n_embd_text: int, text_model: str = "the text model") -> None:
         """Fail unless the embeddings are as wide as the text model's."""
         if self.n_embd != n_embd_text:

@@ -135,6 +135,7 @@ class Block(Module):
 @dataclass(eq=False)
 class Gemma3Tower(Module):
     Config = Gemma3VisionConfig
+    IMAGE_BEGIN, IMAGE_END = "<start_of_image>", "<end_of_image>"   # the text around an image (llama.cpp's)
 
     patch_embd: PatchEmbedding = tensor("v.patch_embd", shape=("patch_size", "patch_size", 3, "n_embd"))
     position_embd: F32Param = tensor("v.position_embd", shape=("n_embd", "n_patches"))
