@@ -39,7 +39,7 @@ from pyengine.chat.tool_choice import (
     forced_syntax,
     read_tool_choice,
 )
-from pyengine.errors import InvalidOptionError
+from pyengine.errors import InvalidOptionError, UnsupportedError
 from pyengine.generation import submit
 from pyengine.runner.sequence import Completion
 
@@ -64,6 +64,7 @@ class PreparedPrompt:
     parse: bool = True                 # split reasoning/tool calls (False: raw text)
     stops: tuple[str, ...] = ()        # the template's own stop texts, beside the request's
     forced_call: bool = False          # the reply is a forced tool call: it has no content
+    images: tuple = ()                 # (start, rows): the prompt's images (pyengine.vision.prompt)
 
 
 def chat_template(llm: Any) -> ChatTemplate:
@@ -125,16 +126,35 @@ def prepare_infill(llm: Any, prefix: str, suffix: str, *, extra: Sequence[fim.Ex
     return PreparedPrompt(ids, None, None, False, parse=False)
 
 
-def prepare_chat(llm: Any, messages: Any, tools: Any = None, think: bool | str | None = None) -> PreparedPrompt:
-    """Render `messages` (and `tools`) with the model's template and tokenize the result."""
+def prepare_chat(llm: Any, messages: Any, tools: Any = None, think: bool | str | None = None,
+                 images: Any = None) -> PreparedPrompt:
+    """Render `messages` (and `tools`) with the model's template and tokenize the result;
+    images (in the messages or `images`) go where the template put them (pyengine.vision.prompt)."""
+    from pyengine.vision import prompt as vision_prompt
+
+    messages, blobs = vision_prompt.take_images(messages, images)
+    projector = getattr(llm, "projector", None)
+    if blobs and projector is None:
+        raise UnsupportedError(f"{model_name(llm)} cannot take images (`images`, `image_url` parts): it was "
+                               "loaded without a vision projector (LLM(..., mmproj=PATH))")
     conversation = normalize_messages(messages)
     tool_list = normalize_tools(tools)
     template = chat_template(llm)
     kwargs = _think_kwargs(template, think)
     text = template.render(conversation, tools=tool_list, add_generation_prompt=True, **kwargs)
-    ids = encode_rendered(llm.tokenizer, template, text)
+    spans = []
+    if blobs:
+        def embed(data: bytes):   # in the engine's thread: the tower computes on the model's thread pool
+            return llm.engine.call(lambda: projector.embed(data, llm.backend))
+
+        ids, spans = vision_prompt.encode_with_images(
+            llm.tokenizer, lambda piece: encode_rendered(llm.tokenizer, template, piece), text, blobs, projector,
+            embed)
+    else:
+        ids = encode_rendered(llm.tokenizer, template, text)
     tool_format = reply_format(template.source, has_tools=bool(tool_list))
-    return PreparedPrompt(ids, text, tool_format, prompt_opens_reasoning(text), stops=template.stops)
+    return PreparedPrompt(ids, text, tool_format, prompt_opens_reasoning(text), stops=template.stops,
+                          images=tuple(spans))
 
 
 def prepare_prompt(llm: Any, prompt: str | Sequence[int], *, parse: bool = False) -> PreparedPrompt:
@@ -327,7 +347,7 @@ def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, su
         options["format"] = format
         prepared = _open_final_channel(llm, prepared)
     handle = submit(llm, prepared.ids, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
-                    surface=surface, **options)
+                    surface=surface, images=prepared.images, **options)
     return ChatStream(handle, prepared)
 
 
@@ -369,7 +389,7 @@ def start_chat(llm: Any, messages: Any, tools: Any = None, format: Any = None, t
     choice = read_tool_choice(tools, tool_choice)
     # a forced call needs no tools in the template: its grammar writes the call
     require_capabilities(llm, route="chat", tools=bool(choice.tools) and not choice.is_forced, think=think)
-    prepared = prepare_chat(llm, messages, tools=choice.tools, think=think)
+    prepared = prepare_chat(llm, messages, tools=choice.tools, think=think, images=options.pop("images", None))
     if choice.is_forced:
         if options.get("grammar") is not None:
             raise InvalidOptionError("a tool_choice that forces a call cannot be combined with option 'grammar'")

@@ -89,6 +89,7 @@ class Context:
         self.backend = backend
         self.graph = _core.Graph()
         self._externals: dict[int, Tensor] = {}
+        self._identities: dict[int, Tensor] = {}  # width -> the identity matrix (transpose)
 
     # ---- leaves ------------------------------------------------------------
 
@@ -140,6 +141,16 @@ class Context:
 
     def cont(self, x: Tensor) -> Tensor:
         return self._tensor(self.graph.cont(x.id))
+
+    def transpose(self, x: Tensor) -> Tensor:
+        """2-D F32 x [a, b] as [b, a], through a product of x (as the weight) with the a x a
+        identity: views cannot move a row's elements apart.  Exact for finite x (each value
+        times 1 plus zeros); an inf or NaN spreads over its whole row of the result."""
+        a = x.shape[0]
+        eye = self._identities.get(a)
+        if eye is None:
+            eye = self._identities[a] = self.input(np.eye(a, dtype=np.float32), f"identity_{a}")
+        return self.mul_mat(x, eye)
 
     # ---- ops ---------------------------------------------------------------
 

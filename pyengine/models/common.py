@@ -383,9 +383,16 @@ class Decoder(Module):
     def embed(self, ctx: Context, tokens: Tensor) -> Tensor:
         return self.token_embd(ctx, tokens)                                        # [n_embd, T]
 
+    def embed_batch(self, ctx: Context, batch) -> Tensor:
+        """The batch's input rows: its tokens' embeddings, or the rows it brings (an image's
+        embeddings), taken as they are - no scaling of the model's own (llama.cpp's rule
+        for embeddings given in place of tokens)."""
+        given = getattr(batch, "embeddings", None)
+        return self.embed(ctx, batch.tokens) if given is None else given           # [n_embd, T]
+
     def hidden(self, ctx: Context, batch) -> Tensor:
         inputs = self.layer_inputs(ctx, batch)
-        x = self.embed(ctx, batch.tokens)                                          # [n_embd, T]
+        x = self.embed_batch(ctx, batch)                                           # [n_embd, T]
         for i, block in enumerate(self.layers):
             x = block(ctx, x, batch, i, inputs)
         x = ctx.get_rows(x, batch.out_ids)                                         # [n_embd, n_out]

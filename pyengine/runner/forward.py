@@ -15,6 +15,10 @@ buffers (the masks are the big ones: tokens x cells per group) serves all.
 
 An embedding graph (`hidden=True`) stops before the output projection and
 returns the final-norm hidden rows instead of logits (see `_HeadCapture`).
+
+A batch may bring its input rows instead of token ids (`Forward.embedded`: an
+image's embeddings from a vision projector), optionally attending both ways among
+its own rows (Gemma 3's images).
 """
 
 from __future__ import annotations
@@ -89,12 +93,15 @@ class BatchGraph:
     `hidden`, `n_out` final-norm hidden rows of n_embd values)."""
 
     def __init__(self, model, backend: Backend, cache: KVCache, buffers: HostBuffers,
-                 n_tokens: int, n_out: int, hidden: bool = False, n_ctx_seq: int | None = None) -> None:
+                 n_tokens: int, n_out: int, hidden: bool = False, n_ctx_seq: int | None = None,
+                 embeddings: np.ndarray | None = None) -> None:
+        """embeddings: float32 [capacity, n_embd] rows the batch brings in place of tokens."""
         self.n_tokens, self.n_out = n_tokens, n_out
         self.n_ctx_seq = cache.n_cells if n_ctx_seq is None else n_ctx_seq   # the context one sequence may fill
         ctx = Context(backend)
         self.ctx = ctx
         self.tokens = ctx.input(buffers.tokens[:n_tokens], "tokens")
+        self.embeddings = None if embeddings is None else ctx.input(embeddings[:n_tokens], "embeddings")
         self.positions = ctx.input(buffers.positions[:n_tokens], "positions")
         self.out_ids = ctx.input(buffers.out_ids[:n_out], "out_ids")
         per_group = []
@@ -147,20 +154,24 @@ class Forward:
         self.causal = getattr(model.cfg, "causal", True)
         self.alibi = getattr(model.cfg, "alibi_max_bias", 0.0) > 0   # its mask then holds distances
         self._buffers = HostBuffers(cache, max_tokens)
-        self._graphs: OrderedDict[tuple[int, int, bool], BatchGraph] = OrderedDict()
+        self._graphs: OrderedDict[tuple[int, int, bool, bool], BatchGraph] = OrderedDict()
+        self._embeddings: np.ndarray | None = None   # [capacity, n_embd], made by the first embedded batch
         self.compute_seconds = 0.0   # time inside the native core, for the bench
         self.n_graphs_built = 0
 
-    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False) -> BatchGraph:
+    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False, embedded: bool = False) -> BatchGraph:
         if n_tokens > self._buffers.capacity:
             # graphs keep views of the old buffers: start over with bigger ones
             self._buffers = HostBuffers(self.cache, n_tokens)
+            self._embeddings = None
             self._graphs.clear()
-        key = (n_tokens, n_out, hidden)
+        if embedded and self._embeddings is None:
+            self._embeddings = np.zeros((self._buffers.capacity, self.model.cfg.n_embd), np.float32)
+        key = (n_tokens, n_out, hidden, embedded)
         g = self._graphs.get(key)
         if g is None:
             g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out, hidden,
-                           self.n_ctx_seq)
+                           self.n_ctx_seq, self._embeddings if embedded else None)
             self.n_graphs_built += 1
             self._graphs[key] = g
             if len(self._graphs) > MAX_GRAPHS:
@@ -184,7 +195,21 @@ class Forward:
         output projection would read), for embeddings; the cache is filled as by __call__."""
         return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True)
 
-    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool) -> np.ndarray:
+    def embedded(self, embeddings: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
+                 out_rows: np.ndarray, *, both_ways: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+        """As __call__, for a batch that brings its rows (float32 [T, n_embd]) instead of
+        token ids.  both_ways: every row also sees the rows after it of its sequence in
+        this batch (an image attended as a whole); the window, if any, then counts from
+        the batch's last position of the sequence."""
+        embeddings = np.asarray(embeddings, np.float32)
+        if embeddings.ndim != 2 or embeddings.shape[1] != self.model.cfg.n_embd:
+            raise InvalidOptionError(f"embeddings must be [tokens, {self.model.cfg.n_embd}], "
+                                     f"got {list(embeddings.shape)}")
+        return self._run(np.zeros(len(embeddings), np.int32), positions, seq_ids, out_rows, out, hidden=False,
+                         embeddings=embeddings, both_ways=both_ways)
+
+    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool,
+             embeddings: np.ndarray | None = None, both_ways: bool = False) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32)
         positions = np.asarray(positions, np.int32)
         seq_ids = np.asarray(seq_ids, np.int64)
@@ -202,17 +227,20 @@ class Forward:
             raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
         if not self.causal:
             self._check_whole_sequences(positions, seq_ids)
-        g = self._graph(n, len(out_rows), hidden)
+        g = self._graph(n, len(out_rows), hidden, embeddings is not None)
         slots = self.cache.allocate(positions, seq_ids)
         buf = self._buffers
         buf.tokens[:n] = tokens
+        if embeddings is not None:
+            self._embeddings[:n] = embeddings
+        seen_to = _last_position_per_sequence(positions, seq_ids) if both_ways else positions
         buf.positions[:n] = positions
         buf.out_ids[:len(out_rows)] = out_rows
         for gi, group in enumerate(self.cache.groups):
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]
             buf.kv_len[gi][0] = n_kv
-            group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window, self.causal, self.alibi)
+            group.cells.fill_mask(buf.masks[gi], seen_to, seq_ids, n_kv, group.window, self.causal, self.alibi)
         into = out is not None and (out is g.bound_to or g.bindable and out.dtype == np.float32
                                     and out.flags.c_contiguous and out.flags.writeable
                                     and out.size == len(out_rows) * g.row_width)
@@ -244,6 +272,15 @@ class Forward:
             if limit is not None and int(mine.max()) >= limit:
                 raise ContextLengthError(f"an input of {mine.size} tokens is longer than the {limit} positions "
                                          "this encoder model has embeddings for; truncate the input")
+
+
+def _last_position_per_sequence(positions: np.ndarray, seq_ids: np.ndarray) -> np.ndarray:
+    """For each row, the batch's last position of the row's sequence: the position up to
+    which a row attending both ways sees its sequence."""
+    last = {}
+    for p, s in zip(positions.tolist(), seq_ids.tolist()):
+        last[s] = max(p, last.get(s, p))
+    return np.array([last[s] for s in seq_ids.tolist()], np.int32)
 
 
 def _span(values: np.ndarray) -> tuple[int, int]:
