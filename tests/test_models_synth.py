@@ -117,7 +117,9 @@ QUANT = {
     "gpt-oss-q8_0": Bounds(QUANT_ARGMAX, 0.05),
     # deepseek2 (scripts/make_synth_deepseek2.py): MLA with a q LoRA over a latent cache, YaRN x4
     # with DeepSeek's mscale in the scores, sigmoid routing with a selection bias in 4 groups of 2
-    # experts (2 kept), a shared expert; recorded by the AVX-512 build (extra buffer types off)
+    # experts (2 kept), a shared expert; recorded by the AVX-512 build (extra buffer types off);
+    # met on scalar, avx2 and avx512; live (scripts/live_parity.py, 15 unseen sequences of 8-480
+    # tokens): argmax 99.97% (one near-tie), top-10 < 1e-5 but for one sequence's 0.029
     "deepseek2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
@@ -259,12 +261,16 @@ def test_deepseek2_variants_are_far_from_llamacpp():
     """The exact DeepSeek-2 with one piece wrong (no YaRN mscale in the score scale,
     the absorbed head's width kv_lora_rank + n_rot as the scale's divisor instead of
     the query head's, the expert groups ignored, the selection bias ignored) is far
-    outside the bounds the engine meets, in its top-10 and in its argmax over the
-    prompt's rows."""
+    from llama.cpp, much farther than the exact model itself.  (The exact model is
+    not close to llama.cpp's quantized run: near-tied expert choices flip under Q8_0
+    activations and later positions attend to the flipped rows, so its argmax agrees
+    on 86% of the prompts' rows and its top-10 differ by up to 0.12; the engine, whose
+    products round as llama.cpp's, meets the bounds above.)  Measured on the 41- and
+    301-token prompts: exact 0.116 / 86%; the variants 2.1-3.0 / 11-54%."""
     cases, _ = runs("deepseek2-q8_0")
     ref = Reference(DATA / "synth" / "deepseek2-q8_0.gguf")
-    bounds = BOUNDS["deepseek2-q8_0"]
-    for wrong in ({"mscale": False}, {"absorbed_width": True}, {"groups": False}, {"probs_bias": False}):
+
+    def distance(**wrong) -> tuple[float, float]:
         top10, argmax = [], []
         for case in cases[1:]:
             ids = case["ids"]
@@ -273,8 +279,12 @@ def test_deepseek2_variants_are_far_from_llamacpp():
             top = np.asarray(case["top_ids"][:10])
             top10.append(np.abs(logits[-1][top] - np.asarray(case["top_logits"][:10])).max())
             argmax.append(logits.argmax(axis=1) == np.asarray(case["argmax"]))
-        top10, argmax = max(top10), np.concatenate(argmax).mean()
-        assert top10 > 2 * bounds.top10 and argmax < bounds.argmax - 0.1, (wrong, top10, argmax)
+        return max(top10), np.concatenate(argmax).mean()
+
+    exact_top10, exact_argmax = distance()
+    for wrong in ({"mscale": False}, {"absorbed_width": True}, {"groups": False}, {"probs_bias": False}):
+        top10, argmax = distance(**wrong)
+        assert top10 > 10 * exact_top10 and argmax < exact_argmax - 0.25, (wrong, top10, argmax)
 
 
 def test_deepseek2_cache_holds_the_latent_only():
