@@ -436,6 +436,15 @@ cdef class Graph:
     def weighted_sum(self, int a, int w) -> int:
         return self._id(pe_op_weighted_sum(self.g, a, w))
 
+    def concat(self, int a, int b) -> int:
+        return self._id(pe_op_concat(self.g, a, b))
+
+    def moe_route(self, int logits, int bias, int k, int gating, int n_group, int n_group_used) -> int:
+        return self._id(pe_op_moe_route(self.g, logits, bias, k, gating, n_group, n_group_used))
+
+    def moe_sigmoid_weights(self, int logits, int ids, bint normalize) -> int:
+        return self._id(pe_op_moe_sigmoid_weights(self.g, logits, ids, normalize))
+
     def cont(self, int a) -> int:
         return self._id(pe_op_cont(self.g, a))
 

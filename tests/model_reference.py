@@ -120,7 +120,7 @@ def attend(q, k, v, pos, *, scale: float, softcap: float = 0.0, window: int = 0)
         visible &= (pos[:, None] - pos[None, :]) < window
     scores = np.where(visible[None], scores, -np.inf)
     out = np.einsum("hts,shd->thd", softmax(scores), v)
-    return out.reshape(n_tok, n_head * hd)
+    return out.reshape(n_tok, -1)   # [T, H * v's head size] (DeepSeek's differs from q's)
 
 
 class Reference:
@@ -489,6 +489,84 @@ class Reference:
                 y = g / (1.0 + np.exp(-alpha * g)) * (u + 1.0)
                 out[t] += wt * (w["down"][0][e] @ y + w["down"][1][e])
         return out
+
+    # deepseek2: Multi-head Latent Attention in its plain (MHA) form, each head's keys
+    # and values decompressed from the normed latent through attn_k_b / attn_v_b (the
+    # engine runs the absorbed form over the latent itself, so this checks it); the
+    # query through the q LoRA (or a plain attn_q); normal RoPE on the last n_rot
+    # values of q and on the shared key part, its magnitude 1 under YaRN as llama.cpp
+    # takes DeepSeek's mscale equal to mscale_all_dim; the scores scaled by
+    # mscale^2 / sqrt(head size), mscale = 1 + 0.1 L ln(factor), L the file's log
+    # multiplier / 0.1.  Then a dense MLP on the leading layers, experts after.
+    # The keywords make the wrong variants the tests measure.
+    def arch_deepseek2(self, x, pos, *, mscale: bool = True, absorbed_width: bool = False,
+                       groups: bool = True, probs_bias: bool = True):
+        hp = self.w.hp
+        n_rope, rank = self.rope_dims, hp("attention.kv_lora_rank")
+        head_k = hp("attention.key_length_mla", self.head_dim)
+        nope = head_k - n_rope
+        scaling = dict(self.scaling)
+        f = 1.0 / scaling["scale"]
+        log_mul = hp("rope.scaling.yarn_log_multiplier", 0.0) / 0.1
+        if scaling.get("ext_factor"):
+            scaling["attn_factor"] = hp("rope.scaling.attn_factor", 1.0) / (1.0 + 0.1 * math.log(f))
+        rope = Rope(n_rope, self.rope_base, neox=False, **scaling)
+        m = (1.0 + 0.1 * log_mul * math.log(f)) * hp("rope.scaling.attn_factor", 1.0) if mscale else 1.0
+        width = rank + n_rope if absorbed_width else head_k   # the absorbed head's width: the wrong divisor
+        scale = m * m / math.sqrt(width)
+        n_dense = hp("leading_dense_block_count", 0)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            if self.w.has(f"{p}attn_q.weight"):
+                q = self.linear(f"{p}attn_q", h)
+            else:
+                q = self.linear(f"{p}attn_q_b", self.norm(f"{p}attn_q_a_norm", self.linear(f"{p}attn_q_a", h)))
+            q = q.reshape(len(pos), self.n_head, head_k)                         # [T, H, nope + rope]
+            kv = self.linear(f"{p}attn_kv_a_mqa", h)                             # [T, rank + rope]
+            latent = self.norm(f"{p}attn_kv_a_norm", kv[:, :rank])               # [T, rank]
+            k_pe = rope(kv[:, None, rank:], pos)                                 # [T, 1, rope]
+            k_nope = np.einsum("hrd,tr->thd", self.t(f"{p}attn_k_b.weight"), latent)  # [T, H, nope]
+            v = np.einsum("hvr,tr->thv", self.t(f"{p}attn_v_b.weight"), latent)      # [T, H, v]
+            q = np.concatenate([q[..., :nope], rope(q[..., nope:], pos)], axis=-1)
+            k = np.concatenate([k_nope, np.repeat(k_pe, self.n_head, axis=1)], axis=-1)
+            x = x + self.linear(f"{p}attn_output", attend(q, k, v, pos, scale=scale))
+            h = self.norm(f"{p}ffn_norm", x)
+            if i < n_dense:
+                x = x + self.gated_mlp(p, h)
+            else:
+                x = x + self.deepseek_moe(p, h, groups=groups, probs_bias=probs_bias)
+        return self.logits(x)
+
+    def deepseek_moe(self, p: str, h, *, groups: bool = True, probs_bias: bool = True):
+        """Routed experts (gated scores + the selection bias, within the best groups by
+        their two best scores) weighted by the gated scores, plus the shared experts."""
+        hp = self.w.hp
+        n_used, n_group = hp("expert_used_count"), hp("expert_group_count", 1) if groups else 1
+        n_group_used = hp("expert_group_used_count", 1)
+        logits = self.linear(f"{p}ffn_gate_inp", h)                              # [T, E]
+        sigmoid = hp("expert_gating_func", 1) == 2
+        probs = 1.0 / (1.0 + np.exp(-logits)) if sigmoid else softmax(logits)
+        select = probs + self.t(f"{p}exp_probs_b.bias") if probs_bias and self.w.has(f"{p}exp_probs_b.bias") else probs
+        gate, up, down = (self.t(f"{p}ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        per = select.shape[1] // n_group
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            s = select[t].copy()
+            if n_group > 1:
+                best2 = np.sort(s.reshape(n_group, per), axis=1)[:, -2:].sum(axis=1)
+                kept = np.argsort(-best2, kind="stable")[:n_group_used]
+                s[~np.isin(np.arange(s.size) // per, kept)] = -np.inf
+            chosen = np.argsort(-s, kind="stable")[:n_used]
+            weights = probs[t, chosen]
+            if hp("expert_weights_norm", False):
+                weights = weights / weights.sum()
+            weights = weights * (hp("expert_weights_scale", 0.0) or 1.0)
+            for e, wt in zip(chosen, weights):
+                out[t] += wt * (down[e] @ (silu(gate[e] @ h[t]) * (up[e] @ h[t])))
+        shared = self.linear(f"{p}ffn_down_shexp",
+                             silu(self.linear(f"{p}ffn_gate_shexp", h)) * self.linear(f"{p}ffn_up_shexp", h))
+        return out + shared
 
 
 def attend_with_sinks(q, k, v, pos, *, scale: float, window: int = 0, sinks=None) -> np.ndarray:

@@ -237,8 +237,11 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
     if (!tq || !tk || !tv || !tm || !tl || require_f32("attn", tq) || require_f32("attn", tm) || require_i32("attn", tl)) return -1;
     const int64_t hd = tq->ne[0], nh = tq->ne[1], nt = tq->ne[2];
     if (n_head_kv <= 0 || nh % n_head_kv) return pe_fail("attn: %lld query heads do not divide into %d kv heads", (long long)nh, n_head_kv);
-    if (check_attn_cache(tk, hd) || check_attn_cache(tv, hd)) return -1;
-    if (tk->ne[0] != hd * n_head_kv || tv->ne[0] != hd * n_head_kv) return fail_shapes("attn", tq, tk, "cache rows must hold head_dim * n_head_kv values");
+    /* V's heads may be narrower or wider than K's (MLA reads V as a prefix of the K row) */
+    const int64_t hd_v = tv->ne[0] / n_head_kv;
+    if (check_attn_cache(tk, hd) || check_attn_cache(tv, hd_v)) return -1;
+    if (tk->ne[0] != hd * n_head_kv) return fail_shapes("attn", tq, tk, "cache rows must hold head_dim * n_head_kv values");
+    if (hd_v < 1 || tv->ne[0] != hd_v * n_head_kv) return fail_shapes("attn", tq, tv, "V rows must hold whole heads for n_head_kv");
     if (tk->ne[1] != tv->ne[1]) return fail_shapes("attn", tk, tv, "K and V caches differ in length");
     if (tm->ne[0] < tk->ne[1] || tm->ne[1] < nt) return fail_shapes("attn", tm, tk, "mask must be [cells, tokens]");
     if (!(scale > 0)) return pe_fail("attn: scale must be positive");
@@ -247,7 +250,7 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
         if (!tp || require_i32("attn", tp)) return -1;
         if (tp->ne[0] < tk->ne[1]) return fail_shapes("attn", tp, tk, "one position per cache cell");
     }
-    const int64_t ne[2] = {hd * nh, nt};
+    const int64_t ne[2] = {hd_v * nh, nt};
     const int id = node(g, PE_OP_ATTN, PE_TYPE_F32, 2, ne, q, k, v, mask, kv_len);
     if (id < 0) return -1;
     g->t[id].src[5] = cell_pos;
@@ -317,6 +320,55 @@ int pe_op_add_id(pe_graph *g, int ia, int ib, int iids) {
     if (b->ne[0] != a->ne[0] || b->ne[2] != 1 || b->ne[3] != 1) return fail_shapes("add_id", a, b, "b must be [N,E] for an [N,U,T]");
     if (ids->ne[0] != a->ne[1] || ids->ne[1] != a->ne[2] || a->ne[3] != 1) return fail_shapes("add_id", a, ids, "ids must be [U,T] for an [N,U,T]");
     return node(g, PE_OP_ADD_ID, PE_TYPE_F32, a->n_dims, a->ne, ia, ib, iids, -1, -1);
+}
+
+#define MOE_ROUTE_MAX_EXPERTS 1024
+
+int pe_op_moe_route(pe_graph *g, int logits, int bias, int k, int gating, int n_group, int n_group_used) {
+    pe_tensor *a = get(g, logits, "moe_route", "logits");
+    if (!a || require_f32("moe_route", a)) return -1;
+    const int64_t n = a->ne[0];
+    if (!pe_is_contiguous(a)) return fail_shapes("moe_route", a, NULL, "logits must be contiguous");
+    if (n > MOE_ROUTE_MAX_EXPERTS) return pe_fail("moe_route: %lld experts (at most %d)", (long long)n, MOE_ROUTE_MAX_EXPERTS);
+    if (k < 1 || k > n) return pe_fail("moe_route: k=%d out of range 1..%lld", k, (long long)n);
+    if (gating != 0 && gating != 1) return pe_fail("moe_route: gating %d is neither softmax (0) nor sigmoid (1)", gating);
+    if (n_group < 1 || n % n_group || n_group_used < 1 || n_group_used > n_group)
+        return pe_fail("moe_route: %lld experts in %d groups, %d used", (long long)n, n_group, n_group_used);
+    if (n_group > 1 && (n / n_group < 2 || (int64_t)n_group_used * (n / n_group) < k))
+        return pe_fail("moe_route: groups of %lld experts, %d used, cannot give %d", (long long)(n / n_group), n_group_used, k);
+    if (bias >= 0) {
+        pe_tensor *b = get(g, bias, "moe_route", "bias");
+        if (!b || require_f32("moe_route", b)) return -1;
+        if (!pe_is_contiguous(b) || pe_nelements(b) != n) return fail_shapes("moe_route", a, b, "one bias per expert");
+    }
+    const int64_t ne[2] = {k, pe_nrows(a)};
+    const int id = node(g, PE_OP_MOE_ROUTE, PE_TYPE_I32, 2, ne, logits, bias, -1, -1, -1);
+    if (id >= 0) {
+        g->t[id].ip[0] = k;
+        g->t[id].ip[1] = gating;
+        g->t[id].ip[2] = n_group;
+        g->t[id].ip[3] = n_group_used;
+    }
+    return id;
+}
+
+int pe_op_moe_sigmoid_weights(pe_graph *g, int logits, int ids, int normalize) {
+    const int id = pe_op_moe_weights(g, logits, ids, normalize);
+    if (id >= 0) g->t[id].ip[1] = 2;   /* moe_weights_run: the sigmoid of the chosen logits */
+    return id;
+}
+
+int pe_op_concat(pe_graph *g, int ia, int ib) {
+    pe_tensor *a = get(g, ia, "concat", "a"), *b = get(g, ib, "concat", "b");
+    if (!a || !b || require_f32("concat", a) || require_f32("concat", b)) return -1;
+    for (int i = 1; i < PE_MAX_DIMS; i++)
+        if (a->ne[i] != b->ne[i]) return fail_shapes("concat", a, b, "a and b differ beyond their first dimension");
+    if (a->ne[3] != 1) return fail_shapes("concat", a, b, "at most 3 dimensions");
+    int64_t ne[PE_MAX_DIMS];
+    for (int i = 0; i < PE_MAX_DIMS; i++) ne[i] = a->ne[i];
+    ne[0] = a->ne[0] + b->ne[0];
+    const int n_dims = a->n_dims > b->n_dims ? a->n_dims : b->n_dims;
+    return node(g, PE_OP_CONCAT, PE_TYPE_F32, n_dims, ne, ia, ib, -1, -1, -1);
 }
 
 int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit) {

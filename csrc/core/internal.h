@@ -60,6 +60,8 @@ typedef enum pe_op {
     PE_OP_SSM_CONV,
     PE_OP_SSM_SCAN,
     PE_OP_DELTA_NET,
+    PE_OP_CONCAT,       /* two tensors side by side along dim 0 (MLA's query and key rows) */
+    PE_OP_MOE_ROUTE,    /* experts chosen by gated scores + a bias, within the best groups (DeepSeek) */
     PE_OP_COUNT
 } pe_op;
 

@@ -232,7 +232,9 @@ int pe_op_set_rows(pe_graph *g, int cache, int src, int slots);
  * [Dh*Hkv, C] with an additive mask [C,T] (0 or -inf); GQA by H/Hkv; every
  * token in one arithmetic, whatever else shares the batch.  cell_pos (I32
  * [C] or -1): each cell's position; the visible cells are taken in position
- * order (without it: cell order). */
+ * order (without it: cell order).  V's rows may hold heads of another width
+ * Dv ([Dv*Hkv, C], e.g. a prefix view of the K rows, as MLA's latent is); the
+ * result is then [Dv*H, T]. */
 int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos, int n_head_kv, float scale,
                float softcap);
 /* Attention sinks on an attention node made by pe_op_attn: sinks (F32 [H])
@@ -256,6 +258,19 @@ int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids);
 int pe_op_add_id(pe_graph *g, int a, int b, int ids);
 /* gpt-oss's gated unit: g = min(gate, limit), u = clamp(up, -limit, limit),
  * g * sigmoid(alpha * g) * (u + 1). */
+/* [Na+Nb, ...]: each row of a (F32, up to 3-D, strided) followed by the same row
+ * of b; a and b agree in every dimension but the first.  Returns the node, or -1. */
+int pe_op_concat(pe_graph *g, int a, int b);
+/* DeepSeek's expert choice, I32 [k,T]: each token's router logits (F32 [E,T])
+ * gated (gating 0: softmax over the row, 1: sigmoid), plus bias (F32 [E], or -1)
+ * for choosing only; with n_group > 1 the E experts form n_group groups of
+ * which the n_group_used whose two best scores sum highest are kept (the first
+ * group wins a tie); then the k best experts of those, best first (the lower
+ * id wins a tie).  Returns the node, or -1. */
+int pe_op_moe_route(pe_graph *g, int logits, int bias, int k, int gating, int n_group, int n_group_used);
+/* [k,T] sigmoid of each chosen logit (ids from pe_op_moe_route), divided by
+ * their sum (floored at 2^-14, as llama.cpp) when normalize. */
+int pe_op_moe_sigmoid_weights(pe_graph *g, int logits, int ids, int normalize);
 int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit);
 int pe_op_cont(pe_graph *g, int a);                                    /* contiguous F32 copy */
 

@@ -237,6 +237,20 @@ class Context:
     def weighted_sum(self, a: Tensor, w: Tensor) -> Tensor:
         return self._tensor(self.graph.weighted_sum(a.id, w.id))
 
+    def concat(self, a: Tensor, b: Tensor) -> Tensor:
+        """[Na+Nb, ...]: a's rows with b's appended (they agree beyond dim 0)."""
+        return self._tensor(self.graph.concat(a.id, b.id))
+
+    def moe_route(self, logits: Tensor, k: int, *, sigmoid: bool, bias: Tensor | None = None,
+                  n_group: int = 1, n_group_used: int = 1) -> Tensor:
+        """i32 [k, T]: experts chosen by gate(logits) + bias within the best groups (DeepSeek's)."""
+        return self._tensor(self.graph.moe_route(logits.id, -1 if bias is None else bias.id, k, int(sigmoid),
+                                                 n_group, n_group_used))
+
+    def moe_sigmoid_weights(self, logits: Tensor, ids: Tensor, normalize: bool) -> Tensor:
+        """[U, T] the sigmoid of each chosen logit, over their sum when normalize."""
+        return self._tensor(self.graph.moe_sigmoid_weights(logits.id, ids.id, normalize))
+
     def moe_softmax_chosen(self, logits: Tensor, ids: Tensor) -> Tensor:
         """[U, T] the softmax over each token's chosen logits alone."""
         return self._tensor(self.graph.moe_softmax_chosen(logits.id, ids.id))

@@ -141,6 +141,20 @@ def attention(ctx: Context, batch, layer: int, q: Tensor, k: Tensor, v: Tensor, 
                     alibi_max_bias=alibi_max_bias)
 
 
+def latent_attention(ctx: Context, batch, layer: int, q: Tensor, kv: Tensor, *, v_dim: int, scale: float) -> Tensor:
+    """Multi-head latent attention (MLA) over a compressed cache: store this batch's
+    rows kv [k_dim, T] (the latent, then the roped key part) in the layer's K cache,
+    then attend q [k_dim, H, T] over it as one KV head whose values are the first
+    v_dim entries of each row (a view, nothing stored twice); returns [v_dim * H, T].
+    The layer's V cache is not used (its CacheSpec says v_dim=0)."""
+    inputs = batch.attn_inputs(layer)
+    k_cache = ctx.set_rows(inputs.k, kv, inputs.slots)                            # [k_dim, C]
+    k_dim, n_cells = k_cache.shape[0], k_cache.shape[1]
+    type_id = ctx.graph.type_of(k_cache.id)
+    v = ctx.view(k_cache, (v_dim, n_cells), (_core.block_bytes(type_id), _core.row_bytes(type_id, k_dim)))
+    return ctx.attn(q, k_cache, v, inputs.mask, inputs.kv_len, cell_pos=inputs.cell_pos, n_head_kv=1, scale=scale)
+
+
 @dataclass(frozen=True)
 class CacheSpec:
     """What one layer keeps in the KV cache: row sizes and its attention window."""

@@ -108,11 +108,12 @@ def _strip_optional(kind: Any) -> type:
 
 def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorField) -> Any:
     names = [prefix + spec.name] + ([prefix + spec.alt] if spec.alt else [])
-    base = next((n for n in names if f"{n}.weight" in gguf.tensors), None)
+    lead = next(iter(leaf.PARTS))   # "weight", or the one part a leaf has ("bias": DeepSeek's exp_probs_b)
+    base = next((n for n in names if f"{n}.{lead}" in gguf.tensors), None)
     if base is None:
         if spec.optional:
             return None
-        tried = " or ".join(f"'{n}.weight'" for n in names)
+        tried = " or ".join(f"'{n}.{lead}'" for n in names)
         raise ModelError(f"missing tensor {tried} in {gguf.path}")
     parts: dict[str, Weight | None] = {}
     for part, required in leaf.PARTS.items():

@@ -39,7 +39,7 @@ MAX_GRAPHS = 12
 @dataclass(frozen=True)
 class AttnInputs:
     k: Tensor
-    v: Tensor
+    v: Tensor | None   # None where the layer keeps no V rows (CacheSpec.v_dim 0)
     slots: Tensor
     mask: Tensor
     kv_len: Tensor
@@ -117,7 +117,8 @@ class BatchGraph:
             slots, mask, kv_len, cell_pos = per_group[cache.groups.index(group)]
             self._attn.append(AttnInputs(
                 ctx.cache(group.k[i], cache.type_id, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
-                ctx.cache(group.v[i], cache.type_id, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
+                # no V rows (v_dim 0): a layer that reads V from its K rows (MLA's latent)
+                ctx.cache(group.v[i], cache.type_id, (spec.v_dim, group.n_cells), f"cache_v.{i}") if spec.v_dim else None,
                 slots, mask, kv_len, cell_pos))
         if hidden and getattr(model, "EMBEDDING_ONLY", False):   # an encoder: no head to stop before
             self.logits = model.hidden(ctx, self)

@@ -67,8 +67,18 @@ def _kv_bytes_per_cell(metadata: dict, arch: Any) -> int:
             continue  # a recurrent layer: its state does not grow with the context
         k_dim = _positive(metadata.get(f"{arch}.attention.key_length")) or n_embd // n_head
         v_dim = _positive(metadata.get(f"{arch}.attention.value_length")) or n_embd // n_head
+        if _is_latent_cache(metadata, arch):
+            v_dim = 0   # MLA: the one row of latent + rope values (key_length) serves as K and V
         total += (n_kv or n_head) * (k_dim + v_dim)
     return total * KV_BYTES_PER_VALUE
+
+
+def _is_latent_cache(metadata: dict, arch: Any) -> bool:
+    """Whether the file keeps multi-head latent attention's compressed cache (DeepSeek-2's
+    split attn_k_b / attn_v_b form: a kv_lora_rank and per-head *_mla sizes), whose rows
+    of key_length values hold the latent that V is read from."""
+    return bool(_positive(metadata.get(f"{arch}.attention.kv_lora_rank"))
+                and _positive(metadata.get(f"{arch}.attention.key_length_mla")))
 
 
 def _per_layer(value: Any, n_layers: int) -> list[int]:
