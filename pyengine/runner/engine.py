@@ -36,6 +36,7 @@ import numpy as np
 from pyengine.errors import InvalidOptionError, PyEngineError
 from pyengine.kvcache import DEFAULT_CHECKPOINTS, MAX_SEQUENCES, Cache, KeyRotator
 from pyengine.ml.context import Backend
+from pyengine.ml.nn import CacheSpec
 from pyengine.runner.forward import Forward
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import Request, make_request
@@ -97,7 +98,7 @@ class Engine:
         n_cells = n_ctx * n_parallel
         # a sliding layer keeps window + margin cells per sequence, plus room for a batch
         windows = {s.window: n_cells if swa_full else min(n_cells, n_parallel * (s.window + swa_margin) + n_batch)
-                   for s in layout if s.window}
+                   for s in layout if isinstance(s, CacheSpec) and s.window}
         # kv_type None: $PYENGINE_KV_CACHE_TYPE, else f16 (kvcache/rows.py)
         self.cache = Cache.build(layout, n_cells, window_cells=windows, kv_type=kv_type,
                                  head_dim=getattr(model.cfg, "head_dim", None),
