@@ -291,3 +291,28 @@ def test_the_engine_cache_counts_state_and_checkpoint_rows(make):
     assert rows == 1 + 4 * 7
     assert engine.cache.recurrent.nbytes == rows * 2 * N_EMBD * 4
     assert engine.cache.nbytes == engine.cache.attention.nbytes + engine.cache.recurrent.nbytes
+
+
+# ---- the server's estimate -----------------------------------------------------------
+
+
+def test_the_servers_memory_estimate_counts_states_and_checkpoints_of_recurrent_layers():
+    from pyengine.server import models
+
+    hybrid = {"a.block_count": 4, "a.full_attention_interval": 4, "a.attention.head_count": 4,
+              "a.attention.head_count_kv": 2, "a.embedding_length": 64, "a.attention.key_length": 16,
+              "a.attention.value_length": 16, "a.ssm.state_size": 8, "a.ssm.inner_size": 32,
+              "a.ssm.conv_kernel": 4, "a.ssm.group_count": 2}
+    assert models._recurrent_layers(hybrid, "a", 4) == {0, 1, 2}
+    per_cell = models._kv_bytes_per_cell(hybrid, "a")
+    assert per_cell == 2 * (16 + 16) * 2                           # the attention layer alone
+    row = models._state_bytes_per_row(hybrid, "a")
+    assert row == 3 * (3 * (32 + 2 * 2 * 8) + 8 * 32) * 4
+    limits = models.ContextLimits(None, 128, per_cell, row)
+    assert limits.kv_bytes(128, 2) == per_cell * 128 * 2 + row * state_rows(2, 4)
+    mamba = {"m.block_count": 2, "m.attention.head_count": 0, "m.embedding_length": 16,
+             "m.ssm.state_size": 4, "m.ssm.inner_size": 32, "m.ssm.conv_kernel": 4}
+    assert models._kv_bytes_per_cell(mamba, "m") == 0
+    assert models._state_bytes_per_row(mamba, "m") == 2 * (3 * (32 + 2 * 4) + 4 * 32) * 4
+    dense = {"d.block_count": 2, "d.attention.head_count": 2, "d.embedding_length": 16}
+    assert models._state_bytes_per_row(dense, "d") == 0 and models._kv_bytes_per_cell(dense, "d") == 2 * 32 * 2
