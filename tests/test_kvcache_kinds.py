@@ -265,6 +265,31 @@ def test_four_sequences_at_once_give_their_alone_tokens(make):
         [run(make(), prompts[0] + [40 + i], max_tokens=4, cache_prompt=False).tokens for i in range(3)]
 
 
+def test_a_twin_with_the_same_prompt_starts_from_its_state_at_the_prompts_end(make):
+    engine = make(n_parallel=2)
+    opts = never_eog(engine)
+    first = engine.submit(PROMPT, opts, max_tokens=5)
+    engine.step()                                # first is computing the prompt
+    twin = engine.submit(PROMPT, opts, max_tokens=5)
+    drive(engine)
+    result = twin.result()
+    assert result.cached_tokens == len(PROMPT)     # nothing of the prompt computed again
+    assert engine.prompt_tokens_computed == len(PROMPT)
+    assert result.tokens == first.result().tokens
+
+
+def test_an_embedding_runs_in_a_slot_of_its_own_and_gives_its_rows_back(make):
+    from pyengine.api import _mean_hidden
+
+    engine = make()
+    run(engine, PROMPT)
+    held = engine.cache.n_used
+    pooled = engine.call(lambda: _mean_hidden(engine, PROMPT[:7]))
+    assert pooled.shape == (N_EMBD,) and engine.cache.n_used == held
+    again = engine.call(lambda: _mean_hidden(engine, PROMPT[:7]))
+    np.testing.assert_array_equal(pooled, again)
+
+
 def test_a_full_context_is_refused_a_shift_with_a_typed_error(make):
     engine = make(n_ctx=16)
     handle = engine.submit(PROMPT, never_eog(engine), max_tokens=20)

@@ -12,6 +12,9 @@ by a compaction: the order rule of cells.py (cell order = position order
 within a sequence) is what makes results independent of the batch, and a
 wrapping ring would break it.
 
+A layout may hold layers of other kinds (a hybrid model's recurrent layers,
+kvcache/cache.py): they get no group, and None for their K/V.
+
 K/V rows are F16 by default, or Q8_0 blocks with kv_type="q8_0" (rows.py:
 storage, conversions, the option and its environment default).
 """

@@ -134,3 +134,7 @@ class EncoderSpec:
     k_dim: int
     v_dim: int
     n_rows: int
+
+
+# What one layer keeps in the cache, one of the kinds above (models' cache_layout()).
+LayerCache = CacheSpec | RecurrentSpec | EncoderSpec
