@@ -36,7 +36,8 @@ class ToyConfig:
     head_dim: int = N_EMBD
 
 
-def _weight(name: str, values: np.ndarray) -> nn.Weight:
+def f32_weight(name: str, values: np.ndarray) -> nn.Weight:
+    """A float32 weight of `values` (numpy order: rows are the GGML second dimension)."""
     values = np.ascontiguousarray(values, np.float32)
     return nn.Weight(name, F32, tuple(reversed(values.shape)), values)
 
@@ -50,8 +51,8 @@ class ToyHybrid:
         self.attention = attention
         emb = rng.integers(-2, 3, (N_VOCAB, N_EMBD)).astype(np.float32)    # row v: token v's embedding
         self.emb = emb
-        self.embedding = _weight("token_embd", emb)
-        self.output = nn.Linear(_weight("output", rng.integers(-2, 3, (N_VOCAB, N_EMBD))))
+        self.embedding = f32_weight("token_embd", emb)
+        self.output = nn.Linear(f32_weight("output", rng.integers(-2, 3, (N_VOCAB, N_EMBD))))
         self._emb_t = np.ascontiguousarray(emb.T)                          # ggml [n_vocab, n_embd]
         self._seq_eye = np.eye(MAX_SEQUENCES, dtype=np.float32)
         self._vocab_eye = np.eye(N_VOCAB, dtype=np.float32)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from engine_support import drive, never_eog
-from recurrent_toy import N_EMBD, ToyHybrid
+from recurrent_toy import N_EMBD, ToyHybrid, f32_weight
 
 from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.gguf import GGUFFile
@@ -19,7 +19,7 @@ from pyengine.kvcache import Cache, ContextShiftError, EncoderMemory, RecurrentS
 from pyengine.kvcache.recurrent import EMPTY_ROW
 from pyengine.kvcache.rows import FORMATS
 from pyengine.ml.context import Backend
-from pyengine.ml.nn import CacheSpec, EncoderSpec, RecurrentSpec
+from pyengine.ml.nn import CacheSpec, EncoderSpec, Linear, RecurrentSpec
 from pyengine.runner.engine import Engine, state_rows
 from pyengine.tokenizer import Tokenizer
 
@@ -56,7 +56,8 @@ def test_a_batch_of_several_sequences_gets_their_rows_token_sequences_and_last_r
     held = state.row_of(3)
     rows = state.allocate(np.array([2, 3, 0, 0, 1, 2], np.int32), np.array([3, 3, 5, 9, 9, 9], np.int64))
     assert rows.read.tolist() == [held, EMPTY_ROW, EMPTY_ROW]
-    assert len(set(rows.write.tolist())) == 3 and not set(rows.write.tolist()) & {held, EMPTY_ROW}   # none read and written
+    written = set(rows.write.tolist())
+    assert len(written) == 3 and not written & {held, EMPTY_ROW}   # no row both read and written
     assert rows.token_seq.tolist() == [0, 0, 1, 2, 2, 2] and rows.seq_last.tolist() == [1, 2, 5]
     assert [state.position(s) for s in (3, 5, 9)] == [4, 1, 3]
     with pytest.raises(InvalidOptionError, match="side by side"):
@@ -341,3 +342,51 @@ def test_the_servers_memory_estimate_counts_states_and_checkpoints_of_recurrent_
     assert models._state_bytes_per_row(mamba, "m") == 2 * (3 * (32 + 2 * 4) + 4 * 32) * 4
     dense = {"d.block_count": 2, "d.attention.head_count": 2, "d.embedding_length": 16}
     assert models._state_bytes_per_row(dense, "d") == 0 and models._kv_bytes_per_cell(dense, "d") == 2 * 32 * 2
+
+
+class _CrossAttender:
+    """Layer 0 attends over the sequence's encoder memory: logits = out . attn(x, memory)."""
+
+    def __init__(self) -> None:
+
+        rng = np.random.default_rng(5)
+        self.cfg = ToyHybrid().cfg
+        self.emb = rng.standard_normal((64, N_EMBD)).astype(np.float32)
+        self.embedding = f32_weight("token_embd", self.emb)
+        self.out = rng.standard_normal((64, N_EMBD)).astype(np.float32)
+        self.output = Linear(f32_weight("output", self.out))
+
+    def cache_layout(self) -> list:
+        return [EncoderSpec(k_dim=N_EMBD, v_dim=N_EMBD, n_rows=6)]
+
+    def forward(self, ctx, batch):
+        x = ctx.get_rows(ctx.weight(self.embedding), batch.tokens)
+        memory = batch.encoder_inputs(0)
+        q = ctx.reshape(x, (N_EMBD, 1, batch.n_tokens))
+        y = ctx.attn(q, memory.k, memory.v, memory.mask, memory.kv_len, n_head_kv=1, scale=0.5)
+        return ctx.mul_mat(ctx.weight(self.output.weight), ctx.get_rows(y, batch.out_ids))
+
+
+def test_the_graph_attends_each_sequences_own_encoder_memory():
+    from pyengine.runner.forward import Forward
+
+    model = _CrossAttender()
+    cache = Cache.build(model.cache_layout(), 1)
+    assert cache.attention is None and cache.recurrent is None
+    fw = Forward(model, Backend(1), cache)
+    rng = np.random.default_rng(1)
+    memories = {}
+    for sid, n in ((0, 2), (3, 4)):
+        k, v = (rng.standard_normal((n, N_EMBD)).astype(np.float16).astype(np.float32) for _ in range(2))
+        cache.encoder.store(sid, 0, [k], [v])
+        memories[sid] = (k, v)
+    tokens, seq_ids = np.array([5, 9, 11], np.int32), np.array([0, 3, 3], np.int64)
+    logits = fw(tokens, np.array([0, 0, 1], np.int32), seq_ids, np.arange(3, dtype=np.int32))
+    for t, (token, sid) in enumerate(zip(tokens, seq_ids)):
+        k, v = memories[int(sid)]
+        scores = k @ model.emb[token] * 0.5
+        weights = np.exp(scores - scores.max())
+        expected = model.out @ (weights / weights.sum() @ v)
+        np.testing.assert_allclose(logits[t], expected, rtol=1e-3, atol=1e-3)
+    cache.remove(0)
+    assert cache.encoder.rows_of(3).tolist() == [2, 3, 4, 5] and cache.n_used == 4

@@ -23,6 +23,7 @@ import numpy as np
 from pyengine import hugepages
 from pyengine.errors import ContextLengthError, InvalidOptionError, UnsupportedError
 from pyengine.kvcache.causal import KVCache, Rotator
+from pyengine.kvcache.cells import MAX_SEQUENCES
 from pyengine.kvcache.encoder import EncoderMemory
 from pyengine.kvcache.recurrent import DEFAULT_CHECKPOINTS, RecurrentState, StepRows
 from pyengine.kvcache.rows import FORMATS, row_format
@@ -258,7 +259,7 @@ class Cache:
             shared = group.cells.shared_cells(seq_id, first_moved)
             if shared.size:
                 bits = int(np.bitwise_or.reduce(group.cells.seq[shared]))
-                sharers.update(s for s in range(64) if bits >> s & 1 and s != seq_id)
+                sharers.update(s for s in range(MAX_SEQUENCES) if bits >> s & 1 and s != seq_id)
         if sharers:
             while evict(among=sharers):
                 pass
