@@ -390,3 +390,20 @@ def test_the_graph_attends_each_sequences_own_encoder_memory():
         np.testing.assert_allclose(logits[t], expected, rtol=1e-3, atol=1e-3)
     cache.remove(0)
     assert cache.encoder.rows_of(3).tolist() == [2, 3, 4, 5] and cache.n_used == 4
+
+
+def test_a_live_prefix_copy_finds_a_state_row_when_idle_sequences_hold_them_all(make):
+    engine = make(n_parallel=2, state_checkpoints=2)
+    for s in range(3):                           # idle sequences with states to evict
+        run(engine, [int(t) for t in np.random.default_rng(200 + s).integers(1, 64, 6)], max_tokens=2)
+    opts = never_eog(engine)
+    first = engine.submit(PROMPT, opts, max_tokens=30)
+    for _ in range(4):
+        engine.step()                            # PROMPT in and decoding: live, checkpoints at 8 and 10
+    rec = engine.cache.recurrent
+    taken = [rec._free.pop() for _ in range(rec.n_free)]   # as if idle sequences held every free row
+    second = engine.submit(PROMPT[:8] + [40], opts, max_tokens=4)
+    drive(engine)
+    assert second.result().cached_tokens == 8
+    assert first.result().finish_reason == "length"
+    rec._free.extend(taken)

@@ -230,7 +230,8 @@ class Cache:
             self.attention.compact()
 
     def reserve(self, n: int, evict: Evict, *, n_seqs: int = 1, shift: tuple[int, int] | None = None) -> None:
-        """Make room for a batch of n tokens of n_seqs sequences, calling evict() (which
+        """Make room for a batch of n tokens of n_seqs sequences (each takes a new state
+        row in recurrent layers; n = 0: only those rows), calling evict() (which
         drops an idle sequence's contents, False when none is left) until every kind
         has it; ContextLengthError when it cannot.  With shift=(seq_id, first_moved):
         room for the copies a context shift of that sequence makes of the cells it

@@ -358,6 +358,11 @@ class Engine:
         else:
             slot = self.slots.free_slot()
             if reuse is not None:
+                # a recurrent state is copied: room for its row first, which may have cost
+                # the checkpoint at n (then the copy starts from an earlier one)
+                self.cache.reserve(0, self.slots.evict_lru, n_seqs=1)
+                n = self.cache.usable_prefix(reuse.id, n)
+                row = row if n == len(prompt) else None
                 self.cache.copy_prefix(reuse.id, slot.id, n)
         slot.seq, slot.tokens, slot.valid = seq, [], 0
         self.slots.touch(slot)
