@@ -2,6 +2,7 @@
 GEMM micro-kernels, and print GOP/s and the speedup.
 
     PYTHONPATH=. python benchmarks/matmul.py [--types Q4_1,Q5_0] [--threads 1,2] [--rounds 5]
+        [--shapes 2048x2048] [--batches 1,64]
 
 The kernels are chosen when the native core starts, so each measurement runs
 in a child process; PYENGINE_GEMM=0 makes it fall back to vec_dot pair by
@@ -63,14 +64,21 @@ def _time_one(type_id: int, k: int, n: int, m: int, threads: int, min_seconds: f
     return best
 
 
+def _shapes(name: str, args: argparse.Namespace) -> tuple[tuple[int, int], ...]:
+    if args.shapes:
+        return tuple(tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(","))
+    return SHAPES_K if name.endswith("_K") else SHAPES
+
+
 def _child(args: argparse.Namespace) -> None:
     from gguf import GGMLQuantizationType as T
 
     results = {}
+    batches = tuple(int(m) for m in args.batches.split(",")) if args.batches else BATCHES
     for name in args.types.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
-            for k, n in SHAPES_K if name.endswith("_K") else SHAPES:
-                for m in BATCHES:
+            for k, n in _shapes(name, args):
+                for m in batches:
                     key = f"{name} {threads} {k} {n} {m}"
                     results[key] = _time_one(int(T[name]), k, n, m, threads, args.min_seconds)
     print(json.dumps(results))
@@ -79,7 +87,7 @@ def _child(args: argparse.Namespace) -> None:
 def _run_child(gemm: bool, args: argparse.Namespace) -> dict[str, float]:
     env = dict(os.environ, PYENGINE_GEMM="1" if gemm else "0")
     cmd = [sys.executable, __file__, "--child", "--types", args.types, "--threads", args.threads,
-           "--min-seconds", str(args.min_seconds)]
+           "--min-seconds", str(args.min_seconds), "--shapes", args.shapes, "--batches", args.batches]
     done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -90,6 +98,9 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--rounds", type=int, default=3, help="alternating runs per setting")
     parser.add_argument("--min-seconds", type=float, default=0.3, help="timing per case and run")
+    parser.add_argument("--shapes", default="", help="comma-separated KxN (input x output features); "
+                        "default: SmolLM2's (Gemma-3's for the k-quants)")
+    parser.add_argument("--batches", default="", help="comma-separated activation rows (default: 512,1)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -59,7 +59,8 @@ class LLM:
 
     def __init__(self, model: str | os.PathLike, *, n_ctx: int | None = None, n_threads: int | None = None,
                  n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str | None = None,
-                 swa_full: bool = False) -> None:
+                 swa_full: bool = False, mmproj: str | os.PathLike | None = None) -> None:
+        """mmproj: a vision projector (llama.cpp's mmproj GGUF) for images in chats."""
         from pyengine.store import resolve_model
 
         self.path = resolve_model(model)
@@ -72,6 +73,12 @@ class LLM:
         self.n_ctx = _positive_int("n_ctx", n_ctx if n_ctx is not None else min(cfg.n_ctx_train, DEFAULT_CTX))
         self.n_batch = _positive_int("n_batch", n_batch)
         self.backend = Backend(n_threads)
+        self.projector = None
+        if mmproj is not None:
+            from pyengine.vision.projector import load_projector
+
+            self.projector = load_projector(mmproj)
+            self.projector.check_fits(cfg.n_embd, text_model=str(self.path))
         self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
                              n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full)
         self._closer = weakref.finalize(self, self.engine.close)
@@ -219,7 +226,7 @@ class LLM:
 
     def submit(self, prompt: str | Sequence[int], *, max_tokens: int | None = 128, temperature: float | None = None,
                seed: int | None = None, stop: Sequence[str] | str | None = None, surface: str = "ollama",
-               parameters: dict | None = None, **options) -> RequestHandle:
+               parameters: dict | None = None, images: Sequence = (), **options) -> RequestHandle:
         """Queue a generation with Ollama-named options; the handle streams Chunk events and
         ends with the Completion (counts, timings, finish_reason, logprobs).
 
@@ -242,7 +249,7 @@ class LLM:
         if sampling.n_probs and top is None:
             top = sampling.n_probs
         return self.engine.submit(ids, sampling, max_tokens=max_tokens, stop=stop, grammar=grammar,
-                                  top_logprobs=top, **request_opts)
+                                  top_logprobs=top, images=images, **request_opts)
 
     def sampling_options(self, surface: str, request: dict, parameters: dict | None = None) -> SamplingOptions:
         """The sampler settings of a request (Ollama's names): `surface`'s defaults < this

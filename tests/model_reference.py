@@ -454,3 +454,206 @@ class Reference:
             x = x + self.norm(f"{p}post_attention_norm", self.linear(f"{p}attn_output", o))
             x = x + self.norm(f"{p}post_ffw_norm", self.gated_mlp(p, x))
         return self.logits(x)
+
+    # gpt-oss: q/k/v/o biases, a sink logit per head in every softmax, a window on
+    # the even layers, NeoX RoPE with the file's scaling, a post-attention norm and
+    # experts with biases and the clamped SwiGLU, weighted by a softmax over the
+    # chosen experts' logits.  The keywords make the wrong variants the tests
+    # measure (sinks dropped, the window on the odd layers, no clamp).
+    def arch_gpt_oss(self, x, pos, *, sinks: bool = True, window_on_even: bool = True, clamp: bool = True):
+        window = self.w.hp("attention.sliding_window")
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            q, k, v = self.qkv(p, self.norm(f"{p}attn_norm", x))
+            sink = self.t(f"{p}attn_sinks.weight") if sinks else None
+            sliding = (i % 2 == 0) == window_on_even
+            o = attend_with_sinks(rope(q, pos), rope(k, pos), v, pos, scale=1.0 / math.sqrt(self.head_dim),
+                                  window=window if sliding else 0, sinks=sink)
+            x = x + self.linear(f"{p}attn_output", o)
+            x = x + self.oai_moe(p, self.norm(f"{p}post_attention_norm", x), clamp=clamp)
+        return self.logits(x)
+
+    def oai_moe(self, p: str, h, *, clamp: bool = True, alpha: float = 1.702, limit: float = 7.0):
+        n_used = self.w.hp("expert_used_count")
+        logits = self.linear(f"{p}ffn_gate_inp", h)                     # [T, E]
+        w = {n: (self.t(f"{p}ffn_{n}_exps.weight"), self.t(f"{p}ffn_{n}_exps.bias")) for n in ("gate", "up", "down")}
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-logits[t], kind="stable")[:n_used]
+            for e, wt in zip(chosen, softmax(logits[t, chosen])):
+                g = w["gate"][0][e] @ h[t] + w["gate"][1][e]
+                u = w["up"][0][e] @ h[t] + w["up"][1][e]
+                if clamp:
+                    g, u = np.minimum(g, limit), np.clip(u, -limit, limit)
+                y = g / (1.0 + np.exp(-alpha * g)) * (u + 1.0)
+                out[t] += wt * (w["down"][0][e] @ y + w["down"][1][e])
+        return out
+
+
+def attend_with_sinks(q, k, v, pos, *, scale: float, window: int = 0, sinks=None) -> np.ndarray:
+    """attend(), with each head's sink logit (sinks [H], or None) joining its
+    softmax denominator, without a value."""
+    if sinks is None:
+        return attend(q, k, v, pos, scale=scale, window=window)
+    n_tok, n_head, hd = q.shape
+    group = n_head // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, k) * scale
+    visible = pos[None, :] <= pos[:, None]
+    if window > 0:
+        visible &= (pos[:, None] - pos[None, :]) < window
+    scores = np.where(visible[None], scores, -np.inf)
+    sink = np.broadcast_to(np.asarray(sinks, np.float64)[:, None, None], (n_head, n_tok, 1))
+    mx = np.maximum(scores.max(-1, keepdims=True), sink)
+    e = np.exp(scores - mx)
+    p = e / (e.sum(-1, keepdims=True) + np.exp(sink - mx))
+    return np.einsum("hts,shd->thd", p, v).reshape(n_tok, n_head * hd)
+
+
+# ---- encoders ---------------------------------------------------------------------------
+
+
+def layer_norm(x: np.ndarray, w: np.ndarray, b, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def alibi_slopes(n_head: int, max_bias: float) -> np.ndarray:
+    """ALiBi's per-head slopes (Press et al.; for a head count that is no power of
+    two, the odd powers of the next scale fill the rest, as ggml does)."""
+    n_log2 = 2 ** int(math.floor(math.log2(n_head)))
+    m0, m1 = 2.0 ** (-max_bias / n_log2), 2.0 ** (-(max_bias / 2.0) / n_log2)
+    return np.array([m0 ** (h + 1) if h < n_log2 else m1 ** (2 * (h - n_log2) + 1) for h in range(n_head)])
+
+
+def attend_bidirectional(q, k, v, pos, *, scale: float, window: int = 0, alibi: float = 0.0) -> np.ndarray:
+    """Every token of q [T, H, hd] attends every token of k, v [T, Hkv, hd] (with a
+    window: those at most window // 2 positions away, either side; with an ALiBi max
+    bias, each head's scores minus its slope times the distance) -> [T, H*hd]."""
+    n_tok, n_head, hd = q.shape
+    group = n_head // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, k) * scale
+    if alibi > 0:
+        distance = np.abs(pos[:, None] - pos[None, :])
+        scores = scores - alibi_slopes(n_head, alibi)[:, None, None] * distance[None]
+    if window > 0:
+        visible = np.abs(pos[:, None] - pos[None, :]) <= window // 2
+        scores = np.where(visible[None], scores, -np.inf)
+    return np.einsum("hts,shd->thd", softmax(scores), v).reshape(n_tok, n_head * hd)
+
+
+class EncoderReference(Reference):
+    """An encoder's final hidden states [T, n_embd] of one whole sequence (positions
+    0..T-1, token type 0), and its classification head.
+
+    causal / swap_norms / global_only / no_alibi build wrong variants (a causal
+    mask; the LayerNorms before each sublayer where the model has them after each
+    residual add, or the other way round; no sliding window; no ALiBi), for the tests that show such a
+    mistake is caught."""
+
+    def __init__(self, path, *, causal: bool = False, swap_norms: bool = False, global_only: bool = False,
+                 no_alibi: bool = False) -> None:
+        super().__init__(path)
+        self.eps = self.w.hp("attention.layer_norm_epsilon")
+        self.causal, self.swap_norms, self.global_only, self.no_alibi = causal, swap_norms, global_only, no_alibi
+
+    def layer_norm(self, name: str, x: np.ndarray) -> np.ndarray:
+        bias = self.t(f"{name}.bias") if self.w.has(f"{name}.bias") else 0.0
+        return layer_norm(x, self.t(f"{name}.weight"), bias, self.eps)
+
+    def hidden(self, ids) -> np.ndarray:
+        ids = np.asarray(ids)
+        pos = np.arange(len(ids))
+        x = self.t("token_embd.weight")[ids]
+        if self.w.has("token_types.weight"):
+            x = x + self.t("token_types.weight")[0]
+        return getattr(self, f"encoder_{self.w.arch.replace('-', '_')}")(x, pos)
+
+    def classify(self, pooled: np.ndarray) -> np.ndarray:
+        x = pooled
+        if self.w.has("cls.weight"):
+            x = np.tanh(self.linear("cls", x))
+        if self.w.has("cls.output.weight"):
+            x = self.linear("cls.output", x)
+        return x
+
+    def attention(self, p: str, h, pos, rope: Rope | None, alibi: float = 0.0):
+        if self.w.has(f"{p}attn_q_norm.weight"):   # Jina's: LayerNorms over the whole q and k
+            q = self.layer_norm(f"{p}attn_q_norm", self.linear(f"{p}attn_q", h))
+            k = self.layer_norm(f"{p}attn_k_norm", self.linear(f"{p}attn_k", h))
+            q, k, v = self.heads(q, self.n_head), self.heads(k, self.n_head_kv), \
+                self.heads(self.linear(f"{p}attn_v", h), self.n_head_kv)
+        else:
+            q, k, v = self.qkv(p, h)
+        if rope is not None:
+            q, k = rope(q, pos), rope(k, pos)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if self.causal:   # (without ALiBi: the variant only needs to be wrong)
+            o = attend(q, k, v, pos, scale=scale)
+        else:
+            o = attend_bidirectional(q, k, v, pos, scale=scale, alibi=alibi)
+        return self.linear(f"{p}attn_output", o)
+
+    def post_norm_stack(self, x, pos, rope: Rope | None, ffn, alibi: float = 0.0) -> np.ndarray:
+        x = self.layer_norm("token_embd_norm", x)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            if self.swap_norms:
+                x = x + self.attention(p, self.layer_norm(f"{p}attn_output_norm", x), pos, rope, alibi)
+                x = x + ffn(p, self.layer_norm(f"{p}layer_output_norm", x))
+            else:
+                h = self.layer_norm(f"{p}attn_output_norm", x + self.attention(p, x, pos, rope, alibi))
+                if self.w.has(f"{p}attn_norm_2.weight"):   # Jina's: the layer's input added again
+                    h = self.layer_norm(f"{p}attn_norm_2", h + x)
+                x = self.layer_norm(f"{p}layer_output_norm", h + ffn(p, h))
+        return x
+
+    def gelu_mlp(self, p: str, h):
+        return self.linear(f"{p}ffn_down", gelu_tanh(self.linear(f"{p}ffn_up", h)))
+
+    def encoder_bert(self, x, pos):
+        return self.post_norm_stack(x + self.t("position_embd.weight")[pos], pos, None, self.gelu_mlp)
+
+    def encoder_jina_bert_v2(self, x, pos):
+        def gelu_gated(p, h):
+            return self.gated_mlp(p, h, act=gelu_tanh)
+        return self.post_norm_stack(x, pos, None, gelu_gated, alibi=0.0 if self.no_alibi else 8.0)
+
+    def encoder_nomic_bert(self, x, pos):
+        return self.post_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.gated_mlp)
+
+    def encoder_modern_bert(self, x, pos):
+        """Pre-norm blocks (no norm before layer 0's attention), bias-free LayerNorms,
+        GEGLU, a final norm; every `sliding_window_pattern`-th layer from the first is
+        global (rope.freq_base), the others see |distance| <= window // 2
+        (rope.freq_base_swa)."""
+        window = 0 if self.global_only else self.w.hp("attention.sliding_window", 0)
+        period = self.w.hp("attention.sliding_window_pattern", 3)
+        base_local = self.w.hp("rope.freq_base_swa", self.rope_base)
+        x = self.layer_norm("token_embd_norm", x)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            local = window > 0 and i % period != 0
+            rope = Rope(self.rope_dims, base_local if local else self.rope_base, neox=True)
+            has_norm = self.w.has(f"{p}attn_norm.weight")
+            h = self.layer_norm(f"{p}attn_norm", x) if has_norm and not self.swap_norms else x
+            q, k, v = self.qkv(p, h)
+            q, k = rope(q, pos), rope(k, pos)
+            scale = 1.0 / math.sqrt(self.head_dim)
+            o = (attend(q, k, v, pos, scale=scale) if self.causal
+                 else attend_bidirectional(q, k, v, pos, scale=scale, window=window if local else 0))
+            x = x + self.linear(f"{p}attn_output", o)
+            if self.swap_norms:   # post-norm: after the residual adds
+                x = self.layer_norm(f"{p}attn_norm", x) if has_norm else x
+                x = self.layer_norm(f"{p}ffn_norm", x + self.geglu(p, x))
+            else:
+                x = x + self.geglu(p, self.layer_norm(f"{p}ffn_norm", x))
+        return self.layer_norm("output_norm", x)
+
+    def geglu(self, p: str, h):
+        gate_up = self.linear(f"{p}ffn_up", h)
+        n_ff = gate_up.shape[1] // 2
+        return self.linear(f"{p}ffn_down", gelu_tanh(gate_up[:, :n_ff]) * gate_up[:, n_ff:])

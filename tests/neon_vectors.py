@@ -34,19 +34,22 @@ F32, F16, BF16 = 0, 1, 30
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 = 2, 3, 6, 7, 8, 9
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K = 10, 11, 12, 13, 14, 15
 IQ4_NL, IQ4_XS = 20, 23
+MXFP4 = 39
 IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M = 16, 17, 18, 19, 21, 22, 29
 LATTICE = (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M)
 
 # byte offsets of each block's f16 scales: random blocks get finite ones there
 F16_FIELDS = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), Q8_0: (0,),
               Q2_K: (80, 82), Q3_K: (108,), Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,),
-              IQ4_NL: (0,), IQ4_XS: (0,), **{t: (0,) for t in LATTICE if t != IQ1_M}}
+              IQ4_NL: (0,), IQ4_XS: (0,), MXFP4: (), **{t: (0,) for t in LATTICE if t != IQ1_M}}
+# byte offsets of each block's E8M0 exponents: random blocks get small scales there when moderate
+E8M0_FIELDS = {MXFP4: (0,)}
 
 # the kernels of csrc/cpu/arm/*.c
 NEON_QUANTIZE = (Q8_0, Q8_1, Q8_K, F16, BF16)
 NEON_TO_FLOAT = (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K)
 NEON_VEC_DOT = (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
-                *LATTICE)
+                *LATTICE, MXFP4)
 
 
 class Writer:
@@ -146,6 +149,9 @@ def random_blocks(rng: np.random.Generator, c, type_id: int, n: int, moderate: b
         for off in F16_FIELDS[type_id]:
             h = f16_bits(rng, moderate)
             block[off:off + 2] = (h & 0xFF, h >> 8)
+        for off in E8M0_FIELDS.get(type_id, ()):
+            if moderate:   # scales 2^-10 .. 2^2
+                block[off] = rng.integers(118, 131)
     return data
 
 

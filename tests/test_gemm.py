@@ -28,7 +28,7 @@ from pyengine.ml.context import Backend, Context
 SIMD_ISAS = [isa for isa in available_isas() if isa in X86_SIMD_ISAS]
 LEGACY = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
 KQUANTS = (T.Q4_K, T.Q5_K, T.Q6_K)
-TYPES = LEGACY + KQUANTS
+TYPES = LEGACY + KQUANTS + (T.MXFP4,)
 BATCHES = (1, 3, 4, 5, 17, 64, 70)
 ROWS = (21, 22, 23, 40)
 
@@ -36,8 +36,10 @@ ROWS = (21, 22, 23, 40)
 LAYOUT = {
     T.Q4_0: (18, (0,)), T.Q4_1: (20, (0, 2)), T.Q5_0: (22, (0,)), T.Q5_1: (24, (0, 2)),
     T.Q8_0: (34, (0,)), T.Q4_K: (144, (0, 2)), T.Q5_K: (176, (0, 2)), T.Q6_K: (210, (208,)),
-    T.IQ4_NL: (18, (0,)),
+    T.IQ4_NL: (18, (0,)), T.MXFP4: (17, ()),
 }
+# the offsets of the E8M0 exponents in a block
+E8M0_OFFSETS = {T.MXFP4: (0,)}
 
 
 def row_length(qtype: T) -> int:
@@ -52,6 +54,8 @@ def random_weights(qtype: T, rows: int, k: int, rng: np.random.Generator) -> np.
     for off in scale_offsets:
         scales = (rng.uniform(0.002, 0.05, len(blocks)) * rng.choice([-1, 1], len(blocks))).astype(np.float16)
         blocks[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
+    for off in E8M0_OFFSETS.get(qtype, ()):
+        blocks[:, off] = rng.integers(118, 124, len(blocks))   # scales 2^-10 .. 2^-5
     return blocks.reshape(-1)
 
 

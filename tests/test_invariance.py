@@ -7,7 +7,8 @@ four accumulators where a batch's take one, 4-row tiles of repacked Q4_K and
 batches of 8+ rows of the other k-quants multiply differently.  Ours does not,
 so these hold for every model; SmolLM2 and a Q4_K / Q6_K synthetic model, whose
 products go through the decoding kernels, the 4-row tiles and the 16-row packed
-prompt tiles, stand for them.)"""
+prompt tiles, stand for them; the synthetic gpt-oss adds attention sinks, a
+sliding window the prompts pass and routed experts.)"""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from pyengine.runner.forward import Forward
 from pyengine.tokenizer import Tokenizer
 
 SYNTH = Path(__file__).parent / "data" / "synth"
-MODELS = ("smollm2", "llama-wide-q4_k_s")
+MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0")
 
 
 def model_and_tokenizer(name: str):

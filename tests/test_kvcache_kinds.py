@@ -60,6 +60,8 @@ def test_a_batch_of_several_sequences_gets_their_rows_token_sequences_and_last_r
     assert len(written) == 3 and not written & {held, EMPTY_ROW}   # no row both read and written
     assert rows.token_seq.tolist() == [0, 0, 1, 2, 2, 2] and rows.seq_last.tolist() == [1, 2, 5]
     assert [state.position(s) for s in (3, 5, 9)] == [4, 1, 3]
+    assert rows.table.tolist() == [[0, 2, held, rows.write[0], 2], [2, 1, EMPTY_ROW, rows.write[1], 0],
+                                   [3, 3, EMPTY_ROW, rows.write[2], 0]]
     with pytest.raises(InvalidOptionError, match="side by side"):
         state.allocate(np.array([4, 1, 5], np.int32), np.array([3, 5, 3], np.int64))
 

@@ -81,6 +81,8 @@ def test_shape_contradicting_metadata(tmp_path, model, changes, culprit):
     ("qwen3-q4_1", "blk.1.attn_k_norm.weight"),
     ("qwen3moe-q8_0", "blk.1.ffn_down_exps.weight"),
     ("qwen3moe-q8_0", "blk.0.ffn_gate_inp.weight"),
+    ("gpt-oss-q8_0", "blk.1.attn_sinks.weight"),
+    ("gpt-oss-q8_0", "blk.2.ffn_up_exps.weight"),
     ("gemma2-q8_0", "blk.2.post_ffw_norm.weight"),
     ("gemma2-q8_0", "blk.0.post_attention_norm.weight"),
     ("phi3-q5_0", "blk.0.attn_qkv.weight"),
@@ -126,6 +128,7 @@ def test_gemma3_needs_qk_norms(tmp_path):
     ("qwen3moe-q8_0", "qwen3moe.expert_used_count", 5, U32, "expert_used_count"),
     ("qwen3moe-q8_0", "qwen3moe.expert_count", 0, U32, "expert_count"),
     ("qwen3moe-q8_0", "qwen3moe.expert_count", 1 << 30, U32, "expert_count"),
+    ("gpt-oss-q8_0", "gpt-oss.expert_used_count", 5, U32, "expert_used_count"),
     ("phi3-q5_0", "phi3.rope.dimension_count", 17, U32, "dimension_count"),
     ("phi3-q5_0", "phi3.rope.scaling.attn_factor", -1.0, F32, "attn_factor"),
     ("phi3-q5_0", "phi3.context_length", 0, U32, "context_length"),
@@ -162,6 +165,8 @@ def test_key_of_the_wrong_type(tmp_path, model, key):
     ("qwen2-q8_0", "qwen2.block_count"),
     ("qwen3moe-q8_0", "qwen3moe.expert_count"),
     ("qwen3moe-q8_0", "qwen3moe.expert_used_count"),
+    ("gpt-oss-q8_0", "gpt-oss.attention.sliding_window"),
+    ("gpt-oss-q8_0", "gpt-oss.attention.layer_norm_rms_epsilon"),
 ])
 def test_missing_required_key(tmp_path, model, key):
     path = rewrite(tmp_path, model, meta={key: DROP})

@@ -90,6 +90,7 @@ QUANT = {
     "qwen2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
     "qwen3-q4_1": Bounds(QUANT_ARGMAX, 0.05),
     "qwen3moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    "qwen3moe-mxfp4": Bounds(0.99, 0.05),   # MXFP4 experts (MOSTLY_MXFP4_MOE)
     "gemma2-q8_0": Bounds(QUANT_ARGMAX, 0.15),
     "phi3-q5_0": Bounds(QUANT_ARGMAX, 0.05),
     # scripts/make_synth_<arch>.py, recorded by llama.cpp's AVX2 build: its Q8_0 products are its
@@ -110,6 +111,10 @@ QUANT = {
     # mistral3: YaRN x8 over 64 (log multiplier 1, ramp ends 4 / 0.5) and a query temperature of 0.3
     # stepping every 64 positions; bit for bit on avx2/avxvnni/avx512, scalar 353/354, top-10 0.016
     "mistral3-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # gpt-oss (scripts/make_synth_gpt_oss.py): sinks, a 16-token window on the even layers, YaRN x8,
+    # biased experts with the clamped SwiGLU; recorded by the AVX-512 build (extra buffer types off);
+    # met to 1e-5 (354/354) on scalar, avx2 and avx512, 0.040 from the exact result as llama.cpp is
+    "gpt-oss-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -228,6 +233,29 @@ def test_exaone4_window_changes_the_result():
     assert np.abs(run_case(model, backend(), cases[2]["ids"], 1).logits - results[2].logits).max() > 0.5
 
 
+def test_gpt_oss_variants_are_far_from_llamacpp():
+    """The exact gpt-oss with one piece wrong (sinks dropped, the window on the odd
+    layers instead of the even ones, the SwiGLU unclamped) is far outside the
+    bounds the engine meets, in its top-10 at the last position and in its argmax
+    over the prompt's rows: the parity above tells each piece right from wrong."""
+    cases, _ = runs("gpt-oss-q8_0")
+    ref = Reference(DATA / "synth" / "gpt-oss-q8_0.gguf")
+    bounds = BOUNDS["gpt-oss-q8_0"]
+    ids = cases[2]["ids"]                        # 301 tokens: past the 16-token window
+    x, pos = ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids))
+    top = np.asarray(cases[2]["top_ids"][:10])
+    for wrong in ({"sinks": False}, {"window_on_even": False}, {"clamp": False}):
+        logits = ref.arch_gpt_oss(x, pos, **wrong)
+        top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
+        argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
+        assert top10 > 2 * bounds.top10 and argmax < bounds.argmax - 0.1, (wrong, top10, argmax)
+
+
+def test_gpt_oss_window_on_the_even_layers():
+    model = load(DATA / "synth" / "gpt-oss-q8_0.gguf")
+    assert [spec.window for spec in model.cache_layout()] == [16, 0, 16, 0]
+
+
 def phi3_longrope(tmp_path):
     """phi3-q5_0 plus LongRoPE factor tensors, original context 64, attn_factor 1.19."""
     rng = np.random.default_rng(7)
@@ -291,7 +319,7 @@ def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
 
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
-                                     "mistral3-q8_0",
+                                     "mistral3-q8_0", "gpt-oss-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the

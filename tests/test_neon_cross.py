@@ -81,6 +81,7 @@ CHECK_SETUP = {"neon_iquants_check.c": iq_grids_header}
 
 # the NEON kernels the vectors check runs, and what they link against
 NEON_SOURCES = ["csrc/cpu/arm/neon_legacy.c", "csrc/cpu/arm/neon_kquants.c", "csrc/cpu/arm/neon_iquants.c",
+                "csrc/cpu/arm/neon_mxfp4.c",
                 "csrc/quant/ref_kquants.c", "csrc/quant/ref_kquants_quantize.c", "csrc/quant/ref_iq4.c",
                 "csrc/quant/ref_legacy.c", "csrc/quant/ref_float.c", "csrc/quant/ref_iquants.c", "csrc/core/error.c"]
 
@@ -112,6 +113,7 @@ def test_neon_kernels_give_x86_bits_under_qemu(tmp_path, x86_vectors, variant):
 @pytest.mark.parametrize("check, sources", [
     ("neon_iquants_check.c", ["csrc/cpu/arm/neon_iquants.c", "csrc/cpu/arm/neon_iq_gemm.c",
                               "csrc/quant/ref_iquants.c", "csrc/core/error.c"]),
+    ("neon_mxfp4_check.c", ["csrc/cpu/arm/neon_mxfp4.c", "csrc/quant/ref_iq4.c"]),
 ])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_neon_kernels_match_reference_under_qemu(tmp_path, check, sources, variant):

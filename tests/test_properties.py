@@ -166,11 +166,14 @@ BLOCK_BOUND = {
     "Q8_0": 1 / 254 + 2e-3, "Q8_1": 1 / 254 + 2e-3, "Q4_0": 1 / 8 + 2e-3, "Q4_1": 1 / 15 + 2e-3,
     "Q5_0": 1 / 16 + 2e-3, "Q5_1": 1 / 31 + 2e-3, "Q8_K": 1 / 254 + 2e-3, "IQ4_NL": 0.2, "IQ4_XS": 0.2,
     "Q2_K": 0.6, "Q3_K": 0.4, "Q4_K": 0.2, "Q5_K": 0.1, "Q6_K": 0.05,
+    # the scale puts amax in [8, 16) halves of it, the top level is 12: at most a quarter of amax
+    "MXFP4": 0.25 + 2e-3,
 }
 # element-wise relative bounds of the float types (their rounding)
 FLOAT_BOUND = {"F32": 0.0, "F16": 2.0 ** -11, "BF16": 2.0 ** -8}
 TYPE_IDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q8_1": 9, "Q2_K": 10,
-            "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q8_K": 15, "IQ4_NL": 20, "IQ4_XS": 23, "BF16": 30}
+            "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q8_K": 15, "IQ4_NL": 20, "IQ4_XS": 23, "BF16": 30,
+            "MXFP4": 39}
 
 
 @st.composite

@@ -25,7 +25,7 @@ T = gguf.GGMLQuantizationType
 pytestmark = pytest.mark.skipif("avx2" not in available_isas(), reason="the AVX2 table is the yardstick")
 
 FLOAT_TYPES = [T.F32, T.F16, T.BF16]
-LEGACY_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL]
+LEGACY_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.IQ4_NL, T.MXFP4]
 K_TYPES = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS]
 LATTICE_TYPES = [T.IQ1_S, T.IQ1_M, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S]
 BLOCK_TYPES = LEGACY_TYPES + K_TYPES + LATTICE_TYPES
@@ -33,10 +33,12 @@ BLOCK_COUNTS = range(1, 41)
 
 # byte offsets of each block's f16 fields (IQ1_M keeps its scale in nibbles)
 F16_FIELDS = {
-    T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.IQ4_NL: [0],
+    T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.IQ4_NL: [0], T.MXFP4: [],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_XS: [0],
     T.IQ1_S: [0], T.IQ1_M: [], T.IQ2_XXS: [0], T.IQ2_XS: [0], T.IQ2_S: [0], T.IQ3_XXS: [0], T.IQ3_S: [0],
 }
+# byte offsets of each block's E8M0 exponents
+E8M0_FIELDS = {T.MXFP4: [0]}
 
 
 def same_bits(a, b) -> bool:
@@ -60,6 +62,8 @@ def weight_blocks(qtype: T, nblocks: int, rng, extreme: bool) -> np.ndarray:
     raw = rng.integers(0, 256, (nblocks, size), dtype=np.uint8)
     for off in F16_FIELDS[qtype]:
         raw[:, off:off + 2] = f16_scales(rng, nblocks, extreme).view(np.uint8).reshape(nblocks, 2)
+    for off in E8M0_FIELDS.get(qtype, []):   # moderate: scales 2^-10 .. 2^2; extreme: any
+        raw[:, off] = rng.integers(0, 256, nblocks) if extreme else rng.integers(118, 131, nblocks)
     if qtype == T.IQ1_M:  # the f16 in the top nibbles of the four scale words
         d = f16_scales(rng, nblocks, extreme)
         words = raw[:, 48:56].copy().view(np.uint16)

@@ -116,7 +116,7 @@ int pe_op_softcap(pe_graph *g, int a, float cap) {
 }
 
 int pe_op_unary(pe_graph *g, int a, int op) {
-    if (op < PE_UNARY_SILU || op > PE_UNARY_RELU) return pe_fail("unary: unknown function %d", op);
+    if (op < PE_UNARY_SILU || op > PE_UNARY_SOFTPLUS) return pe_fail("unary: unknown function %d", op);
     return unary_param(g, PE_OP_UNARY, "unary", a, 0, op);
 }
 
@@ -134,6 +134,12 @@ int pe_op_rms_norm(pe_graph *g, int ia, int iw, float eps) {
     }
     const int id = same_shape_node(g, PE_OP_RMS_NORM, a, ia, iw);
     if (id >= 0) g->t[id].fp[0] = eps;
+    return id;
+}
+
+int pe_op_layer_norm(pe_graph *g, int ia, int iw, float eps) {
+    const int id = pe_op_rms_norm(g, ia, iw, eps);
+    if (id >= 0) g->t[id].ip[0] = 1;   /* centred first (ops.c) */
     return id;
 }
 
@@ -251,6 +257,15 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
     return id;
 }
 
+int pe_op_attn_alibi(pe_graph *g, int attn, float max_bias) {
+    pe_tensor *t = get(g, attn, "attn_alibi", "attn");
+    if (!t) return -1;
+    if (t->op != PE_OP_ATTN) return pe_fail("attn_alibi: tensor %d is no attention node", attn);
+    if (!(max_bias > 0 && max_bias < 1e6f)) return pe_fail("attn_alibi: max_bias must be positive (got %g)", max_bias);
+    t->fp[2] = max_bias;
+    return attn;
+}
+
 int pe_op_topk(pe_graph *g, int ia, int k) {
     pe_tensor *a = get(g, ia, "topk", "a");
     if (!a || require_f32("topk", a)) return -1;
@@ -276,4 +291,146 @@ int pe_op_weighted_sum(pe_graph *g, int ia, int iw) {
     if (w->ne[0] != a->ne[1] || w->ne[1] != a->ne[2]) return fail_shapes("weighted_sum", a, w, "weights must be [U,T] for a [N,U,T]");
     const int64_t ne[2] = {a->ne[0], a->ne[2]};
     return node(g, PE_OP_WEIGHTED_SUM, PE_TYPE_F32, 2, ne, ia, iw, -1, -1, -1);
+}
+
+int pe_op_attn_sinks(pe_graph *g, int attn, int sinks) {
+    pe_tensor *t = get(g, attn, "attn_sinks", "attn"), *s = get(g, sinks, "attn_sinks", "sinks");
+    if (!t || !s || require_f32("attn_sinks", s)) return -1;
+    if (t->op != PE_OP_ATTN) return pe_fail("attn_sinks: tensor %d is not an attention node", attn);
+    if (s->op != PE_OP_NONE && attn <= sinks)   /* a computed one must be ready when attention runs */
+        return pe_fail("attn_sinks: the sinks (%d) must come before the attention node (%d)", sinks, attn);
+    const int64_t n_head = g->t[t->src[0]].ne[1];
+    if (!pe_is_contiguous(s) || pe_nelements(s) != n_head) return fail_shapes("attn_sinks", &g->t[t->src[0]], s, "one sink per query head");
+    t->src[6] = sinks;
+    return attn;
+}
+
+int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids) {
+    const int id = pe_op_moe_weights(g, logits, ids, 0);
+    if (id >= 0) g->t[id].ip[1] = 1;   /* moe_weights_run: the softmax over the chosen logits alone */
+    return id;
+}
+
+int pe_op_add_id(pe_graph *g, int ia, int ib, int iids) {
+    pe_tensor *a = get(g, ia, "add_id", "a"), *b = get(g, ib, "add_id", "b"), *ids = get(g, iids, "add_id", "ids");
+    if (!a || !b || !ids || require_f32("add_id", a) || require_f32("add_id", b) || require_i32("add_id", ids)) return -1;
+    if (b->ne[0] != a->ne[0] || b->ne[2] != 1 || b->ne[3] != 1) return fail_shapes("add_id", a, b, "b must be [N,E] for an [N,U,T]");
+    if (ids->ne[0] != a->ne[1] || ids->ne[1] != a->ne[2] || a->ne[3] != 1) return fail_shapes("add_id", a, ids, "ids must be [U,T] for an [N,U,T]");
+    return node(g, PE_OP_ADD_ID, PE_TYPE_F32, a->n_dims, a->ne, ia, ib, iids, -1, -1);
+}
+
+int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit) {
+    pe_tensor *a = get(g, gate, "swiglu_oai", "gate"), *b = get(g, up, "swiglu_oai", "up");
+    if (!a || !b || require_f32("swiglu_oai", a) || require_f32("swiglu_oai", b)) return -1;
+    if (!(limit > 0) || !(alpha > 0)) return pe_fail("swiglu_oai: alpha and limit must be positive (got %g, %g)", alpha, limit);
+    for (int i = 0; i < PE_MAX_DIMS; i++)
+        if (a->ne[i] != b->ne[i]) return fail_shapes("swiglu_oai", a, b, "gate and up differ in shape");
+    const int id = same_shape_node(g, PE_OP_SWIGLU_OAI, a, gate, up);
+    if (id >= 0) { g->t[id].fp[0] = alpha; g->t[id].fp[1] = limit; }
+    return id;
+}
+
+/* ---- recurrent layers ---------------------------------------------------------- */
+
+int pe_op_l2_norm(pe_graph *g, int ia, float eps) {
+    pe_tensor *a = get(g, ia, "l2_norm", "a");
+    if (!a || require_f32("l2_norm", a)) return -1;
+    if (!(eps >= 0)) return pe_fail("l2_norm: eps must be >= 0 (got %g)", eps);
+    const int id = same_shape_node(g, PE_OP_L2_NORM, a, ia, -1);
+    if (id >= 0) g->t[id].fp[0] = eps;
+    return id;
+}
+
+/* The state buffer and the sequence table of a recurrent op: an F32 [E, R]
+ * buffer whose rows hold `elems` floats, and an I32 [PE_SEQ_FIELDS, S]. */
+static int check_states(const char *op, const pe_tensor *state, int64_t elems, const pe_tensor *seqs) {
+    if (state->type != PE_TYPE_F32 || !pe_is_contiguous(state) || state->ne[2] != 1 || state->ne[3] != 1)
+        return fail_shapes(op, state, NULL, "state must be a contiguous F32 [E, rows] buffer");
+    if (state->ne[0] != elems)
+        return pe_fail("%s: state rows hold %lld floats, the layer needs %lld", op, (long long)state->ne[0],
+                       (long long)elems);
+    if (require_i32(op, seqs)) return -1;
+    if (seqs->ne[0] != PE_SEQ_FIELDS || seqs->ne[2] != 1 || seqs->ne[3] != 1)
+        return fail_shapes(op, seqs, NULL, "seqs must be I32 [5, n_seqs]");
+    return 0;
+}
+
+/* an F32 operand with contiguous rows whose dims 0.. match ne (0: any) */
+static int check_operand(const char *op, const pe_tensor *t, int n, const int64_t *ne, const char *what) {
+    if (require_f32(op, t)) return -1;
+    for (int i = 0; i < n; i++)
+        if (ne[i] && t->ne[i] != ne[i]) return pe_fail("%s: %s has the wrong shape (dim %d is %lld, not %lld)", op, what, i,
+                                                      (long long)t->ne[i], (long long)ne[i]);
+    for (int i = n; i < PE_MAX_DIMS; i++)
+        if (t->ne[i] != 1) return pe_fail("%s: %s has more than %d dims", op, what, n);
+    return 0;
+}
+
+int pe_op_ssm_conv(pe_graph *g, int ix, int iw, int istate, int iseqs) {
+    pe_tensor *x = get(g, ix, "ssm_conv", "x"), *w = get(g, iw, "ssm_conv", "kernel"),
+              *s = get(g, istate, "ssm_conv", "state"), *q = get(g, iseqs, "ssm_conv", "seqs");
+    if (!x || !w || !s || !q || check_operand("ssm_conv", x, 2, (const int64_t[]){0, 0}, "x")) return -1;
+    const int64_t d = x->ne[0], K = w->ne[0];
+    if (check_operand("ssm_conv", w, 2, (const int64_t[]){0, d}, "kernel") || !pe_is_contiguous(w)) return -1;
+    if (K < 2 || K > 16) return pe_fail("ssm_conv: %lld taps (2..16 supported)", (long long)K);
+    if (check_states("ssm_conv", s, (K - 1) * d, q)) return -1;
+    const int64_t ne[2] = {d, x->ne[1]};
+    return node(g, PE_OP_SSM_CONV, PE_TYPE_F32, 2, ne, ix, iw, istate, iseqs, -1);
+}
+
+int pe_op_ssm_scan(pe_graph *g, int ix, int idt, int iA, int iB, int iC, int iD, int idt_bias, int istate, int iseqs) {
+    const char *op = "ssm_scan";
+    pe_tensor *x = get(g, ix, op, "x"), *dt = get(g, idt, op, "dt"), *A = get(g, iA, op, "A"), *B = get(g, iB, op, "B"),
+              *C = get(g, iC, op, "C"), *s = get(g, istate, op, "state"), *q = get(g, iseqs, op, "seqs");
+    if (!x || !dt || !A || !B || !C || !s || !q) return -1;
+    if (check_operand(op, x, 3, (const int64_t[]){0, 0, 0}, "x")) return -1;
+    const int64_t P = x->ne[0], H = x->ne[1], T = x->ne[2], N = B->ne[0], G = B->ne[1];
+    if (check_operand(op, dt, 2, (const int64_t[]){H, T}, "dt") || check_operand(op, B, 3, (const int64_t[]){N, G, T}, "B") ||
+        check_operand(op, C, 3, (const int64_t[]){N, G, T}, "C"))
+        return -1;
+    if (G < 1 || H % G) return pe_fail("ssm_scan: %lld heads do not divide into %lld groups", (long long)H, (long long)G);
+    if (require_f32(op, A) || pe_nelements(A) != H || !pe_is_contiguous(A)) return fail_shapes(op, A, x, "A must hold one contiguous value per head");
+    const int extra[2] = {iD, idt_bias};
+    for (int i = 0; i < 2; i++) {
+        if (extra[i] < 0) continue;
+        const pe_tensor *e = get(g, extra[i], op, i ? "dt_bias" : "D");
+        if (!e || require_f32(op, e)) return -1;
+        if (pe_nelements(e) != H || !pe_is_contiguous(e)) return fail_shapes(op, e, x, "D and dt_bias hold one contiguous value per head");
+    }
+    if (check_states(op, s, H * N * P, q)) return -1;
+    const int id = node(g, PE_OP_SSM_SCAN, PE_TYPE_F32, 3, x->ne, ix, idt, iA, iB, iC);
+    if (id < 0) return -1;
+    g->t[id].src[5] = iD;
+    g->t[id].src[6] = idt_bias;
+    g->t[id].src[7] = istate;
+    g->t[id].src[8] = iseqs;
+    return id;
+}
+
+int pe_op_delta_net(pe_graph *g, int iq, int ik, int iv, int igate, int ibeta, int istate, int iseqs, float scale,
+                    int chunk) {
+    const char *op = "delta_net";
+    pe_tensor *q = get(g, iq, op, "q"), *k = get(g, ik, op, "k"), *v = get(g, iv, op, "v"),
+              *ga = get(g, igate, op, "g"), *be = get(g, ibeta, op, "beta"), *s = get(g, istate, op, "state"),
+              *sq = get(g, iseqs, op, "seqs");
+    if (!q || !k || !v || !ga || !be || !s || !sq) return -1;
+    if (check_operand(op, q, 3, (const int64_t[]){0, 0, 0}, "q")) return -1;
+    const int64_t Dk = q->ne[0], Hk = q->ne[1], T = q->ne[2];
+    if (check_operand(op, k, 3, (const int64_t[]){Dk, Hk, T}, "k") || check_operand(op, v, 3, (const int64_t[]){0, 0, T}, "v"))
+        return -1;
+    const int64_t Dv = v->ne[0], H = v->ne[1];
+    if (H % Hk) return pe_fail("delta_net: %lld value heads do not divide into %lld key heads", (long long)H, (long long)Hk);
+    if (check_operand(op, ga, 2, (const int64_t[]){H, T}, "g") || check_operand(op, be, 2, (const int64_t[]){H, T}, "beta"))
+        return -1;
+    if (chunk < 0 || chunk > PE_DELTA_MAX_CHUNK) return pe_fail("delta_net: chunk %d out of range 0..%d", chunk, PE_DELTA_MAX_CHUNK);
+    if (!(scale > 0)) return pe_fail("delta_net: scale must be positive");
+    if (check_states(op, s, H * Dk * Dv, sq)) return -1;
+    const int64_t ne[3] = {Dv, H, T};
+    const int id = node(g, PE_OP_DELTA_NET, PE_TYPE_F32, 3, ne, iq, ik, iv, igate, ibeta);
+    if (id < 0) return -1;
+    g->t[id].src[5] = istate;
+    g->t[id].src[6] = iseqs;
+    g->t[id].ip[0] = chunk;
+    g->t[id].fp[0] = scale;
+    return id;
 }

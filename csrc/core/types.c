@@ -39,6 +39,7 @@ static const pe_type_traits traits[PE_TYPE_COUNT] = {
     [PE_TYPE_IQ3_S]  = {"IQ3_S",  QK_K,   sizeof(block_iq3_s),  PE_TYPE_Q8_K, 1},
     [PE_TYPE_IQ1_S]  = {"IQ1_S",  QK_K,   sizeof(block_iq1_s),  PE_TYPE_Q8_K, 1},
     [PE_TYPE_IQ1_M]  = {"IQ1_M",  QK_K,   sizeof(block_iq1_m),  PE_TYPE_Q8_K, 1},
+    [PE_TYPE_MXFP4]  = {"MXFP4",  QK_MXFP4, sizeof(block_mxfp4), PE_TYPE_Q8_0, 1},
     [PE_TYPE_I8]     = {"I8",     1,      1,                    -1,           0},
     [PE_TYPE_I16]    = {"I16",    1,      2,                    -1,           0},
     [PE_TYPE_I32]    = {"I32",    1,      4,                    -1,           0},

@@ -107,17 +107,20 @@ static void build_tables(void) {
     pe_fill_ref_iquants(ref);
     pe_fill_ref_rows8(ref);
     pe_fill_vec_scalar(ref);
+    pe_fill_ssm_scalar(ref);
 #if defined(PE_ARCH_X86)
     if (have[ISA_AVX2]) {
         tables[ISA_AVX2] = *ref;
         tables[ISA_AVX2].isa = isa_names[ISA_AVX2];
         pe_fill_vec_avx2(&tables[ISA_AVX2]);
+        pe_fill_ssm_avx2(&tables[ISA_AVX2]);
         pe_fill_avx2_legacy(&tables[ISA_AVX2]);
         pe_fill_avx2_kquants(&tables[ISA_AVX2]);
         pe_fill_avx2_iq2(&tables[ISA_AVX2]);
         pe_fill_avx2_iq13(&tables[ISA_AVX2]);
         pe_fill_avx2_iq_gemm(&tables[ISA_AVX2]);
         pe_fill_avx2_gemm(&tables[ISA_AVX2]);
+        pe_fill_avx2_mxfp4(&tables[ISA_AVX2]);
     }
 #if defined(PE_HAVE_AVXVNNI)
     if (have[ISA_AVXVNNI]) {
@@ -130,9 +133,11 @@ static void build_tables(void) {
         tables[ISA_AVX512] = tables[ISA_AVX2];
         tables[ISA_AVX512].isa = isa_names[ISA_AVX512];
         pe_fill_vec_avx512(&tables[ISA_AVX512]);
+        pe_fill_ssm_avx512(&tables[ISA_AVX512]);
         pe_fill_avx512_legacy(&tables[ISA_AVX512]);
         pe_fill_avx512_gemm(&tables[ISA_AVX512]);
         pe_fill_avx512_iq_gemm(&tables[ISA_AVX512]);
+        pe_fill_avx512_mxfp4(&tables[ISA_AVX512]);
     }
 #elif defined(PE_ARCH_ARM)
 #if defined(PE_HAVE_NEON_NODOT)   /* the build compiled the NEON files a second time */
@@ -145,6 +150,7 @@ static void build_tables(void) {
         pe_fill_neon_kquants_nodot(t);
         pe_fill_neon_iquants_nodot(t);
         pe_fill_neon_iq_gemm_nodot(t);
+        pe_fill_neon_mxfp4_nodot(t);
     }
 #else
     have[ISA_NEON_NODOT] = false;
@@ -157,6 +163,7 @@ static void build_tables(void) {
         pe_fill_neon_kquants(&tables[ISA_NEON]);
         pe_fill_neon_iquants(&tables[ISA_NEON]);
         pe_fill_neon_iq_gemm(&tables[ISA_NEON]);
+        pe_fill_neon_mxfp4(&tables[ISA_NEON]);
     }
 #endif
     for (int i = 0; i < ISA_COUNT; i++)

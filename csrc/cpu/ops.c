@@ -28,6 +28,11 @@ size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t);
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 size_t pe_op_get_rows_work(const pe_graph *g, const pe_tensor *t, int n_threads);
+void pe_op_l2_norm_run(pe_exec *ex, pe_tensor *t);
+void pe_op_ssm_conv_run(pe_exec *ex, pe_tensor *t);
+void pe_op_ssm_scan_run(pe_exec *ex, pe_tensor *t);
+void pe_op_delta_net_run(pe_exec *ex, pe_tensor *t);
+size_t pe_op_ssm_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 
 static inline pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
     return t->src[i] >= 0 ? &ex->g->t[t->src[i]] : NULL;
@@ -80,6 +85,8 @@ static void unary_run(pe_exec *ex, pe_tensor *t) {
         case 100 + PE_UNARY_GELU:     for (int64_t i = 0; i < n; i++) d[i] = pe_gelu(x[i]); break;
         case 100 + PE_UNARY_GELU_ERF: for (int64_t i = 0; i < n; i++) d[i] = 0.5f * x[i] * (1.0f + gelu_erf(x[i])); break;
         case 100 + PE_UNARY_RELU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] > 0 ? x[i] : 0; break;
+        case 100 + PE_UNARY_SIGMOID:  for (int64_t i = 0; i < n; i++) d[i] = 1.0f / (1.0f + pe_expf(0.0f - x[i])); break;
+        case 100 + PE_UNARY_SOFTPLUS: for (int64_t i = 0; i < n; i++) d[i] = pe_softplusf(x[i]); break;
         default: break;
         }
     }
@@ -95,6 +102,16 @@ static void glu_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* x - mean(x) into d (which may be x's row), the mean summed in double in
+ * element order: one order whatever the ISA or thread split */
+static const float *centred_row(int64_t n, const float *x, float *d) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    for (int64_t i = 0; i < n; i++) d[i] = x[i] - mean;
+    return d;
+}
+
 static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *w = src(ex, t, 1);
     const int64_t n = a->ne[0];
@@ -104,6 +121,7 @@ static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     for (int64_t r = r0; r < r1; r++) {
         const float *x = row_f32(a, r);
         float *d = row_f32(t, r);
+        if (t->ip[0]) x = centred_row(n, x, d);   /* a layer norm: the RMS norm of x - mean(x) */
         const float mean = (float)(pe_kern->vec.sum_sq(n, x) / (double)n);
         const float scale = 1.0f / sqrtf(mean + t->fp[0]);
         /* (x * scale) * w, the same rounding as a norm followed by a mul */
@@ -146,6 +164,65 @@ static void topk_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* The softmax over the k chosen logits alone, as llama.cpp takes it over
+ * the gathered logits: their max, exponentials summed in double, the float
+ * inverse.  Returns -1 for an id out of range. */
+static int softmax_chosen(int64_t n, int64_t k, const float *x, const int32_t *id, float *d) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < k; j++) {
+        if (id[j] < 0 || id[j] >= n) return -1;
+        mx = x[id[j]] > mx ? x[id[j]] : mx;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; j++) {
+        d[j] = pe_expf(x[id[j]] - mx);
+        sum += d[j];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j < k; j++) d[j] *= inv;
+    return 0;
+}
+
+/* add_id: row (u, t) of a plus row ids[u, t] of b (each chosen expert's bias). */
+static void add_id_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0), *b = src(ex, t, 1), *ids = src(ex, t, 2);
+    const int64_t n = a->ne[0], n_rows = b->ne[1];
+    int64_t r0, r1;
+    pe_split(pe_nrows(a), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t u = r % a->ne[1], tok = r / a->ne[1];
+        const int32_t e = *(const int32_t *)((const uint8_t *)ids->data + u * ids->nb[0] + tok * ids->nb[1]);
+        if (e < 0 || e >= n_rows) { pe_exec_fail(ex, "add_id: expert id out of range"); return; }
+        const float *x = pe_row(a, u, tok, 0), *y = pe_row(b, e, 0, 0);
+        float *d = row_f32(t, r);
+        for (int64_t i = 0; i < n; i++) d[i] = x[i] + y[i];
+    }
+}
+
+/* gpt-oss's unit, in llama.cpp's steps: the gate clamped from above, the up
+ * part on both sides, gate * sigmoid(alpha * gate) * (up + 1), i.e.
+ * g / (1 + exp(alpha * -g)) * (u + 1).  The exponentials are the table's
+ * exp_sum over the row (pe_expf's bits in vector lanes: this file's own
+ * pe_expf, built without FMA instructions, costs ~50 ns a value). */
+static void swiglu_oai_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *gate = src(ex, t, 0), *up = src(ex, t, 1);
+    const float alpha = t->fp[0], limit = t->fp[1];
+    const int64_t n = gate->ne[0];
+    int64_t r0, r1;
+    pe_split(pe_nrows(gate), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = row_f32(gate, r), *y = row_f32(up, r);
+        float *d = row_f32(t, r);
+        for (int64_t i = 0; i < n; i++) d[i] = alpha * (0.0f - (limit < x[i] ? limit : x[i]));   /* std::min */
+        pe_kern->vec.exp_sum(n, d, d, 0.0f);                                                    /* exp(d - 0) */
+        for (int64_t i = 0; i < n; i++) {
+            const float g = limit < x[i] ? limit : x[i];
+            const float u = y[i] < -limit ? -limit : (limit < y[i] ? limit : y[i]);   /* std::clamp */
+            d[i] = g / (1.0f + d[i]) * (u + 1.0f);
+        }
+    }
+}
+
 static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *ids = src(ex, t, 1);
     const int64_t n = a->ne[0], k = ids->ne[0];
@@ -155,6 +232,10 @@ static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
         const float *x = row_f32(a, r);
         const int32_t *id = (const int32_t *)((const uint8_t *)ids->data + r * ids->nb[1]);
         float *d = (float *)((uint8_t *)t->data + r * t->nb[1]);
+        if (t->ip[1]) {
+            if (softmax_chosen(n, k, x, id, d)) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
+            continue;
+        }
         float mx = -INFINITY;
         for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
         double sum = 0.0;
@@ -206,6 +287,12 @@ void pe_op_compute(pe_exec *ex, pe_tensor *t) {
     case PE_OP_TOPK:         topk_run(ex, t); break;
     case PE_OP_MOE_WEIGHTS:  moe_weights_run(ex, t); break;
     case PE_OP_WEIGHTED_SUM: weighted_sum_run(ex, t); break;
+    case PE_OP_ADD_ID:       add_id_run(ex, t); break;
+    case PE_OP_SWIGLU_OAI:   swiglu_oai_run(ex, t); break;
+    case PE_OP_L2_NORM:      pe_op_l2_norm_run(ex, t); break;
+    case PE_OP_SSM_CONV:     pe_op_ssm_conv_run(ex, t); break;
+    case PE_OP_SSM_SCAN:     pe_op_ssm_scan_run(ex, t); break;
+    case PE_OP_DELTA_NET:    pe_op_delta_net_run(ex, t); break;
     default: break;
     }
 }
@@ -216,6 +303,9 @@ size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads) {
     case PE_OP_MUL_MAT_ID: return pe_op_mul_mat_work(g, t, n_threads);
     case PE_OP_ATTN:       return pe_op_attn_work(g, t, n_threads);
     case PE_OP_GET_ROWS:   return pe_op_get_rows_work(g, t, n_threads);
+    case PE_OP_SSM_CONV:
+    case PE_OP_SSM_SCAN:
+    case PE_OP_DELTA_NET:  return pe_op_ssm_work(g, t, n_threads);
     default:               return 0;
     }
 }

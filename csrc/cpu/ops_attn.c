@@ -277,10 +277,37 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
     for (int64_t gi = 0; gi < ag->group; gi++) ag->mx[gi] = pe_kern->vec.scale_max(n, ag->scores + gi * n, t->fp[0]);
 }
 
+/* ggml's ALiBi slope of head h of n_head (soft_max's): powers of m0 over the
+ * first 2^floor(log2 n_head) heads, odd powers of m1 over the rest. */
+static float alibi_slope(int64_t h, int64_t n_head, float max_bias) {
+    const int64_t n_log2 = (int64_t)1 << (int)floor(log2((double)n_head));
+    const float m0 = powf(2.0f, -max_bias / (float)n_log2);
+    const float m1 = powf(2.0f, -(max_bias / 2.0f) / (float)n_log2);
+    return h < n_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_log2) + 1));
+}
+
+/* ALiBi: each visible slot's scaled score plus the head's slope times the
+ * mask's value there (-|distance|), and each head's new largest. */
+static void alibi_scores(attn_group *ag, const float *m, int64_t h0, int64_t n_head, float max_bias) {
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        const float slope = alibi_slope(h0 + gi, n_head, max_bias);
+        float *sc = ag->scores + gi * ag->n_slots;
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < ag->n_visible; i++) {
+            const float s = sc[ag->vslot[i]] + slope * m[ag->visible[i]];
+            sc[ag->vslot[i]] = s;
+            mx = s > mx ? s : mx;
+        }
+        ag->mx[gi] = mx;
+    }
+}
+
 /* Softmax of each head's scores, in place: exponentials over whole vectors,
  * summed in double, scaled by the float inverse, and for an F16 V rounded to
- * F16 (the type of the product with the V cache). */
-static void group_softmax(attn_group *ag, int to_f16) {
+ * F16 (the type of the product with the V cache).  With sinks (one logit per
+ * query head, or NULL), as llama.cpp's softmax takes them: the max over the
+ * scores and the head's sink, and exp(sink - max) added to the sum last. */
+static void group_softmax(attn_group *ag, int to_f16, const float *sinks) {
     const int64_t n = ag->n_slots;
     for (int64_t gi = 0; gi < ag->group; gi++) {
         float *sc = ag->scores + gi * n;
@@ -288,7 +315,9 @@ static void group_softmax(attn_group *ag, int to_f16) {
             memset(sc, 0, (size_t)n * sizeof(float));
             continue;
         }
-        const double sum = pe_kern->vec.exp_sum(n, sc, sc, ag->mx[gi]);
+        const float mx = sinks && sinks[gi] > ag->mx[gi] ? sinks[gi] : ag->mx[gi];
+        double sum = pe_kern->vec.exp_sum(n, sc, sc, mx);
+        if (sinks) sum += (double)pe_expf(sinks[gi] - mx);
         const float inv = (float)(1.0 / sum);
         if (to_f16) {
             pe_kern->vec.scale_round_f16(n, sc, sc, inv);
@@ -388,6 +417,7 @@ typedef struct {
     int64_t          nt, group, n_kv, room;
     size_t           k_head_bytes, v_head_bytes;   /* a head's slice of a cache row */
     const uint16_t  *vt;                            /* the transposed V, or NULL */
+    const pe_tensor *sinks;                         /* F32 [H] sink logits (pe_op_attn_sinks), or NULL */
 } attn_op;
 
 /* Heads h0 .. h0 + nh - 1 (of one KV group) of token tok; a token's cells
@@ -403,7 +433,9 @@ static void run_heads(const attn_op *op, attn_group *ag, int64_t tok, int64_t h0
     ag->vt = op->vt ? op->vt + kvh * hd * ag->vt_width : NULL;
     const size_t k_off = (size_t)kvh * op->k_head_bytes, v_off = (size_t)kvh * op->v_head_bytes;
     group_scores(t, ag, op->q, h0, tok, op->k, k_off, v);
-    group_softmax(ag, v->type == PE_TYPE_F16);
+    if (t->fp[2] > 0) alibi_scores(ag, m, h0, op->q->ne[1], t->fp[2]);
+    const float *sinks = t->src[6] >= 0 ? (const float *)op->sinks->data + h0 : NULL;
+    group_softmax(ag, v->type == PE_TYPE_F16, sinks);
     if (v->type == PE_TYPE_F16) group_values_f16(ag, v, v_off, out);
     else                        group_values_quant(ag, v, v_off, out);
 }
@@ -418,6 +450,7 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     if (group > 64) { pe_exec_fail(ex, "attn: more than 64 query heads per KV head"); return; }
     attn_op op = {.t = t, .q = q, .k = k, .v = v, .mask = &g->t[t->src[3]],
                   .cell_pos = t->src[5] >= 0 ? (const int32_t *)g->t[t->src[5]].data : NULL,
+                  .sinks = t->src[6] >= 0 ? &g->t[t->src[6]] : NULL,
                   .nt = nt, .group = group, .n_kv = n_kv, .room = padded(k->ne[1]) + ATTN_ALIGN,
                   .k_head_bytes = pe_row_bytes(k->type, hd), .v_head_bytes = pe_row_bytes(v->type, hd)};
     const int q_type = k->type == PE_TYPE_F16 ? PE_TYPE_F16 : pe_type_vec_dot_type(k->type);

@@ -19,6 +19,7 @@ typedef uint16_t pe_bf16;  /* bfloat16, stored as bits */
 #define QK_K  256
 #define K_SCALE_SIZE 12
 #define QK4_NL 32
+#define QK_MXFP4 32
 
 typedef struct { pe_f16 d; uint8_t qs[QK4_0 / 2]; } block_q4_0;
 typedef struct { pe_f16 d; pe_f16 m; uint8_t qs[QK4_1 / 2]; } block_q4_1;
@@ -51,6 +52,12 @@ typedef struct { pe_f16 d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; } block
 typedef struct { uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; uint8_t scales[QK_K / 32]; } block_iq1_m;
 
 typedef struct { pe_f16 d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl;
+/* MXFP4 (OCP microscaling): 32 E2M1 codes sharing one E8M0 exponent e.  The
+ * codes index pe_mxfp4_values (E2M1's levels doubled, so integers), the
+ * block's scale is then half of E8M0's 2^(e - 127): see pe_mxfp4_scale.
+ * Codes as IQ4_NL's: element j in the low nibble of qs[j], j + 16 in its
+ * high one. */
+typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4;
 typedef struct { pe_f16 d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;
 
 /* Q4_1 rows interleaved by 8 (PE_TYPE_Q4_1_X8, made at load, never in a
@@ -89,6 +96,7 @@ static_assert(sizeof(block_q5_K) == 4 + K_SCALE_SIZE + QK_K / 8 + QK_K / 2, "q5_
 static_assert(sizeof(block_q6_K) == QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, "q6_K size");
 static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "q8_K size");
 static_assert(sizeof(block_iq4_nl) == 2 + QK4_NL / 2, "iq4_nl size");
+static_assert(sizeof(block_mxfp4) == 1 + QK_MXFP4 / 2, "mxfp4 size");
 static_assert(sizeof(block_iq4_xs) == 4 + QK_K / 64 + QK_K / 2, "iq4_xs size");
 static_assert(sizeof(block_iq2_xxs) == 66, "iq2_xxs size");
 static_assert(sizeof(block_iq2_xs) == 74, "iq2_xs size");
@@ -106,6 +114,9 @@ static_assert(sizeof(block_q5_0x8) == 8 * sizeof(block_q5_0), "q5_0x8 size");
 
 /* The non-linear 4-bit grid of IQ4_NL / IQ4_XS. */
 extern const int8_t pe_iq4nl_values[16];
+/* E2M1's 16 values doubled: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives
+ * (code 8 is -0, here 0) */
+extern const int8_t pe_mxfp4_values[16];
 
 /* ---- half precision ------------------------------------------------------ */
 
@@ -138,6 +149,13 @@ static inline pe_f16 pe_f32_to_f16(float f) {
     }
     const uint32_t odd = (ax >> 13) & 1;
     return (pe_f16)(sign | ((ax + 0xc8000fffu + odd) >> 13));
+}
+
+/* MXFP4's block scale 2^(e - 128) (E8M0's 2^(e - 127) halved for the doubled
+ * levels), exact for every e: e 0 and 1 give the subnormals 2^-128 and
+ * 2^-127, and 255 (E8M0's NaN) gives 2^127 as in ggml. */
+static inline float pe_mxfp4_scale(uint8_t e) {
+    return pe_bits_to_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
 }
 
 static inline float pe_bf16_to_f32(pe_bf16 h) { return pe_bits_to_f32((uint32_t)h << 16); }

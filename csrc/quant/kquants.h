@@ -85,6 +85,22 @@ static inline int pe_iq4xs_scale(const block_iq4_xs *b, int ib) {
     return (lo | (hi << 4)) - 32;
 }
 
+/* MXFP4's prompt tile (pack16): PE_PACK_ROWS rows expanded once into their
+ * levels (int8, pe_mxfp4_values, in element order: row r's n at
+ * pe_mxfp4_levels(packed, n, r)), then every row's block scales as floats
+ * (pe_mxfp4_scales), so that gemm16 forms vec_dot's integer lanes with no
+ * nibble lookups and then takes vec_dot's float steps. */
+static inline size_t pe_mxfp4_pack_bytes(int64_t n) {
+    return (size_t)PE_PACK_ROWS * (size_t)n + (size_t)PE_PACK_ROWS * (size_t)(n / QK_MXFP4) * sizeof(float);
+}
+static inline const int8_t *pe_mxfp4_levels(const void *packed, int64_t n, int r) {
+    return (const int8_t *)packed + (size_t)r * (size_t)n;
+}
+static inline const float *pe_mxfp4_scales(const void *packed, int64_t n, int r) {
+    return (const float *)((const int8_t *)packed + (size_t)PE_PACK_ROWS * (size_t)n) + (size_t)r * (size_t)(n / QK_MXFP4);
+}
+size_t pe_mxfp4_pack16(int64_t n, const void *w, size_t bw, void *dst);   /* ref_iq4.c, every ISA's */
+
 /* Reference kernels other files fill or call. */
 void pe_fill_ref_iq4(pe_kernels *k);                               /* ref_iq4.c */
 void pe_quantize_q2_K_ref(const float *x, void *y, int64_t n);     /* ref_kquants_quantize.c */

@@ -55,6 +55,9 @@ class StepRows:
     write: np.ndarray       # int32 [n_seqs]
     seq_last: np.ndarray    # int32 [n_seqs]
     token_seq: np.ndarray   # int32 [n_tokens]
+    # int32 [n_seqs, 5]: per sequence {first token, token count, row read, row written,
+    # position of the first token}, the `seqs` table the recurrent ops read (pe.h PE_SEQ_*)
+    table: np.ndarray
 
 
 class RecurrentState:
@@ -167,8 +170,11 @@ class RecurrentState:
         token_seq = np.empty(len(seq_ids), np.int32)
         for k, rows in enumerate(by_seq.values()):
             token_seq[rows[0]:rows[-1] + 1] = k
-        return StepRows(np.array([EMPTY_ROW if c is None else c.row for _, c, _, _ in plans], np.int32),
-                        np.array(write, np.int32), np.array([p[3] for p in plans], np.int32), token_seq)
+        read = [EMPTY_ROW if c is None else c.row for _, c, _, _ in plans]
+        table = np.array([(rows[0], len(rows), r, w, end - len(rows))
+                          for rows, r, w, (_, _, end, _) in zip(by_seq.values(), read, write, plans)], np.int32)
+        return StepRows(np.array(read, np.int32), np.array(write, np.int32), np.array([p[3] for p in plans], np.int32),
+                        token_seq, table.reshape(len(plans), 5))
 
     def checkpoint(self, seq_id: int) -> None:
         """Keep the sequence's current state when it moves on; the oldest checkpoint

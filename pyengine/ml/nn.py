@@ -64,6 +64,21 @@ class RMSNorm:
 
 
 @dataclass(eq=False)
+class LayerNorm:
+    """(x - mean) / sqrt(var + eps) * w, plus a bias where the file has one."""
+
+    weight: Weight
+    bias: Weight | None = None
+
+    PARTS = {"weight": True, "bias": False}
+    F32_PARTS = ("weight", "bias")
+
+    def __call__(self, ctx: Context, x: Tensor, eps: float) -> Tensor:
+        y = ctx.layer_norm(x, ctx.weight(self.weight), eps)
+        return y if self.bias is None else ctx.add(y, ctx.weight(self.bias))
+
+
+@dataclass(eq=False)
 class Embedding:
     weight: Weight
 
@@ -86,6 +101,22 @@ class Param:
 
 
 @dataclass(eq=False)
+class Experts:
+    """A stack of expert matrices W [in, out, E] with an optional bias row per
+    expert [out, E]: y[:, u, t] = W[ids[u, t]] x[:, u|0, t] (+ that expert's bias)."""
+
+    weight: Weight
+    bias: Weight | None = None
+
+    PARTS = {"weight": True, "bias": False}
+    F32_PARTS = ("bias",)
+
+    def __call__(self, ctx: Context, x: Tensor, ids: Tensor) -> Tensor:
+        y = ctx.mul_mat_id(ctx.weight(self.weight), x, ids)
+        return y if self.bias is None else ctx.add_id(y, ctx.weight(self.bias), ids)
+
+
+@dataclass(eq=False)
 class F32Param(Param):
     """A bare tensor the ops need as float32 (rope frequency factors)."""
 
@@ -93,16 +124,21 @@ class F32Param(Param):
 
 
 def attention(ctx: Context, batch, layer: int, q: Tensor, k: Tensor, v: Tensor, *,
-              n_head_kv: int, scale: float, softcap: float = 0.0) -> Tensor:
+              n_head_kv: int, scale: float, softcap: float = 0.0, sinks: Tensor | None = None,
+              alibi_max_bias: float = 0.0) -> Tensor:
     """Store this batch's k and v in the layer's cache, then attend q over it.
 
     q is [head_dim, n_head, T]; k and v are [head_dim * n_head_kv, T] (rows
-    may be strided views); returns [head_dim * n_head, T]."""
+    may be strided views); returns [head_dim * n_head, T].  sinks: F32
+    [n_head] logits that join each head's softmax (Context.attn).
+    alibi_max_bias > 0: ALiBi (the runner's mask then holds distances;
+    runner/forward.py)."""
     inputs = batch.attn_inputs(layer)
     k_cache = ctx.set_rows(inputs.k, k, inputs.slots)
     v_cache = ctx.set_rows(inputs.v, v, inputs.slots)
     return ctx.attn(q, k_cache, v_cache, inputs.mask, inputs.kv_len, cell_pos=inputs.cell_pos,
-                    n_head_kv=n_head_kv, scale=scale, softcap=softcap)
+                    n_head_kv=n_head_kv, scale=scale, softcap=softcap, sinks=sinks,
+                    alibi_max_bias=alibi_max_bias)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,10 @@ buffers (the masks are the big ones: tokens x cells per group) serves all.
 
 An embedding graph (`hidden=True`) stops before the output projection and
 returns the final-norm hidden rows instead of logits (see `_HeadCapture`).
+
+A batch may bring its input rows instead of token ids (`Forward.embedded`: an
+image's embeddings from a vision projector), optionally attending both ways among
+its own rows (Gemma 3's images).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine.errors import InvalidOptionError, NativeError, UnsupportedError
+from pyengine.errors import ContextLengthError, InvalidOptionError, NativeError, UnsupportedError
 from pyengine.kvcache import MAX_SEQUENCES, Cache, KVCache
 from pyengine.kvcache.cells import rows_by_sequence
 from pyengine.ml.context import F32, Backend, Context, Tensor
@@ -58,6 +62,7 @@ class RecurrentInputs:
     write: Tensor          # I32 [n_seqs]: the row its new state goes to
     seq_last: Tensor       # I32 [n_seqs]: the batch row of its last token
     token_seq: Tensor      # I32 [n_tokens]: each token's sequence (0..n_seqs-1)
+    seqs: Tensor           # I32 [5, n_seqs]: the ops' table (first, count, read, write, position)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class HostBuffers:
             self.write_rows = np.zeros(MAX_SEQUENCES, np.int32)
             self.seq_last = np.zeros(MAX_SEQUENCES, np.int32)
             self.token_seq = np.zeros(capacity, np.int32)
+            self.seq_table = np.zeros((MAX_SEQUENCES, 5), np.int32)
         if cache.encoder is not None:
             self.memory_mask = np.zeros((capacity, cache.encoder.n_rows), np.float32)
             self.memory_len = np.full(1, cache.encoder.n_rows, np.int32)
@@ -126,12 +132,14 @@ class BatchGraph:
 
     def __init__(self, model, backend: Backend, cache: Cache, buffers: HostBuffers,
                  n_tokens: int, n_out: int, hidden: bool = False, n_ctx_seq: int | None = None,
-                 n_seqs: int = 0) -> None:
+                 embeddings: np.ndarray | None = None, n_seqs: int = 0) -> None:
+        """embeddings: float32 [capacity, n_embd] rows the batch brings in place of tokens."""
         self.n_tokens, self.n_out, self.n_seqs = n_tokens, n_out, n_seqs
         self.n_ctx_seq = cache.n_cells if n_ctx_seq is None else n_ctx_seq   # the context one sequence may fill
         ctx = Context(backend)
         self.ctx = ctx
         self.tokens = ctx.input(buffers.tokens[:n_tokens], "tokens")
+        self.embeddings = None if embeddings is None else ctx.input(embeddings[:n_tokens], "embeddings")
         self.positions = ctx.input(buffers.positions[:n_tokens], "positions")
         self.out_ids = ctx.input(buffers.out_ids[:n_out], "out_ids")
         per_group = []
@@ -154,7 +162,9 @@ class BatchGraph:
                 slots, mask, kv_len, cell_pos))
         self._recurrent = self._recurrent_inputs(ctx, cache, buffers, n_tokens, n_seqs)
         self._encoder = self._encoder_inputs(ctx, cache, buffers, n_tokens)
-        if hidden:
+        if hidden and getattr(model, "EMBEDDING_ONLY", False):   # an encoder: no head to stop before
+            self.logits = model.hidden(ctx, self)
+        elif hidden:
             capture = _HeadCapture(ctx, model)
             model.forward(capture, self)
             if capture.hidden is None:
@@ -186,12 +196,13 @@ class BatchGraph:
         write = ctx.input(buffers.write_rows[:n_seqs], "state_write")
         seq_last = ctx.input(buffers.seq_last[:n_seqs], "state_seq_last")
         token_seq = ctx.input(buffers.token_seq[:n_tokens], "state_token_seq")
+        seqs = ctx.input(buffers.seq_table[:n_seqs], "state_seqs")
 
         def table(rows: np.ndarray | None, name: str) -> Tensor | None:
             return None if rows is None else ctx.cache(rows, F32, (rows.shape[1], rows.shape[0]), name)
 
         return {i: RecurrentInputs(table(state.conv[i], f"state_conv.{i}"), table(state.state[i], f"state_ssm.{i}"),
-                                   read, write, seq_last, token_seq) for i in state.layers}
+                                   read, write, seq_last, token_seq, seqs) for i in state.layers}
 
     @staticmethod
     def _encoder_inputs(ctx: Context, cache: Cache, buffers: HostBuffers, n_tokens: int) -> dict[int, EncoderInputs]:
@@ -218,21 +229,29 @@ class Forward:
         self.cache = Cache.wrap(cache)
         cache = self.cache
         self.n_vocab = model.cfg.n_vocab
+        # an encoder's tokens attend to their whole sequence, which must come in one batch
+        self.causal = getattr(model.cfg, "causal", True)
+        self.alibi = getattr(model.cfg, "alibi_max_bias", 0.0) > 0   # its mask then holds distances
         self._buffers = HostBuffers(cache, max_tokens)
-        self._graphs: OrderedDict[tuple[int, int, bool, int], BatchGraph] = OrderedDict()
+        self._graphs: OrderedDict[tuple[int, int, bool, bool, int], BatchGraph] = OrderedDict()
+        self._embeddings: np.ndarray | None = None   # [capacity, n_embd], made by the first embedded batch
         self.compute_seconds = 0.0   # time inside the native core, for the bench
         self.n_graphs_built = 0
 
-    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False, n_seqs: int = 0) -> BatchGraph:
+    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False, embedded: bool = False,
+               n_seqs: int = 0) -> BatchGraph:
         if n_tokens > self._buffers.capacity:
             # graphs keep views of the old buffers: start over with bigger ones
             self._buffers = HostBuffers(self.cache, n_tokens)
+            self._embeddings = None
             self._graphs.clear()
-        key = (n_tokens, n_out, hidden, n_seqs)
+        if embedded and self._embeddings is None:
+            self._embeddings = np.zeros((self._buffers.capacity, self.model.cfg.n_embd), np.float32)
+        key = (n_tokens, n_out, hidden, embedded, n_seqs)
         g = self._graphs.get(key)
         if g is None:
             g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out, hidden,
-                           self.n_ctx_seq, n_seqs)
+                           self.n_ctx_seq, self._embeddings if embedded else None, n_seqs)
             self.n_graphs_built += 1
             self._graphs[key] = g
             if len(self._graphs) > MAX_GRAPHS:
@@ -256,7 +275,21 @@ class Forward:
         output projection would read), for embeddings; the cache is filled as by __call__."""
         return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True)
 
-    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool) -> np.ndarray:
+    def embedded(self, embeddings: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
+                 out_rows: np.ndarray, *, both_ways: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+        """As __call__, for a batch that brings its rows (float32 [T, n_embd]) instead of
+        token ids.  both_ways: every row also sees the rows after it of its sequence in
+        this batch (an image attended as a whole); the window, if any, then counts from
+        the batch's last position of the sequence."""
+        embeddings = np.asarray(embeddings, np.float32)
+        if embeddings.ndim != 2 or embeddings.shape[1] != self.model.cfg.n_embd:
+            raise InvalidOptionError(f"embeddings must be [tokens, {self.model.cfg.n_embd}], "
+                                     f"got {list(embeddings.shape)}")
+        return self._run(np.zeros(len(embeddings), np.int32), positions, seq_ids, out_rows, out, hidden=False,
+                         embeddings=embeddings, both_ways=both_ways)
+
+    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool,
+             embeddings: np.ndarray | None = None, both_ways: bool = False) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32)
         positions = np.asarray(positions, np.int32)
         seq_ids = np.asarray(seq_ids, np.int64)
@@ -272,24 +305,30 @@ class Forward:
         rows_lo, rows_hi = _span(out_rows) if out_rows.ndim == 1 and out_rows.size else (-1, -1)
         if rows_lo < 0 or rows_hi >= n:
             raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
+        if not self.causal:
+            self._check_whole_sequences(positions, seq_ids)
         cache = self.cache
         n_seqs = len(rows_by_sequence(seq_ids)) if cache.recurrent is not None else 0
-        g = self._graph(n, len(out_rows), hidden, n_seqs)
+        g = self._graph(n, len(out_rows), hidden, embeddings is not None, n_seqs)
         slots, state_rows = cache.allocate(positions, seq_ids)
         buf = self._buffers
         buf.tokens[:n] = tokens
+        if embeddings is not None:
+            self._embeddings[:n] = embeddings
+        seen_to = _last_position_per_sequence(positions, seq_ids) if both_ways else positions
         buf.positions[:n] = positions
         buf.out_ids[:len(out_rows)] = out_rows
         for gi, group in enumerate(cache.groups):
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]
             buf.kv_len[gi][0] = n_kv
-            group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window)
+            group.cells.fill_mask(buf.masks[gi], seen_to, seq_ids, n_kv, group.window, self.causal, self.alibi)
         if state_rows is not None:
             buf.read_rows[:n_seqs] = state_rows.read
             buf.write_rows[:n_seqs] = state_rows.write
             buf.seq_last[:n_seqs] = state_rows.seq_last
             buf.token_seq[:n] = state_rows.token_seq
+            buf.seq_table[:n_seqs] = state_rows.table
         if cache.encoder is not None:
             cache.encoder.fill_mask(buf.memory_mask, positions, seq_ids)
         into = out is not None and (out is g.bound_to or g.bindable and out.dtype == np.float32
@@ -308,6 +347,30 @@ class Forward:
         g.ctx.compute()
         self.compute_seconds += time.perf_counter() - t0
         return out if into else g.ctx.read(g.logits, out)
+
+    def _check_whole_sequences(self, positions: np.ndarray, seq_ids: np.ndarray) -> None:
+        """A non-causal model sees each sequence whole: a token attends to the tokens
+        after it too, so a sequence cannot be split over batches (llama.cpp asks the
+        same of an encoder: its whole input in one ubatch), nor (a model with learned
+        position embeddings) run past the positions its table holds."""
+        limit = getattr(self.model, "max_positions", lambda: None)()
+        for sid in np.unique(seq_ids).tolist():
+            if self.cache.seq_positions(sid).size:
+                raise InvalidOptionError(f"sequence {sid} already holds tokens: an encoder (non-causal) model "
+                                         "reads a sequence's whole input in one batch; clear the sequence first")
+            mine = positions[seq_ids == sid]
+            if limit is not None and int(mine.max()) >= limit:
+                raise ContextLengthError(f"an input of {mine.size} tokens is longer than the {limit} positions "
+                                         "this encoder model has embeddings for; truncate the input")
+
+
+def _last_position_per_sequence(positions: np.ndarray, seq_ids: np.ndarray) -> np.ndarray:
+    """For each row, the batch's last position of the row's sequence: the position up to
+    which a row attending both ways sees its sequence."""
+    last = {}
+    for p, s in zip(positions.tolist(), seq_ids.tolist()):
+        last[s] = max(p, last.get(s, p))
+    return np.array([last[s] for s in seq_ids.tolist()], np.int32)
 
 
 def _span(values: np.ndarray) -> tuple[int, int]:

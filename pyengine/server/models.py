@@ -184,7 +184,8 @@ class ModelAdapter:
             prepared = session.prepare_chat(self.llm, messages, think=think)
         if context:
             ids = session.prepare_prompt(self.llm, list(context)).ids + prepared.ids
-            prepared = replace(prepared, ids=ids, tool_format=None, parse=not suffix)
+            # the reply is read as the prompt's own was (a harmony reply keeps its channels)
+            prepared = replace(prepared, ids=ids, parse=not suffix)
         return session.start_prepared(self.llm, prepared, format=format, **options)
 
     def start_infill(self, prefix: str, suffix: str, *, extra: Sequence[Any] = (), prompt: str = "",

@@ -100,6 +100,7 @@ int main(int argc, char **argv) {
     PE_NEON_NAME(pe_fill_neon_legacy)(&neon);
     PE_NEON_NAME(pe_fill_neon_kquants)(&neon);
     PE_NEON_NAME(pe_fill_neon_iquants)(&neon);
+    PE_NEON_NAME(pe_fill_neon_mxfp4)(&neon);
 
     int records = 0, failures = 0, per_type[PE_TYPE_COUNT][4] = {{0}};
     for (;;) {
