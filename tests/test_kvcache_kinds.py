@@ -409,3 +409,51 @@ def test_a_live_prefix_copy_finds_a_state_row_when_idle_sequences_hold_them_all(
     assert second.result().cached_tokens == 8
     assert first.result().finish_reason == "length"
     rec._free.extend(taken)
+
+
+class _ShortConv:
+    """One recurrent layer through the native ssm_conv op (kernel 3): the cache's conv rows
+    and seqs table are what the op reads and writes."""
+
+    K = 3
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(9)
+        self.cfg = ToyHybrid().cfg
+        self.emb = rng.integers(-2, 3, (64, N_EMBD)).astype(np.float32)
+        self.w = rng.integers(-2, 3, (N_EMBD, self.K)).astype(np.float32)     # ggml [K, d]
+        self.embedding = f32_weight("token_embd", self.emb)
+        self.conv = f32_weight("conv1d", self.w)
+        self.output = Linear(f32_weight("output", rng.integers(-2, 3, (64, N_EMBD))))
+
+    def cache_layout(self) -> list:
+        return [RecurrentSpec(conv_dim=(self.K - 1) * N_EMBD, state_dim=0)]
+
+    def forward(self, ctx, batch):
+        rec = batch.recurrent_inputs(0)
+        x = ctx.get_rows(ctx.weight(self.embedding), batch.tokens)
+        y = ctx.ssm_conv(x, ctx.weight(self.conv), rec.conv, rec.seqs)
+        return ctx.mul_mat(ctx.weight(self.output.weight), ctx.get_rows(y, batch.out_ids))
+
+    def reference_logits(self, tokens: list[int]) -> np.ndarray:
+        xx = np.concatenate([np.zeros((self.K - 1, N_EMBD), np.float32), self.emb[tokens]])
+        y = np.stack([(self.w.T * xx[t:t + self.K]).sum(axis=0) for t in range(len(tokens))])
+        return y @ self.output.weight.data.T
+
+
+def test_the_native_short_conv_runs_on_the_caches_rows_and_resumes_from_a_checkpoint(parts):
+    model = _ShortConv()
+    engine = Engine(model, parts[1], parts[2], n_ctx=64, n_batch=3, n_parallel=2, background=False)
+    try:
+        scored = run(engine, PROMPT, max_tokens=0, cache_prompt=False, all_logits=True)
+        np.testing.assert_array_equal(scored.logits, model.reference_logits(PROMPT))
+        first = run(engine, PROMPT, max_tokens=4)
+        follow_up = PROMPT + first.tokens + [23, 25]
+        before = engine.prompt_tokens_computed
+        second = run(engine, follow_up, max_tokens=4)
+        assert engine.prompt_tokens_computed - before == 3
+        cold = run(engine, follow_up, max_tokens=4, cache_prompt=False, all_logits=True)
+        assert second.tokens == cold.tokens
+        np.testing.assert_array_equal(cold.logits, model.reference_logits(follow_up))
+    finally:
+        engine.close()
