@@ -374,7 +374,7 @@ def _mean_hidden(engine: Engine, ids: list[int]) -> np.ndarray:
         for start in range(0, len(ids), engine.n_batch):
             chunk = ids[start:start + engine.n_batch]
             engine.cache.slide(slot.id, start, engine.swa_margin)
-            _free_cells(engine, len(chunk))
+            _reserve(engine, len(chunk))
             rows = np.arange(len(chunk), dtype=np.int32)
             hidden = engine.forward.hidden(chunk, rows + start, np.full(len(chunk), slot.id), rows)
             total += hidden.sum(axis=0, dtype=np.float64)
@@ -383,12 +383,13 @@ def _mean_hidden(engine: Engine, ids: list[int]) -> np.ndarray:
     return total / len(ids)
 
 
-def _free_cells(engine: Engine, n_new: int) -> None:
-    """Evict cached (idle) prefixes until every cache group has `n_new` free cells."""
-    for group in engine.cache.groups:
-        while group.cells.n_free < n_new:
-            if not engine.slots.evict_lru():
-                raise ContextLengthError("the KV cache is full with running requests; retry the embedding later")
+def _reserve(engine: Engine, n_new: int) -> None:
+    """Evict cached (idle) prefixes until the cache has room for `n_new` tokens."""
+    try:
+        engine.cache.reserve(n_new, engine.slots.evict_lru)
+    except ContextLengthError as error:
+        raise ContextLengthError(f"{error}: the cache is full with running requests; retry the embedding "
+                                 "later") from None
 
 
 def _grammar(grammar: object, fmt: object) -> Grammar | None:

@@ -162,3 +162,29 @@ class CacheSpec:
     k_dim: int
     v_dim: int
     window: int = 0  # sliding-window size in tokens; 0 = attends to everything
+
+
+@dataclass(frozen=True)
+class RecurrentSpec:
+    """What one recurrent layer keeps per sequence: a state of fixed size, whatever the
+    context (kvcache/recurrent.py).  Two float32 parts, each one row per state: the
+    convolution window (the last kernel-1 tokens' channels) and the SSM / delta-rule
+    state; a layer without one of them gives it 0 values."""
+
+    conv_dim: int
+    state_dim: int
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """What one cross-attention layer keeps per sequence: K/V rows computed once (an
+    image's, an encoder prompt's) and read by every later token (kvcache/encoder.py).
+    `n_rows`: the most rows one memory may have."""
+
+    k_dim: int
+    v_dim: int
+    n_rows: int
+
+
+# What one layer keeps in the cache, one of the kinds above (models' cache_layout()).
+LayerCache = CacheSpec | RecurrentSpec | EncoderSpec

@@ -53,8 +53,10 @@ class CausalLM(Protocol):
         context shift).  n_ctx_seq: the context one sequence may fill, for a model whose
         RoPE depends on it (Phi-3's LongRoPE); None where the caller does not know."""
 
-    def cache_layout(self) -> list[nn.CacheSpec]:
-        """What each layer keeps in the KV cache."""
+    def cache_layout(self) -> list[nn.LayerCache]:
+        """What each layer keeps: attention K/V (nn.CacheSpec, with its window), a
+        recurrent state (nn.RecurrentSpec) or an encoder memory (nn.EncoderSpec); the
+        runner's Cache (kvcache/cache.py) gives each kind its layers."""
 
 
 def check_range(name: str, value: int, low: int, high: int) -> None:

@@ -40,9 +40,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pyengine.errors import ContextLengthError, InvalidOptionError, PyEngineError
-from pyengine.kvcache import MAX_SEQUENCES, KeyRotator, KVCache
+from pyengine.errors import InvalidOptionError, PyEngineError
+from pyengine.kvcache import DEFAULT_CHECKPOINTS, MAX_SEQUENCES, Cache, KeyRotator
 from pyengine.ml.context import Backend
+from pyengine.ml.nn import CacheSpec
 from pyengine.runner.forward import Forward
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import Request, make_request
@@ -90,11 +91,15 @@ class Engine:
 
     def __init__(self, model, tokenizer: Tokenizer, backend: Backend, *, n_ctx: int,
                  n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str | None = None,
-                 swa_margin: int = SWA_MARGIN, swa_full: bool = False, background: bool = True) -> None:
+                 swa_margin: int = SWA_MARGIN, swa_full: bool = False, state_checkpoints: int = DEFAULT_CHECKPOINTS,
+                 background: bool = True) -> None:
+        """state_checkpoints: recurrent states kept per sequence for prefix reuse (models with
+        recurrent layers only; kvcache/recurrent.py)."""
         _check_int("n_ctx", n_ctx, 1, 1 << 24)
         _check_int("n_batch", n_batch, 1, 1 << 16)
         _check_int("n_parallel", n_parallel, 1, MAX_SEQUENCES)
         _check_int("swa_margin", swa_margin, 0, 1 << 20)
+        _check_int("state_checkpoints", state_checkpoints, 1, 1 << 10)
         self.model, self.tokenizer, self.backend = model, tokenizer, backend
         self.n_ctx, self.n_batch, self.n_parallel = n_ctx, n_batch, n_parallel
         self.n_vocab = model.cfg.n_vocab
@@ -103,10 +108,12 @@ class Engine:
         n_cells = n_ctx * n_parallel
         # a sliding layer keeps window + margin cells per sequence, plus room for a batch
         windows = {s.window: n_cells if swa_full else min(n_cells, n_parallel * (s.window + swa_margin) + n_batch)
-                   for s in layout if s.window}
+                   for s in layout if isinstance(s, CacheSpec) and s.window}
         # kv_type None: $PYENGINE_KV_CACHE_TYPE, else f16 (kvcache/rows.py)
-        self.cache = KVCache(layout, n_cells, window_cells=windows, kv_type=kv_type,
-                             head_dim=getattr(model.cfg, "head_dim", None))
+        self.cache = Cache.build(layout, n_cells, window_cells=windows, kv_type=kv_type,
+                                 head_dim=getattr(model.cfg, "head_dim", None),
+                                 state_rows=state_rows(n_parallel, state_checkpoints),
+                                 max_checkpoints=state_checkpoints)
         # a sequence may fill n_ctx cells: what Phi-3's LongRoPE picks its factors by
         self.forward = Forward(model, backend, self.cache, max_tokens=n_batch, n_ctx_seq=n_ctx)
         # a decode step's logits land here (read before the next step), not in fresh pages;
@@ -406,6 +413,11 @@ class Engine:
         else:
             slot = self.slots.free_slot()
             if reuse is not None:
+                # a recurrent state is copied: room for its row first, which may have cost
+                # the checkpoint at n (then the copy starts from an earlier one)
+                self.cache.reserve(0, self.slots.evict_lru, n_seqs=1)
+                n = self.cache.usable_prefix(reuse.id, n)
+                row = row if n == len(prompt) else None
                 self.cache.copy_prefix(reuse.id, slot.id, n)
         slot.seq, slot.tokens, slot.valid = seq, [], 0
         self.slots.touch(slot)
@@ -474,11 +486,7 @@ class Engine:
         for seq, _ in batch:
             self.cache.slide(seq.slot.id, len(seq.cache_tokens), self.swa_margin)
         n_new = sum(len(toks) for _, toks in batch)
-        for group in self.cache.groups:
-            while group.cells.n_free < n_new:
-                if not self.slots.evict_lru():
-                    raise ContextLengthError(f"the KV cache has {group.cells.n_free} free cells but the "
-                                             f"batch needs {n_new}")
+        self.cache.reserve(n_new, self.slots.evict_lru, n_seqs=len(batch))
 
     def _advance(self, seq: _Seq, toks: list[int], logits: np.ndarray | None) -> None:
         """Book the tokens just fed; sample when the sequence got its logits."""
@@ -487,6 +495,7 @@ class Engine:
         del seq.pending[:len(toks)]
         self.cache.slide(seq.slot.id, len(seq.cache_tokens), self.swa_margin)
         if seq.prefill:
+            self.cache.checkpoint(seq.slot.id)   # a prompt chunk's end: a recurrent state to resume from
             if seq.req.all_logits and logits is not None:
                 seq.result.logits[n_before:n_before + len(toks)] = logits
             if seq.pending:
@@ -539,29 +548,13 @@ class Engine:
         n_discard = (n_past - keep) // 2
         if n_discard <= 0:
             return False
-        self._prepare_shift(seq.slot, keep + n_discard)
+        self.cache.check_shift()
+        self.cache.reserve(0, self.slots.evict_lru, shift=(seq.slot.id, keep + n_discard))
         self.cache.shift(seq.slot.id, keep, n_discard, self.rotator)
         del seq.cache_tokens[keep:keep + n_discard]
         seq.valid = keep if seq.valid is None else min(seq.valid, keep)
         seq.result.context_shifts += 1
         return True
-
-    def _prepare_shift(self, slot: Slot, first_moved: int) -> None:
-        """Cells that move must be the sequence's own: idle slots sharing them are evicted,
-        live ones keep theirs and the shift copies; make room for those copies."""
-        bit = np.uint64(1) << np.uint64(slot.id)
-        for group in self.cache.groups:
-            shared = group.cells.shared_cells(slot.id, first_moved)
-            if not shared.size:
-                continue
-            others = int(np.bitwise_or.reduce(group.cells.seq[shared]) & ~bit)
-            for other in self.slots.slots:
-                if others >> other.id & 1 and not other.live:
-                    self.slots.evict(other)
-        for group in self.cache.groups:
-            while group.cells.n_free < group.cells.shared_cells(slot.id, first_moved).size:
-                if not self.slots.evict_lru():
-                    break
 
     def _finish(self, seq: _Seq, reason: str, error: BaseException | None = None) -> None:
         result = seq.result
@@ -595,6 +588,7 @@ class Engine:
         slot.seq = None
         seq.slot = None
         if keep:
+            self.cache.checkpoint(slot.id)   # a turn's end: where a follow-up turn resumes
             slot.tokens = seq.cache_tokens
             slot.valid = len(seq.cache_tokens) if seq.valid is None else seq.valid
             self.slots.touch(slot)
@@ -604,6 +598,13 @@ class Engine:
     def _fail_all(self, error: BaseException) -> None:
         for seq in list(self._live):
             self._finish(seq, "error", error)
+
+
+def state_rows(n_parallel: int, checkpoints: int) -> int:
+    """Rows of the recurrent state pool: the empty row, and for every live sequence (and
+    one embedding beside them) its checkpoints, its current state and the row its next
+    step writes; idle sequences' states are evicted when rows run short."""
+    return 1 + (n_parallel + 1) * (checkpoints + 2)
 
 
 def _tokens_before_image(seq: _Seq) -> int:

@@ -9,6 +9,11 @@ The cache has one group of cells per attention window (kvcache/causal.py);
 each group gives the graph its own slots, mask and KV length, and
 `attn_inputs(layer)` hands a layer those of its group.
 
+Recurrent layers (kvcache/recurrent.py) get `recurrent_inputs(layer)`: their
+state tables and, for each sequence of the batch, the row it reads and the row
+it writes; a recurrent model's graphs are also kept per number of sequences.
+Cross-attention layers get `encoder_inputs(layer)`: the memory rows and a mask.
+
 The input buffers are shared by every graph: a graph for T tokens reads the
 first T rows of them.  Only one graph computes at a time, so one set of
 buffers (the masks are the big ones: tokens x cells per group) serves all.
@@ -30,8 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyengine.errors import ContextLengthError, InvalidOptionError, NativeError, UnsupportedError
-from pyengine.kvcache import KVCache
-from pyengine.ml.context import Backend, Context, Tensor
+from pyengine.kvcache import MAX_SEQUENCES, Cache, KVCache
+from pyengine.kvcache.cells import rows_by_sequence
+from pyengine.ml.context import F32, Backend, Context, Tensor
 
 MAX_GRAPHS = 12
 
@@ -46,10 +52,33 @@ class AttnInputs:
     cell_pos: Tensor  # per cell: its position (attention runs in position order)
 
 
+@dataclass(frozen=True)
+class RecurrentInputs:
+    """A recurrent layer's state tables and the batch's rows in them (StepRows)."""
+
+    conv: Tensor | None    # F32 [conv_dim, n_rows] (None: the layer keeps no conv window)
+    state: Tensor | None   # F32 [state_dim, n_rows] (None: no SSM state)
+    read: Tensor           # I32 [n_seqs]: the row each sequence's state is read from
+    write: Tensor          # I32 [n_seqs]: the row its new state goes to
+    seq_last: Tensor       # I32 [n_seqs]: the batch row of its last token
+    token_seq: Tensor      # I32 [n_tokens]: each token's sequence (0..n_seqs-1)
+    seqs: Tensor           # I32 [5, n_seqs]: the ops' table (first, count, read, write, position)
+
+
+@dataclass(frozen=True)
+class EncoderInputs:
+    """A cross-attention layer's memory rows and which of them each token may attend."""
+
+    k: Tensor
+    v: Tensor
+    mask: Tensor     # F32 [n_rows, n_tokens]: 0 or -inf
+    kv_len: Tensor
+
+
 class HostBuffers:
     """Input arrays for batches of up to `capacity` tokens, shared by every graph."""
 
-    def __init__(self, cache: KVCache, capacity: int) -> None:
+    def __init__(self, cache: Cache, capacity: int) -> None:
         self.capacity = capacity
         self.tokens = np.zeros(capacity, np.int32)
         self.positions = np.zeros(capacity, np.int32)
@@ -58,6 +87,15 @@ class HostBuffers:
         self.kv_len = [np.zeros(1, np.int32) for _ in cache.groups]
         # filled per step up to the cells in use; zeros so untouched pages cost no memory
         self.masks = [np.zeros((capacity, g.n_cells), np.float32) for g in cache.groups]
+        if cache.recurrent is not None:
+            self.read_rows = np.zeros(MAX_SEQUENCES, np.int32)
+            self.write_rows = np.zeros(MAX_SEQUENCES, np.int32)
+            self.seq_last = np.zeros(MAX_SEQUENCES, np.int32)
+            self.token_seq = np.zeros(capacity, np.int32)
+            self.seq_table = np.zeros((MAX_SEQUENCES, 5), np.int32)
+        if cache.encoder is not None:
+            self.memory_mask = np.zeros((capacity, cache.encoder.n_rows), np.float32)
+            self.memory_len = np.full(1, cache.encoder.n_rows, np.int32)
 
 
 class _HeadCapture:
@@ -92,11 +130,11 @@ class BatchGraph:
     """The graph for batches of `n_tokens` tokens with `n_out` logit rows (or, with
     `hidden`, `n_out` final-norm hidden rows of n_embd values)."""
 
-    def __init__(self, model, backend: Backend, cache: KVCache, buffers: HostBuffers,
+    def __init__(self, model, backend: Backend, cache: Cache, buffers: HostBuffers,
                  n_tokens: int, n_out: int, hidden: bool = False, n_ctx_seq: int | None = None,
-                 embeddings: np.ndarray | None = None) -> None:
+                 embeddings: np.ndarray | None = None, n_seqs: int = 0) -> None:
         """embeddings: float32 [capacity, n_embd] rows the batch brings in place of tokens."""
-        self.n_tokens, self.n_out = n_tokens, n_out
+        self.n_tokens, self.n_out, self.n_seqs = n_tokens, n_out, n_seqs
         self.n_ctx_seq = cache.n_cells if n_ctx_seq is None else n_ctx_seq   # the context one sequence may fill
         ctx = Context(backend)
         self.ctx = ctx
@@ -111,15 +149,20 @@ class BatchGraph:
             mask = ctx.input(buffers.masks[gi][:n_tokens], f"mask.g{gi}")
             cell_pos = ctx.input(group.cells.pos, f"cell_pos.g{gi}")   # updated in place by the cache
             per_group.append((slots, mask, kv_len, cell_pos))
-        self._attn = []
+        self._attn: list[AttnInputs | None] = []
         for i, spec in enumerate(cache.layout):
             group = cache.layer_group[i]
+            if group is None:
+                self._attn.append(None)
+                continue
             slots, mask, kv_len, cell_pos = per_group[cache.groups.index(group)]
             self._attn.append(AttnInputs(
                 ctx.cache(group.k[i], cache.type_id, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
                 # no V rows (v_dim 0): a layer that reads V from its K rows (MLA's latent)
                 ctx.cache(group.v[i], cache.type_id, (spec.v_dim, group.n_cells), f"cache_v.{i}") if spec.v_dim else None,
                 slots, mask, kv_len, cell_pos))
+        self._recurrent = self._recurrent_inputs(ctx, cache, buffers, n_tokens, n_seqs)
+        self._encoder = self._encoder_inputs(ctx, cache, buffers, n_tokens)
         if hidden and getattr(model, "EMBEDDING_ONLY", False):   # an encoder: no head to stop before
             self.logits = model.hidden(ctx, self)
         elif hidden:
@@ -138,28 +181,66 @@ class BatchGraph:
     def attn_inputs(self, layer: int) -> AttnInputs:
         return self._attn[layer]
 
+    def recurrent_inputs(self, layer: int) -> RecurrentInputs:
+        return self._recurrent[layer]
+
+    def encoder_inputs(self, layer: int) -> EncoderInputs:
+        return self._encoder[layer]
+
+    @staticmethod
+    def _recurrent_inputs(ctx: Context, cache: Cache, buffers: HostBuffers, n_tokens: int,
+                          n_seqs: int) -> dict[int, RecurrentInputs]:
+        state = cache.recurrent
+        if state is None:
+            return {}
+        read = ctx.input(buffers.read_rows[:n_seqs], "state_read")
+        write = ctx.input(buffers.write_rows[:n_seqs], "state_write")
+        seq_last = ctx.input(buffers.seq_last[:n_seqs], "state_seq_last")
+        token_seq = ctx.input(buffers.token_seq[:n_tokens], "state_token_seq")
+        seqs = ctx.input(buffers.seq_table[:n_seqs], "state_seqs")
+
+        def table(rows: np.ndarray | None, name: str) -> Tensor | None:
+            return None if rows is None else ctx.cache(rows, F32, (rows.shape[1], rows.shape[0]), name)
+
+        return {i: RecurrentInputs(table(state.conv[i], f"state_conv.{i}"), table(state.state[i], f"state_ssm.{i}"),
+                                   read, write, seq_last, token_seq, seqs) for i in state.layers}
+
+    @staticmethod
+    def _encoder_inputs(ctx: Context, cache: Cache, buffers: HostBuffers, n_tokens: int) -> dict[int, EncoderInputs]:
+        memory = cache.encoder
+        if memory is None:
+            return {}
+        mask = ctx.input(buffers.memory_mask[:n_tokens], "memory_mask")
+        kv_len = ctx.input(buffers.memory_len, "memory_len")
+        return {i: EncoderInputs(
+            ctx.cache(memory.k[i], cache.type_id, (cache.layout[i].k_dim, memory.n_rows), f"memory_k.{i}"),
+            ctx.cache(memory.v[i], cache.type_id, (cache.layout[i].v_dim, memory.n_rows), f"memory_v.{i}"),
+            mask, kv_len) for i in memory.layers}
+
 
 class Forward:
     """Runs batches of tokens (of one or more sequences) through a model over one KV cache."""
 
-    def __init__(self, model, backend: Backend, cache: KVCache, max_tokens: int = 512,
+    def __init__(self, model, backend: Backend, cache: Cache | KVCache, max_tokens: int = 512,
                  n_ctx_seq: int | None = None) -> None:
         """n_ctx_seq: the context one sequence may fill (None: all of the cache)."""
         self.model = model
         self.n_ctx_seq = n_ctx_seq
         self.backend = backend
-        self.cache = cache
+        self.cache = Cache.wrap(cache)
+        cache = self.cache
         self.n_vocab = model.cfg.n_vocab
         # an encoder's tokens attend to their whole sequence, which must come in one batch
         self.causal = getattr(model.cfg, "causal", True)
         self.alibi = getattr(model.cfg, "alibi_max_bias", 0.0) > 0   # its mask then holds distances
         self._buffers = HostBuffers(cache, max_tokens)
-        self._graphs: OrderedDict[tuple[int, int, bool, bool], BatchGraph] = OrderedDict()
+        self._graphs: OrderedDict[tuple[int, int, bool, bool, int], BatchGraph] = OrderedDict()
         self._embeddings: np.ndarray | None = None   # [capacity, n_embd], made by the first embedded batch
         self.compute_seconds = 0.0   # time inside the native core, for the bench
         self.n_graphs_built = 0
 
-    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False, embedded: bool = False) -> BatchGraph:
+    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False, embedded: bool = False,
+               n_seqs: int = 0) -> BatchGraph:
         if n_tokens > self._buffers.capacity:
             # graphs keep views of the old buffers: start over with bigger ones
             self._buffers = HostBuffers(self.cache, n_tokens)
@@ -167,11 +248,11 @@ class Forward:
             self._graphs.clear()
         if embedded and self._embeddings is None:
             self._embeddings = np.zeros((self._buffers.capacity, self.model.cfg.n_embd), np.float32)
-        key = (n_tokens, n_out, hidden, embedded)
+        key = (n_tokens, n_out, hidden, embedded, n_seqs)
         g = self._graphs.get(key)
         if g is None:
             g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out, hidden,
-                           self.n_ctx_seq, self._embeddings if embedded else None)
+                           self.n_ctx_seq, self._embeddings if embedded else None, n_seqs)
             self.n_graphs_built += 1
             self._graphs[key] = g
             if len(self._graphs) > MAX_GRAPHS:
@@ -227,8 +308,10 @@ class Forward:
             raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
         if not self.causal:
             self._check_whole_sequences(positions, seq_ids)
-        g = self._graph(n, len(out_rows), hidden, embeddings is not None)
-        slots = self.cache.allocate(positions, seq_ids)
+        cache = self.cache
+        n_seqs = len(rows_by_sequence(seq_ids)) if cache.recurrent is not None else 0
+        g = self._graph(n, len(out_rows), hidden, embeddings is not None, n_seqs)
+        slots, state_rows = cache.allocate(positions, seq_ids)
         buf = self._buffers
         buf.tokens[:n] = tokens
         if embeddings is not None:
@@ -236,11 +319,19 @@ class Forward:
         seen_to = _last_position_per_sequence(positions, seq_ids) if both_ways else positions
         buf.positions[:n] = positions
         buf.out_ids[:len(out_rows)] = out_rows
-        for gi, group in enumerate(self.cache.groups):
+        for gi, group in enumerate(cache.groups):
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]
             buf.kv_len[gi][0] = n_kv
             group.cells.fill_mask(buf.masks[gi], seen_to, seq_ids, n_kv, group.window, self.causal, self.alibi)
+        if state_rows is not None:
+            buf.read_rows[:n_seqs] = state_rows.read
+            buf.write_rows[:n_seqs] = state_rows.write
+            buf.seq_last[:n_seqs] = state_rows.seq_last
+            buf.token_seq[:n] = state_rows.token_seq
+            buf.seq_table[:n_seqs] = state_rows.table
+        if cache.encoder is not None:
+            cache.encoder.fill_mask(buf.memory_mask, positions, seq_ids)
         into = out is not None and (out is g.bound_to or g.bindable and out.dtype == np.float32
                                     and out.flags.c_contiguous and out.flags.writeable
                                     and out.size == len(out_rows) * g.row_width)
