@@ -112,7 +112,7 @@ def shortened(vector: np.ndarray, dimensions: int | None) -> np.ndarray:
     width = vector.shape[-1]
     if isinstance(dimensions, bool) or not isinstance(dimensions, (int, np.integer)) or not 1 <= dimensions <= width:
         raise DimensionsError(f"dimensions must be an integer in 1..{width} (the model's embedding size), "
-                                 f"got {dimensions!r}")
+                              f"got {dimensions!r}")
     return normalized(vector[..., :dimensions])
 
 
@@ -342,6 +342,6 @@ def _release(engine, item: _Input) -> None:
         item.slot = None
 
 
-__all__ = ["DimensionsError", "POOLINGS", "QWEN3_RERANK_TEMPLATE", "classify", "embed_prompts", "is_embedding_model", "model_pooling",
-           "normalized", "pool", "pooling_name", "rank_order", "rerank_prompts", "reserve_cells", "run_rows",
-           "shortened", "yes_no_ids", "yes_probability"]
+__all__ = ["DimensionsError", "POOLINGS", "QWEN3_RERANK_TEMPLATE", "classify", "embed_prompts",
+           "is_embedding_model", "model_pooling", "normalized", "pool", "pooling_name", "rank_order", "rerank_prompts",
+           "reserve_cells", "run_rows", "shortened", "yes_no_ids", "yes_probability"]
