@@ -213,10 +213,15 @@ class ModelAdapter:
         prepared = session.prepare_prompt(self.llm, prompt, parse=False)
         return session.start_prepared(self.llm, prepared, format=format, **options)
 
-    def embed(self, inputs: list[str] | list[list[int]], *, normalize: bool = True,
-              truncate: bool = True) -> tuple[list[list[float]], int]:
+    def embed(self, inputs: list[str] | list[list[int]], *, normalize: bool = True, truncate: bool = True,
+              pooling: str | None = None, dimensions: int | None = None) -> tuple[list, int]:
         """Pooled embeddings of the inputs and the number of tokens they took."""
-        return self.llm.embed(inputs, normalize=normalize, truncate=truncate, return_count=True)
+        return self.llm.embed(inputs, normalize=normalize, truncate=truncate, return_count=True, pooling=pooling,
+                              dimensions=dimensions)
+
+    def rerank(self, query: str, documents: list[str], *, top_n: int | None = None) -> tuple[list[dict], int]:
+        """The documents' ``{"index", "relevance_score"}`` best first, and the tokens scored."""
+        return self.llm.rerank(query, documents, top_n=top_n, return_count=True)
 
     def detokenize(self, ids: list[int]) -> str:
         return self.llm.detokenize(ids)
