@@ -73,10 +73,12 @@ def test_embedding_model_predicate(monkeypatch):
     assert is_embedding_model({"general.architecture": "qwen3", "qwen3.pooling_type": 1})
 
     class Encoder:
-        generates = False   # an architecture with no LM head
+        EMBEDDING_ONLY = True   # an architecture with no LM head
 
     monkeypatch.setitem(registry._MODELS, "fake-encoder", Encoder)
     assert is_embedding_model({"general.architecture": "fake-encoder"})
+    for arch in ("bert", "nomic-bert", "jina-bert-v2", "modern-bert"):   # without a pooling key too
+        assert is_embedding_model({"general.architecture": arch})
 
 
 # --------------------------------------------------------------------------------------
