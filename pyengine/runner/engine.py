@@ -36,6 +36,7 @@ import numpy as np
 from pyengine.errors import ContextLengthError, InvalidOptionError, PyEngineError
 from pyengine.kvcache import MAX_SEQUENCES, KeyRotator, KVCache
 from pyengine.ml.context import Backend
+from pyengine.options import RequestOptions
 from pyengine.runner.forward import Forward
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import Request, make_request
@@ -122,17 +123,19 @@ class Engine:
 
     # ---- public ----------------------------------------------------------------------
 
-    def submit(self, prompt: Sequence[int], sampling: SamplingOptions | None = None, *,
-               max_tokens: int | None = 128, stop: Sequence[str] | str | None = (),
-               logprobs: bool | int | None = False, top_logprobs: int | None = None,
-               grammar: Grammar | None = None, num_keep: int | None = None, shift: bool = True,
-               truncate: bool = False, num_ctx: int | None = None, cache_prompt: bool = True,
-               all_logits: bool = False) -> RequestHandle:
-        """Queue a request; returns its handle at once (errors in the options raise here)."""
-        req = make_request(prompt, sampling, n_vocab=self.n_vocab, engine_ctx=self.n_ctx,
-                           max_tokens=max_tokens, stop=stop, logprobs=logprobs, top_logprobs=top_logprobs,
-                           grammar=grammar, num_keep=num_keep, shift=shift, truncate=truncate, num_ctx=num_ctx,
-                           cache_prompt=cache_prompt, all_logits=all_logits)
+    def submit(self, prompt: Sequence[int], options: RequestOptions | SamplingOptions | None = None,
+               **fields) -> RequestHandle:
+        """Queue a request; returns its handle at once (errors in the options raise here).
+
+        `options` is the request's RequestOptions; a SamplingOptions (or None) with the
+        other fields as keywords (RequestOptions' names) builds one."""
+        if isinstance(options, RequestOptions):
+            if fields:
+                raise InvalidOptionError(f"give the options in the RequestOptions, not as keywords "
+                                         f"({', '.join(sorted(fields))})")
+        else:
+            options = RequestOptions(SamplingOptions() if options is None else options, **fields)
+        req = make_request(prompt, options, n_vocab=self.n_vocab, engine_ctx=self.n_ctx)
         chain = SamplerChain(req.sampling, self.n_vocab, token_pieces=self.token_pieces(),
                              eog_ids=self.eog_ids, grammar=req.grammar, n_ctx=req.n_ctx)
         with self._cv:
