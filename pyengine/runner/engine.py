@@ -42,7 +42,7 @@ from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import Request, make_request
 from pyengine.runner.sequence import Chunk, Completion, StopMatcher, TokenLogprob
 from pyengine.runner.slots import Slot, SlotTable
-from pyengine.sample import Grammar, SamplerChain, SamplingOptions
+from pyengine.sample import SamplerChain, SamplingOptions
 from pyengine.tokenizer import StreamDecoder, Tokenizer
 
 DEFAULT_BATCH = 512
