@@ -42,18 +42,16 @@ from pyengine.errors import ContextLengthError, InvalidOptionError, UnsupportedC
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Backend
 from pyengine.models import load_model
+from pyengine.options import REQUEST_OPTIONS, RequestOptions, sampling_options
 from pyengine.runner.engine import DEFAULT_BATCH, DEFAULT_PARALLEL, Engine
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.sequence import Chunk, Completion, TokenLogprob
-from pyengine.sample import Grammar, SamplingOptions
-from pyengine.sample.options import layered_options, model_sampling
+from pyengine.sample import SamplingOptions
+from pyengine.sample.options import model_sampling
 from pyengine.tokenizer import Tokenizer
 
 DEFAULT_CTX = 4096
 
-# Options that shape the request rather than the sampler chain.
-REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "grammar", "format", "logprobs",
-                             "top_logprobs", "shift", "truncate", "cache_prompt"})
 
 
 class LLM:
@@ -269,29 +267,16 @@ class LLM:
         if self.is_embedding_model:
             raise UnsupportedCapabilityError(self.model_name, "completion", "generate")
         ids = self.tokenize(prompt, parse_special=True) if isinstance(prompt, str) else prompt
-        created = dict(parameters or {})
-        created_stop = created.pop("stop", None)
-        stop = created_stop if stop is None else stop
-        sampling_opts = {k: v for k, v in options.items() if k not in REQUEST_OPTIONS}
-        request_opts = {**{k: v for k, v in created.items() if k in REQUEST_OPTIONS},
-                        **{k: v for k, v in options.items() if k in REQUEST_OPTIONS}}
-        sampling = self.sampling_options(surface, {**sampling_opts, "temperature": temperature, "seed": seed},
-                                         parameters=created)
-        if "num_predict" in request_opts:
-            max_tokens = request_opts.pop("num_predict")
-        grammar = _grammar(request_opts.pop("grammar", None), request_opts.pop("format", None))
-        top = request_opts.pop("top_logprobs", None)
-        if sampling.n_probs and top is None:
-            top = sampling.n_probs
-        return self.engine.submit(ids, sampling, max_tokens=max_tokens, stop=stop, grammar=grammar,
-                                  top_logprobs=top, images=images, **request_opts)
+        sampling = self.sampling_options(surface, {**{k: v for k, v in options.items() if k not in REQUEST_OPTIONS},
+                                                   "temperature": temperature, "seed": seed}, parameters=parameters)
+        request = RequestOptions.from_ollama({**options, "stop": stop}, surface=surface, created=parameters,
+                                             max_tokens=max_tokens, sampling=sampling)
+        return self.engine.submit(ids, request, images=images)
 
     def sampling_options(self, surface: str, request: dict, parameters: dict | None = None) -> SamplingOptions:
         """The sampler settings of a request (Ollama's names): `surface`'s defaults < this
         file's ``general.sampling.*`` < a created model's `parameters` < `request`."""
-        created = {k: v for k, v in (parameters or {}).items() if k not in REQUEST_OPTIONS}
-        return SamplingOptions.from_dict(layered_options(surface, model=self.sampling_defaults, created=created,
-                                                         request=request))
+        return sampling_options(surface, request, model=self.sampling_defaults, created=parameters)
 
     # ---- chat ------------------------------------------------------------------
 
@@ -398,18 +383,6 @@ def _is_token(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _grammar(grammar: object, fmt: object) -> Grammar | None:
-    if grammar is not None and fmt not in (None, ""):
-        raise InvalidOptionError("give either option 'grammar' or option 'format', not both")
-    if isinstance(grammar, Grammar):
-        return grammar
-    if grammar is not None:
-        if not isinstance(grammar, str):
-            raise InvalidOptionError(f"option 'grammar' must be GBNF text, got {type(grammar).__name__}")
-        return Grammar.from_gbnf(grammar) if grammar.strip() else None
-    if fmt in (None, ""):
-        return None
-    return Grammar.from_format(fmt)
 
 
 def _positive_int(name: str, value) -> int:
