@@ -206,14 +206,14 @@ class Reference:
             return self.linear(f"{p}ffn_down", act(gu[:, :half]) * gu[:, half:])
         return self.linear(f"{p}ffn_down", act(self.linear(f"{p}ffn_gate", h)) * self.linear(f"{p}ffn_up", h))
 
-    def moe(self, p: str, h):
+    def moe(self, p: str, h, *, renormalise: bool = True):
         n_used = self.w.hp("expert_used_count")
         probs = softmax(self.linear(f"{p}ffn_gate_inp", h))          # [T, E]
         gate, up, down = (self.t(f"{p}ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
         out = np.zeros_like(h)
         for t in range(h.shape[0]):
             chosen = np.argsort(-probs[t], kind="stable")[:n_used]
-            weights = probs[t, chosen] / probs[t, chosen].sum()
+            weights = probs[t, chosen] / (probs[t, chosen].sum() if renormalise else 1.0)
             for e, wt in zip(chosen, weights):
                 y = silu(gate[e] @ h[t]) * (up[e] @ h[t])
                 out[t] += wt * (down[e] @ y)
@@ -236,9 +236,14 @@ class Reference:
             x = x + ffn(p, self.norm(f"{p}ffn_norm", x))
         return self.logits(x)
 
-    def arch_llama(self, x, pos):
-        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling),
-                                   self.gated_mlp)
+    # Llama; Mixtral is a llama file with experts: every layer's MLP is then the
+    # softmax-routed experts (renormalise=False: the wrong variant the tests measure)
+    def arch_llama(self, x, pos, *, renormalise: bool = True):
+        def ffn(p, h):
+            if self.w.has(f"{p}ffn_gate_inp.weight"):
+                return self.moe(p, h, renormalise=renormalise)
+            return self.gated_mlp(p, h)
+        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling), ffn)
 
     def arch_qwen2(self, x, pos):
         return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling),

@@ -115,6 +115,9 @@ QUANT = {
     # biased experts with the clamped SwiGLU; recorded by the AVX-512 build (extra buffer types off);
     # met to 1e-5 (354/354) on scalar, avx2 and avx512, 0.040 from the exact result as llama.cpp is
     "gpt-oss-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # Mixtral (scripts/make_synth_mixtral.py): a llama file with 4 experts, 2 used, softmax routing
+    # renormalised over the chosen; recorded by the AVX-512 build (extra buffer types off)
+    "mixtral-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -256,6 +259,29 @@ def test_gpt_oss_window_on_the_even_layers():
     assert [spec.window for spec in model.cache_layout()] == [16, 0, 16, 0]
 
 
+def far_from_llamacpp(name: str, wrong_logits) -> None:
+    """The exact model with one piece wrong, wrong_logits(ref, x, pos) over the 301-token
+    prompt, is far outside the bounds the engine meets: in its top-10 at the last
+    position and in its argmax over the prompt's rows."""
+    cases, _ = runs(name)
+    ref = Reference(DATA / "synth" / f"{name}.gguf")
+    bounds = BOUNDS[name]
+    ids = cases[2]["ids"]
+    logits = wrong_logits(ref, ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids)))
+    top = np.asarray(cases[2]["top_ids"][:10])
+    top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
+    argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
+    assert top10 > 2 * bounds.top10 and argmax < bounds.argmax - 0.1, (top10, argmax)
+
+
+def test_mixtral_runs_experts_and_renormalises():
+    """mixtral-q8_0 is a llama file with experts: every layer binds them, and the
+    exact model without renormalising the chosen experts' weights is far off."""
+    model = load(DATA / "synth" / "mixtral-q8_0.gguf")
+    assert model.cfg.n_expert == 4 and all(hasattr(b.mlp, "ffn_gate_inp") for b in model.layers)
+    far_from_llamacpp("mixtral-q8_0", lambda ref, x, pos: ref.arch_llama(x, pos, renormalise=False))
+
+
 def phi3_longrope(tmp_path):
     """phi3-q5_0 plus LongRoPE factor tensors, original context 64, attn_factor 1.19."""
     rng = np.random.default_rng(7)
@@ -319,7 +345,7 @@ def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
 
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
-                                     "mistral3-q8_0", "gpt-oss-q8_0",
+                                     "mistral3-q8_0", "gpt-oss-q8_0", "mixtral-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the
