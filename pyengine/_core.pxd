@@ -76,6 +76,7 @@ cdef extern from "pe.h" nogil:
     int pe_op_cont(pe_graph *g, int a)
     int pe_op_attn_sinks(pe_graph *g, int attn, int sinks)
     int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids)
+    int pe_op_moe_gather_weights(pe_graph *g, int probs, int ids, int normalize)
     int pe_op_add_id(pe_graph *g, int a, int b, int ids)
     int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit)
     int pe_graph_set_output(pe_graph *g, int t)

@@ -439,6 +439,9 @@ cdef class Graph:
     def moe_softmax_chosen(self, int logits, int ids) -> int:
         return self._id(pe_op_moe_softmax_chosen(self.g, logits, ids))
 
+    def moe_gather_weights(self, int probs, int ids, bint normalize) -> int:
+        return self._id(pe_op_moe_gather_weights(self.g, probs, ids, normalize))
+
     def add_id(self, int a, int b, int ids) -> int:
         return self._id(pe_op_add_id(self.g, a, b, ids))
 

@@ -496,6 +496,47 @@ class Reference:
         return out
 
 
+    # GLM-4.5: pre-norm blocks (the second norm named post_attention_norm), q/k/v biases,
+    # q/k head norms where present, NeoX RoPE over part of each head; the first
+    # leading_dense_block_count layers dense, the others sigmoid-routed experts chosen with
+    # the exp_probs_b bias, plus the shared expert; the last nextn_predict_layers blocks
+    # never run.  The keywords make the wrong variants the tests measure.
+    def arch_glm4moe(self, x, pos, *, selection_bias: bool = True, routed_scale: bool = True,
+                     shared: bool = True, neox: bool = True):
+        n_run = self.n_layer - self.w.hp("nextn_predict_layers", 0)
+        n_dense = self.w.hp("leading_dense_block_count", 0)
+        rope = Rope(self.rope_dims, self.rope_base, neox=neox, **self.scaling)
+        for i in range(n_run):
+            p = f"blk.{i}."
+            x = x + self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, rope)
+            h = self.norm(f"{p}post_attention_norm", x)
+            if i < n_dense:
+                x = x + self.gated_mlp(p, h)
+                continue
+            x = x + self.sigmoid_moe(p, h, selection_bias=selection_bias, routed_scale=routed_scale)
+            if shared:
+                x = x + self.linear(f"{p}ffn_down_shexp",
+                                    silu(self.linear(f"{p}ffn_gate_shexp", h)) * self.linear(f"{p}ffn_up_shexp", h))
+        return self.logits(x)
+
+    def sigmoid_moe(self, p: str, h, *, selection_bias: bool = True, routed_scale: bool = True):
+        n_used = self.w.hp("expert_used_count")
+        probs = 1.0 / (1.0 + np.exp(-self.linear(f"{p}ffn_gate_inp", h)))             # [T, E]
+        select = probs + self.t(f"{p}exp_probs_b.bias") if selection_bias else probs
+        scale = self.w.hp("expert_weights_scale", 0.0) if routed_scale else 0.0
+        gate, up, down = (self.t(f"{p}ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-select[t], kind="stable")[:n_used]
+            weights = probs[t, chosen]
+            if self.w.hp("expert_weights_norm", False):
+                weights = weights / max(weights.sum(), 6.103515625e-5)
+            weights = weights * (scale or 1.0)
+            for e, wt in zip(chosen, weights):
+                out[t] += wt * (down[e] @ (silu(gate[e] @ h[t]) * (up[e] @ h[t])))
+        return out
+
+
 def attend_with_sinks(q, k, v, pos, *, scale: float, window: int = 0, sinks=None) -> np.ndarray:
     """attend(), with each head's sink logit (sinks [H], or None) joining its
     softmax denominator, without a value."""

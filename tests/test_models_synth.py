@@ -118,6 +118,10 @@ QUANT = {
     # Mixtral (scripts/make_synth_mixtral.py): a llama file with 4 experts, 2 used, softmax routing
     # renormalised over the chosen; recorded by the AVX-512 build (extra buffer types off)
     "mixtral-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # GLM-4.5 (scripts/make_synth_glm4moe.py): a dense first layer, sigmoid routing with a selection
+    # bias, renormalised and scaled x2.5, a shared expert, partial NeoX RoPE, q/k head norms, a
+    # NextN block left unrun; recorded by the AVX-512 build (extra buffer types off)
+    "glm4moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -282,6 +286,18 @@ def test_mixtral_runs_experts_and_renormalises():
     far_from_llamacpp("mixtral-q8_0", lambda ref, x, pos: ref.arch_llama(x, pos, renormalise=False))
 
 
+def test_glm4moe_layers_and_variants():
+    """glm4moe-q8_0 runs 3 of its 4 blocks (the NextN block stays unrun), the first
+    dense, the others routed experts with a shared one; the exact model with one
+    piece wrong (no selection bias, no routed scaling, no shared expert, the
+    interleaved rope instead of NeoX's) is far off."""
+    model = load(DATA / "synth" / "glm4moe-q8_0.gguf")
+    assert model.cfg.n_layer == 3 and model.cfg.n_nextn == 1
+    assert [type(b).__name__ for b in model.layers] == ["DenseBlock", "MoeBlock", "MoeBlock"]
+    for wrong in ({"selection_bias": False}, {"routed_scale": False}, {"shared": False}, {"neox": False}):
+        far_from_llamacpp("glm4moe-q8_0", lambda ref, x, pos: ref.arch_glm4moe(x, pos, **wrong))
+
+
 def phi3_longrope(tmp_path):
     """phi3-q5_0 plus LongRoPE factor tensors, original context 64, attn_factor 1.19."""
     rng = np.random.default_rng(7)
@@ -345,7 +361,7 @@ def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
 
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
-                                     "mistral3-q8_0", "gpt-oss-q8_0", "mixtral-q8_0",
+                                     "mistral3-q8_0", "gpt-oss-q8_0", "mixtral-q8_0", "glm4moe-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the

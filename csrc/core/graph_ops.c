@@ -116,7 +116,7 @@ int pe_op_softcap(pe_graph *g, int a, float cap) {
 }
 
 int pe_op_unary(pe_graph *g, int a, int op) {
-    if (op < PE_UNARY_SILU || op > PE_UNARY_RELU) return pe_fail("unary: unknown function %d", op);
+    if (op < PE_UNARY_SILU || op > PE_UNARY_SIGMOID) return pe_fail("unary: unknown function %d", op);
     return unary_param(g, PE_OP_UNARY, "unary", a, 0, op);
 }
 
@@ -293,6 +293,12 @@ int pe_op_attn_sinks(pe_graph *g, int attn, int sinks) {
 int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids) {
     const int id = pe_op_moe_weights(g, logits, ids, 0);
     if (id >= 0) g->t[id].ip[1] = 1;   /* moe_weights_run: the softmax over the chosen logits alone */
+    return id;
+}
+
+int pe_op_moe_gather_weights(pe_graph *g, int probs, int ids, int normalize) {
+    const int id = pe_op_moe_weights(g, probs, ids, normalize);
+    if (id >= 0) g->t[id].ip[1] = 2;   /* moe_weights_run: the chosen entries as they are */
     return id;
 }
 

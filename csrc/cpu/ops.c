@@ -80,6 +80,7 @@ static void unary_run(pe_exec *ex, pe_tensor *t) {
         case 100 + PE_UNARY_GELU:     for (int64_t i = 0; i < n; i++) d[i] = pe_gelu(x[i]); break;
         case 100 + PE_UNARY_GELU_ERF: for (int64_t i = 0; i < n; i++) d[i] = 0.5f * x[i] * (1.0f + gelu_erf(x[i])); break;
         case 100 + PE_UNARY_RELU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] > 0 ? x[i] : 0; break;
+        case 100 + PE_UNARY_SIGMOID:  for (int64_t i = 0; i < n; i++) d[i] = 1.0f / (1.0f + pe_expf(0.0f - x[i])); break;
         default: break;
         }
     }
@@ -165,6 +166,24 @@ static int softmax_chosen(int64_t n, int64_t k, const float *x, const int32_t *i
     return 0;
 }
 
+/* The chosen entries of one row of probabilities x [n], in the order of id [k],
+ * into d [k]; with `normalize` each divided by their sum, summed in order in
+ * float and at least 2^-14 (llama.cpp's clamp keeps all-but-zero weights finite).
+ * Returns -1 for an id out of range. */
+static int gather_chosen(int64_t n, int64_t k, const float *x, const int32_t *id, int normalize, float *d) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; j++) {
+        if (id[j] < 0 || id[j] >= n) return -1;
+        d[j] = x[id[j]];
+        sum += d[j];
+    }
+    if (!normalize) return 0;
+    const float floor = 6.103515625e-5f;
+    sum = sum < floor ? floor : sum;
+    for (int64_t j = 0; j < k; j++) d[j] /= sum;
+    return 0;
+}
+
 /* add_id: row (u, t) of a plus row ids[u, t] of b (each chosen expert's bias). */
 static void add_id_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *b = src(ex, t, 1), *ids = src(ex, t, 2);
@@ -214,8 +233,12 @@ static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
         const float *x = row_f32(a, r);
         const int32_t *id = (const int32_t *)((const uint8_t *)ids->data + r * ids->nb[1]);
         float *d = (float *)((uint8_t *)t->data + r * t->nb[1]);
-        if (t->ip[1]) {
+        if (t->ip[1] == 1) {
             if (softmax_chosen(n, k, x, id, d)) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
+            continue;
+        }
+        if (t->ip[1] == 2) {
+            if (gather_chosen(n, k, x, id, t->ip[0], d)) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
             continue;
         }
         float mx = -INFINITY;

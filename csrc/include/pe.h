@@ -187,7 +187,7 @@ int      pe_physical_cores(void);
 typedef struct pe_graph pe_graph;
 
 enum pe_rope_mode { PE_ROPE_NORMAL = 0, PE_ROPE_NEOX = 2 };
-enum pe_unary_op  { PE_UNARY_SILU = 0, PE_UNARY_GELU = 1, PE_UNARY_GELU_ERF = 2, PE_UNARY_RELU = 3 };
+enum pe_unary_op  { PE_UNARY_SILU = 0, PE_UNARY_GELU = 1, PE_UNARY_GELU_ERF = 2, PE_UNARY_RELU = 3, PE_UNARY_SIGMOID = 4 };
 
 pe_graph *pe_graph_new(void);
 void      pe_graph_free(pe_graph *g);
@@ -246,6 +246,10 @@ int pe_op_weighted_sum(pe_graph *g, int a, int w);                      /* [N,U,
 /* Weights of the chosen experts as a softmax over their own logits only
  * (gpt-oss's routing): [k,T] from logits [E,T] and ids [k,T]. */
 int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids);
+/* Weights of the chosen experts read straight from probs [E,T] (sigmoid gating:
+ * GLM-4.5, Llama 4), optionally divided by their sum (at least 2^-14, as
+ * llama.cpp clamps it) -> [k,T]. */
+int pe_op_moe_gather_weights(pe_graph *g, int probs, int ids, int normalize);
 /* a [N,U,T] plus row ids[u,t] of b [N,E] for every (u,t): a bias per chosen expert. */
 int pe_op_add_id(pe_graph *g, int a, int b, int ids);
 /* gpt-oss's gated unit: g = min(gate, limit), u = clamp(up, -limit, limit),

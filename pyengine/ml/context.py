@@ -19,7 +19,7 @@ from pyengine import _core
 from pyengine.errors import InvalidOptionError
 
 F32, F16, Q8_0, I32 = 0, 1, 8, 26
-SILU, GELU = 0, 1
+SILU, GELU, SIGMOID = 0, 1, 4   # pe.h enum pe_unary_op
 ROPE_NORMAL, ROPE_NEOX = 0, 2
 
 _NUMPY_TYPES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16, np.dtype(np.int32): I32}
@@ -172,6 +172,9 @@ class Context:
     def gelu(self, a: Tensor) -> Tensor:
         return self._tensor(self.graph.unary(a.id, GELU))
 
+    def sigmoid(self, a: Tensor) -> Tensor:
+        return self._tensor(self.graph.unary(a.id, SIGMOID))
+
     def swiglu(self, gate: Tensor, up: Tensor) -> Tensor:
         return self._tensor(self.graph.glu(gate.id, up.id, SILU))
 
@@ -214,6 +217,11 @@ class Context:
     def moe_softmax_chosen(self, logits: Tensor, ids: Tensor) -> Tensor:
         """[U, T] the softmax over each token's chosen logits alone."""
         return self._tensor(self.graph.moe_softmax_chosen(logits.id, ids.id))
+
+    def moe_gather_weights(self, probs: Tensor, ids: Tensor, normalize: bool) -> Tensor:
+        """[U, T] each token's chosen entries of probs [E, T] (sigmoid gating), divided by
+        their sum when `normalize`."""
+        return self._tensor(self.graph.moe_gather_weights(probs.id, ids.id, normalize))
 
     def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """a [N, U, T] plus row ids[u, t] of b [N, E] (a bias per chosen expert)."""

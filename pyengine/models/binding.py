@@ -112,11 +112,12 @@ def _strip_optional(kind: Any) -> type:
 
 def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorField) -> Any:
     names = [prefix + spec.name] + ([prefix + spec.alt] if spec.alt else [])
-    base = next((n for n in names if f"{n}.weight" in gguf.tensors), None)
+    lead = next(iter(leaf.PARTS))   # the part that says the tensor is there: "weight", or a bare "bias"
+    base = next((n for n in names if f"{n}.{lead}" in gguf.tensors), None)
     if base is None:
         if spec.optional:
             return None
-        tried = " or ".join(f"'{n}.weight'" for n in names)
+        tried = " or ".join(f"'{n}.{lead}'" for n in names)
         raise ModelError(f"missing tensor {tried} in {gguf.path}")
     parts: dict[str, Weight | None] = {}
     for part, required in leaf.PARTS.items():
@@ -128,7 +129,7 @@ def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorFi
             continue
         w = _weight(gguf, name, lookup=getattr(leaf, "LOOKUP", False),
                     interleave=part == "weight" and getattr(leaf, "INTERLEAVE", False))
-        if part == "weight" and spec.shape is not None:
+        if part == lead and spec.shape is not None:
             _check_shape(w, spec.shape, cfg)
         parts[part] = w.to_f32() if part in leaf.F32_PARTS else w
     return leaf(**parts)

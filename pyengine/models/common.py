@@ -20,7 +20,7 @@ from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import Embedding, F32Param, Linear, Param, RMSNorm
+from pyengine.ml.nn import Embedding, F32Bias, F32Param, Linear, Param, RMSNorm
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX, TransformerConfig
 
@@ -170,6 +170,7 @@ class ExpertsConfig(AttentionConfig):
     n_ff_exp: int = 0                  # hidden size of one expert's MLP
     norm_expert_weights: bool = True   # renormalise the chosen experts' weights to sum to 1
     expert_weights_scale: float = 1.0
+    n_ff_shexp: int = 0                # hidden size of the shared expert, where the layers have one
 
     @staticmethod
     def experts_from_gguf(f: GGUFFile, *, n_ff_exp: int, norm_default: bool = True) -> dict:
@@ -348,15 +349,48 @@ class SoftmaxExperts(Module):
     ffn_down_exps: Param = tensor("ffn_down_exps", shape=("n_ff_exp", "n_embd", "n_expert"))
 
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
-        c, n_tokens = self.cfg, x.shape[1]
+        c = self.cfg
         scores = self.ffn_gate_inp(ctx, x)                                          # [E, T]
         chosen = ctx.topk(scores, c.n_expert_used)                                  # i32 [U, T]
         weights = scaled(ctx, ctx.moe_weights(scores, chosen, c.norm_expert_weights), c.expert_weights_scale)  # [U, T]
-        x = ctx.reshape(x, (c.n_embd, 1, n_tokens))                                 # one input for all U
+        return ctx.weighted_sum(self.experts(ctx, x, chosen), weights)             # [n_embd, T]
+
+    def experts(self, ctx: Context, x: Tensor, chosen: Tensor) -> Tensor:
+        """[n_embd, U, T] the chosen experts' outputs for x [n_embd, T] (or [n_embd, 1, T])."""
+        x = ctx.reshape(x, (self.cfg.n_embd, 1, x.shape[-1]))                      # one input for all U
         gate = ctx.mul_mat_id(ctx.weight(self.ffn_gate_exps.weight), x, chosen)     # [F, U, T]
         up = ctx.mul_mat_id(ctx.weight(self.ffn_up_exps.weight), x, chosen)         # [F, U, T]
-        down = ctx.mul_mat_id(ctx.weight(self.ffn_down_exps.weight), ctx.swiglu(gate, up), chosen)  # [n_embd, U, T]
-        return ctx.weighted_sum(down, weights)                                      # [n_embd, T]
+        return ctx.mul_mat_id(ctx.weight(self.ffn_down_exps.weight), ctx.swiglu(gate, up), chosen)
+
+
+@dataclass(eq=False)
+class SigmoidExperts(SoftmaxExperts):
+    """Routed SiLU-gated experts scored by sigmoid(router): the `n_expert_used`
+    best by score plus a per-expert selection bias (exp_probs_b, which only
+    chooses), weighted by their unbiased scores, renormalised over the chosen
+    when the config says, then scaled (GLM-4.5's routing)."""
+
+    exp_probs_b: F32Bias = tensor("exp_probs_b", shape=("n_expert",))
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        c = self.cfg
+        probs = ctx.sigmoid(self.ffn_gate_inp(ctx, x))                              # [E, T]
+        chosen = ctx.topk(ctx.add(probs, ctx.weight(self.exp_probs_b.bias)), c.n_expert_used)   # i32 [U, T]
+        weights = scaled(ctx, ctx.moe_gather_weights(probs, chosen, c.norm_expert_weights), c.expert_weights_scale)
+        return ctx.weighted_sum(self.experts(ctx, x, chosen), weights)             # [n_embd, T]
+
+
+@dataclass(eq=False)
+class SharedExpert(Module):
+    """The expert every token runs besides the routed ones: down(silu(gate x) * up x)."""
+
+    ffn_gate_shexp: Linear = tensor("ffn_gate_shexp", shape=("n_embd", "n_ff_shexp"))
+    ffn_up_shexp: Linear = tensor("ffn_up_shexp", shape=("n_embd", "n_ff_shexp"))
+    ffn_down_shexp: Linear = tensor("ffn_down_shexp", shape=("n_ff_shexp", "n_embd"))
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        gate, up = nn.linears(ctx, (self.ffn_gate_shexp, self.ffn_up_shexp), x)
+        return self.ffn_down_shexp(ctx, ctx.swiglu(gate, up))
 
 
 # ---- blocks ---------------------------------------------------------------------------
@@ -474,5 +508,5 @@ def scaled(ctx: Context, x: Tensor, s: float) -> Tensor:
 
 
 __all__ = ["CausalLM", "AttentionConfig", "SlidingWindowConfig", "LayerInputs", "SelfAttention", "Attention", "FusedAttention",
-           "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "ExpertsConfig", "SoftmaxExperts", "PreNormBlock", "SandwichBlock", "PostNormBlock",
+           "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "ExpertsConfig", "SoftmaxExperts", "SigmoidExperts", "SharedExpert", "PreNormBlock", "SandwichBlock", "PostNormBlock",
            "Decoder", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]
