@@ -537,6 +537,63 @@ class Reference:
         return out
 
 
+    # Llama 4: every 4th layer NoPE (its queries times the temperature
+    # log(floor((pos + 1) / 8192) + 1) * 0.1 + 1), the others RoPE then a weightless
+    # q/k RMS norm, attending within chunks of `chunk` tokens; every
+    # interleave_moe_layer_step-th layer the top expert on its input times
+    # sigmoid(logit), plus the shared expert.  The keywords make the wrong variants
+    # the tests measure (and chunk a size the tests can reach).
+    def arch_llama4(self, x, pos, *, chunk: int = 8192, kq_norm: bool = True, nope: bool = True,
+                    weight_before: bool = True, shared: bool = True):
+        step = self.w.hp("interleave_moe_layer_step")
+        rope = Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling)
+        temp = np.log(np.floor((pos + 1.0) / 8192) + 1.0) * 0.1 + 1.0
+        visible = (pos[None, :] <= pos[:, None]) & (pos[None, :] // chunk == pos[:, None] // chunk)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            q, k, v = self.qkv(p, self.norm(f"{p}attn_norm", x))
+            roped = not nope or (i + 1) % 4 != 0
+            if roped:
+                q, k = rope(q, pos), rope(k, pos)
+                if kq_norm:
+                    q, k = rms_norm(q, 1.0, self.eps), rms_norm(k, 1.0, self.eps)
+            else:
+                q = q * temp[:, None, None]
+            o = attend_masked(q, k, v, visible if roped else pos[None, :] <= pos[:, None],
+                              scale=1.0 / math.sqrt(self.head_dim))
+            x = x + self.linear(f"{p}attn_output", o)
+            h = self.norm(f"{p}ffn_norm", x)
+            if (i + 1) % step:
+                x = x + self.gated_mlp(p, h)
+                continue
+            x = x + self.top1_sigmoid_moe(p, h, weight_before=weight_before)
+            if shared:
+                x = x + self.linear(f"{p}ffn_down_shexp",
+                                    silu(self.linear(f"{p}ffn_gate_shexp", h)) * self.linear(f"{p}ffn_up_shexp", h))
+        return self.logits(x)
+
+    def top1_sigmoid_moe(self, p: str, h, *, weight_before: bool = True):
+        logits = self.linear(f"{p}ffn_gate_inp", h)                                   # [T, E]
+        gate, up, down = (self.t(f"{p}ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            e = int(np.argmax(logits[t]))
+            wt = 1.0 / (1.0 + np.exp(-logits[t, e]))
+            x = h[t] * wt if weight_before else h[t]
+            y = down[e] @ (silu(gate[e] @ x) * (up[e] @ x))
+            out[t] = y if weight_before else wt * y
+        return out
+
+
+def attend_masked(q, k, v, visible, *, scale: float) -> np.ndarray:
+    """Attention of q [T, H, hd] over k, v [T, Hkv, hd] where visible [T, T] allows."""
+    n_tok, n_head, hd = q.shape
+    group = n_head // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.where(visible[None], np.einsum("thd,shd->hts", q, k) * scale, -np.inf)
+    return np.einsum("hts,shd->thd", softmax(scores), v).reshape(n_tok, n_head * hd)
+
+
 def attend_with_sinks(q, k, v, pos, *, scale: float, window: int = 0, sinks=None) -> np.ndarray:
     """attend(), with each head's sink logit (sinks [H], or None) joining its
     softmax denominator, without a value."""

@@ -122,6 +122,10 @@ QUANT = {
     # bias, renormalised and scaled x2.5, a shared expert, partial NeoX RoPE, q/k head norms, a
     # NextN block left unrun; recorded by the AVX-512 build (extra buffer types off)
     "glm4moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # Llama 4 (scripts/make_synth_llama4.py): a NoPE layer in 4 with the temperature, L2 q/k norms on
+    # the RoPE layers, every 2nd layer one expert (input scaled by its sigmoid) plus a shared one;
+    # recorded by the AVX-512 build (extra buffer types off, a full-size chunked cache)
+    "llama4-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -298,6 +302,55 @@ def test_glm4moe_layers_and_variants():
         far_from_llamacpp("glm4moe-q8_0", lambda ref, x, pos: ref.arch_glm4moe(x, pos, **wrong))
 
 
+def test_llama4_layers_and_variants():
+    """llama4-q8_0 has experts on layers 1 and 3 and no rope on layer 3; the exact
+    model with one piece wrong (no q/k L2 norm, rope on the NoPE layer, no shared
+    expert) is far off."""
+    model = load(DATA / "synth" / "llama4-q8_0.gguf")
+    assert [type(b).__name__ for b in model.layers] == ["Block", "MoeBlock", "Block", "MoeBlock"]
+    assert [model.cfg.uses_rope(i) for i in range(4)] == [True, True, True, False]
+    keys = np.random.default_rng(3).standard_normal((6, 2, 16)).astype(np.float32)   # [T, Hkv, hd] numpy order
+    moved = [shifted_keys(model, keys, layer) for layer in (2, 3)]
+    assert np.abs(moved[0] - keys).max() > 0.1 and np.array_equal(moved[1], keys)   # the NoPE layer's stay
+    for wrong in ({"kq_norm": False}, {"nope": False}, {"shared": False}):
+        far_from_llamacpp("llama4-q8_0", lambda ref, x, pos: ref.arch_llama4(x, pos, **wrong))
+
+
+def shifted_keys(model, keys: np.ndarray, layer: int, delta: int = 5) -> np.ndarray:
+    """Keys [n, Hkv, hd] of `layer` after a context shift of `delta` positions."""
+    from pyengine.ml.context import Context
+
+    ctx = Context(backend())
+    k = ctx.input(keys, "k")                                            # [hd, Hkv, T]
+    out = ctx.cont(model.shift_keys(ctx, k, ctx.input(np.full(len(keys), delta, np.int32), "pos"), layer))
+    ctx.set_output(out)
+    ctx.compute()
+    return ctx.read(out).reshape(keys.shape)
+
+
+def test_llama4_temperature_steps_past_the_chunk():
+    """The NoPE layers' query factor: 1 up to position 8190, then
+    log(floor((pos + 1) / 8192) + 1) * 0.1 + 1 (llama.cpp's offset of 1)."""
+    from pyengine.models.llama4 import temperature_table
+
+    table = temperature_table(3 * 8192)
+    pos = np.array([0, 8190, 8191, 16382, 16383, 24575])
+    want = np.log(np.floor((pos + 1.0) / 8192) + 1.0) * 0.1 + 1.0
+    np.testing.assert_allclose(table[pos], want, rtol=1e-7)
+    assert table[8190] == 1.0 and table[8191] > 1.0
+
+
+def test_llama4_refuses_a_context_past_one_chunk():
+    """Positions past the first chunk would need the chunked mask, which the cache
+    does not have: a context per sequence longer than a chunk is refused."""
+    from pyengine.errors import UnsupportedError
+
+    model = load(DATA / "synth" / "llama4-q8_0.gguf")
+    cache = KVCache(model.cache_layout(), 8193)
+    with pytest.raises(UnsupportedError, match="chunk"):
+        Forward(model, backend(), cache)(np.array([1, 2], np.int32), np.arange(2), np.zeros(2), np.array([1]))
+
+
 def phi3_longrope(tmp_path):
     """phi3-q5_0 plus LongRoPE factor tensors, original context 64, attn_factor 1.19."""
     rng = np.random.default_rng(7)
@@ -361,7 +414,7 @@ def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
 
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
-                                     "mistral3-q8_0", "gpt-oss-q8_0", "mixtral-q8_0", "glm4moe-q8_0",
+                                     "mistral3-q8_0", "gpt-oss-q8_0", "mixtral-q8_0", "glm4moe-q8_0", "llama4-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the
