@@ -399,6 +399,9 @@ cdef class Graph:
     def rms_norm(self, int a, int weight, float eps) -> int:
         return self._id(pe_op_rms_norm(self.g, a, weight, eps))
 
+    def layer_norm(self, int a, int weight, float eps) -> int:
+        return self._id(pe_op_layer_norm(self.g, a, weight, eps))
+
     def unary(self, int a, int op) -> int:
         return self._id(pe_op_unary(self.g, a, op))
 
@@ -421,6 +424,9 @@ cdef class Graph:
              float softcap=0.0, int cell_pos=-1) -> int:
         return self._id(pe_op_attn(self.g, q, k, v, mask, kv_len, cell_pos, n_head_kv, scale, softcap))
 
+    def attn_alibi(self, int attn, float max_bias) -> int:
+        return self._id(pe_op_attn_alibi(self.g, attn, max_bias))
+
     def topk(self, int a, int k) -> int:
         return self._id(pe_op_topk(self.g, a, k))
 
@@ -429,6 +435,15 @@ cdef class Graph:
 
     def weighted_sum(self, int a, int w) -> int:
         return self._id(pe_op_weighted_sum(self.g, a, w))
+
+    def concat(self, int a, int b) -> int:
+        return self._id(pe_op_concat(self.g, a, b))
+
+    def moe_route(self, int logits, int bias, int k, int gating, int n_group, int n_group_used) -> int:
+        return self._id(pe_op_moe_route(self.g, logits, bias, k, gating, n_group, n_group_used))
+
+    def moe_sigmoid_weights(self, int logits, int ids, bint normalize) -> int:
+        return self._id(pe_op_moe_sigmoid_weights(self.g, logits, ids, normalize))
 
     def cont(self, int a) -> int:
         return self._id(pe_op_cont(self.g, a))
@@ -439,14 +454,24 @@ cdef class Graph:
     def moe_softmax_chosen(self, int logits, int ids) -> int:
         return self._id(pe_op_moe_softmax_chosen(self.g, logits, ids))
 
-    def moe_gather_weights(self, int probs, int ids, bint normalize) -> int:
-        return self._id(pe_op_moe_gather_weights(self.g, probs, ids, normalize))
-
     def add_id(self, int a, int b, int ids) -> int:
         return self._id(pe_op_add_id(self.g, a, b, ids))
 
     def swiglu_oai(self, int gate, int up, float alpha, float limit) -> int:
         return self._id(pe_op_swiglu_oai(self.g, gate, up, alpha, limit))
+
+    def l2_norm(self, int a, float eps) -> int:
+        return self._id(pe_op_l2_norm(self.g, a, eps))
+
+    def ssm_conv(self, int x, int w, int state, int seqs) -> int:
+        return self._id(pe_op_ssm_conv(self.g, x, w, state, seqs))
+
+    def ssm_scan(self, int x, int dt, int A, int B, int C, int D, int dt_bias, int state, int seqs) -> int:
+        return self._id(pe_op_ssm_scan(self.g, x, dt, A, B, C, D, dt_bias, state, seqs))
+
+    def delta_net(self, int q, int k, int v, int gate, int beta, int state, int seqs, float scale,
+                  int chunk) -> int:
+        return self._id(pe_op_delta_net(self.g, q, k, v, gate, beta, state, seqs, scale, chunk))
 
     def set_output(self, int t) -> None:
         self._id(pe_graph_set_output(self.g, t))

@@ -61,6 +61,12 @@ cdef extern from "pe_tok.h":
     void pe_tok_ugm_free(pe_tok_ugm *ugm)
     int pe_tok_ugm_encode(pe_tok_ugm *ugm, const char *text, int64_t len, pe_tok_ids *out)
 
+    ctypedef struct pe_tok_wpm:
+        pass
+    pe_tok_wpm *pe_tok_wpm_new(const char *texts, const int64_t *offsets, int32_t n_tokens, int32_t unk_id)
+    void pe_tok_wpm_free(pe_tok_wpm *wpm)
+    int pe_tok_wpm_encode(pe_tok_wpm *wpm, const char *text, int64_t len, pe_tok_ids *out)
+
 
 from pyengine.errors import TokenizerError as _TokenizerError
 
@@ -275,4 +281,34 @@ cdef class TokUGM:
         ids.len = 0
         ids.cap = 0
         cdef int rc = pe_tok_ugm_encode(self.ugm, data, size, &ids)
+        return _tok_take_ids(&ids, rc)
+
+
+cdef class TokWPM:
+    """WordPiece's greedy cutting of normalized words (pe_tok_wpm)."""
+
+    cdef pe_tok_wpm *wpm
+
+    def __cinit__(self, bytes texts, const int64_t[::1] offsets, int32_t unk_id):
+        cdef Py_ssize_t n_tokens = offsets.shape[0] - 1
+        if n_tokens <= 0:
+            raise ValueError("TokWPM: no tokens")
+        if offsets[0] < 0 or offsets[n_tokens] > len(texts):
+            raise ValueError("TokWPM: offsets outside the token texts")
+        self.wpm = pe_tok_wpm_new(texts, &offsets[0], <int32_t> n_tokens, unk_id)
+        if self.wpm is NULL:
+            raise _TokenizerError("TokWPM: cannot build the tables (bad unknown id, or out of memory)")
+
+    def __dealloc__(self):
+        pe_tok_wpm_free(self.wpm)
+
+    def encode(self, str words) -> list:
+        """Ids of the normalized words, separated by single spaces."""
+        cdef Py_ssize_t size
+        cdef const char *data = _tok_utf8(words, &size)
+        cdef pe_tok_ids ids
+        ids.data = NULL
+        ids.len = 0
+        ids.cap = 0
+        cdef int rc = pe_tok_wpm_encode(self.wpm, data, size, &ids)
         return _tok_take_ids(&ids, rc)

@@ -59,7 +59,8 @@ class LLM:
 
     def __init__(self, model: str | os.PathLike, *, n_ctx: int | None = None, n_threads: int | None = None,
                  n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str | None = None,
-                 swa_full: bool = False) -> None:
+                 swa_full: bool = False, mmproj: str | os.PathLike | None = None) -> None:
+        """mmproj: a vision projector (llama.cpp's mmproj GGUF) for images in chats."""
         from pyengine.store import resolve_model
 
         self.path = resolve_model(model)
@@ -72,6 +73,12 @@ class LLM:
         self.n_ctx = _positive_int("n_ctx", n_ctx if n_ctx is not None else min(cfg.n_ctx_train, DEFAULT_CTX))
         self.n_batch = _positive_int("n_batch", n_batch)
         self.backend = Backend(n_threads)
+        self.projector = None
+        if mmproj is not None:
+            from pyengine.vision.projector import load_projector
+
+            self.projector = load_projector(mmproj)
+            self.projector.check_fits(cfg.n_embd, text_model=str(self.path))
         self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
                              n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full)
         self._closer = weakref.finalize(self, self.engine.close)
@@ -219,7 +226,7 @@ class LLM:
 
     def submit(self, prompt: str | Sequence[int], *, max_tokens: int | None = 128, temperature: float | None = None,
                seed: int | None = None, stop: Sequence[str] | str | None = None, surface: str = "ollama",
-               parameters: dict | None = None, **options) -> RequestHandle:
+               parameters: dict | None = None, images: Sequence = (), **options) -> RequestHandle:
         """Queue a generation with Ollama-named options; the handle streams Chunk events and
         ends with the Completion (counts, timings, finish_reason, logprobs).
 
@@ -242,7 +249,7 @@ class LLM:
         if sampling.n_probs and top is None:
             top = sampling.n_probs
         return self.engine.submit(ids, sampling, max_tokens=max_tokens, stop=stop, grammar=grammar,
-                                  top_logprobs=top, **request_opts)
+                                  top_logprobs=top, images=images, **request_opts)
 
     def sampling_options(self, surface: str, request: dict, parameters: dict | None = None) -> SamplingOptions:
         """The sampler settings of a request (Ollama's names): `surface`'s defaults < this
@@ -367,7 +374,7 @@ def _mean_hidden(engine: Engine, ids: list[int]) -> np.ndarray:
         for start in range(0, len(ids), engine.n_batch):
             chunk = ids[start:start + engine.n_batch]
             engine.cache.slide(slot.id, start, engine.swa_margin)
-            _free_cells(engine, len(chunk))
+            _reserve(engine, len(chunk))
             rows = np.arange(len(chunk), dtype=np.int32)
             hidden = engine.forward.hidden(chunk, rows + start, np.full(len(chunk), slot.id), rows)
             total += hidden.sum(axis=0, dtype=np.float64)
@@ -376,12 +383,13 @@ def _mean_hidden(engine: Engine, ids: list[int]) -> np.ndarray:
     return total / len(ids)
 
 
-def _free_cells(engine: Engine, n_new: int) -> None:
-    """Evict cached (idle) prefixes until every cache group has `n_new` free cells."""
-    for group in engine.cache.groups:
-        while group.cells.n_free < n_new:
-            if not engine.slots.evict_lru():
-                raise ContextLengthError("the KV cache is full with running requests; retry the embedding later")
+def _reserve(engine: Engine, n_new: int) -> None:
+    """Evict cached (idle) prefixes until the cache has room for `n_new` tokens."""
+    try:
+        engine.cache.reserve(n_new, engine.slots.evict_lru)
+    except ContextLengthError as error:
+        raise ContextLengthError(f"{error}: the cache is full with running requests; retry the embedding "
+                                 "later") from None
 
 
 def _grammar(grammar: object, fmt: object) -> Grammar | None:

@@ -53,6 +53,11 @@ class StoreError(PyEngineError):
     """A model download, verification or extraction that failed."""
 
 
+class ImageError(PyEngineError, ValueError):
+    """Image bytes that cannot be used: not an image, truncated, a format pyengine does
+    not decode, or more pixels than the cap (the server answers 400)."""
+
+
 class NativeError(PyEngineError, RuntimeError):
     """The native core reported an error for the inputs it was given."""
 

@@ -52,7 +52,8 @@ def check_fits(llm: Any, ids: Sequence[int], options: dict) -> None:
 
 
 def submit(llm: Any, ids: Sequence[int], *, max_tokens: int | None, temperature: float | None = None,
-           seed: int | None = None, stop: Sequence[str] | str | None = None, **options: Any):
+           seed: int | None = None, stop: Sequence[str] | str | None = None, images: Sequence = (),
+           **options: Any):
     """Start generating after `ids`; returns a handle of chunks then a Completion.
 
     `max_tokens` None runs until end of generation, a stop string or the context's end
@@ -63,6 +64,8 @@ def submit(llm: Any, ids: Sequence[int], *, max_tokens: int | None, temperature:
     if max_tokens is None:
         # "Until the end" stops where the context does: never an endless shifting run.
         max_tokens = max(context_limit(llm, options) - len(ids), 1)
+    if images:   # (start, rows) pairs of pyengine.vision.prompt
+        options["images"] = images
     return llm.submit(list(ids), max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
                       **options)
 

@@ -11,7 +11,8 @@ Both take options by Ollama's names (``temperature``, ``top_k``, ``num_predict``
 own chat template (``think`` switches reasoning on or off where the template has a
 switch), the reply is split into reasoning, content and tool calls (tool calls are
 parsed only when ``tools`` are given, in the format the template teaches), and
-``format`` ("json" or a JSON schema) constrains the answer.
+``format`` ("json" or a JSON schema) constrains the answer (gpt-oss then answers in
+the final channel its prompt opens, without reasoning first).
 
 Lower level: :func:`start_chat` / :func:`start_prompt` return a :class:`ChatStream`
 of :class:`ChatPiece` events ending with a :class:`ChatResult`; the server uses these.
@@ -26,12 +27,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Iterator, Sequence
 
 from pyengine.chat import capabilities, fim, shapes
+from pyengine.chat.harmony import FINAL_OPENER, harmony_call_header, opened_header
 from pyengine.chat.messages import normalize_messages, normalize_tools
-from pyengine.chat.parsers import Delta, StreamParser, collect, detect_tool_format, prompt_opens_reasoning
+from pyengine.chat.parsers import HARMONY, Delta, collect, make_parser, prompt_opens_reasoning, reply_format
 from pyengine.chat.prompt import encode_rendered, model_template
-from pyengine.chat.template import ChatTemplate, thinking_kwargs
-from pyengine.chat.tool_choice import forced_call_grammar, forced_parse_format, forced_syntax, read_tool_choice
-from pyengine.errors import InvalidOptionError
+from pyengine.chat.template import ChatTemplate, takes_reasoning_effort, thinking_kwargs
+from pyengine.chat.tool_choice import (
+    forced_arguments_grammar,
+    forced_call_grammar,
+    forced_parse_format,
+    forced_syntax,
+    read_tool_choice,
+)
+from pyengine.errors import InvalidOptionError, UnsupportedError
 from pyengine.generation import submit
 from pyengine.runner.sequence import Completion
 
@@ -56,6 +64,7 @@ class PreparedPrompt:
     parse: bool = True                 # split reasoning/tool calls (False: raw text)
     stops: tuple[str, ...] = ()        # the template's own stop texts, beside the request's
     forced_call: bool = False          # the reply is a forced tool call: it has no content
+    images: tuple = ()                 # (start, rows): the prompt's images (pyengine.vision.prompt)
 
 
 def chat_template(llm: Any) -> ChatTemplate:
@@ -117,16 +126,35 @@ def prepare_infill(llm: Any, prefix: str, suffix: str, *, extra: Sequence[fim.Ex
     return PreparedPrompt(ids, None, None, False, parse=False)
 
 
-def prepare_chat(llm: Any, messages: Any, tools: Any = None, think: bool | str | None = None) -> PreparedPrompt:
-    """Render `messages` (and `tools`) with the model's template and tokenize the result."""
+def prepare_chat(llm: Any, messages: Any, tools: Any = None, think: bool | str | None = None,
+                 images: Any = None) -> PreparedPrompt:
+    """Render `messages` (and `tools`) with the model's template and tokenize the result;
+    images (in the messages or `images`) go where the template put them (pyengine.vision.prompt)."""
+    from pyengine.vision import prompt as vision_prompt
+
+    messages, blobs = vision_prompt.take_images(messages, images)
+    projector = getattr(llm, "projector", None)
+    if blobs and projector is None:
+        raise UnsupportedError(f"{model_name(llm)} cannot take images (`images`, `image_url` parts): it was "
+                               "loaded without a vision projector (LLM(..., mmproj=PATH))")
     conversation = normalize_messages(messages)
     tool_list = normalize_tools(tools)
     template = chat_template(llm)
     kwargs = _think_kwargs(template, think)
     text = template.render(conversation, tools=tool_list, add_generation_prompt=True, **kwargs)
-    ids = encode_rendered(llm.tokenizer, template, text)
-    tool_format = detect_tool_format(template.source) if tool_list else None
-    return PreparedPrompt(ids, text, tool_format, prompt_opens_reasoning(text), stops=template.stops)
+    spans = []
+    if blobs:
+        def embed(data: bytes):   # in the engine's thread: the tower computes on the model's thread pool
+            return llm.engine.call(lambda: projector.embed(data, llm.backend))
+
+        ids, spans = vision_prompt.encode_with_images(
+            llm.tokenizer, lambda piece: encode_rendered(llm.tokenizer, template, piece), text, blobs, projector,
+            embed)
+    else:
+        ids = encode_rendered(llm.tokenizer, template, text)
+    tool_format = reply_format(template.source, has_tools=bool(tool_list))
+    return PreparedPrompt(ids, text, tool_format, prompt_opens_reasoning(text), stops=template.stops,
+                          images=tuple(spans))
 
 
 def prepare_prompt(llm: Any, prompt: str | Sequence[int], *, parse: bool = False) -> PreparedPrompt:
@@ -148,12 +176,16 @@ def _think_kwargs(template: ChatTemplate, think: bool | str | None) -> dict:
     if isinstance(think, str):
         if think not in THINK_LEVELS:
             raise InvalidOptionError(f"think must be true, false or one of {THINK_LEVELS}, got {think!r}")
-        kwargs = {"reasoning_effort": think} if "reasoning_effort" in template.source else {}
+        kwargs = {"reasoning_effort": think} if takes_reasoning_effort(template.source) else {}
         return {**kwargs, **thinking_kwargs(template.source, True)}
     if not isinstance(think, bool):
         raise InvalidOptionError(f"think must be true, false or one of {THINK_LEVELS}, got {think!r}")
+    kwargs = thinking_kwargs(template.source, think)
+    if not kwargs and takes_reasoning_effort(template.source):
+        # gpt-oss has levels, not a switch: true is its default level, false the lowest
+        return {"reasoning_effort": "medium" if think else "low"}
     # A template without a switch is rendered as is: the model reasons (or not) on its own.
-    return thinking_kwargs(template.source, think)
+    return kwargs
 
 
 def _token_ids(llm: Any, prompt: Sequence[int]) -> list[int]:
@@ -218,8 +250,9 @@ class ChatStream:
         self._handle = handle
         self.prepared = prepared
         self.result: ChatResult | None = None
-        self._parser = StreamParser(reasoning=True, tool_format=prepared.tool_format,
-                                    starts_in_reasoning=prepared.starts_in_reasoning) if prepared.parse else None
+        self._parser = make_parser(reasoning=True, tool_format=prepared.tool_format,
+                                   starts_in_reasoning=prepared.starts_in_reasoning,
+                                   prompt=prepared.text) if prepared.parse else None
         self._deltas: list[Delta] = []
         self._t0 = time.perf_counter()
 
@@ -312,9 +345,30 @@ def start_prepared(llm: Any, prepared: PreparedPrompt, *, format: Any = None, su
     stop = _with_template_stops(options.pop("stop", None), prepared.stops)
     if format not in (None, "", "text"):
         options["format"] = format
+        prepared = _open_final_channel(llm, prepared)
     handle = submit(llm, prepared.ids, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop,
-                    surface=surface, **options)
+                    surface=surface, images=prepared.images, **options)
     return ChatStream(handle, prepared)
+
+
+def _open_final_channel(llm: Any, prepared: PreparedPrompt) -> PreparedPrompt:
+    """A harmony prompt whose answer is constrained opens the final channel itself: the
+    grammar (which applies from the first token) then writes the answer where the model
+    writes answers, not in place of its channel headers. Its reasoning is skipped."""
+    if prepared.tool_format != HARMONY or not prepared.text or opened_header(prepared.text) is not None:
+        return prepared
+    opener = llm.tokenizer.encode(FINAL_OPENER, add_special=False, parse_special=True)
+    return replace(prepared, ids=[*prepared.ids, *opener], text=prepared.text + FINAL_OPENER)
+
+
+def _harmony_forced_call(llm: Any, prepared: PreparedPrompt, function: dict) -> tuple[PreparedPrompt, Any]:
+    """gpt-oss forced to call one function: the prompt writes the call's header, as the
+    model would (harmony's markers are tokens no grammar writes), and the grammar its
+    arguments; the reply is read as that message's body."""
+    header = harmony_call_header(function["name"])
+    ids = llm.tokenizer.encode(header, add_special=False, parse_special=True)
+    prepared = replace(prepared, ids=[*prepared.ids, *ids], text=prepared.text + header, forced_call=True)
+    return prepared, forced_arguments_grammar(function)
 
 
 def _with_template_stops(stop: Any, template_stops: tuple[str, ...]) -> Any:
@@ -335,15 +389,18 @@ def start_chat(llm: Any, messages: Any, tools: Any = None, format: Any = None, t
     choice = read_tool_choice(tools, tool_choice)
     # a forced call needs no tools in the template: its grammar writes the call
     require_capabilities(llm, route="chat", tools=bool(choice.tools) and not choice.is_forced, think=think)
-    prepared = prepare_chat(llm, messages, tools=choice.tools, think=think)
+    prepared = prepare_chat(llm, messages, tools=choice.tools, think=think, images=options.pop("images", None))
     if choice.is_forced:
         if options.get("grammar") is not None:
             raise InvalidOptionError("a tool_choice that forces a call cannot be combined with option 'grammar'")
-        syntax = forced_syntax(prepared.tool_format)
-        # the call starts at once (no reasoning first) and is read in the syntax forced
-        prepared = replace(prepared, tool_format=forced_parse_format(syntax), starts_in_reasoning=False,
-                           forced_call=True)
-        options["grammar"] = forced_call_grammar(choice.forced, syntax)
+        if prepared.tool_format == HARMONY and len(choice.forced) == 1:
+            prepared, options["grammar"] = _harmony_forced_call(llm, prepared, choice.forced[0])
+        else:
+            syntax = forced_syntax(prepared.tool_format)
+            # the call starts at once (no reasoning first) and is read in the syntax forced
+            prepared = replace(prepared, tool_format=forced_parse_format(syntax), starts_in_reasoning=False,
+                               forced_call=True)
+            options["grammar"] = forced_call_grammar(choice.forced, syntax)
         format = None  # the call's grammar is the reply's form
     return start_prepared(llm, prepared, format=format, **options)
 

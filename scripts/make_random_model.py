@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
+from gguf import (GGML_QUANT_SIZES, ExpertGatingFuncType, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter,
+                  LlamaFileType, RopeScalingType)
 
 T = GGMLQuantizationType
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +61,19 @@ class Shape:
     eps: float = 1e-5
     llama3_rope_factor: float = 0.0   # Llama 3.1+'s rope scaling, stored as a rope_freqs tensor; 0 = none
     sliding_window: int = 0           # Gemma 3's local attention window
+    # deepseek2 (MLA; head_dim is a query head's nope + rope values, n_head_kv 1 in the file)
+    q_lora_rank: int = 0              # 0: a plain attn_q (V2-Lite)
+    kv_lora_rank: int = 0             # the latent's width
+    rope_dims: int = 0                # the roped values per head (0: the whole head)
+    v_head_dim: int = 0
+    n_dense_lead: int = 0             # leading dense layers; the rest route to experts
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+    n_expert_shared: int = 0
+    yarn_factor: float = 0.0          # YaRN scaling over yarn_orig_ctx (0 = none)
+    yarn_orig_ctx: int = 0
+    yarn_log_mul: float = 0.0         # rope.scaling.yarn_log_multiplier as the converter writes it
 
     @property
     def q_dim(self) -> int:
@@ -86,6 +100,13 @@ SHAPES: dict[str, Shape] = {
     "smollm2-135m": Shape("llama", 49152, 576, 30, 1536, 9, 3, 64, tied=True, n_ctx=8192, rope_base=100000.0),
 }
 SHAPES["qwen2.5-coder-0.5b"] = SHAPES["qwen2.5-0.5b"]   # the same shape
+# DeepSeek-V2-Lite (config.json): 27 layers, the first dense, 64 routed experts (6 used, softmax
+# gating, no groups) + 2 shared of 1408, MLA with kv_lora_rank 512, heads of 128 + 64 roped values,
+# values of 128, no q LoRA; YaRN x40 over 4096, mscale_all_dim 0.707
+SHAPES["deepseek-v2-lite"] = Shape("deepseek2", 102400, 2048, 27, 10944, 16, 1, 192, tied=False, n_ctx=163840,
+                                   eps=1e-6, kv_lora_rank=512, rope_dims=64, v_head_dim=128, n_dense_lead=1,
+                                   n_expert=64, n_expert_used=6, n_ff_exp=1408, n_expert_shared=2,
+                                   yarn_factor=40.0, yarn_orig_ctx=4096, yarn_log_mul=0.0707)
 
 # mix -> (the type of most matrices, general.file_type)
 MIXES: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
@@ -117,6 +138,8 @@ def matrix_type(mix: str, role: str, n_in: int, layer: int = 0, n_layer: int = 1
     role: "output" (output.weight, or token_embd when it is also the output), "attn_v",
     "ffn_down" (with their layer), or anything else for the rest."""
     base = MIXES[mix][0]
+    if role == "router":              # llama-quantize leaves an expert router unquantized (F16 stands in)
+        return T.F16
     if base == T.F16:                 # llama.cpp converts every matrix alike for a float type
         return T.F16
     qtype = base
@@ -233,7 +256,7 @@ class StreamedMatrix:
 @dataclass(frozen=True)
 class TensorSpec:
     name: str
-    shape: tuple[int, ...]          # numpy order: [n_out, n_in] for a matrix
+    shape: tuple[int, ...]          # numpy order: [n_out, n_in] for a matrix, [E, n_out, n_in] for a stack
     role: str = "matrix"            # matrix type rule (see matrix_type); "norm", "zeros" or "data" for F32 vectors
     layer: int = 0
     data: np.ndarray | None = None  # a "data" vector's values
@@ -252,9 +275,48 @@ def llama3_rope_factors(shape: Shape) -> np.ndarray:
     return out.astype(np.float32)
 
 
+def deepseek2_layer(s: Shape, i: int) -> Iterator[TensorSpec]:
+    """One DeepSeek-2 layer: MLA's projections (the split attn_k_b / attn_v_b of current
+    converters), then a dense MLP or the routed and shared experts (stacks [E, out, in])."""
+    p, nope = f"blk.{i}.", s.head_dim - s.rope_dims
+    yield TensorSpec(p + "attn_norm.weight", (s.n_embd,), "norm")
+    if s.q_lora_rank:
+        yield TensorSpec(p + "attn_q_a.weight", (s.q_lora_rank, s.n_embd), layer=i)
+        yield TensorSpec(p + "attn_q_a_norm.weight", (s.q_lora_rank,), "norm")
+        yield TensorSpec(p + "attn_q_b.weight", (s.q_dim, s.q_lora_rank), layer=i)
+    else:
+        yield TensorSpec(p + "attn_q.weight", (s.q_dim, s.n_embd), layer=i)
+    yield TensorSpec(p + "attn_kv_a_mqa.weight", (s.kv_lora_rank + s.rope_dims, s.n_embd), layer=i)
+    yield TensorSpec(p + "attn_kv_a_norm.weight", (s.kv_lora_rank,), "norm")
+    yield TensorSpec(p + "attn_k_b.weight", (s.n_head, s.kv_lora_rank, nope), layer=i)
+    yield TensorSpec(p + "attn_v_b.weight", (s.n_head, s.v_head_dim, s.kv_lora_rank), "attn_v", layer=i)
+    yield TensorSpec(p + "attn_output.weight", (s.n_embd, s.n_head * s.v_head_dim), layer=i)
+    yield TensorSpec(p + "ffn_norm.weight", (s.n_embd,), "norm")
+    if i < s.n_dense_lead:
+        yield TensorSpec(p + "ffn_gate.weight", (s.n_ff, s.n_embd), layer=i)
+        yield TensorSpec(p + "ffn_up.weight", (s.n_ff, s.n_embd), layer=i)
+        yield TensorSpec(p + "ffn_down.weight", (s.n_embd, s.n_ff), "ffn_down", layer=i)
+        return
+    n_sh = s.n_ff_exp * s.n_expert_shared
+    yield TensorSpec(p + "ffn_gate_inp.weight", (s.n_expert, s.n_embd), "router", layer=i)
+    yield TensorSpec(p + "ffn_gate_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i)
+    yield TensorSpec(p + "ffn_up_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i)
+    yield TensorSpec(p + "ffn_down_exps.weight", (s.n_expert, s.n_embd, s.n_ff_exp), "ffn_down", layer=i)
+    yield TensorSpec(p + "ffn_gate_shexp.weight", (n_sh, s.n_embd), layer=i)
+    yield TensorSpec(p + "ffn_up_shexp.weight", (n_sh, s.n_embd), layer=i)
+    yield TensorSpec(p + "ffn_down_shexp.weight", (s.n_embd, n_sh), "ffn_down", layer=i)
+
+
 def model_tensors(shape: Shape) -> Iterator[TensorSpec]:
     """The tensors of `shape`'s architecture, in llama.cpp's usual file order."""
     s = shape
+    if s.arch == "deepseek2":
+        yield TensorSpec("token_embd.weight", (s.n_vocab, s.n_embd), "token_embd")
+        yield TensorSpec("output_norm.weight", (s.n_embd,), "norm")
+        yield TensorSpec("output.weight", (s.n_vocab, s.n_embd), "output")
+        for i in range(s.n_layer):
+            yield from deepseek2_layer(s, i)
+        return
     yield TensorSpec("token_embd.weight", (s.n_vocab, s.n_embd), "output" if s.tied else "token_embd")
     if s.llama3_rope_factor:
         yield TensorSpec("rope_freqs.weight", (s.head_dim // 2,), "data", data=llama3_rope_factors(s))
@@ -303,16 +365,44 @@ def add_hyper_parameters(writer: GGUFWriter, shape: Shape, name: str, mix: str) 
     writer.add_feed_forward_length(s.n_ff)
     writer.add_head_count(s.n_head)
     writer.add_head_count_kv(s.n_head_kv)
-    writer.add_key_length(s.head_dim)
-    writer.add_value_length(s.head_dim)
+    if s.arch == "deepseek2":
+        add_mla_parameters(writer, s)
+    else:
+        writer.add_key_length(s.head_dim)
+        writer.add_value_length(s.head_dim)
     writer.add_layer_norm_rms_eps(s.eps)
     writer.add_rope_freq_base(s.rope_base)
-    writer.add_rope_dimension_count(s.head_dim)
+    writer.add_rope_dimension_count(s.rope_dims or s.head_dim)
     if s.sliding_window:
         writer.add_sliding_window(s.sliding_window)
     writer.add_vocab_size(s.n_vocab)
     writer.add_file_type(int(MIXES[mix][1]))
     writer.add_quantization_version(2)
+
+
+def add_mla_parameters(writer: GGUFWriter, s: Shape) -> None:
+    """DeepSeek-2's keys as current converters write them: key/value_length are the absorbed
+    single KV head (latent + rope, latent), *_mla the per-head sizes; experts; YaRN."""
+    writer.add_key_length(s.kv_lora_rank + s.rope_dims)
+    writer.add_value_length(s.kv_lora_rank)
+    writer.add_key_length_mla(s.head_dim)
+    writer.add_value_length_mla(s.v_head_dim)
+    if s.q_lora_rank:
+        writer.add_q_lora_rank(s.q_lora_rank)
+    writer.add_kv_lora_rank(s.kv_lora_rank)
+    writer.add_leading_dense_block_count(s.n_dense_lead)
+    writer.add_expert_count(s.n_expert)
+    writer.add_expert_used_count(s.n_expert_used)
+    writer.add_expert_feed_forward_length(s.n_ff_exp)
+    writer.add_expert_shared_count(s.n_expert_shared)
+    writer.add_expert_weights_scale(1.0)
+    writer.add_expert_weights_norm(False)
+    writer.add_expert_gating_func(ExpertGatingFuncType.SOFTMAX)
+    if s.yarn_factor:
+        writer.add_rope_scaling_type(RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(s.yarn_factor)
+        writer.add_rope_scaling_orig_ctx_len(s.yarn_orig_ctx)
+        writer.add_rope_scaling_yarn_log_mul(s.yarn_log_mul)
 
 
 def add_tokenizer(writer: GGUFWriter, source: Path, n_vocab: int) -> None:
@@ -359,10 +449,10 @@ def write_model(path: str | os.PathLike, shape: Shape, mix: str, *, name: str = 
             writer.add_tensor_info(spec.name, vector.shape, vector.dtype, vector.nbytes)
             data.append(vector)
             continue
-        n_out, n_in = spec.shape
+        *stack, n_out, n_in = spec.shape        # a stack [E, n_out, n_in] is written as E * n_out rows
         qtype = matrix_type(mix, spec.role, n_in, spec.layer, n_layer)
-        matrix = StreamedMatrix(qtype, n_out, n_in, 1.0 / math.sqrt(n_in), random)
-        writer.add_tensor_info(spec.name, (n_out, row_bytes(qtype, n_in)), np.dtype(np.uint8), matrix.nbytes,
+        matrix = StreamedMatrix(qtype, n_out * math.prod(stack), n_in, 1.0 / math.sqrt(n_in), random)
+        writer.add_tensor_info(spec.name, (*stack, n_out, row_bytes(qtype, n_in)), np.dtype(np.uint8), matrix.nbytes,
                                raw_dtype=qtype)
         data.append(matrix)
     writer.write_header_to_file()

@@ -12,7 +12,8 @@ VENV=${SANITIZE_VENV:-build/sanitize-venv}
 TESTS=(tests/test_kernels_legacy.py tests/test_kernels_kquants.py tests/test_kernels_iquants.py
        tests/test_gemm.py tests/test_rows8.py tests/test_graph_ops.py tests/test_gguf.py tests/test_gguf_bad.py
        tests/test_tokenizer_native.py tests/test_tokenizer_conformance.py tests/test_tokenizer_unit.py
-       tests/test_grammar.py tests/test_kvcache.py tests/test_models_synth.py tests/test_models_bad.py)
+       tests/test_grammar.py tests/test_kvcache.py tests/test_models_synth.py tests/test_models_bad.py
+       tests/test_models_encoder.py)
 
 python -m venv --clear "$VENV"
 # pyengine's dependencies come from this environment, after the venv's own packages: a plain

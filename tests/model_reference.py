@@ -120,7 +120,7 @@ def attend(q, k, v, pos, *, scale: float, softcap: float = 0.0, window: int = 0)
         visible &= (pos[:, None] - pos[None, :]) < window
     scores = np.where(visible[None], scores, -np.inf)
     out = np.einsum("hts,shd->thd", softmax(scores), v)
-    return out.reshape(n_tok, n_head * hd)
+    return out.reshape(n_tok, -1)   # [T, H * v's head size] (DeepSeek's differs from q's)
 
 
 class Reference:
@@ -495,6 +495,84 @@ class Reference:
                 out[t] += wt * (w["down"][0][e] @ y + w["down"][1][e])
         return out
 
+    # deepseek2: Multi-head Latent Attention in its plain (MHA) form, each head's keys
+    # and values decompressed from the normed latent through attn_k_b / attn_v_b (the
+    # engine runs the absorbed form over the latent itself, so this checks it); the
+    # query through the q LoRA (or a plain attn_q); normal RoPE on the last n_rot
+    # values of q and on the shared key part, its magnitude 1 under YaRN as llama.cpp
+    # takes DeepSeek's mscale equal to mscale_all_dim; the scores scaled by
+    # mscale^2 / sqrt(head size), mscale = 1 + 0.1 L ln(factor), L the file's log
+    # multiplier / 0.1.  Then a dense MLP on the leading layers, experts after.
+    # The keywords make the wrong variants the tests measure.
+    def arch_deepseek2(self, x, pos, *, mscale: bool = True, absorbed_width: bool = False,
+                       groups: bool = True, probs_bias: bool = True):
+        hp = self.w.hp
+        n_rope, rank = self.rope_dims, hp("attention.kv_lora_rank")
+        head_k = hp("attention.key_length_mla", self.head_dim)
+        nope = head_k - n_rope
+        scaling = dict(self.scaling)
+        f = 1.0 / scaling["scale"]
+        log_mul = hp("rope.scaling.yarn_log_multiplier", 0.0) / 0.1
+        if scaling.get("ext_factor"):
+            scaling["attn_factor"] = hp("rope.scaling.attn_factor", 1.0) / (1.0 + 0.1 * math.log(f))
+        rope = Rope(n_rope, self.rope_base, neox=False, **scaling)
+        m = (1.0 + 0.1 * log_mul * math.log(f)) * hp("rope.scaling.attn_factor", 1.0) if mscale else 1.0
+        width = rank + n_rope if absorbed_width else head_k   # the absorbed head's width: the wrong divisor
+        scale = m * m / math.sqrt(width)
+        n_dense = hp("leading_dense_block_count", 0)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            if self.w.has(f"{p}attn_q.weight"):
+                q = self.linear(f"{p}attn_q", h)
+            else:
+                q = self.linear(f"{p}attn_q_b", self.norm(f"{p}attn_q_a_norm", self.linear(f"{p}attn_q_a", h)))
+            q = q.reshape(len(pos), self.n_head, head_k)                         # [T, H, nope + rope]
+            kv = self.linear(f"{p}attn_kv_a_mqa", h)                             # [T, rank + rope]
+            latent = self.norm(f"{p}attn_kv_a_norm", kv[:, :rank])               # [T, rank]
+            k_pe = rope(kv[:, None, rank:], pos)                                 # [T, 1, rope]
+            k_nope = np.einsum("hrd,tr->thd", self.t(f"{p}attn_k_b.weight"), latent)  # [T, H, nope]
+            v = np.einsum("hvr,tr->thv", self.t(f"{p}attn_v_b.weight"), latent)      # [T, H, v]
+            q = np.concatenate([q[..., :nope], rope(q[..., nope:], pos)], axis=-1)
+            k = np.concatenate([k_nope, np.repeat(k_pe, self.n_head, axis=1)], axis=-1)
+            x = x + self.linear(f"{p}attn_output", attend(q, k, v, pos, scale=scale))
+            h = self.norm(f"{p}ffn_norm", x)
+            if i < n_dense:
+                x = x + self.gated_mlp(p, h)
+            else:
+                x = x + self.deepseek_moe(p, h, groups=groups, probs_bias=probs_bias)
+        return self.logits(x)
+
+    def deepseek_moe(self, p: str, h, *, groups: bool = True, probs_bias: bool = True):
+        """Routed experts (gated scores + the selection bias, within the best groups by
+        their two best scores) weighted by the gated scores, plus the shared experts."""
+        hp = self.w.hp
+        n_used, n_group = hp("expert_used_count"), hp("expert_group_count", 1) if groups else 1
+        n_group_used = hp("expert_group_used_count", 1)
+        logits = self.linear(f"{p}ffn_gate_inp", h)                              # [T, E]
+        sigmoid = hp("expert_gating_func", 1) == 2
+        probs = 1.0 / (1.0 + np.exp(-logits)) if sigmoid else softmax(logits)
+        select = probs + self.t(f"{p}exp_probs_b.bias") if probs_bias and self.w.has(f"{p}exp_probs_b.bias") else probs
+        gate, up, down = (self.t(f"{p}ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        per = select.shape[1] // n_group
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            s = select[t].copy()
+            if n_group > 1:
+                best2 = np.sort(s.reshape(n_group, per), axis=1)[:, -2:].sum(axis=1)
+                kept = np.argsort(-best2, kind="stable")[:n_group_used]
+                s[~np.isin(np.arange(s.size) // per, kept)] = -np.inf
+            chosen = np.argsort(-s, kind="stable")[:n_used]
+            weights = probs[t, chosen]
+            if hp("expert_weights_norm", False):
+                weights = weights / weights.sum()
+            weights = weights * (hp("expert_weights_scale", 0.0) or 1.0)
+            for e, wt in zip(chosen, weights):
+                out[t] += wt * (down[e] @ (silu(gate[e] @ h[t]) * (up[e] @ h[t])))
+        shared = self.linear(f"{p}ffn_down_shexp",
+                             silu(self.linear(f"{p}ffn_gate_shexp", h)) * self.linear(f"{p}ffn_up_shexp", h))
+        return out + shared
+
 
     # GLM-4.5: pre-norm blocks (the second norm named post_attention_norm), q/k/v biases,
     # q/k head norms where present, NeoX RoPE over part of each head; the first
@@ -612,3 +690,151 @@ def attend_with_sinks(q, k, v, pos, *, scale: float, window: int = 0, sinks=None
     e = np.exp(scores - mx)
     p = e / (e.sum(-1, keepdims=True) + np.exp(sink - mx))
     return np.einsum("hts,shd->thd", p, v).reshape(n_tok, n_head * hd)
+
+
+# ---- encoders ---------------------------------------------------------------------------
+
+
+def layer_norm(x: np.ndarray, w: np.ndarray, b, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def alibi_slopes(n_head: int, max_bias: float) -> np.ndarray:
+    """ALiBi's per-head slopes (Press et al.; for a head count that is no power of
+    two, the odd powers of the next scale fill the rest, as ggml does)."""
+    n_log2 = 2 ** int(math.floor(math.log2(n_head)))
+    m0, m1 = 2.0 ** (-max_bias / n_log2), 2.0 ** (-(max_bias / 2.0) / n_log2)
+    return np.array([m0 ** (h + 1) if h < n_log2 else m1 ** (2 * (h - n_log2) + 1) for h in range(n_head)])
+
+
+def attend_bidirectional(q, k, v, pos, *, scale: float, window: int = 0, alibi: float = 0.0) -> np.ndarray:
+    """Every token of q [T, H, hd] attends every token of k, v [T, Hkv, hd] (with a
+    window: those at most window // 2 positions away, either side; with an ALiBi max
+    bias, each head's scores minus its slope times the distance) -> [T, H*hd]."""
+    n_tok, n_head, hd = q.shape
+    group = n_head // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, k) * scale
+    if alibi > 0:
+        distance = np.abs(pos[:, None] - pos[None, :])
+        scores = scores - alibi_slopes(n_head, alibi)[:, None, None] * distance[None]
+    if window > 0:
+        visible = np.abs(pos[:, None] - pos[None, :]) <= window // 2
+        scores = np.where(visible[None], scores, -np.inf)
+    return np.einsum("hts,shd->thd", softmax(scores), v).reshape(n_tok, n_head * hd)
+
+
+class EncoderReference(Reference):
+    """An encoder's final hidden states [T, n_embd] of one whole sequence (positions
+    0..T-1, token type 0), and its classification head.
+
+    causal / swap_norms / global_only / no_alibi build wrong variants (a causal
+    mask; the LayerNorms before each sublayer where the model has them after each
+    residual add, or the other way round; no sliding window; no ALiBi), for the tests that show such a
+    mistake is caught."""
+
+    def __init__(self, path, *, causal: bool = False, swap_norms: bool = False, global_only: bool = False,
+                 no_alibi: bool = False) -> None:
+        super().__init__(path)
+        self.eps = self.w.hp("attention.layer_norm_epsilon")
+        self.causal, self.swap_norms, self.global_only, self.no_alibi = causal, swap_norms, global_only, no_alibi
+
+    def layer_norm(self, name: str, x: np.ndarray) -> np.ndarray:
+        bias = self.t(f"{name}.bias") if self.w.has(f"{name}.bias") else 0.0
+        return layer_norm(x, self.t(f"{name}.weight"), bias, self.eps)
+
+    def hidden(self, ids) -> np.ndarray:
+        ids = np.asarray(ids)
+        pos = np.arange(len(ids))
+        x = self.t("token_embd.weight")[ids]
+        if self.w.has("token_types.weight"):
+            x = x + self.t("token_types.weight")[0]
+        return getattr(self, f"encoder_{self.w.arch.replace('-', '_')}")(x, pos)
+
+    def classify(self, pooled: np.ndarray) -> np.ndarray:
+        x = pooled
+        if self.w.has("cls.weight"):
+            x = np.tanh(self.linear("cls", x))
+        if self.w.has("cls.output.weight"):
+            x = self.linear("cls.output", x)
+        return x
+
+    def attention(self, p: str, h, pos, rope: Rope | None, alibi: float = 0.0):
+        if self.w.has(f"{p}attn_q_norm.weight"):   # Jina's: LayerNorms over the whole q and k
+            q = self.layer_norm(f"{p}attn_q_norm", self.linear(f"{p}attn_q", h))
+            k = self.layer_norm(f"{p}attn_k_norm", self.linear(f"{p}attn_k", h))
+            q, k, v = self.heads(q, self.n_head), self.heads(k, self.n_head_kv), \
+                self.heads(self.linear(f"{p}attn_v", h), self.n_head_kv)
+        else:
+            q, k, v = self.qkv(p, h)
+        if rope is not None:
+            q, k = rope(q, pos), rope(k, pos)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if self.causal:   # (without ALiBi: the variant only needs to be wrong)
+            o = attend(q, k, v, pos, scale=scale)
+        else:
+            o = attend_bidirectional(q, k, v, pos, scale=scale, alibi=alibi)
+        return self.linear(f"{p}attn_output", o)
+
+    def post_norm_stack(self, x, pos, rope: Rope | None, ffn, alibi: float = 0.0) -> np.ndarray:
+        x = self.layer_norm("token_embd_norm", x)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            if self.swap_norms:
+                x = x + self.attention(p, self.layer_norm(f"{p}attn_output_norm", x), pos, rope, alibi)
+                x = x + ffn(p, self.layer_norm(f"{p}layer_output_norm", x))
+            else:
+                h = self.layer_norm(f"{p}attn_output_norm", x + self.attention(p, x, pos, rope, alibi))
+                if self.w.has(f"{p}attn_norm_2.weight"):   # Jina's: the layer's input added again
+                    h = self.layer_norm(f"{p}attn_norm_2", h + x)
+                x = self.layer_norm(f"{p}layer_output_norm", h + ffn(p, h))
+        return x
+
+    def gelu_mlp(self, p: str, h):
+        return self.linear(f"{p}ffn_down", gelu_tanh(self.linear(f"{p}ffn_up", h)))
+
+    def encoder_bert(self, x, pos):
+        return self.post_norm_stack(x + self.t("position_embd.weight")[pos], pos, None, self.gelu_mlp)
+
+    def encoder_jina_bert_v2(self, x, pos):
+        def gelu_gated(p, h):
+            return self.gated_mlp(p, h, act=gelu_tanh)
+        return self.post_norm_stack(x, pos, None, gelu_gated, alibi=0.0 if self.no_alibi else 8.0)
+
+    def encoder_nomic_bert(self, x, pos):
+        return self.post_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.gated_mlp)
+
+    def encoder_modern_bert(self, x, pos):
+        """Pre-norm blocks (no norm before layer 0's attention), bias-free LayerNorms,
+        GEGLU, a final norm; every `sliding_window_pattern`-th layer from the first is
+        global (rope.freq_base), the others see |distance| <= window // 2
+        (rope.freq_base_swa)."""
+        window = 0 if self.global_only else self.w.hp("attention.sliding_window", 0)
+        period = self.w.hp("attention.sliding_window_pattern", 3)
+        base_local = self.w.hp("rope.freq_base_swa", self.rope_base)
+        x = self.layer_norm("token_embd_norm", x)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            local = window > 0 and i % period != 0
+            rope = Rope(self.rope_dims, base_local if local else self.rope_base, neox=True)
+            has_norm = self.w.has(f"{p}attn_norm.weight")
+            h = self.layer_norm(f"{p}attn_norm", x) if has_norm and not self.swap_norms else x
+            q, k, v = self.qkv(p, h)
+            q, k = rope(q, pos), rope(k, pos)
+            scale = 1.0 / math.sqrt(self.head_dim)
+            o = (attend(q, k, v, pos, scale=scale) if self.causal
+                 else attend_bidirectional(q, k, v, pos, scale=scale, window=window if local else 0))
+            x = x + self.linear(f"{p}attn_output", o)
+            if self.swap_norms:   # post-norm: after the residual adds
+                x = self.layer_norm(f"{p}attn_norm", x) if has_norm else x
+                x = self.layer_norm(f"{p}ffn_norm", x + self.geglu(p, x))
+            else:
+                x = x + self.geglu(p, self.layer_norm(f"{p}ffn_norm", x))
+        return self.layer_norm("output_norm", x)
+
+    def geglu(self, p: str, h):
+        gate_up = self.linear(f"{p}ffn_up", h)
+        n_ff = gate_up.shape[1] // 2
+        return self.linear(f"{p}ffn_down", gelu_tanh(gate_up[:, :n_ff]) * gate_up[:, n_ff:])

@@ -132,6 +132,33 @@ def test_norms_and_activations(isa):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol / 10)
 
 
+def test_layer_norm_is_the_rms_norm_of_the_centred_row_with_one_set_of_bits():
+    """layer_norm: (x - mean) / sqrt(var + eps) * w, with and without a weight, rows
+    offset far from zero (the mean must come off before the square); the same bits
+    on every ISA and thread count."""
+    x = f32(9, 160) * 3 + 40.0
+    w = f32(160)
+    results = []
+    for isa in ISAS:
+        for n_threads in (1, 3):
+            with forced_isa(isa):
+                ctx = Context(Backend(n_threads))
+                tx, tw = ctx.input(x, "x"), ctx.input(w, "w")
+                outs = [ctx.layer_norm(tx, tw, 1e-12), ctx.layer_norm(tx, None, 1e-5)]
+                for o in outs:
+                    ctx.set_output(o)
+                ctx.compute()
+                results.append([ctx.read(o).copy() for o in outs])
+    xd = x.astype(np.float64)
+    centred = xd - xd.mean(-1, keepdims=True)
+    for eps, got, weight in ((1e-12, results[0][0], w), (1e-5, results[0][1], 1.0)):
+        expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + eps) * weight
+        np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_geglu_is_the_same_table_lookup_on_every_isa():
     """GELU is GGML's F16 table: the SIMD gathers must give the scalar lookup's bits, including
     the clamps at -10 and 10 and inputs that round to F16 infinities."""
@@ -259,6 +286,47 @@ def test_set_rows_then_attention(isa, softcap):
     expected = attention_reference(q.astype(np.float64), kf, vf, mask[:, :8], hkv, hd ** -0.5, softcap)
     # the query and the probabilities are rounded to F16 (llama.cpp's numerics)
     np.testing.assert_allclose(got, expected, rtol=3e-3, atol=3e-3)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_alibi_attention(isa):
+    """ALiBi: head h's scores plus its slope (ggml's: powers of 2^(-8/4) over the first
+    4 of 6 heads, odd powers of 2^(-4/4) over the rest) times the mask, which holds
+    -|distance| at the visible cells (a bidirectional encoder's); the same bits on
+    every ISA and thread count."""
+    n_cells, hd, h, hkv, t = 8, 32, 6, 3, 6
+    pos = np.arange(t)
+    k16 = f32(n_cells, hkv * hd).astype(np.float16)
+    v16 = f32(n_cells, hkv * hd).astype(np.float16)
+    q = f32(t, h, hd) * 2
+    mask = np.full((t, n_cells), -np.inf, np.float32)
+    mask[:, :t] = -np.abs(pos[:, None] - pos[None, :])
+    results = []
+    for n_threads in (1, 3):
+        with forced_isa(isa):
+            ctx = Context(Backend(n_threads))
+            out = ctx.attn(ctx.input(q, "q"), ctx.cache(k16.view(np.uint16), 1, (hd * hkv, n_cells), "k"),
+                           ctx.cache(v16.view(np.uint16), 1, (hd * hkv, n_cells), "v"), ctx.input(mask, "mask"),
+                           ctx.input(np.array([n_cells], np.int32), "kv_len"), n_head_kv=hkv, scale=hd ** -0.5,
+                           alibi_max_bias=8.0)
+            results.append(run(ctx, out).copy())
+    np.testing.assert_array_equal(results[0], results[1])
+    slopes = np.array([2.0 ** (-2 * (i + 1)) for i in range(4)] + [2.0 ** -1, 2.0 ** -3])
+    kf = k16.astype(np.float64).reshape(n_cells, hkv, hd)
+    vf = v16.astype(np.float64).reshape(n_cells, hkv, hd)
+    expected = np.concatenate([attention_reference(q[:, i:i + 1].astype(np.float64), kf[:, i // 2:i // 2 + 1],
+                                                   vf[:, i // 2:i // 2 + 1], slopes[i] * mask, 1, hd ** -0.5)
+                               for i in range(h)], axis=1)
+    np.testing.assert_allclose(results[0], expected, rtol=3e-3, atol=3e-3)
+    without = attention_reference(q.astype(np.float64), kf, vf, np.where(np.isinf(mask), mask, 0), hkv, hd ** -0.5)
+    assert np.abs(results[0] - without).max() > 0.05   # the bias matters here
+
+
+def test_alibi_needs_an_attention_node():
+    ctx = ctx1()
+    x = ctx.input(f32(4, 8), "x")
+    with pytest.raises(NativeError, match="no attention node"):
+        ctx.graph.attn_alibi(ctx.scale(x, 2.0).id, 8.0)
 
 
 def batch_attention(isa, q, k16, v16, order, n_cells, hkv, rows=None):

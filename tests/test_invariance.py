@@ -8,7 +8,8 @@ batches of 8+ rows of the other k-quants multiply differently.  Ours does not,
 so these hold for every model; SmolLM2 and a Q4_K / Q6_K synthetic model, whose
 products go through the decoding kernels, the 4-row tiles and the 16-row packed
 prompt tiles, stand for them; the synthetic gpt-oss adds attention sinks, a
-sliding window the prompts pass and routed experts.)"""
+sliding window the prompts pass and routed experts; the synthetic DeepSeek-2 its
+latent attention (V a prefix of the cached K rows) and grouped, biased routing.)"""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from pyengine.runner.forward import Forward
 from pyengine.tokenizer import Tokenizer
 
 SYNTH = Path(__file__).parent / "data" / "synth"
-MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0")
+MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0", "deepseek2-q8_0")
 
 
 def model_and_tokenizer(name: str):

@@ -114,6 +114,8 @@ def _synth_by_arch() -> dict[str, Path]:
 
 
 SYNTH = _synth_by_arch()
+# the encoders' (embedding models: no language-model head), tests/data/synth/encoders
+ENCODERS = {path.stem.rsplit("-", 1)[0]: path for path in sorted((DATA / "synth" / "encoders").glob("*.gguf"))}
 
 
 @pytest.mark.parametrize("arch", sorted(SYNTH))
@@ -122,6 +124,21 @@ def test_bound_models_are_causal_lms(arch):
 
     model = load(SYNTH[arch])
     assert isinstance(model, CausalLM)
+    assert not getattr(model, "EMBEDDING_ONLY", False)
+
+
+@pytest.mark.parametrize("arch", sorted(ENCODERS))
+def test_bound_encoders_are_embedding_models(arch):
+    from pyengine.models.common import EmbeddingModel
+
+    model = load(ENCODERS[arch])
+    assert type(model) is model_for_arch(arch) and isinstance(model, EmbeddingModel)
+    assert model.EMBEDDING_ONLY and not model.cfg.causal
+
+
+def test_every_encoder_architecture_has_a_synthetic_model():
+    encoders = {arch for arch in architectures() if getattr(model_for_arch(arch), "EMBEDDING_ONLY", False)}
+    assert encoders == set(ENCODERS) == {"bert", "nomic-bert", "jina-bert-v2", "modern-bert"}
 
 
 def _state(obj, path: str = "model") -> dict[str, object]:
@@ -150,4 +167,17 @@ def test_a_forward_leaves_the_model_unchanged(arch):
         fw = Forward(model, backend, KVCache(model.cache_layout(), n_cells))
         fw(tokens, np.arange(4), np.zeros(4), np.array([3]))
         fw.hidden(tokens[:1], np.array([4]), np.zeros(1), np.array([0]))
+    assert _state(model) == before
+
+
+@pytest.mark.parametrize("arch", sorted(ENCODERS))
+def test_an_embedding_pass_leaves_the_encoder_unchanged(arch):
+    model = load(ENCODERS[arch])
+    before = _state(model)
+    tokens = np.array([2, 17, 42, 99, 3], np.int32)
+    for n_cells in (16, 256):
+        fw = Forward(model, Backend(1), KVCache(model.cache_layout(), n_cells))
+        fw.hidden(tokens, np.arange(5), np.zeros(5), np.arange(5))
+        fw.cache.remove(0)
+        fw.hidden(tokens[:2], np.arange(2), np.zeros(2), np.array([0]))
     assert _state(model) == before

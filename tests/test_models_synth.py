@@ -34,7 +34,7 @@ from gguf import GGUFValueType
 from conftest import available_isas, forced_isa
 from model_parity import DATA, CaseRun, compare, golden, load, prompt_logits, rewrite, run_case
 from model_reference import Reference
-from pyengine.errors import ModelError
+from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.kvcache import KeyRotator, KVCache
 from pyengine.ml.context import Backend
@@ -126,6 +126,12 @@ QUANT = {
     # the RoPE layers, every 2nd layer one expert (input scaled by its sigmoid) plus a shared one;
     # recorded by the AVX-512 build (extra buffer types off, a full-size chunked cache)
     "llama4-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # deepseek2 (scripts/make_synth_deepseek2.py): MLA with a q LoRA over a latent cache, YaRN x4
+    # with DeepSeek's mscale in the scores, sigmoid routing with a selection bias in 4 groups of 2
+    # experts (2 kept), a shared expert; recorded by the AVX-512 build (extra buffer types off);
+    # met on scalar, avx2 and avx512; live (scripts/live_parity.py, 15 unseen sequences of 8-480
+    # tokens): argmax 99.97% (one near-tie), top-10 < 1e-5 but for one sequence's 0.029
+    "deepseek2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -260,6 +266,70 @@ def test_gpt_oss_variants_are_far_from_llamacpp():
         top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
         argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
         assert top10 > 2 * bounds.top10 and argmax < bounds.argmax - 0.1, (wrong, top10, argmax)
+
+
+def test_deepseek2_variants_are_far_from_llamacpp():
+    """The exact DeepSeek-2 with one piece wrong (no YaRN mscale in the score scale,
+    the absorbed head's width kv_lora_rank + n_rot as the scale's divisor instead of
+    the query head's, the expert groups ignored, the selection bias ignored) is far
+    from llama.cpp, much farther than the exact model itself.  (The exact model is
+    not close to llama.cpp's quantized run: near-tied expert choices flip under Q8_0
+    activations and later positions attend to the flipped rows, so its argmax agrees
+    on 86% of the prompts' rows and its top-10 differ by up to 0.12; the engine, whose
+    products round as llama.cpp's, meets the bounds above.)  Measured on the 41- and
+    301-token prompts: exact 0.116 / 86%; the variants 2.1-3.0 / 11-54%."""
+    cases, _ = runs("deepseek2-q8_0")
+    ref = Reference(DATA / "synth" / "deepseek2-q8_0.gguf")
+
+    def distance(**wrong) -> tuple[float, float]:
+        top10, argmax = [], []
+        for case in cases[1:]:
+            ids = case["ids"]
+            x, pos = ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids))
+            logits = ref.arch_deepseek2(x, pos, **wrong)
+            top = np.asarray(case["top_ids"][:10])
+            top10.append(np.abs(logits[-1][top] - np.asarray(case["top_logits"][:10])).max())
+            argmax.append(logits.argmax(axis=1) == np.asarray(case["argmax"]))
+        return max(top10), np.concatenate(argmax).mean()
+
+    exact_top10, exact_argmax = distance()
+    for wrong in ({"mscale": False}, {"absorbed_width": True}, {"groups": False}, {"probs_bias": False}):
+        top10, argmax = distance(**wrong)
+        assert top10 > 10 * exact_top10 and argmax < exact_argmax - 0.25, (wrong, top10, argmax)
+
+
+def test_deepseek2_cache_holds_the_latent_only():
+    """A layer's cache row is kv_lora_rank + n_rot values with no V rows (V is read as
+    the row's prefix), not full per-head keys and values."""
+    model = load(DATA / "synth" / "deepseek2-q8_0.gguf")
+    c = model.cfg
+    assert [(s.k_dim, s.v_dim) for s in model.cache_layout()] == [(64 + 32, 0)] * 4
+    full = c.n_head * (c.q_head_dim + c.v_head_dim)
+    assert (c.kv_row, full) == (96, 384)   # a quarter of full K/V, per token and layer
+
+
+def test_deepseek2_older_conversion_is_refused_by_name(tmp_path):
+    """A file with the combined attn_kv_b (older converters) is refused with what to do,
+    not with a missing-tensor error."""
+    drop = tuple(f"blk.{i}.attn_{n}_b.weight" for i in range(4) for n in "kv")
+    kv_b = {f"blk.{i}.attn_kv_b.weight": np.zeros((4 * (32 + 32), 64), np.float32) for i in range(4)}
+    path = rewrite(tmp_path, "deepseek2-q8_0", drop=drop, add=kv_b)
+    with pytest.raises(UnsupportedError, match="re-convert"):
+        load(path)
+
+
+def test_deepseek2_memory_estimate_counts_the_latent_row():
+    """The server's estimate before loading (F16 rows) counts the latent + rope row once:
+    4 layers x 96 values x 2 bytes; DeepSeek-V2-Lite's keys give 27 x 576 x 2 = 31,104 bytes
+    a token, against 276,480 for full per-head K/V (16 heads x (192 + 128) values)."""
+    from pyengine.server.models import _kv_bytes_per_cell
+    meta = GGUFFile(DATA / "synth" / "deepseek2-q8_0.gguf").metadata
+    assert _kv_bytes_per_cell(meta, "deepseek2") == 4 * 96 * 2
+    lite = {"deepseek2.block_count": 27, "deepseek2.attention.head_count": 16, "deepseek2.embedding_length": 2048,
+            "deepseek2.attention.head_count_kv": 1, "deepseek2.attention.key_length": 576,
+            "deepseek2.attention.value_length": 512, "deepseek2.attention.kv_lora_rank": 512,
+            "deepseek2.attention.key_length_mla": 192, "deepseek2.attention.value_length_mla": 128}
+    assert _kv_bytes_per_cell(lite, "deepseek2") == 31104
 
 
 def test_gpt_oss_window_on_the_even_layers():
@@ -414,7 +484,8 @@ def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
 
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
-                                     "mistral3-q8_0", "gpt-oss-q8_0", "mixtral-q8_0", "glm4moe-q8_0", "llama4-q8_0",
+                                     "mistral3-q8_0", "gpt-oss-q8_0", "deepseek2-q8_0", "mixtral-q8_0", "glm4moe-q8_0",
+                                     "llama4-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the

@@ -28,6 +28,10 @@ LLAMA8 = mrm.Shape("llama", 600, 256, 8, 512, 4, 2, 64, tied=True, rope_base=500
 QWEN2_NARROW = mrm.Shape("qwen2", 512, 160, 2, 256, 5, 1, 32, tied=False, eps=1e-6)
 GEMMA3 = mrm.Shape("gemma3", 700, 256, 2, 512, 2, 1, 128, tied=True, eps=1e-6, sliding_window=64)
 PROMPT = [1, 40, 80, 120, 300, 7, 9]
+# DeepSeek-V2-Lite's layout, small: a dense first layer, routed + shared experts, MLA without a q LoRA
+DEEPSEEK2 = mrm.Shape("deepseek2", 600, 256, 3, 512, 4, 1, 96, tied=False, eps=1e-6, kv_lora_rank=128,
+                      rope_dims=32, v_head_dim=64, n_dense_lead=1, n_expert=8, n_expert_used=2, n_ff_exp=128,
+                      n_expert_shared=1, yarn_factor=40.0, yarn_orig_ctx=64, yarn_log_mul=0.0707)
 
 
 def tensor_types(path: Path) -> dict[str, str]:
@@ -87,6 +91,23 @@ def test_gemma3_shape_runs(tmp_path):
     path = mrm.write_model(tmp_path / "gemma3.gguf", GEMMA3, "q4_k_m")
     assert "blk.1.post_ffw_norm.weight" in tensor_types(path)
     check_runs(path, GEMMA3.n_vocab)
+
+
+def test_deepseek2_shape_runs(tmp_path):
+    path = mrm.write_model(tmp_path / "deepseek2.gguf", DEEPSEEK2, "q4_k_m")
+    types = tensor_types(path)
+    assert types["blk.1.ffn_gate_inp.weight"] == "F16" and "blk.0.ffn_gate_inp.weight" not in types
+    shapes = {t.name: tuple(int(d) for d in t.shape) for t in GGUFReader(path).tensors}
+    assert shapes["blk.1.ffn_down_exps.weight"] == (128, 256, 8)     # GGML order [in, out, E]
+    assert shapes["blk.2.attn_k_b.weight"] == (64, 128, 4)
+    check_runs(path, DEEPSEEK2.n_vocab)
+
+
+def test_deepseek_v2_lite_shape():
+    s = mrm.SHAPES["deepseek-v2-lite"]
+    names = [t.name for t in mrm.model_tensors(s)]
+    assert "blk.0.ffn_gate.weight" in names and "blk.1.ffn_gate_exps.weight" in names
+    assert "blk.5.attn_q.weight" in names and "blk.5.attn_q_a.weight" not in names   # no q LoRA
 
 
 def test_weights_have_the_chosen_spread(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import time
 
+import numpy as np
 import pytest
 import tokenizer_suite
 from tokenizer_vocabs import bpe_metadata, spm_metadata
@@ -39,7 +40,7 @@ def test_native_core_has_the_tokenizer_loops():
 
     assert hasattr(_core, "TokSPM") and hasattr(_core, "TokBPE"), \
         "pyengine/_core.pyx must `include \"_tok.pxi\"`"
-    assert hasattr(_core, "TokUGM")
+    assert hasattr(_core, "TokUGM") and hasattr(_core, "TokWPM")
     assert native.available()
 
 
@@ -82,7 +83,7 @@ def suite_pair(name: str) -> tuple[Tokenizer, Tokenizer]:
 
 
 @pytest.mark.parametrize("name", ["gpt-2", "llama-bpe", "qwen35", "gemma-4", "deepseek-llm",
-                                  "starcoder", "llama-spm", "phi-3", "nomic-bert-moe"])
+                                  "starcoder", "llama-spm", "phi-3", "nomic-bert-moe", "bert-bge"])
 def test_native_matches_pure(name):
     fast, slow = suite_pair(name)
     for parse_special in (False, True):
@@ -122,3 +123,38 @@ def test_pure_python_refuses_giant_words(pure):
         spm.encode("b" * (PURE_MAX_WORD + 1))
     assert time.perf_counter() - start < 10
     assert spm.decode(spm.encode("ab" * 1000)) == "ab" * 1000  # long, but not giant
+
+
+def wpm_metadata(with_unknown: bool = True) -> dict:
+    """A WordPiece vocabulary: [PAD] [UNK] [CLS] [SEP], word starts (▁) and pieces, with
+    multi-byte ones so that cuts must fall on code point boundaries."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "▁un", "▁unbe", "believ", "able", "▁é", "té", "t",
+              "▁中", "文", "▁ab", "c", "▁a", "b", "▁.", "▁!"]
+    meta = {"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": np.array([3, 2, 3, 3] + [1] * (len(tokens) - 4), dtype=np.int32),
+            "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.seperator_token_id": 3,
+            "tokenizer.ggml.padding_token_id": 0}
+    if with_unknown:
+        meta["tokenizer.ggml.unknown_token_id"] = 1
+    return meta
+
+
+def test_native_wordpiece_cuts_as_pure_python():
+    """Longest pieces first, on code point boundaries; a word not cut whole is [UNK]."""
+    fast, slow = both(lambda: Tokenizer.from_metadata(wpm_metadata()))
+    assert fast._encoder._native is not None and slow._encoder._native is None
+    texts = ["unbelievable", "unbeable", "Été", "ÉTÉ!", "中文 中", "abc ab a b", "unbelievablex", "x",
+             "a.b!c", "", "   ", "中中文"] + fuzz_texts(29, 200)
+    for text in texts:
+        assert fast.encode(text, add_special=True) == slow.encode(text, add_special=True), repr(text)
+    # longest first: "▁unbe" leaves "lievable", which no piece starts, so the word is [UNK]
+    # (each CJK character is a word of its own: "▁文" is no token)
+    assert fast.encode("unbeable 中文 abc unbelievable") == [5, 7, 11, 1, 13, 14, 1]
+
+
+def test_native_wordpiece_without_an_unknown_token_refuses_an_unknown_word():
+    fast, slow = both(lambda: Tokenizer.from_metadata(wpm_metadata(with_unknown=False)))
+    assert fast.encode("ab a") == slow.encode("ab a") == [13, 15]
+    for tok in (fast, slow):
+        with pytest.raises(TokenizerError):
+            tok.encode("zzz")

@@ -116,7 +116,7 @@ int pe_op_softcap(pe_graph *g, int a, float cap) {
 }
 
 int pe_op_unary(pe_graph *g, int a, int op) {
-    if (op < PE_UNARY_SILU || op > PE_UNARY_SIGMOID) return pe_fail("unary: unknown function %d", op);
+    if (op < PE_UNARY_SILU || op > PE_UNARY_SOFTPLUS) return pe_fail("unary: unknown function %d", op);
     return unary_param(g, PE_OP_UNARY, "unary", a, 0, op);
 }
 
@@ -134,6 +134,12 @@ int pe_op_rms_norm(pe_graph *g, int ia, int iw, float eps) {
     }
     const int id = same_shape_node(g, PE_OP_RMS_NORM, a, ia, iw);
     if (id >= 0) g->t[id].fp[0] = eps;
+    return id;
+}
+
+int pe_op_layer_norm(pe_graph *g, int ia, int iw, float eps) {
+    const int id = pe_op_rms_norm(g, ia, iw, eps);
+    if (id >= 0) g->t[id].ip[0] = 1;   /* centred first (ops.c) */
     return id;
 }
 
@@ -231,8 +237,11 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
     if (!tq || !tk || !tv || !tm || !tl || require_f32("attn", tq) || require_f32("attn", tm) || require_i32("attn", tl)) return -1;
     const int64_t hd = tq->ne[0], nh = tq->ne[1], nt = tq->ne[2];
     if (n_head_kv <= 0 || nh % n_head_kv) return pe_fail("attn: %lld query heads do not divide into %d kv heads", (long long)nh, n_head_kv);
-    if (check_attn_cache(tk, hd) || check_attn_cache(tv, hd)) return -1;
-    if (tk->ne[0] != hd * n_head_kv || tv->ne[0] != hd * n_head_kv) return fail_shapes("attn", tq, tk, "cache rows must hold head_dim * n_head_kv values");
+    /* V's heads may be narrower or wider than K's (MLA reads V as a prefix of the K row) */
+    const int64_t hd_v = tv->ne[0] / n_head_kv;
+    if (check_attn_cache(tk, hd) || check_attn_cache(tv, hd_v)) return -1;
+    if (tk->ne[0] != hd * n_head_kv) return fail_shapes("attn", tq, tk, "cache rows must hold head_dim * n_head_kv values");
+    if (hd_v < 1 || tv->ne[0] != hd_v * n_head_kv) return fail_shapes("attn", tq, tv, "V rows must hold whole heads for n_head_kv");
     if (tk->ne[1] != tv->ne[1]) return fail_shapes("attn", tk, tv, "K and V caches differ in length");
     if (tm->ne[0] < tk->ne[1] || tm->ne[1] < nt) return fail_shapes("attn", tm, tk, "mask must be [cells, tokens]");
     if (!(scale > 0)) return pe_fail("attn: scale must be positive");
@@ -241,7 +250,7 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
         if (!tp || require_i32("attn", tp)) return -1;
         if (tp->ne[0] < tk->ne[1]) return fail_shapes("attn", tp, tk, "one position per cache cell");
     }
-    const int64_t ne[2] = {hd * nh, nt};
+    const int64_t ne[2] = {hd_v * nh, nt};
     const int id = node(g, PE_OP_ATTN, PE_TYPE_F32, 2, ne, q, k, v, mask, kv_len);
     if (id < 0) return -1;
     g->t[id].src[5] = cell_pos;
@@ -249,6 +258,15 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
     g->t[id].fp[0] = scale;
     g->t[id].fp[1] = softcap;
     return id;
+}
+
+int pe_op_attn_alibi(pe_graph *g, int attn, float max_bias) {
+    pe_tensor *t = get(g, attn, "attn_alibi", "attn");
+    if (!t) return -1;
+    if (t->op != PE_OP_ATTN) return pe_fail("attn_alibi: tensor %d is no attention node", attn);
+    if (!(max_bias > 0 && max_bias < 1e6f)) return pe_fail("attn_alibi: max_bias must be positive (got %g)", max_bias);
+    t->fp[2] = max_bias;
+    return attn;
 }
 
 int pe_op_topk(pe_graph *g, int ia, int k) {
@@ -296,18 +314,61 @@ int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids) {
     return id;
 }
 
-int pe_op_moe_gather_weights(pe_graph *g, int probs, int ids, int normalize) {
-    const int id = pe_op_moe_weights(g, probs, ids, normalize);
-    if (id >= 0) g->t[id].ip[1] = 2;   /* moe_weights_run: the chosen entries as they are */
-    return id;
-}
-
 int pe_op_add_id(pe_graph *g, int ia, int ib, int iids) {
     pe_tensor *a = get(g, ia, "add_id", "a"), *b = get(g, ib, "add_id", "b"), *ids = get(g, iids, "add_id", "ids");
     if (!a || !b || !ids || require_f32("add_id", a) || require_f32("add_id", b) || require_i32("add_id", ids)) return -1;
     if (b->ne[0] != a->ne[0] || b->ne[2] != 1 || b->ne[3] != 1) return fail_shapes("add_id", a, b, "b must be [N,E] for an [N,U,T]");
     if (ids->ne[0] != a->ne[1] || ids->ne[1] != a->ne[2] || a->ne[3] != 1) return fail_shapes("add_id", a, ids, "ids must be [U,T] for an [N,U,T]");
     return node(g, PE_OP_ADD_ID, PE_TYPE_F32, a->n_dims, a->ne, ia, ib, iids, -1, -1);
+}
+
+#define MOE_ROUTE_MAX_EXPERTS 1024
+
+int pe_op_moe_route(pe_graph *g, int logits, int bias, int k, int gating, int n_group, int n_group_used) {
+    pe_tensor *a = get(g, logits, "moe_route", "logits");
+    if (!a || require_f32("moe_route", a)) return -1;
+    const int64_t n = a->ne[0];
+    if (!pe_is_contiguous(a)) return fail_shapes("moe_route", a, NULL, "logits must be contiguous");
+    if (n > MOE_ROUTE_MAX_EXPERTS) return pe_fail("moe_route: %lld experts (at most %d)", (long long)n, MOE_ROUTE_MAX_EXPERTS);
+    if (k < 1 || k > n) return pe_fail("moe_route: k=%d out of range 1..%lld", k, (long long)n);
+    if (gating != 0 && gating != 1) return pe_fail("moe_route: gating %d is neither softmax (0) nor sigmoid (1)", gating);
+    if (n_group < 1 || n % n_group || n_group_used < 1 || n_group_used > n_group)
+        return pe_fail("moe_route: %lld experts in %d groups, %d used", (long long)n, n_group, n_group_used);
+    if (n_group > 1 && (n / n_group < 2 || (int64_t)n_group_used * (n / n_group) < k))
+        return pe_fail("moe_route: groups of %lld experts, %d used, cannot give %d", (long long)(n / n_group), n_group_used, k);
+    if (bias >= 0) {
+        pe_tensor *b = get(g, bias, "moe_route", "bias");
+        if (!b || require_f32("moe_route", b)) return -1;
+        if (!pe_is_contiguous(b) || pe_nelements(b) != n) return fail_shapes("moe_route", a, b, "one bias per expert");
+    }
+    const int64_t ne[2] = {k, pe_nrows(a)};
+    const int id = node(g, PE_OP_MOE_ROUTE, PE_TYPE_I32, 2, ne, logits, bias, -1, -1, -1);
+    if (id >= 0) {
+        g->t[id].ip[0] = k;
+        g->t[id].ip[1] = gating;
+        g->t[id].ip[2] = n_group;
+        g->t[id].ip[3] = n_group_used;
+    }
+    return id;
+}
+
+int pe_op_moe_sigmoid_weights(pe_graph *g, int logits, int ids, int normalize) {
+    const int id = pe_op_moe_weights(g, logits, ids, normalize);
+    if (id >= 0) g->t[id].ip[1] = 2;   /* moe_weights_run: the sigmoid of the chosen logits */
+    return id;
+}
+
+int pe_op_concat(pe_graph *g, int ia, int ib) {
+    pe_tensor *a = get(g, ia, "concat", "a"), *b = get(g, ib, "concat", "b");
+    if (!a || !b || require_f32("concat", a) || require_f32("concat", b)) return -1;
+    for (int i = 1; i < PE_MAX_DIMS; i++)
+        if (a->ne[i] != b->ne[i]) return fail_shapes("concat", a, b, "a and b differ beyond their first dimension");
+    if (a->ne[3] != 1) return fail_shapes("concat", a, b, "at most 3 dimensions");
+    int64_t ne[PE_MAX_DIMS];
+    for (int i = 0; i < PE_MAX_DIMS; i++) ne[i] = a->ne[i];
+    ne[0] = a->ne[0] + b->ne[0];
+    const int n_dims = a->n_dims > b->n_dims ? a->n_dims : b->n_dims;
+    return node(g, PE_OP_CONCAT, PE_TYPE_F32, n_dims, ne, ia, ib, -1, -1, -1);
 }
 
 int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit) {
@@ -318,5 +379,110 @@ int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit) {
         if (a->ne[i] != b->ne[i]) return fail_shapes("swiglu_oai", a, b, "gate and up differ in shape");
     const int id = same_shape_node(g, PE_OP_SWIGLU_OAI, a, gate, up);
     if (id >= 0) { g->t[id].fp[0] = alpha; g->t[id].fp[1] = limit; }
+    return id;
+}
+
+/* ---- recurrent layers ---------------------------------------------------------- */
+
+int pe_op_l2_norm(pe_graph *g, int ia, float eps) {
+    pe_tensor *a = get(g, ia, "l2_norm", "a");
+    if (!a || require_f32("l2_norm", a)) return -1;
+    if (!(eps >= 0)) return pe_fail("l2_norm: eps must be >= 0 (got %g)", eps);
+    const int id = same_shape_node(g, PE_OP_L2_NORM, a, ia, -1);
+    if (id >= 0) g->t[id].fp[0] = eps;
+    return id;
+}
+
+/* The state buffer and the sequence table of a recurrent op: an F32 [E, R]
+ * buffer whose rows hold `elems` floats, and an I32 [PE_SEQ_FIELDS, S]. */
+static int check_states(const char *op, const pe_tensor *state, int64_t elems, const pe_tensor *seqs) {
+    if (state->type != PE_TYPE_F32 || !pe_is_contiguous(state) || state->ne[2] != 1 || state->ne[3] != 1)
+        return fail_shapes(op, state, NULL, "state must be a contiguous F32 [E, rows] buffer");
+    if (state->ne[0] != elems)
+        return pe_fail("%s: state rows hold %lld floats, the layer needs %lld", op, (long long)state->ne[0],
+                       (long long)elems);
+    if (require_i32(op, seqs)) return -1;
+    if (seqs->ne[0] != PE_SEQ_FIELDS || seqs->ne[2] != 1 || seqs->ne[3] != 1)
+        return fail_shapes(op, seqs, NULL, "seqs must be I32 [5, n_seqs]");
+    return 0;
+}
+
+/* an F32 operand with contiguous rows whose dims 0.. match ne (0: any) */
+static int check_operand(const char *op, const pe_tensor *t, int n, const int64_t *ne, const char *what) {
+    if (require_f32(op, t)) return -1;
+    for (int i = 0; i < n; i++)
+        if (ne[i] && t->ne[i] != ne[i]) return pe_fail("%s: %s has the wrong shape (dim %d is %lld, not %lld)", op, what, i,
+                                                      (long long)t->ne[i], (long long)ne[i]);
+    for (int i = n; i < PE_MAX_DIMS; i++)
+        if (t->ne[i] != 1) return pe_fail("%s: %s has more than %d dims", op, what, n);
+    return 0;
+}
+
+int pe_op_ssm_conv(pe_graph *g, int ix, int iw, int istate, int iseqs) {
+    pe_tensor *x = get(g, ix, "ssm_conv", "x"), *w = get(g, iw, "ssm_conv", "kernel"),
+              *s = get(g, istate, "ssm_conv", "state"), *q = get(g, iseqs, "ssm_conv", "seqs");
+    if (!x || !w || !s || !q || check_operand("ssm_conv", x, 2, (const int64_t[]){0, 0}, "x")) return -1;
+    const int64_t d = x->ne[0], K = w->ne[0];
+    if (check_operand("ssm_conv", w, 2, (const int64_t[]){0, d}, "kernel") || !pe_is_contiguous(w)) return -1;
+    if (K < 2 || K > 16) return pe_fail("ssm_conv: %lld taps (2..16 supported)", (long long)K);
+    if (check_states("ssm_conv", s, (K - 1) * d, q)) return -1;
+    const int64_t ne[2] = {d, x->ne[1]};
+    return node(g, PE_OP_SSM_CONV, PE_TYPE_F32, 2, ne, ix, iw, istate, iseqs, -1);
+}
+
+int pe_op_ssm_scan(pe_graph *g, int ix, int idt, int iA, int iB, int iC, int iD, int idt_bias, int istate, int iseqs) {
+    const char *op = "ssm_scan";
+    pe_tensor *x = get(g, ix, op, "x"), *dt = get(g, idt, op, "dt"), *A = get(g, iA, op, "A"), *B = get(g, iB, op, "B"),
+              *C = get(g, iC, op, "C"), *s = get(g, istate, op, "state"), *q = get(g, iseqs, op, "seqs");
+    if (!x || !dt || !A || !B || !C || !s || !q) return -1;
+    if (check_operand(op, x, 3, (const int64_t[]){0, 0, 0}, "x")) return -1;
+    const int64_t P = x->ne[0], H = x->ne[1], T = x->ne[2], N = B->ne[0], G = B->ne[1];
+    if (check_operand(op, dt, 2, (const int64_t[]){H, T}, "dt") || check_operand(op, B, 3, (const int64_t[]){N, G, T}, "B") ||
+        check_operand(op, C, 3, (const int64_t[]){N, G, T}, "C"))
+        return -1;
+    if (G < 1 || H % G) return pe_fail("ssm_scan: %lld heads do not divide into %lld groups", (long long)H, (long long)G);
+    if (require_f32(op, A) || pe_nelements(A) != H || !pe_is_contiguous(A)) return fail_shapes(op, A, x, "A must hold one contiguous value per head");
+    const int extra[2] = {iD, idt_bias};
+    for (int i = 0; i < 2; i++) {
+        if (extra[i] < 0) continue;
+        const pe_tensor *e = get(g, extra[i], op, i ? "dt_bias" : "D");
+        if (!e || require_f32(op, e)) return -1;
+        if (pe_nelements(e) != H || !pe_is_contiguous(e)) return fail_shapes(op, e, x, "D and dt_bias hold one contiguous value per head");
+    }
+    if (check_states(op, s, H * N * P, q)) return -1;
+    const int id = node(g, PE_OP_SSM_SCAN, PE_TYPE_F32, 3, x->ne, ix, idt, iA, iB, iC);
+    if (id < 0) return -1;
+    g->t[id].src[5] = iD;
+    g->t[id].src[6] = idt_bias;
+    g->t[id].src[7] = istate;
+    g->t[id].src[8] = iseqs;
+    return id;
+}
+
+int pe_op_delta_net(pe_graph *g, int iq, int ik, int iv, int igate, int ibeta, int istate, int iseqs, float scale,
+                    int chunk) {
+    const char *op = "delta_net";
+    pe_tensor *q = get(g, iq, op, "q"), *k = get(g, ik, op, "k"), *v = get(g, iv, op, "v"),
+              *ga = get(g, igate, op, "g"), *be = get(g, ibeta, op, "beta"), *s = get(g, istate, op, "state"),
+              *sq = get(g, iseqs, op, "seqs");
+    if (!q || !k || !v || !ga || !be || !s || !sq) return -1;
+    if (check_operand(op, q, 3, (const int64_t[]){0, 0, 0}, "q")) return -1;
+    const int64_t Dk = q->ne[0], Hk = q->ne[1], T = q->ne[2];
+    if (check_operand(op, k, 3, (const int64_t[]){Dk, Hk, T}, "k") || check_operand(op, v, 3, (const int64_t[]){0, 0, T}, "v"))
+        return -1;
+    const int64_t Dv = v->ne[0], H = v->ne[1];
+    if (H % Hk) return pe_fail("delta_net: %lld value heads do not divide into %lld key heads", (long long)H, (long long)Hk);
+    if (check_operand(op, ga, 2, (const int64_t[]){H, T}, "g") || check_operand(op, be, 2, (const int64_t[]){H, T}, "beta"))
+        return -1;
+    if (chunk < 0 || chunk > PE_DELTA_MAX_CHUNK) return pe_fail("delta_net: chunk %d out of range 0..%d", chunk, PE_DELTA_MAX_CHUNK);
+    if (!(scale > 0)) return pe_fail("delta_net: scale must be positive");
+    if (check_states(op, s, H * Dk * Dv, sq)) return -1;
+    const int64_t ne[3] = {Dv, H, T};
+    const int id = node(g, PE_OP_DELTA_NET, PE_TYPE_F32, 3, ne, iq, ik, iv, igate, ibeta);
+    if (id < 0) return -1;
+    g->t[id].src[5] = istate;
+    g->t[id].src[6] = iseqs;
+    g->t[id].ip[0] = chunk;
+    g->t[id].fp[0] = scale;
     return id;
 }

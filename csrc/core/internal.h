@@ -16,7 +16,7 @@
 #include "pe.h"
 
 #define PE_MAX_DIMS 4
-#define PE_MAX_SRC  7
+#define PE_MAX_SRC  9   /* ssm_scan: x, dt, A, B, C, D, dt_bias, state, seqs */
 #define PE_MAX_NAME 48
 
 /* Record an error message for pe_last_error(); always returns -1. */
@@ -56,6 +56,12 @@ typedef enum pe_op {
     PE_OP_ROPE_ANGLES,  /* rope's cos/sin per position, shared by the rope nodes of one setting */
     PE_OP_ADD_ID,       /* a bias row per chosen expert (gpt-oss) */
     PE_OP_SWIGLU_OAI,   /* gpt-oss's clamped gated unit */
+    PE_OP_L2_NORM,
+    PE_OP_SSM_CONV,
+    PE_OP_SSM_SCAN,
+    PE_OP_DELTA_NET,
+    PE_OP_CONCAT,       /* two tensors side by side along dim 0 (MLA's query and key rows) */
+    PE_OP_MOE_ROUTE,    /* experts chosen by gated scores + a bias, within the best groups (DeepSeek) */
     PE_OP_COUNT
 } pe_op;
 

@@ -124,10 +124,48 @@ typedef struct pe_vec_kernels {
     void  (*gelu_mul)(int64_t n, float *y, const float *g, const float *u);  /* gelu_tanh(g)*u */
 } pe_vec_kernels;
 
+/* The rows of one head's piece of tokens for the chunked delta rule: token i's
+ * q, k and v rows at q + i * q_step etc., its log decay and beta at g[i *
+ * g_step], beta[i * beta_step]; its output row at out + i * out_step. */
+typedef struct pe_delta_rows {
+    const float *q, *k, *v, *g, *beta;
+    float       *out;
+    int64_t      q_step, k_step, v_step, g_step, beta_step, out_step;
+    float        scale;
+} pe_delta_rows;
+
+/* the floats of scratch delta_chunk takes for pieces of up to L tokens */
+static inline size_t pe_delta_chunk_floats(int64_t L, int64_t dk, int64_t dv) {
+    return (size_t)(L * (5 * dk + 4 * dv) + 2 * dk * L + 3 * L * L + L);
+}
+
+/* The recurrent layers' loops (cpu/vec_ssm.c).  Every output element is one
+ * chain of fused multiply-adds in a fixed order, the same on every table. */
+typedef struct pe_ssm_kernels {
+    /* C[m][n] = fma(A[m][l], B[l][n], C[m][n]) for l = 0..K-1 in order (m < M, n < N) */
+    void (*gemm_acc)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                     float *C, int64_t ldc);
+    /* y[i] = fma(a, x[i], y[i]) */
+    void (*axpy)(int64_t n, float *y, float a, const float *x);
+    /* one token of the gated delta rule on a head's state S [dk][dv]: S *= decay,
+     * d = (v - S^T k) * beta, S += k d^T, out = S^T q */
+    void (*delta_token)(int64_t dk, int64_t dv, float *S, const float *k, const float *q, const float *v,
+                        float decay, float beta, float *out);
+    /* one token of the selective scan on a head's state S [n][p]: S = S * dA + B xdt^T, y = S^T C */
+    void (*scan_token)(int64_t p, int64_t n, float *S, const float *xdt, const float *B, const float *C, float dA,
+                       float *y);
+    /* the gated delta rule over a piece of 2 <= n <= PE_DELTA_MAX_CHUNK tokens of one head in
+     * its chunked form (the piece's products as matrices), on S [dk][dv] */
+    void (*delta_chunk)(int64_t n, int64_t dk, int64_t dv, float *S, const pe_delta_rows *rows, float *scratch);
+    /* y[c] = sum_j w[j * d + c] * cols[j][c], j < K */
+    void (*conv_token)(int64_t d, int K, const float *const *cols, const float *w, float *y);
+} pe_ssm_kernels;
+
 typedef struct pe_kernels {
     const char     *isa;
     pe_type_kernels type[PE_TYPE_COUNT];
     pe_vec_kernels  vec;
+    pe_ssm_kernels  ssm;
 } pe_kernels;
 
 /* The table in use; never NULL after pe_init(). */
@@ -144,6 +182,7 @@ void pe_fill_ref_kquants(pe_kernels *k);   /* quant/ref_kquants.c Q2_K..Q6_K Q8_
 void pe_fill_ref_rows8(pe_kernels *k);     /* quant/ref_rows8.c   the interleaved types (*_X8) */
 void pe_fill_ref_iquants(pe_kernels *k);   /* quant/ref_iquants.c IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S */
 void pe_fill_vec_scalar(pe_kernels *k);    /* cpu/vec.c compiled without SIMD flags */
+void pe_fill_ssm_scalar(pe_kernels *k);    /* cpu/vec_ssm.c compiled without SIMD flags */
 #if defined(PE_ARCH_X86)
 void pe_fill_avx2_legacy(pe_kernels *k);   /* cpu/x86/avx2_legacy.c */
 void pe_fill_avx2_kquants(pe_kernels *k);  /* cpu/x86/avx2_kquants.c */
@@ -153,12 +192,14 @@ void pe_fill_avx2_iq_gemm(pe_kernels *k);  /* cpu/x86/avx2_iq_gemm.c: the lattic
 void pe_fill_avx2_gemm(pe_kernels *k);     /* cpu/x86/avx2_gemm.c: vec_dot + gemm */
 void pe_fill_avx2_mxfp4(pe_kernels *k);    /* cpu/x86/avx2_mxfp4.c: vec_dot + gemm16 */
 void pe_fill_vec_avx2(pe_kernels *k);      /* cpu/vec.c compiled with AVX2 flags */
+void pe_fill_ssm_avx2(pe_kernels *k);      /* cpu/vec_ssm.c compiled with AVX2 flags */
 void pe_fill_avxvnni_gemm(pe_kernels *k);  /* cpu/x86/avxvnni_gemm.c: avx2_gemm.c with vpdpbusd */
 void pe_fill_avx512_legacy(pe_kernels *k); /* cpu/x86/avx512_legacy.c */
 void pe_fill_avx512_gemm(pe_kernels *k);   /* cpu/x86/avx512_gemm.c: vec_dot + gemm */
 void pe_fill_avx512_iq_gemm(pe_kernels *k);/* cpu/x86/avx512_iq_gemm.c: the lattice types' prompt tiles */
 void pe_fill_avx512_mxfp4(pe_kernels *k);  /* cpu/x86/avx512_mxfp4.c: vec_dot + gemm16 */
 void pe_fill_vec_avx512(pe_kernels *k);    /* cpu/vec.c compiled with AVX-512 flags */
+void pe_fill_ssm_avx512(pe_kernels *k);    /* cpu/vec_ssm.c compiled with AVX-512 flags */
 #endif
 #if defined(PE_ARCH_ARM)
 /* The NEON files are compiled twice: with the dot-product extension (the "neon"

@@ -14,7 +14,7 @@
 static const char *const op_names[PE_OP_COUNT] = {
     "none", "view", "get_rows", "mul_mat", "mul_mat_id", "add", "mul", "scale", "softcap", "rms_norm",
     "unary", "glu", "softmax", "rope", "set_rows", "attn", "topk", "moe_weights", "weighted_sum", "cont",
-    "rope_angles", "add_id", "swiglu_oai",
+    "rope_angles", "add_id", "swiglu_oai", "l2_norm", "ssm_conv", "ssm_scan", "delta_net", "concat", "moe_route",
 };
 
 /* mul_mat is kept per weight type, everything else per op */

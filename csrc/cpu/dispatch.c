@@ -107,11 +107,13 @@ static void build_tables(void) {
     pe_fill_ref_iquants(ref);
     pe_fill_ref_rows8(ref);
     pe_fill_vec_scalar(ref);
+    pe_fill_ssm_scalar(ref);
 #if defined(PE_ARCH_X86)
     if (have[ISA_AVX2]) {
         tables[ISA_AVX2] = *ref;
         tables[ISA_AVX2].isa = isa_names[ISA_AVX2];
         pe_fill_vec_avx2(&tables[ISA_AVX2]);
+        pe_fill_ssm_avx2(&tables[ISA_AVX2]);
         pe_fill_avx2_legacy(&tables[ISA_AVX2]);
         pe_fill_avx2_kquants(&tables[ISA_AVX2]);
         pe_fill_avx2_iq2(&tables[ISA_AVX2]);
@@ -131,6 +133,7 @@ static void build_tables(void) {
         tables[ISA_AVX512] = tables[ISA_AVX2];
         tables[ISA_AVX512].isa = isa_names[ISA_AVX512];
         pe_fill_vec_avx512(&tables[ISA_AVX512]);
+        pe_fill_ssm_avx512(&tables[ISA_AVX512]);
         pe_fill_avx512_legacy(&tables[ISA_AVX512]);
         pe_fill_avx512_gemm(&tables[ISA_AVX512]);
         pe_fill_avx512_iq_gemm(&tables[ISA_AVX512]);

@@ -28,6 +28,11 @@ size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t);
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 size_t pe_op_get_rows_work(const pe_graph *g, const pe_tensor *t, int n_threads);
+void pe_op_l2_norm_run(pe_exec *ex, pe_tensor *t);
+void pe_op_ssm_conv_run(pe_exec *ex, pe_tensor *t);
+void pe_op_ssm_scan_run(pe_exec *ex, pe_tensor *t);
+void pe_op_delta_net_run(pe_exec *ex, pe_tensor *t);
+size_t pe_op_ssm_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 
 static inline pe_tensor *src(const pe_exec *ex, const pe_tensor *t, int i) {
     return t->src[i] >= 0 ? &ex->g->t[t->src[i]] : NULL;
@@ -81,6 +86,7 @@ static void unary_run(pe_exec *ex, pe_tensor *t) {
         case 100 + PE_UNARY_GELU_ERF: for (int64_t i = 0; i < n; i++) d[i] = 0.5f * x[i] * (1.0f + gelu_erf(x[i])); break;
         case 100 + PE_UNARY_RELU:     for (int64_t i = 0; i < n; i++) d[i] = x[i] > 0 ? x[i] : 0; break;
         case 100 + PE_UNARY_SIGMOID:  for (int64_t i = 0; i < n; i++) d[i] = 1.0f / (1.0f + pe_expf(0.0f - x[i])); break;
+        case 100 + PE_UNARY_SOFTPLUS: for (int64_t i = 0; i < n; i++) d[i] = pe_softplusf(x[i]); break;
         default: break;
         }
     }
@@ -96,6 +102,16 @@ static void glu_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* x - mean(x) into d (which may be x's row), the mean summed in double in
+ * element order: one order whatever the ISA or thread split */
+static const float *centred_row(int64_t n, const float *x, float *d) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += x[i];
+    const float mean = (float)(sum / (double)n);
+    for (int64_t i = 0; i < n; i++) d[i] = x[i] - mean;
+    return d;
+}
+
 static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *w = src(ex, t, 1);
     const int64_t n = a->ne[0];
@@ -105,6 +121,7 @@ static void rms_norm_run(pe_exec *ex, pe_tensor *t) {
     for (int64_t r = r0; r < r1; r++) {
         const float *x = row_f32(a, r);
         float *d = row_f32(t, r);
+        if (t->ip[0]) x = centred_row(n, x, d);   /* a layer norm: the RMS norm of x - mean(x) */
         const float mean = (float)(pe_kern->vec.sum_sq(n, x) / (double)n);
         const float scale = 1.0f / sqrtf(mean + t->fp[0]);
         /* (x * scale) * w, the same rounding as a norm followed by a mul */
@@ -166,24 +183,6 @@ static int softmax_chosen(int64_t n, int64_t k, const float *x, const int32_t *i
     return 0;
 }
 
-/* The chosen entries of one row of probabilities x [n], in the order of id [k],
- * into d [k]; with `normalize` each divided by their sum, summed in order in
- * float and at least 2^-14 (llama.cpp's clamp keeps all-but-zero weights finite).
- * Returns -1 for an id out of range. */
-static int gather_chosen(int64_t n, int64_t k, const float *x, const int32_t *id, int normalize, float *d) {
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; j++) {
-        if (id[j] < 0 || id[j] >= n) return -1;
-        d[j] = x[id[j]];
-        sum += d[j];
-    }
-    if (!normalize) return 0;
-    const float floor = 6.103515625e-5f;
-    sum = sum < floor ? floor : sum;
-    for (int64_t j = 0; j < k; j++) d[j] /= sum;
-    return 0;
-}
-
 /* add_id: row (u, t) of a plus row ids[u, t] of b (each chosen expert's bias). */
 static void add_id_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *b = src(ex, t, 1), *ids = src(ex, t, 2);
@@ -224,6 +223,22 @@ static void swiglu_oai_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* Sigmoid gating: each chosen logit's sigmoid, optionally over their sum. */
+static int sigmoid_chosen(int64_t n, int64_t k, const float *x, const int32_t *id, int normalize, float *d) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; j++) {
+        if (id[j] < 0 || id[j] >= n) return -1;
+        d[j] = 1.0f / (1.0f + pe_expf(-x[id[j]]));
+        sum += d[j];
+    }
+    if (normalize) {
+        const float floor = 6.103515625e-5f;   /* llama.cpp's clamp of the sum: F16's smallest normal */
+        sum = sum < floor ? floor : sum;
+        for (int64_t j = 0; j < k; j++) d[j] /= sum;
+    }
+    return 0;
+}
+
 static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *ids = src(ex, t, 1);
     const int64_t n = a->ne[0], k = ids->ne[0];
@@ -233,12 +248,12 @@ static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
         const float *x = row_f32(a, r);
         const int32_t *id = (const int32_t *)((const uint8_t *)ids->data + r * ids->nb[1]);
         float *d = (float *)((uint8_t *)t->data + r * t->nb[1]);
-        if (t->ip[1] == 1) {
-            if (softmax_chosen(n, k, x, id, d)) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
+        if (t->ip[1] == 2) {
+            if (sigmoid_chosen(n, k, x, id, t->ip[0], d)) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
             continue;
         }
-        if (t->ip[1] == 2) {
-            if (gather_chosen(n, k, x, id, t->ip[0], d)) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
+        if (t->ip[1]) {
+            if (softmax_chosen(n, k, x, id, d)) { pe_exec_fail(ex, "moe_weights: expert id out of range"); return; }
             continue;
         }
         float mx = -INFINITY;
@@ -255,6 +270,64 @@ static void moe_weights_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* Puts expert e of score s into the descending list best[0..count) (ties: the
+ * lower id first), keeping at most k. */
+static void route_insert(float *val, int32_t *ids, int64_t *count, int64_t k, float s, int32_t e) {
+    if (*count == k && !(s > val[k - 1])) return;
+    int64_t at = *count < k ? (*count)++ : k - 1;
+    while (at > 0 && val[at - 1] < s) {
+        val[at] = val[at - 1];
+        ids[at] = ids[at - 1];
+        at--;
+    }
+    val[at] = s;
+    ids[at] = e;
+}
+
+/* One token's routing (pe_op_moe_route): scores s = gate(x) + bias, the
+ * groups outside the best n_used masked, the k best of the rest. */
+static void route_row(const pe_tensor *t, const float *x, const float *bias, int64_t n, int32_t *out) {
+    const int64_t k = t->ip[0], n_group = t->ip[2], n_used = t->ip[3], per = n / n_group;
+    float s[1024], val[1024];
+    if (t->ip[1] == 0) {
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++) sum += (s[i] = pe_expf(x[i] - mx));
+        const float inv = (float)(1.0 / sum);
+        for (int64_t i = 0; i < n; i++) s[i] *= inv;
+    } else {
+        for (int64_t i = 0; i < n; i++) s[i] = 1.0f / (1.0f + pe_expf(-x[i]));
+    }
+    if (bias) for (int64_t i = 0; i < n; i++) s[i] += bias[i];
+    if (n_group > 1) {
+        float gval[1024];
+        int32_t gids[1024];
+        int64_t gcount = 0;
+        for (int64_t g = 0; g < n_group; g++) {
+            float top[2];
+            int32_t tid[2];
+            int64_t c = 0;
+            for (int64_t i = 0; i < per; i++) route_insert(top, tid, &c, 2, s[g * per + i], (int32_t)i);
+            route_insert(gval, gids, &gcount, n_used, top[0] + top[1], (int32_t)g);
+        }
+        uint8_t keep[1024] = {0};
+        for (int64_t j = 0; j < gcount; j++) keep[gids[j]] = 1;
+        for (int64_t i = 0; i < n; i++) if (!keep[i / per]) s[i] = -INFINITY;
+    }
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) route_insert(val, out, &count, k, s[i], (int32_t)i);
+}
+
+static void moe_route_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0);
+    const float *bias = t->src[1] >= 0 ? (const float *)src(ex, t, 1)->data : NULL;
+    int64_t r0, r1;
+    pe_split(pe_nrows(a), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++)
+        route_row(t, row_f32(a, r), bias, a->ne[0], (int32_t *)((uint8_t *)t->data + r * t->nb[1]));
+}
+
 static void weighted_sum_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = src(ex, t, 0), *w = src(ex, t, 1);
     const int64_t n = a->ne[0], nu = a->ne[1];
@@ -268,6 +341,21 @@ static void weighted_sum_run(pe_exec *ex, pe_tensor *t) {
             if (u == 0) for (int64_t i = 0; i < n; i++) d[i] = x[i] * wr[0];
             else for (int64_t i = 0; i < n; i++) d[i] += x[i] * wr[u];
         }
+    }
+}
+
+/* Copies only: each output row is a's row, then b's. */
+static void concat_run(pe_exec *ex, pe_tensor *t) {
+    const pe_tensor *a = src(ex, t, 0), *b = src(ex, t, 1);
+    const int64_t na = a->ne[0], nb = b->ne[0];
+    int64_t r0, r1;
+    pe_split(pe_nrows(t), ex->ith, ex->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t i1 = r % t->ne[1], i2 = r / t->ne[1];
+        float *d = (float *)((uint8_t *)t->data + i1 * t->nb[1] + i2 * t->nb[2]);
+        const uint8_t *x = (const uint8_t *)pe_row(a, i1, i2, 0), *y = (const uint8_t *)pe_row(b, i1, i2, 0);
+        for (int64_t i = 0; i < na; i++) d[i] = *(const float *)(x + i * a->nb[0]);
+        for (int64_t i = 0; i < nb; i++) d[na + i] = *(const float *)(y + i * b->nb[0]);
     }
 }
 
@@ -294,6 +382,12 @@ void pe_op_compute(pe_exec *ex, pe_tensor *t) {
     case PE_OP_WEIGHTED_SUM: weighted_sum_run(ex, t); break;
     case PE_OP_ADD_ID:       add_id_run(ex, t); break;
     case PE_OP_SWIGLU_OAI:   swiglu_oai_run(ex, t); break;
+    case PE_OP_L2_NORM:      pe_op_l2_norm_run(ex, t); break;
+    case PE_OP_SSM_CONV:     pe_op_ssm_conv_run(ex, t); break;
+    case PE_OP_SSM_SCAN:     pe_op_ssm_scan_run(ex, t); break;
+    case PE_OP_DELTA_NET:    pe_op_delta_net_run(ex, t); break;
+    case PE_OP_CONCAT:       concat_run(ex, t); break;
+    case PE_OP_MOE_ROUTE:    moe_route_run(ex, t); break;
     default: break;
     }
 }
@@ -304,6 +398,9 @@ size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads) {
     case PE_OP_MUL_MAT_ID: return pe_op_mul_mat_work(g, t, n_threads);
     case PE_OP_ATTN:       return pe_op_attn_work(g, t, n_threads);
     case PE_OP_GET_ROWS:   return pe_op_get_rows_work(g, t, n_threads);
+    case PE_OP_SSM_CONV:
+    case PE_OP_SSM_SCAN:
+    case PE_OP_DELTA_NET:  return pe_op_ssm_work(g, t, n_threads);
     default:               return 0;
     }
 }

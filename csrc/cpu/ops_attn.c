@@ -54,12 +54,17 @@ void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t) {
 
 static int64_t padded(int64_t n) { return (n + ATTN_ALIGN - 1) / ATTN_ALIGN * ATTN_ALIGN; }
 
+/* The width of one V head: K's head_dim, or another where V's rows differ
+ * (MLA: the latent, a prefix of the K row). */
+static int64_t v_head_dim(const pe_tensor *t, const pe_tensor *v) { return v->ne[0] / t->ip[0]; }
+
 /* Per thread: the queries of a KV group (rounded floats, or the Q8_0 blocks
  * a quantized K takes, which need less room), one score per position slot
  * and head, the output lanes of each head, a row of scratch, the cell of
  * each slot, the list of visible cells and the slot of each. */
-static size_t attn_thread_bytes(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k) {
-    const int64_t group = q->ne[1] / t->ip[0], slots = padded(k->ne[1]) + ATTN_ALIGN, hd = q->ne[0];
+static size_t attn_thread_bytes(const pe_tensor *t, const pe_tensor *q, const pe_tensor *k, const pe_tensor *v) {
+    const int64_t group = q->ne[1] / t->ip[0], slots = padded(k->ne[1]) + ATTN_ALIGN, hd_v = v_head_dim(t, v);
+    const int64_t hd = q->ne[0] > hd_v ? q->ne[0] : hd_v;
     const size_t floats = (size_t)(group * (hd * (1 + 4 * pe_kern->vec.lanes) + slots) + hd);
     return floats * sizeof(float) + 3 * (size_t)slots * sizeof(int32_t) + 64;
 }
@@ -74,33 +79,33 @@ static size_t attn_thread_bytes(const pe_tensor *t, const pe_tensor *q, const pe
 static size_t vt_bytes(const pe_tensor *t, const pe_graph *g) {
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
     if (k->type != PE_TYPE_F16 || v->type != PE_TYPE_F16 || q->ne[2] < VT_MIN_TOKENS) return 0;
-    const size_t bytes = (size_t)t->ip[0] * (size_t)q->ne[0] * (size_t)padded(k->ne[1]) * sizeof(uint16_t);
+    const size_t bytes = (size_t)t->ip[0] * (size_t)v_head_dim(t, v) * (size_t)padded(k->ne[1]) * sizeof(uint16_t);
     return bytes <= VT_MAX_BYTES ? bytes : 0;
 }
 
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
-    const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]];
-    return (size_t)n_threads * attn_thread_bytes(t, q, k) + vt_bytes(t, g) + 64;
+    const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
+    return (size_t)n_threads * attn_thread_bytes(t, q, k, v) + vt_bytes(t, g) + 64;
 }
 
 /* The query heads sharing one KV head, for one token: each K and V row is
  * read once for the whole group (GQA), while every head's arithmetic is the
  * same, in the same order, as if it ran alone. */
 typedef struct {
-    int64_t  hd, group, n_slots;  /* n_slots: position slots, a multiple of ATTN_ALIGN */
+    int64_t  hd, hd_v, group, n_slots;  /* K's and V's head widths; n_slots: position slots, a multiple of ATTN_ALIGN */
     int      ahead;    /* prefetch K and V rows (a decode step's scattered cells) */
     int      q_type;   /* the type K's dot product takes the query in */
     size_t   q_bytes;  /* bytes of one query row of q_type */
     float   *qh;       /* [group][hd]       queries rounded to F16, or [group] rows of q_bytes */
-    float   *row;      /* [hd]              scratch */
+    float   *row;      /* [max(hd, hd_v)]   scratch */
     float   *scores;   /* [group][n_slots]  scores, then probabilities, by position slot */
-    float   *lanes;    /* [group][W][hd]    the product with V, lane by lane */
+    float   *lanes;    /* [group][W][hd_v]  the product with V, lane by lane */
     int32_t *cell;     /* [n_slots]         the cell at each slot, -1 if none */
     int32_t *visible;  /* [n_visible]       the visible cells, in cell order (place_cells) */
     int32_t *vslot;    /* [n_visible]       the slot of each */
     int64_t  n_visible;
     int64_t  cell_offset;  /* every visible cell's offset from its slot when they share one (>= 0), else -1 */
-    const uint16_t *vt;  /* this KV head's transposed V ([hd][vt_width]), or NULL */
+    const uint16_t *vt;  /* this KV head's transposed V ([hd_v][vt_width]), or NULL */
     int64_t  vt_width;
     float    mx[64];   /* largest score per head */
 } attn_group;
@@ -277,6 +282,31 @@ static void group_scores(const pe_tensor *t, attn_group *ag, const pe_tensor *q,
     for (int64_t gi = 0; gi < ag->group; gi++) ag->mx[gi] = pe_kern->vec.scale_max(n, ag->scores + gi * n, t->fp[0]);
 }
 
+/* ggml's ALiBi slope of head h of n_head (soft_max's): powers of m0 over the
+ * first 2^floor(log2 n_head) heads, odd powers of m1 over the rest. */
+static float alibi_slope(int64_t h, int64_t n_head, float max_bias) {
+    const int64_t n_log2 = (int64_t)1 << (int)floor(log2((double)n_head));
+    const float m0 = powf(2.0f, -max_bias / (float)n_log2);
+    const float m1 = powf(2.0f, -(max_bias / 2.0f) / (float)n_log2);
+    return h < n_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_log2) + 1));
+}
+
+/* ALiBi: each visible slot's scaled score plus the head's slope times the
+ * mask's value there (-|distance|), and each head's new largest. */
+static void alibi_scores(attn_group *ag, const float *m, int64_t h0, int64_t n_head, float max_bias) {
+    for (int64_t gi = 0; gi < ag->group; gi++) {
+        const float slope = alibi_slope(h0 + gi, n_head, max_bias);
+        float *sc = ag->scores + gi * ag->n_slots;
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < ag->n_visible; i++) {
+            const float s = sc[ag->vslot[i]] + slope * m[ag->visible[i]];
+            sc[ag->vslot[i]] = s;
+            mx = s > mx ? s : mx;
+        }
+        ag->mx[gi] = mx;
+    }
+}
+
 /* Softmax of each head's scores, in place: exponentials over whole vectors,
  * summed in double, scaled by the float inverse, and for an F16 V rounded to
  * F16 (the type of the product with the V cache).  With sinks (one logit per
@@ -333,9 +363,9 @@ static void vt_build(const pe_exec *ex, const pe_tensor *v, int64_t n_kv_head, i
  * (values_t_f16 gives values_f16's bits: whether it is made changes no
  * result.) */
 static int vt_wanted(const pe_exec *ex, const pe_tensor *t, int64_t nt, int64_t n_kv) {
-    const pe_tensor *q = &ex->g->t[t->src[0]], *k = &ex->g->t[t->src[1]];
+    const pe_tensor *q = &ex->g->t[t->src[0]], *k = &ex->g->t[t->src[1]], *v = &ex->g->t[t->src[2]];
     const size_t bytes = vt_bytes(t, ex->g);
-    if (!bytes || (size_t)ex->nth * attn_thread_bytes(t, q, k) + bytes > ex->work_bytes) return 0;
+    if (!bytes || (size_t)ex->nth * attn_thread_bytes(t, q, k, v) + bytes > ex->work_bytes) return 0;
     return nt >= VT_MIN_TOKENS && nt * ATTN_ALIGN >= n_kv;
 }
 
@@ -351,13 +381,13 @@ static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off
         float *o[4];
         for (int a = 0; a < nh; a++) {
             p[a] = ag->scores + (g0 + a) * ag->n_slots;
-            o[a] = out + (g0 + a) * ag->hd;
+            o[a] = out + (g0 + a) * ag->hd_v;
         }
         if (c0 >= 0) {
-            pe_kern->vec.values_t_f16(ag->n_slots, nh, p, ag->vt + c0, (size_t)ag->vt_width, ag->hd, o);
+            pe_kern->vec.values_t_f16(ag->n_slots, nh, p, ag->vt + c0, (size_t)ag->vt_width, ag->hd_v, o);
             continue;
         }
-        pe_kern->vec.values_f16(ag->n_slots, nh, ag->cell, p, (const uint8_t *)v->data + head_off, v->nb[1], ag->hd,
+        pe_kern->vec.values_f16(ag->n_slots, nh, ag->cell, p, (const uint8_t *)v->data + head_off, v->nb[1], ag->hd_v,
                                 ATTN_NACC, o, ag->lanes);
     }
 }
@@ -368,7 +398,7 @@ static void group_values_f16(attn_group *ag, const pe_tensor *v, size_t head_off
  * probabilities, slot after slot.  (Its non-flash product would quantize
  * the probabilities along the cells, which needs a transposed V cache.) */
 static void group_values_quant(attn_group *ag, const pe_tensor *v, size_t head_off, float *out) {
-    const int64_t hd = ag->hd, n = ag->n_slots;
+    const int64_t hd = ag->hd_v, n = ag->n_slots;
     memset(out, 0, (size_t)(ag->group * hd) * sizeof(float));
     for (int64_t i = 0; i < n; i++) {
         const int32_t c = ag->cell[i];
@@ -399,15 +429,16 @@ typedef struct {
  * are laid out once for the runs that follow on the same token (*placed). */
 static void run_heads(const attn_op *op, attn_group *ag, int64_t tok, int64_t h0, int64_t nh, int64_t *placed) {
     const pe_tensor *t = op->t, *v = op->v;
-    const int64_t hd = ag->hd, kvh = h0 / op->group;
+    const int64_t hd_v = ag->hd_v, kvh = h0 / op->group;
     const float *m = (const float *)((const uint8_t *)op->mask->data + tok * op->mask->nb[1]);
-    float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd;
+    float *out = (float *)((uint8_t *)t->data + tok * t->nb[1]) + h0 * hd_v;
     ag->group = nh;
     if (tok != *placed && !place_cells(ag, m, op->cell_pos, op->n_kv, op->room)) place_by_cell(ag, op->n_kv);
     *placed = tok;
-    ag->vt = op->vt ? op->vt + kvh * hd * ag->vt_width : NULL;
+    ag->vt = op->vt ? op->vt + kvh * hd_v * ag->vt_width : NULL;
     const size_t k_off = (size_t)kvh * op->k_head_bytes, v_off = (size_t)kvh * op->v_head_bytes;
     group_scores(t, ag, op->q, h0, tok, op->k, k_off, v);
+    if (t->fp[2] > 0) alibi_scores(ag, m, h0, op->q->ne[1], t->fp[2]);
     const float *sinks = t->src[6] >= 0 ? (const float *)op->sinks->data + h0 : NULL;
     group_softmax(ag, v->type == PE_TYPE_F16, sinks);
     if (v->type == PE_TYPE_F16) group_values_f16(ag, v, v_off, out);
@@ -417,7 +448,7 @@ static void run_heads(const attn_op *op, attn_group *ag, int64_t tok, int64_t h0
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
     const pe_graph *g = ex->g;
     const pe_tensor *q = &g->t[t->src[0]], *k = &g->t[t->src[1]], *v = &g->t[t->src[2]];
-    const int64_t hd = q->ne[0], nt = q->ne[2], n_kv_head = t->ip[0];
+    const int64_t hd = q->ne[0], hd_v = v_head_dim(t, v), nt = q->ne[2], n_kv_head = t->ip[0];
     const int64_t n_head = q->ne[1], group = n_head / n_kv_head;
     const int64_t n_kv = *(const int32_t *)g->t[t->src[4]].data;
     if (n_kv < 0 || n_kv > k->ne[1]) { pe_exec_fail(ex, "attn: kv length out of range"); return; }
@@ -426,21 +457,22 @@ void pe_op_attn_run(pe_exec *ex, pe_tensor *t) {
                   .cell_pos = t->src[5] >= 0 ? (const int32_t *)g->t[t->src[5]].data : NULL,
                   .sinks = t->src[6] >= 0 ? &g->t[t->src[6]] : NULL,
                   .nt = nt, .group = group, .n_kv = n_kv, .room = padded(k->ne[1]) + ATTN_ALIGN,
-                  .k_head_bytes = pe_row_bytes(k->type, hd), .v_head_bytes = pe_row_bytes(v->type, hd)};
+                  .k_head_bytes = pe_row_bytes(k->type, hd), .v_head_bytes = pe_row_bytes(v->type, hd_v)};
     const int q_type = k->type == PE_TYPE_F16 ? PE_TYPE_F16 : pe_type_vec_dot_type(k->type);
-    attn_group ag = {.hd = hd, .q_type = q_type, .q_bytes = pe_row_bytes(q_type, hd)};
-    uint8_t *mine = ex->work + (size_t)ex->ith * attn_thread_bytes(t, q, k);   /* room for a whole group */
+    attn_group ag = {.hd = hd, .hd_v = hd_v, .q_type = q_type, .q_bytes = pe_row_bytes(q_type, hd)};
+    const int64_t hd_max = hd > hd_v ? hd : hd_v;
+    uint8_t *mine = ex->work + (size_t)ex->ith * attn_thread_bytes(t, q, k, v);   /* room for a whole group */
     ag.cell = (int32_t *)mine;
     ag.visible = ag.cell + op.room;
     ag.vslot = ag.visible + op.room;
     ag.qh = (float *)(ag.vslot + op.room);
     ag.scores = ag.qh + group * hd;
     ag.lanes = ag.scores + group * op.room;
-    ag.row = ag.lanes + group * hd * 4 * pe_kern->vec.lanes;
+    ag.row = ag.lanes + group * hd_max * 4 * pe_kern->vec.lanes;
     if (vt_wanted(ex, t, nt, n_kv)) {
-        uint16_t *vt = (uint16_t *)(ex->work + (size_t)ex->nth * attn_thread_bytes(t, q, k));
+        uint16_t *vt = (uint16_t *)(ex->work + (size_t)ex->nth * attn_thread_bytes(t, q, k, v));
         ag.vt_width = padded(n_kv);
-        vt_build(ex, v, n_kv_head, hd, n_kv, ag.vt_width, vt);
+        vt_build(ex, v, n_kv_head, hd_v, n_kv, ag.vt_width, vt);
         pe_pool_barrier(ex->pool);
         op.vt = vt;
     }

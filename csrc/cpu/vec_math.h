@@ -56,6 +56,11 @@ static inline float pe_expf(float x) {
     return pe_exp_scale(poly, n);
 }
 
+/* softplus(x) = log(1 + exp(x)) as GGML takes it: x itself above 20, else
+ * log1p in double of pe_expf's exp (the C library's log1p agrees across
+ * systems far below a float's last bit), rounded once. */
+static inline float pe_softplusf(float x) { return x > 20.0f ? x : (float)log1p((double)pe_expf(x)); }
+
 /* exp(x) in double for x <= 0: x = k ln2 + r, |r| <= ln2 / 2, a Taylor
  * series to r^13 (the next term is below 2^-60 of the sum). */
 static inline double pe_exp_neg_d(double x) {

@@ -187,7 +187,8 @@ int      pe_physical_cores(void);
 typedef struct pe_graph pe_graph;
 
 enum pe_rope_mode { PE_ROPE_NORMAL = 0, PE_ROPE_NEOX = 2 };
-enum pe_unary_op  { PE_UNARY_SILU = 0, PE_UNARY_GELU = 1, PE_UNARY_GELU_ERF = 2, PE_UNARY_RELU = 3, PE_UNARY_SIGMOID = 4 };
+enum pe_unary_op  { PE_UNARY_SILU = 0, PE_UNARY_GELU = 1, PE_UNARY_GELU_ERF = 2, PE_UNARY_RELU = 3,
+                    PE_UNARY_SIGMOID = 4, PE_UNARY_SOFTPLUS = 5 };   /* the last two: recurrent layers' gates */
 
 pe_graph *pe_graph_new(void);
 void      pe_graph_free(pe_graph *g);
@@ -217,6 +218,7 @@ int pe_op_mul(pe_graph *g, int a, int b);
 int pe_op_scale(pe_graph *g, int a, float s);
 int pe_op_softcap(pe_graph *g, int a, float cap);                      /* cap * tanh(a / cap) */
 int pe_op_rms_norm(pe_graph *g, int a, int weight, float eps);         /* weight may be -1 */
+int pe_op_layer_norm(pe_graph *g, int a, int weight, float eps);       /* (a - mean) / rms, times weight (may be -1) */
 int pe_op_unary(pe_graph *g, int a, int unary_op);
 int pe_op_glu(pe_graph *g, int gate, int up, int unary_op);            /* act(gate) * up */
 int pe_op_softmax(pe_graph *g, int a);                                 /* over rows */
@@ -230,7 +232,9 @@ int pe_op_set_rows(pe_graph *g, int cache, int src, int slots);
  * [Dh*Hkv, C] with an additive mask [C,T] (0 or -inf); GQA by H/Hkv; every
  * token in one arithmetic, whatever else shares the batch.  cell_pos (I32
  * [C] or -1): each cell's position; the visible cells are taken in position
- * order (without it: cell order). */
+ * order (without it: cell order).  V's rows may hold heads of another width
+ * Dv ([Dv*Hkv, C], e.g. a prefix view of the K rows, as MLA's latent is); the
+ * result is then [Dv*H, T]. */
 int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos, int n_head_kv, float scale,
                float softcap);
 /* Attention sinks on an attention node made by pe_op_attn: sinks (F32 [H])
@@ -238,6 +242,10 @@ int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_
  * denominator (exp(sink - max) added to the sum, the max taken over the
  * scaled scores and the sink) without a value of its own.  Returns attn, or -1. */
 int pe_op_attn_sinks(pe_graph *g, int attn, int sinks);
+/* ALiBi on attention node `attn` (returns it): head h's scaled scores get slope_h
+ * times the mask's value (which then holds -|distance| at the visible cells, as
+ * llama.cpp's does), slope_h from max_bias as ggml's soft_max computes it. */
+int pe_op_attn_alibi(pe_graph *g, int attn, float max_bias);
 int pe_op_topk(pe_graph *g, int a, int k);                             /* i32 [k,T]: indices of largest */
 /* Weights of the chosen experts: softmax over all logits, picked by ids,
  * optionally renormalised to sum 1 -> [k,T]. */
@@ -246,16 +254,78 @@ int pe_op_weighted_sum(pe_graph *g, int a, int w);                      /* [N,U,
 /* Weights of the chosen experts as a softmax over their own logits only
  * (gpt-oss's routing): [k,T] from logits [E,T] and ids [k,T]. */
 int pe_op_moe_softmax_chosen(pe_graph *g, int logits, int ids);
-/* Weights of the chosen experts read straight from probs [E,T] (sigmoid gating:
- * GLM-4.5, Llama 4), optionally divided by their sum (at least 2^-14, as
- * llama.cpp clamps it) -> [k,T]. */
-int pe_op_moe_gather_weights(pe_graph *g, int probs, int ids, int normalize);
 /* a [N,U,T] plus row ids[u,t] of b [N,E] for every (u,t): a bias per chosen expert. */
 int pe_op_add_id(pe_graph *g, int a, int b, int ids);
 /* gpt-oss's gated unit: g = min(gate, limit), u = clamp(up, -limit, limit),
  * g * sigmoid(alpha * g) * (u + 1). */
+/* [Na+Nb, ...]: each row of a (F32, up to 3-D, strided) followed by the same row
+ * of b; a and b agree in every dimension but the first.  Returns the node, or -1. */
+int pe_op_concat(pe_graph *g, int a, int b);
+/* DeepSeek's expert choice, I32 [k,T]: each token's router logits (F32 [E,T])
+ * gated (gating 0: softmax over the row, 1: sigmoid), plus bias (F32 [E], or -1)
+ * for choosing only; with n_group > 1 the E experts form n_group groups of
+ * which the n_group_used whose two best scores sum highest are kept (the first
+ * group wins a tie); then the k best experts of those, best first (the lower
+ * id wins a tie).  Returns the node, or -1. */
+int pe_op_moe_route(pe_graph *g, int logits, int bias, int k, int gating, int n_group, int n_group_used);
+/* [k,T] sigmoid of each chosen logit (ids from pe_op_moe_route), divided by
+ * their sum (floored at 2^-14, as llama.cpp) when normalize. */
+int pe_op_moe_sigmoid_weights(pe_graph *g, int logits, int ids, int normalize);
 int pe_op_swiglu_oai(pe_graph *g, int gate, int up, float alpha, float limit);
 int pe_op_cont(pe_graph *g, int a);                                    /* contiguous F32 copy */
+
+/* ---- recurrent layers ------------------------------------------------------
+ *
+ * x / max(|x|, eps) over each row (the L2 norm of q and k before the delta rule). */
+int pe_op_l2_norm(pe_graph *g, int a, float eps);
+
+/* The recurrent ops read and write per-sequence states kept in a float
+ * buffer the caller owns, like a KV cache: `state` is an external F32
+ * [E, R] tensor, one row of E floats per state slot.  `seqs` is an I32
+ * [PE_SEQ_FIELDS, S] tensor with one column per sequence of the batch:
+ *   {first token, token count, row read, row written, position of the first token}
+ * The batch's tokens (the last dim of the inputs) are grouped by sequence:
+ * a sequence's tokens are contiguous and in position order.  A sequence
+ * starts from state row `row read` and leaves its new state in row `row
+ * written` (the same row, or another one: a checkpoint keeps the old one);
+ * a row written may not be read by another sequence of the batch.  Tokens
+ * no sequence names are left out (their outputs are 0).  Each sequence's
+ * result depends only on its own tokens, state and positions: not on the
+ * other sequences, the thread count or the instruction set. */
+enum { PE_SEQ_FIRST = 0, PE_SEQ_COUNT = 1, PE_SEQ_ROW_IN = 2, PE_SEQ_ROW_OUT = 3, PE_SEQ_POS = 4, PE_SEQ_FIELDS = 5 };
+
+/* Causal depthwise convolution over a rolling window (Mamba's conv1d, LFM2's
+ * short convolution): x [d, T] (rows may be strided), kernel w [K, d] (GGUF's
+ * ssm_conv1d: K taps per channel, oldest first), state rows of (K-1) * d
+ * floats: the last K-1 inputs, oldest first, d channels each.  y[:, t] =
+ * sum_j w[j, :] * xx[:, t + j] over xx = the state's K-1 columns then the
+ * sequence's inputs; the new state is xx's last K-1 columns.  -> [d, T]
+ * (no bias, no activation: the model adds them). */
+int pe_op_ssm_conv(pe_graph *g, int x, int w, int state, int seqs);
+
+/* Mamba-2's selective scan: x [P, H, T] (P values per head), dt [H, T] (before
+ * its bias and softplus), A [H] (the decay, -exp(A_log)), B and C [N, G, T]
+ * (head h takes group h / (H / G)), D [H] or -1 (the skip), dt_bias [H] or
+ * -1; state rows of H * N * P floats (per head N rows of P).  Per token:
+ * dt' = softplus(dt + dt_bias), S = S * exp(dt' A) + B (x dt')^T,
+ * y = S^T C + D x.  -> [P, H, T] (the z gate and the norm are the model's). */
+int pe_op_ssm_scan(pe_graph *g, int x, int dt, int A, int B, int C, int D, int dt_bias, int state, int seqs);
+
+/* The gated delta rule (Gated DeltaNet: Qwen3-Next, Qwen3.5): q, k [Dk, Hk,
+ * T], v [Dv, H, T] (value head h takes q/k head h % Hk, GGUF's tiled order),
+ * g [H, T] the log decay (<= 0, exp'd here), beta [H, T] (already through
+ * its sigmoid); state rows of H * Dk * Dv floats (per head Dk rows of Dv).
+ * Per token: S = exp(g) S, S += k (beta (v - S^T k))^T, o = S^T (scale q).
+ * chunk = 0: token by token.  chunk > 0 (at most PE_DELTA_MAX_CHUNK): a
+ * sequence's tokens are cut where their position is a multiple of chunk,
+ * and each piece of two or more tokens runs the chunked form (the WY /
+ * UT-transform of flash-linear-attention: the in-piece products as
+ * matrices), a piece of one token the token form.  The two forms agree to
+ * rounding, not in bits.  The pieces depend only on the positions: a
+ * sequence fed in several batches gets the bits it gets fed whole when
+ * each batch after its first starts at a multiple of chunk.  -> [Dv, H, T]. */
+#define PE_DELTA_MAX_CHUNK 128
+int pe_op_delta_net(pe_graph *g, int q, int k, int v, int gate, int beta, int state, int seqs, float scale, int chunk);
 
 /* Mark a tensor whose value Python reads after compute (kept alive). */
 int pe_graph_set_output(pe_graph *g, int t);

@@ -125,6 +125,17 @@ void pe_tok_ugm_free(pe_tok_ugm *ugm);
 /* Normalize and segment text; ids are appended to out. */
 int pe_tok_ugm_encode(pe_tok_ugm *ugm, const char *text, int64_t len, pe_tok_ids *out);
 
+/* ---- WordPiece (llama.cpp's llm_tokenizer_wpm) ------------------------------------ */
+
+typedef struct pe_tok_wpm pe_tok_wpm;
+
+/* tokens as for pe_tok_spm_new (word starts marked with U+2581); unk_id -1: none. */
+pe_tok_wpm *pe_tok_wpm_new(const char *texts, const int64_t *offsets, int32_t n_tokens, int32_t unk_id);
+void pe_tok_wpm_free(pe_tok_wpm *wpm);
+/* Cut the normalized words of text (separated by spaces), each the longest tokens first
+ * from its start, or the unknown token when it cannot be cut whole; ids appended to out. */
+int pe_tok_wpm_encode(pe_tok_wpm *wpm, const char *text, int64_t len, pe_tok_ids *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,8 @@
 """Chat: rendering chat templates and parsing a model's replies (reasoning, tool calls).
 
 Templates: :func:`render`, :class:`ChatTemplate` (see :mod:`pyengine.chat.template`).
-Replies: :func:`parse_output`, :class:`StreamParser` (see :mod:`pyengine.chat.parsers`).
+Replies: :func:`parse_output`, :class:`StreamParser` / :func:`make_parser` (see
+:mod:`pyengine.chat.parsers`; gpt-oss's harmony replies: :mod:`pyengine.chat.harmony`).
 """
 
 from pyengine.chat.parsers import (
@@ -10,8 +11,10 @@ from pyengine.chat.parsers import (
     StreamParser,
     collect,
     detect_tool_format,
+    make_parser,
     parse_output,
     prompt_opens_reasoning,
+    reply_format,
 )
 from pyengine.chat.template import (
     FALLBACK_STOPS,
@@ -31,9 +34,11 @@ __all__ = [
     "StreamParser",
     "collect",
     "detect_tool_format",
+    "make_parser",
     "parse_output",
     "prompt_opens_reasoning",
     "render",
+    "reply_format",
     "supports_thinking",
     "thinking_kwargs",
 ]

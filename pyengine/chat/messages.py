@@ -2,9 +2,11 @@
 
 Templates are written for Hugging Face's message dicts: ``content`` a string,
 assistant ``tool_calls`` with ``function.arguments`` as an object, tool results as
-``tool`` turns. Clients send other spellings (OpenAI's content parts and JSON-string
-arguments, Ollama's ``thinking`` and ``tool_name``, OpenAI's ``developer`` role); this
-module maps them onto that one shape and rejects what cannot be rendered.
+``tool`` turns, an earlier turn's reasoning as ``reasoning_content`` (and as
+``thinking``, the name gpt-oss's template reads). Clients send other spellings
+(OpenAI's content parts and JSON-string arguments, Ollama's ``thinking`` and
+``tool_name``, OpenAI's ``developer`` role); this module maps them onto that one shape
+and rejects what cannot be rendered.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ ROLES = ("system", "user", "assistant", "tool")
 # Other names clients send for those: OpenAI's developer messages and its legacy function results.
 _ROLE_ALIASES = {"developer": "system", "function": "tool"}
 _TEXT_PART_TYPES = ("text", "input_text")
+# The names clients give an earlier turn's reasoning, first found wins (as transformers reads them).
+_REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 
 def normalize_messages(messages: Any) -> list[dict]:
@@ -69,9 +73,12 @@ def _normalize_message(message: Any, index: int) -> dict:
     calls = message.get("tool_calls")
     if calls:
         out["tool_calls"] = _template_tool_calls(calls, where)
-    reasoning = message.get("reasoning_content", message.get("thinking"))
+    reasoning = next((message[key] for key in _REASONING_KEYS if message.get(key) is not None), None)
     if isinstance(reasoning, str) and reasoning:
+        # templates read it under either name (Qwen3 and GLM reasoning_content; gpt-oss,
+        # Cohere and LFM thinking, as Hugging Face's messages spell it)
         out["reasoning_content"] = reasoning
+        out["thinking"] = reasoning
     for key in ("name", "tool_call_id"):
         if isinstance(message.get(key), str):
             out[key] = message[key]

@@ -14,7 +14,10 @@ Tool calls, by the format :func:`detect_tool_format` reads off the chat template
 * ``"llama3"``: a reply that starts with ``{"name": ..., "parameters": {...}}``, or
   ``<|python_tag|>`` followed by such JSON, a built-in ``tool.call(k=v)`` or code;
 * ``"mistral"``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]`` or
-  ``[TOOL_CALLS]name[ARGS]{...}``.
+  ``[TOOL_CALLS]name[ARGS]{...}``;
+* ``"harmony"`` (gpt-oss): the whole reply is channelled messages, read by
+  :class:`~pyengine.chat.harmony.HarmonyParser` (analysis, tool calls, final) with or
+  without tools; :func:`reply_format` picks it and :func:`make_parser` builds it.
 
 Calls come out in OpenAI's shape: ``{"id": "call_...", "type": "function",
 "function": {"name": ..., "arguments": "<json string>"}}``. A block that does not
@@ -32,9 +35,9 @@ always adds up to the one-shot result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from pyengine.chat.collectors import HermesCollector, JsonCallCollector, MistralCollector, collector_for
+from pyengine.chat.deltas import Delta, ParsedOutput, collect, earliest_marker, partial_marker_length
+from pyengine.chat.harmony import HarmonyParser, is_harmony_template, opened_header
 from pyengine.errors import InvalidOptionError
 
 REASONING_MARKERS: tuple[tuple[str, str], ...] = (
@@ -53,31 +56,18 @@ _TOOL_OPENERS = {
     "llama3": ("<|python_tag|>",),
     "mistral": (MistralCollector.opener,),
 }
-TOOL_FORMATS = tuple(_TOOL_OPENERS)
+HARMONY = "harmony"  # gpt-oss: the whole reply is channels (pyengine.chat.harmony reads it)
+TOOL_FORMATS = (*_TOOL_OPENERS, HARMONY)
 _CLOSER_OF = dict(REASONING_MARKERS)
 _SPACE = " \t\r\n"
-
-
-@dataclass(frozen=True)
-class Delta:
-    """One streamed piece: text of `kind` "content" or "reasoning", or a whole tool call."""
-
-    kind: str
-    text: str = ""
-    tool_call: dict | None = None
-
-
-@dataclass
-class ParsedOutput:
-    content: str
-    reasoning: str | None = None
-    tool_calls: list[dict] = field(default_factory=list)
 
 
 def detect_tool_format(template: str | None) -> str | None:
     """The tool-call format a chat template teaches its model, or None if none is known."""
     if not template:
         return None
+    if is_harmony_template(template):
+        return HARMONY
     if "[TOOL_CALLS]" in template:
         return "mistral"
     if "<tool_call>" in template:
@@ -85,6 +75,25 @@ def detect_tool_format(template: str | None) -> str | None:
     if "<|python_tag|>" in template or ("<|start_header_id|>" in template and '"parameters"' in template):
         return "llama3"
     return None
+
+
+def reply_format(template: str | None, has_tools: bool) -> str | None:
+    """The format a reply is read in: harmony's for a harmony template whatever the
+    request (every message it writes has a channel), else the template's tool-call format
+    when tools were given, else None (reasoning markers only)."""
+    if is_harmony_template(template):
+        return HARMONY
+    return detect_tool_format(template) if has_tools else None
+
+
+def make_parser(reasoning: bool = True, tool_format: str | None = None, starts_in_reasoning: bool = False,
+                prompt: str | None = None) -> StreamParser | HarmonyParser:
+    """The incremental parser for replies in `tool_format` (see :func:`reply_format`). A
+    harmony reply opens its channels itself: instead of `starts_in_reasoning`, the end of
+    the rendered `prompt` tells whether it left a message open."""
+    if tool_format == HARMONY:
+        return HarmonyParser(reasoning=reasoning, opened=opened_header(prompt))
+    return StreamParser(reasoning=reasoning, tool_format=tool_format, starts_in_reasoning=starts_in_reasoning)
 
 
 def prompt_opens_reasoning(prompt: str) -> bool:
@@ -102,16 +111,8 @@ def parse_output(
     starts_in_reasoning: bool = False,
 ) -> ParsedOutput:
     """Split a complete reply into content, reasoning and tool calls."""
-    parser = StreamParser(reasoning=reasoning, tool_format=tool_format, starts_in_reasoning=starts_in_reasoning)
+    parser = make_parser(reasoning=reasoning, tool_format=tool_format, starts_in_reasoning=starts_in_reasoning)
     return collect(parser.push(text) + parser.finish())
-
-
-def collect(deltas: list[Delta]) -> ParsedOutput:
-    """Add streamed deltas up into the one-shot result."""
-    content = "".join(delta.text for delta in deltas if delta.kind == "content")
-    reasoning = "".join(delta.text for delta in deltas if delta.kind == "reasoning")
-    calls = [delta.tool_call for delta in deltas if delta.kind == "tool_call" and delta.tool_call is not None]
-    return ParsedOutput(content=content, reasoning=reasoning or None, tool_calls=calls)
 
 
 class _Emitter:
@@ -167,6 +168,8 @@ class StreamParser:
     ``finish``; each returns the deltas that became certain."""
 
     def __init__(self, reasoning: bool = True, tool_format: str | None = None, starts_in_reasoning: bool = False):
+        if tool_format == HARMONY:
+            raise InvalidOptionError("harmony replies are read by HarmonyParser: use make_parser()")
         if tool_format is not None and tool_format not in _TOOL_OPENERS:
             raise InvalidOptionError(f"unknown tool format {tool_format!r}; expected one of {TOOL_FORMATS}")
         self._format = tool_format
@@ -227,7 +230,7 @@ class StreamParser:
             started = self._start_bare_json(final)
             if started is not None:
                 return started
-        found = _earliest(self._buffer, self._openers)
+        found = earliest_marker(self._buffer, self._openers)
         if found is None:
             self._emit_settled("content", self._openers, final)
             return False
@@ -262,7 +265,7 @@ class StreamParser:
 
     def _step_reasoning(self, final: bool) -> bool:
         assert self._closers is not None
-        found = _earliest(self._buffer, self._closers)
+        found = earliest_marker(self._buffer, self._closers)
         if found is None:
             self._emit_settled("reasoning", self._closers, final)
             return False
@@ -293,32 +296,10 @@ class StreamParser:
 
     def _emit_settled(self, kind: str, markers: tuple[str, ...], final: bool) -> None:
         """Emit the buffer except a tail that may still grow into one of `markers`."""
-        keep = 0 if final else _partial_marker_length(self._buffer, markers)
+        keep = 0 if final else partial_marker_length(self._buffer, markers)
         cut = len(self._buffer) - keep
         self._out.text(kind, self._buffer[:cut])
         self._buffer = self._buffer[cut:]
-
-
-def _earliest(text: str, markers: tuple[str, ...]) -> tuple[int, str] | None:
-    """The first marker occurring in `text` (the longest one at a tie)."""
-    best: tuple[int, str] | None = None
-    for marker in markers:
-        index = text.find(marker)
-        if index < 0:
-            continue
-        if best is None or index < best[0] or (index == best[0] and len(marker) > len(best[1])):
-            best = (index, marker)
-    return best
-
-
-def _partial_marker_length(text: str, markers: tuple[str, ...]) -> int:
-    """The length of the longest end of `text` that is the start of a marker."""
-    longest = max((len(marker) for marker in markers), default=0)
-    for length in range(min(len(text), longest - 1), 0, -1):
-        tail = text[-length:]
-        if any(marker.startswith(tail) for marker in markers):
-            return length
-    return 0
 
 
 __all__ = [
@@ -329,6 +310,8 @@ __all__ = [
     "StreamParser",
     "collect",
     "detect_tool_format",
+    "make_parser",
     "parse_output",
     "prompt_opens_reasoning",
+    "reply_format",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from pyengine.chat.harmony import HARMONY_STOPS, is_harmony_template
 from pyengine.chat.renderers import select_renderer
 from pyengine.chat.template import ChatTemplate
 
@@ -19,7 +20,12 @@ def model_template(gguf, tokenizer, source: str | None = None) -> ChatTemplate:
         renderer = select_renderer(gguf.architecture, tokenizer.vocab.token_to_id)
         return ChatTemplate.from_renderer(renderer, bos_token=bos, eos_token=eos)
     name = gguf.get_str("general.name", "") or os.path.basename(str(gguf.path))
-    return ChatTemplate(source, bos_token=bos, eos_token=eos, name=name)
+    template = ChatTemplate(source, bos_token=bos, eos_token=eos, name=name)
+    if is_harmony_template(source):
+        # harmony ends a reply with <|return|> or <|call|>: stops also where the vocabulary
+        # does not mark them end-of-generation
+        template.stops = HARMONY_STOPS
+    return template
 
 
 def encode_rendered(tokenizer, template: ChatTemplate, text: str) -> list[int]:

@@ -49,6 +49,7 @@ FALLBACK_TEMPLATE = renderers.FALLBACK.template
 
 # Variables through which templates let the caller switch reasoning on or off.
 _THINKING_SWITCHES = ("enable_thinking", "thinking", "thinking_mode", "reasoning", "thinking_budget")
+_REASONING_EFFORT = "reasoning_effort"
 
 
 class ChatTemplate:
@@ -167,13 +168,26 @@ def thinking_kwargs(template: str, think: bool) -> dict[str, Any]:
     return {name: values[name] for name in _thinking_switches(template) if name in values}
 
 
+def takes_reasoning_effort(template: str) -> bool:
+    """Whether the template reads a reasoning level, ``reasoning_effort`` ("low",
+    "medium", "high": gpt-oss's)."""
+    return _REASONING_EFFORT in _variables(template)
+
+
 @functools.lru_cache(maxsize=64)
 def _thinking_switches(template: str) -> tuple[str, ...]:
-    try:
-        names = jinja2.meta.find_undeclared_variables(GuardedEnvironment().parse(template))
-    except jinja2.TemplateError:
-        return tuple(name for name in _THINKING_SWITCHES if name in template)
+    names = _variables(template)
     return tuple(name for name in _THINKING_SWITCHES if name in names)
+
+
+@functools.lru_cache(maxsize=64)
+def _variables(template: str) -> frozenset[str]:
+    """The variables a template reads from its caller (for an unparsable one, the names
+    of interest it mentions at all)."""
+    try:
+        return frozenset(jinja2.meta.find_undeclared_variables(GuardedEnvironment().parse(template)))
+    except jinja2.TemplateError:
+        return frozenset(name for name in (*_THINKING_SWITCHES, _REASONING_EFFORT) if name in template)
 
 
 # -- internals ---------------------------------------------------------------------
@@ -266,5 +280,6 @@ __all__ = [
     "ChatTemplate",
     "render",
     "supports_thinking",
+    "takes_reasoning_effort",
     "thinking_kwargs",
 ]

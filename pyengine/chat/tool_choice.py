@@ -14,6 +14,9 @@ syntax, such as SmolLM2's) gets bare JSON ``{"name": ..., "arguments": {...}}``:
 the model has never seen costs tokens and teaches nothing (``<tool_call>`` and its closer
 are 10 tokens of SmolLM2's vocabulary, more than the call they wrap). The JSON is compact
 (json_schema.py: at most one space after ``:`` and ``,``).
+gpt-oss (harmony) forced to call one function gets the call's header in the prompt and a
+grammar of the arguments alone (see session.py); "required" with several functions gets
+bare JSON as above.
 A function whose parameter schema the grammar converter cannot express gets arguments
 that are any JSON object (the call is still forced, its name still exact). A forced
 reply is exactly one call (``parallel_tool_calls`` does not add more).
@@ -106,6 +109,19 @@ def forced_call_grammar(functions: tuple[dict, ...], syntax: str) -> Grammar:
     return Grammar.from_gbnf(f"{text}\n{start} ::= {body}\n", root=start)
 
 
+def forced_arguments_grammar(function: Mapping) -> Grammar:
+    """A grammar of the arguments object of `function` alone (its name written before
+    it, as in harmony's call header); any JSON object where the schema is beyond the
+    converter."""
+    parameters = function.get("parameters")
+    if not isinstance(parameters, Mapping) or not parameters:
+        parameters = _ANY_OBJECT
+    try:
+        return Grammar.from_gbnf(schema_to_grammar(dict(parameters)))
+    except GrammarError:
+        return Grammar.from_gbnf(schema_to_grammar(_ANY_OBJECT))
+
+
 def _call_schema(function: Mapping, arguments_key: str, parameters: Any = None) -> dict:
     if parameters is None:
         parameters = function.get("parameters")
@@ -124,4 +140,5 @@ def _fresh_rule_name(grammar_text: str, base: str) -> str:
     return name
 
 
-__all__ = ["ToolChoice", "forced_call_grammar", "forced_parse_format", "forced_syntax", "read_tool_choice"]
+__all__ = ["ToolChoice", "forced_arguments_grammar", "forced_call_grammar", "forced_parse_format", "forced_syntax",
+           "read_tool_choice"]

@@ -12,6 +12,9 @@ by a compaction: the order rule of cells.py (cell order = position order
 within a sequence) is what makes results independent of the batch, and a
 wrapping ring would break it.
 
+A layout may hold layers of other kinds (a hybrid model's recurrent layers,
+kvcache/cache.py): they get no group, and None for their K/V.
+
 K/V rows are F16 by default, or Q8_0 blocks with kv_type="q8_0" (rows.py:
 storage, conversions, the option and its environment default).
 """
@@ -80,9 +83,12 @@ class KVCache:
             self.format.check_dim(head_dim, "this model's head_dim")
         self.n_cells = n_cells
         self.groups: list[CacheGroup] = []
-        self.layer_group: list[CacheGroup] = []
+        self.layer_group: list[CacheGroup | None] = []   # None: a layer another cache kind holds
         by_window: dict[int, CacheGroup] = {}
         for i, spec in enumerate(self.layout):
+            if not isinstance(spec, CacheSpec):
+                self.layer_group.append(None)
+                continue
             group = by_window.get(spec.window)
             if group is None:
                 size = n_cells if not spec.window else _window_size(spec.window, n_cells, window_cells)
@@ -91,13 +97,18 @@ class KVCache:
                 self.groups.append(group)
             group.layers.append(i)
             self.layer_group.append(group)
-        tables = iter(self.format.tables([(self.layer_group[i].n_cells, dim) for i, spec in enumerate(self.layout)
-                                          for dim in (spec.k_dim, spec.v_dim)]))
-        for i, group in enumerate(self.layer_group):
+        if not self.groups:
+            raise InvalidOptionError("the cache layout has no attention layers")
+        attending = [i for i, group in enumerate(self.layer_group) if group is not None]
+        tables = iter(self.format.tables([(self.layer_group[i].n_cells, dim) for i in attending
+                                          for dim in (self.layout[i].k_dim, self.layout[i].v_dim)]))
+        for i in attending:
+            group = self.layer_group[i]
             group.k[i], group.v[i] = next(tables), next(tables)
-        self.k = [self.layer_group[i].k[i] for i in range(len(self.layout))]
-        self.v = [self.layer_group[i].v[i] for i in range(len(self.layout))]
-        self.prefault = hugepages.Prefault(self.k + self.v)   # stepped by the engine when idle
+        # per layer its K and V rows (None for a layer that is not attention)
+        self.k = [group.k[i] if group is not None else None for i, group in enumerate(self.layer_group)]
+        self.v = [group.v[i] if group is not None else None for i, group in enumerate(self.layer_group)]
+        self.prefault = hugepages.Prefault(self.buffers())   # stepped by the engine when idle
         self.epoch = 0   # bumped by clear(), so holders of bookkeeping notice
 
     # ---- queries -------------------------------------------------------------
@@ -110,7 +121,11 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes of all K/V buffers."""
-        return sum(rows.nbytes for rows in self.k + self.v)
+        return sum(rows.nbytes for rows in self.buffers())
+
+    def buffers(self) -> list[np.ndarray]:
+        """Every K and V table."""
+        return [rows for rows in self.k + self.v if rows is not None]
 
     @property
     def windows(self) -> list[int]:

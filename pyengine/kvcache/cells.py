@@ -254,13 +254,37 @@ class CellTable:
     # ---- masks ---------------------------------------------------------------
 
     def fill_mask(self, out: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
-                  n_kv: int, window: int = 0) -> None:
+                  n_kv: int, window: int = 0, causal: bool = True, alibi: bool = False) -> None:
         """out[t, c] = 0 where token t may attend cell c, else -inf (first n_kv cells):
         the cell holds the token's sequence at a position not after the token's (and,
         with a window, less than `window` positions before it).  One native loop over
-        the (token, cell) pairs (pe_kv_mask)."""
+        the (token, cell) pairs (pe_kv_mask).
+
+        causal=False (an encoder): every cell of the token's sequence, before or after
+        it; a window is then symmetric, |distance| <= window // 2 (llama.cpp's
+        LLAMA_SWA_TYPE_SYMMETRIC).  alibi: a visible cell holds -|distance| instead of 0,
+        which the attention scales by each head's slope."""
+        if not causal or alibi:
+            self._fill_mask_numpy(out, np.asarray(positions, np.int64), seq_bits(seq_ids), n_kv, window,
+                                  causal, alibi)
+            return
         _core.kv_mask(out, np.ascontiguousarray(positions, np.int32), seq_bits(seq_ids), self.pos, self.seq,
                       n_kv, window)
+
+    def _fill_mask_numpy(self, out: np.ndarray, positions: np.ndarray, bits: np.ndarray, n_kv: int,
+                         window: int, causal: bool, alibi: bool) -> None:
+        """An encoder's batch is computed once, not per decode step: numpy serves."""
+        visible = (self.seq[None, :n_kv] & bits[:, None]) != 0                    # [T, n_kv]
+        ahead = positions[:, None] - self.pos[None, :n_kv].astype(np.int64)       # token's position - cell's
+        distance = np.abs(ahead)
+        if causal:
+            visible &= ahead >= 0
+            if window > 0:
+                visible &= ahead < window
+        elif window > 0:
+            visible &= distance <= window // 2
+        seen = -distance.astype(np.float32) if alibi else np.float32(0)
+        out[:len(positions), :n_kv] = np.where(visible, seen, np.float32(-np.inf))
 
 
 def rows_by_sequence(seq_ids: np.ndarray) -> dict[int, list[int]]:

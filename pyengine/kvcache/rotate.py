@@ -31,7 +31,9 @@ class KeyRotator:
     def __init__(self, model: CausalLM, backend: Backend, n_ctx_seq: int | None = None) -> None:
         self.model = model
         self.backend = backend
-        self.head_dim = model.cfg.head_dim
+        # a model whose cached rows are not whole key heads (MLA's latent + rope row) says
+        # how wide a piece its shift_keys takes
+        self.head_dim = getattr(model, "shift_head_dim", None) or model.cfg.head_dim
         self.n_ctx_seq = n_ctx_seq
 
     def __call__(self, layers: Sequence[int], rows: Sequence[np.ndarray], delta: int) -> list[np.ndarray]:

@@ -19,7 +19,8 @@ from pyengine import _core
 from pyengine.errors import InvalidOptionError
 
 F32, F16, Q8_0, I32 = 0, 1, 8, 26
-SILU, GELU, SIGMOID = 0, 1, 4   # pe.h enum pe_unary_op
+SILU, GELU = 0, 1
+SIGMOID, SOFTPLUS = 4, 5   # pe.h's pe_unary_op: the recurrent layers' gates
 ROPE_NORMAL, ROPE_NEOX = 0, 2
 
 _NUMPY_TYPES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16, np.dtype(np.int32): I32}
@@ -88,6 +89,7 @@ class Context:
         self.backend = backend
         self.graph = _core.Graph()
         self._externals: dict[int, Tensor] = {}
+        self._identities: dict[int, Tensor] = {}  # width -> the identity matrix (transpose)
 
     # ---- leaves ------------------------------------------------------------
 
@@ -140,6 +142,16 @@ class Context:
     def cont(self, x: Tensor) -> Tensor:
         return self._tensor(self.graph.cont(x.id))
 
+    def transpose(self, x: Tensor) -> Tensor:
+        """2-D F32 x [a, b] as [b, a], through a product of x (as the weight) with the a x a
+        identity: views cannot move a row's elements apart.  Exact for finite x (each value
+        times 1 plus zeros); an inf or NaN spreads over its whole row of the result."""
+        a = x.shape[0]
+        eye = self._identities.get(a)
+        if eye is None:
+            eye = self._identities[a] = self.input(np.eye(a, dtype=np.float32), f"identity_{a}")
+        return self.mul_mat(x, eye)
+
     # ---- ops ---------------------------------------------------------------
 
     def get_rows(self, table: Tensor, ids: Tensor) -> Tensor:
@@ -166,6 +178,10 @@ class Context:
     def rms_norm(self, a: Tensor, weight: Tensor | None, eps: float) -> Tensor:
         return self._tensor(self.graph.rms_norm(a.id, -1 if weight is None else weight.id, eps))
 
+    def layer_norm(self, a: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+        """(a - mean) / sqrt(var + eps) over each row, times weight (the bias is the caller's add)."""
+        return self._tensor(self.graph.layer_norm(a.id, -1 if weight is None else weight.id, eps))
+
     def silu(self, a: Tensor) -> Tensor:
         return self._tensor(self.graph.unary(a.id, SILU))
 
@@ -174,6 +190,9 @@ class Context:
 
     def sigmoid(self, a: Tensor) -> Tensor:
         return self._tensor(self.graph.unary(a.id, SIGMOID))
+
+    def softplus(self, a: Tensor) -> Tensor:
+        return self._tensor(self.graph.unary(a.id, SOFTPLUS))
 
     def swiglu(self, gate: Tensor, up: Tensor) -> Tensor:
         return self._tensor(self.graph.glu(gate.id, up.id, SILU))
@@ -197,13 +216,17 @@ class Context:
 
     def attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, kv_len: Tensor, *,
              n_head_kv: int, scale: float, softcap: float = 0.0, cell_pos: Tensor | None = None,
-             sinks: Tensor | None = None) -> Tensor:
-        """sinks: F32 [n_head] logits that join each head's softmax denominator (gpt-oss)."""
-        t = self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
-                            -1 if cell_pos is None else cell_pos.id)
+             sinks: Tensor | None = None, alibi_max_bias: float = 0.0) -> Tensor:
+        """sinks: F32 [n_head] logits that join each head's softmax denominator (gpt-oss).
+        alibi_max_bias > 0: ALiBi, each head's scores plus its slope times the mask
+        (whose visible cells then hold -|distance|)."""
+        tid = self.graph.attn(q.id, k.id, v.id, mask.id, kv_len.id, n_head_kv, scale, softcap,
+                              -1 if cell_pos is None else cell_pos.id)
         if sinks is not None:
-            t = self.graph.attn_sinks(t, sinks.id)
-        return self._tensor(t)
+            tid = self.graph.attn_sinks(tid, sinks.id)
+        if alibi_max_bias > 0:
+            tid = self.graph.attn_alibi(tid, alibi_max_bias)
+        return self._tensor(tid)
 
     def topk(self, a: Tensor, k: int) -> Tensor:
         return self._tensor(self.graph.topk(a.id, k))
@@ -214,14 +237,23 @@ class Context:
     def weighted_sum(self, a: Tensor, w: Tensor) -> Tensor:
         return self._tensor(self.graph.weighted_sum(a.id, w.id))
 
+    def concat(self, a: Tensor, b: Tensor) -> Tensor:
+        """[Na+Nb, ...]: a's rows with b's appended (they agree beyond dim 0)."""
+        return self._tensor(self.graph.concat(a.id, b.id))
+
+    def moe_route(self, logits: Tensor, k: int, *, sigmoid: bool, bias: Tensor | None = None,
+                  n_group: int = 1, n_group_used: int = 1) -> Tensor:
+        """i32 [k, T]: experts chosen by gate(logits) + bias within the best groups (DeepSeek's)."""
+        return self._tensor(self.graph.moe_route(logits.id, -1 if bias is None else bias.id, k, int(sigmoid),
+                                                 n_group, n_group_used))
+
+    def moe_sigmoid_weights(self, logits: Tensor, ids: Tensor, normalize: bool) -> Tensor:
+        """[U, T] the sigmoid of each chosen logit, over their sum when normalize."""
+        return self._tensor(self.graph.moe_sigmoid_weights(logits.id, ids.id, normalize))
+
     def moe_softmax_chosen(self, logits: Tensor, ids: Tensor) -> Tensor:
         """[U, T] the softmax over each token's chosen logits alone."""
         return self._tensor(self.graph.moe_softmax_chosen(logits.id, ids.id))
-
-    def moe_gather_weights(self, probs: Tensor, ids: Tensor, normalize: bool) -> Tensor:
-        """[U, T] each token's chosen entries of probs [E, T] (sigmoid gating), divided by
-        their sum when `normalize`."""
-        return self._tensor(self.graph.moe_gather_weights(probs.id, ids.id, normalize))
 
     def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """a [N, U, T] plus row ids[u, t] of b [N, E] (a bias per chosen expert)."""
@@ -230,6 +262,30 @@ class Context:
     def swiglu_oai(self, gate: Tensor, up: Tensor, *, alpha: float, limit: float) -> Tensor:
         """min(gate, limit) * sigmoid(alpha * that) * (clamp(up, -limit, limit) + 1)."""
         return self._tensor(self.graph.swiglu_oai(gate.id, up.id, alpha, limit))
+
+    # ---- recurrent layers (pe.h: states in caller-owned F32 rows, `seqs` an I32
+    # [5, n_seqs] input of {first token, token count, row read, row written, first position})
+
+    def l2_norm(self, a: Tensor, eps: float) -> Tensor:
+        return self._tensor(self.graph.l2_norm(a.id, eps))
+
+    def ssm_conv(self, x: Tensor, w: Tensor, state: Tensor, seqs: Tensor) -> Tensor:
+        """Causal depthwise convolution of x [d, T] with w [K, d] over each sequence's window."""
+        return self._tensor(self.graph.ssm_conv(x.id, w.id, state.id, seqs.id))
+
+    def ssm_scan(self, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, state: Tensor, seqs: Tensor, *,
+                 D: Tensor | None = None, dt_bias: Tensor | None = None) -> Tensor:
+        """Mamba-2's selective scan: x [P, H, T], dt [H, T], A [H], B and C [N, G, T] -> [P, H, T]."""
+        return self._tensor(self.graph.ssm_scan(x.id, dt.id, A.id, B.id, C.id, -1 if D is None else D.id,
+                                                -1 if dt_bias is None else dt_bias.id, state.id, seqs.id))
+
+    def delta_net(self, q: Tensor, k: Tensor, v: Tensor, gate: Tensor, beta: Tensor, state: Tensor, seqs: Tensor,
+                  *, scale: float, chunk: int = 32) -> Tensor:
+        """The gated delta rule: q, k [Dk, Hk, T], v [Dv, H, T], gate (log decay) and beta [H, T] -> [Dv, H, T];
+        chunk 0 runs token by token, else pieces cut at positions that are multiples of chunk (32: the
+        fastest on one x86 core, benchmarks/delta_net.py)."""
+        return self._tensor(self.graph.delta_net(q.id, k.id, v.id, gate.id, beta.id, state.id, seqs.id, scale,
+                                                 chunk))
 
     # ---- running -----------------------------------------------------------
 

@@ -64,6 +64,21 @@ class RMSNorm:
 
 
 @dataclass(eq=False)
+class LayerNorm:
+    """(x - mean) / sqrt(var + eps) * w, plus a bias where the file has one."""
+
+    weight: Weight
+    bias: Weight | None = None
+
+    PARTS = {"weight": True, "bias": False}
+    F32_PARTS = ("weight", "bias")
+
+    def __call__(self, ctx: Context, x: Tensor, eps: float) -> Tensor:
+        y = ctx.layer_norm(x, ctx.weight(self.weight), eps)
+        return y if self.bias is None else ctx.add(y, ctx.weight(self.bias))
+
+
+@dataclass(eq=False)
 class Embedding:
     weight: Weight
 
@@ -120,17 +135,35 @@ class F32Param(Param):
 
 
 def attention(ctx: Context, batch, layer: int, q: Tensor, k: Tensor, v: Tensor, *,
-              n_head_kv: int, scale: float, softcap: float = 0.0, sinks: Tensor | None = None) -> Tensor:
+              n_head_kv: int, scale: float, softcap: float = 0.0, sinks: Tensor | None = None,
+              alibi_max_bias: float = 0.0) -> Tensor:
     """Store this batch's k and v in the layer's cache, then attend q over it.
 
     q is [head_dim, n_head, T]; k and v are [head_dim * n_head_kv, T] (rows
     may be strided views); returns [head_dim * n_head, T].  sinks: F32
-    [n_head] logits that join each head's softmax (Context.attn)."""
+    [n_head] logits that join each head's softmax (Context.attn).
+    alibi_max_bias > 0: ALiBi (the runner's mask then holds distances;
+    runner/forward.py)."""
     inputs = batch.attn_inputs(layer)
     k_cache = ctx.set_rows(inputs.k, k, inputs.slots)
     v_cache = ctx.set_rows(inputs.v, v, inputs.slots)
     return ctx.attn(q, k_cache, v_cache, inputs.mask, inputs.kv_len, cell_pos=inputs.cell_pos,
-                    n_head_kv=n_head_kv, scale=scale, softcap=softcap, sinks=sinks)
+                    n_head_kv=n_head_kv, scale=scale, softcap=softcap, sinks=sinks,
+                    alibi_max_bias=alibi_max_bias)
+
+
+def latent_attention(ctx: Context, batch, layer: int, q: Tensor, kv: Tensor, *, v_dim: int, scale: float) -> Tensor:
+    """Multi-head latent attention (MLA) over a compressed cache: store this batch's
+    rows kv [k_dim, T] (the latent, then the roped key part) in the layer's K cache,
+    then attend q [k_dim, H, T] over it as one KV head whose values are the first
+    v_dim entries of each row (a view, nothing stored twice); returns [v_dim * H, T].
+    The layer's V cache is not used (its CacheSpec says v_dim=0)."""
+    inputs = batch.attn_inputs(layer)
+    k_cache = ctx.set_rows(inputs.k, kv, inputs.slots)                            # [k_dim, C]
+    k_dim, n_cells = k_cache.shape[0], k_cache.shape[1]
+    type_id = ctx.graph.type_of(k_cache.id)
+    v = ctx.view(k_cache, (v_dim, n_cells), (_core.block_bytes(type_id), _core.row_bytes(type_id, k_dim)))
+    return ctx.attn(q, k_cache, v, inputs.mask, inputs.kv_len, cell_pos=inputs.cell_pos, n_head_kv=1, scale=scale)
 
 
 @dataclass(frozen=True)
@@ -140,3 +173,29 @@ class CacheSpec:
     k_dim: int
     v_dim: int
     window: int = 0  # sliding-window size in tokens; 0 = attends to everything
+
+
+@dataclass(frozen=True)
+class RecurrentSpec:
+    """What one recurrent layer keeps per sequence: a state of fixed size, whatever the
+    context (kvcache/recurrent.py).  Two float32 parts, each one row per state: the
+    convolution window (the last kernel-1 tokens' channels) and the SSM / delta-rule
+    state; a layer without one of them gives it 0 values."""
+
+    conv_dim: int
+    state_dim: int
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """What one cross-attention layer keeps per sequence: K/V rows computed once (an
+    image's, an encoder prompt's) and read by every later token (kvcache/encoder.py).
+    `n_rows`: the most rows one memory may have."""
+
+    k_dim: int
+    v_dim: int
+    n_rows: int
+
+
+# What one layer keeps in the cache, one of the kinds above (models' cache_layout()).
+LayerCache = CacheSpec | RecurrentSpec | EncoderSpec

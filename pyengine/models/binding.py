@@ -112,7 +112,7 @@ def _strip_optional(kind: Any) -> type:
 
 def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorField) -> Any:
     names = [prefix + spec.name] + ([prefix + spec.alt] if spec.alt else [])
-    lead = next(iter(leaf.PARTS))   # the part that says the tensor is there: "weight", or a bare "bias"
+    lead = next(iter(leaf.PARTS))   # "weight", or the one part a leaf has ("bias": DeepSeek's exp_probs_b)
     base = next((n for n in names if f"{n}.{lead}" in gguf.tensors), None)
     if base is None:
         if spec.optional:

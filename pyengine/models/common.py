@@ -20,7 +20,7 @@ from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import Embedding, F32Bias, F32Param, Linear, Param, RMSNorm
+from pyengine.ml.nn import Embedding, F32Bias, F32Param, LayerNorm, Linear, Param, RMSNorm
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX, TransformerConfig
 
@@ -54,8 +54,10 @@ class CausalLM(Protocol):
         context shift).  n_ctx_seq: the context one sequence may fill, for a model whose
         RoPE depends on it (Phi-3's LongRoPE); None where the caller does not know."""
 
-    def cache_layout(self) -> list[nn.CacheSpec]:
-        """What each layer keeps in the KV cache."""
+    def cache_layout(self) -> list[nn.LayerCache]:
+        """What each layer keeps: attention K/V (nn.CacheSpec, with its window), a
+        recurrent state (nn.RecurrentSpec) or an encoder memory (nn.EncoderSpec); the
+        runner's Cache (kvcache/cache.py) gives each kind its layers."""
 
 
 def check_range(name: str, value: int, low: int, high: int) -> None:
@@ -85,6 +87,7 @@ class AttentionConfig(TransformerConfig):
     attn_scale: float = 0.0     # multiplies q.k before the softmax
     attn_softcap: float = 0.0   # cap * tanh(score / cap) on the scores; 0 = none
     scale_query: bool = False   # apply attn_scale to the query instead (Gemma, as llama.cpp does)
+    alibi_max_bias: float = 0.0   # ALiBi's max bias (Jina's 8); 0 = none
 
     @classmethod
     def common_from_gguf(cls, f: GGUFFile, *, rope_mode: int = ROPE_NEOX, eps_default: float | None = 1e-5,
@@ -254,8 +257,8 @@ class SelfAttention(Module):
         scale = c.attn_scale
         if c.scale_query:
             q, scale = ctx.scale(q, scale), 1.0
-        o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, -1)), v,
-                         n_head_kv=c.n_head_kv, scale=scale, softcap=c.attn_softcap)  # [hd*H, T]
+        o = nn.attention(ctx, batch, layer, q, ctx.reshape(k, (c.kv_dim, -1)), v, n_head_kv=c.n_head_kv,
+                         scale=scale, softcap=c.attn_softcap, alibi_max_bias=c.alibi_max_bias)  # [hd*H, T]
         return self.attn_output(ctx, o)
 
 
@@ -328,11 +331,14 @@ class FusedMLP(Module):
     ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff_pair"))
     ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
 
+    def gate(self, ctx: Context, gate: Tensor, up: Tensor) -> Tensor:
+        return ctx.swiglu(gate, up)
+
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
         n_ff = self.cfg.n_ff
         gate_up = self.ffn_up(ctx, x)                                               # [2*n_ff, T]
         gate, up = ctx.rows_slice(gate_up, 0, n_ff), ctx.rows_slice(gate_up, n_ff, n_ff)
-        return self.ffn_down(ctx, ctx.swiglu(gate, up))
+        return self.ffn_down(ctx, self.gate(ctx, gate, up))
 
 
 @dataclass(eq=False)
@@ -374,9 +380,9 @@ class SigmoidExperts(SoftmaxExperts):
 
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
         c = self.cfg
-        probs = ctx.sigmoid(self.ffn_gate_inp(ctx, x))                              # [E, T]
-        chosen = ctx.topk(ctx.add(probs, ctx.weight(self.exp_probs_b.bias)), c.n_expert_used)   # i32 [U, T]
-        weights = scaled(ctx, ctx.moe_gather_weights(probs, chosen, c.norm_expert_weights), c.expert_weights_scale)
+        logits = self.ffn_gate_inp(ctx, x)                                          # [E, T]
+        chosen = ctx.moe_route(logits, c.n_expert_used, sigmoid=True, bias=ctx.weight(self.exp_probs_b.bias))  # i32 [U, T]
+        weights = scaled(ctx, ctx.moe_sigmoid_weights(logits, chosen, c.norm_expert_weights), c.expert_weights_scale)
         return ctx.weighted_sum(self.experts(ctx, x, chosen), weights)             # [n_embd, T]
 
 
@@ -471,9 +477,16 @@ class Decoder(Module):
     def embed(self, ctx: Context, tokens: Tensor) -> Tensor:
         return self.token_embd(ctx, tokens)                                        # [n_embd, T]
 
+    def embed_batch(self, ctx: Context, batch) -> Tensor:
+        """The batch's input rows: its tokens' embeddings, or the rows it brings (an image's
+        embeddings), taken as they are - no scaling of the model's own (llama.cpp's rule
+        for embeddings given in place of tokens)."""
+        given = getattr(batch, "embeddings", None)
+        return self.embed(ctx, batch.tokens) if given is None else given           # [n_embd, T]
+
     def hidden(self, ctx: Context, batch) -> Tensor:
         inputs = self.layer_inputs(ctx, batch)
-        x = self.embed(ctx, batch.tokens)                                          # [n_embd, T]
+        x = self.embed_batch(ctx, batch)                                           # [n_embd, T]
         for i, block in enumerate(self.layers):
             x = block(ctx, x, batch, i, inputs)
         x = ctx.get_rows(x, batch.out_ids)                                         # [n_embd, n_out]
@@ -496,6 +509,178 @@ class Decoder(Module):
         return self.cfg.cache_layout()
 
 
+# ---- encoders ---------------------------------------------------------------------------
+
+
+@runtime_checkable
+class EmbeddingModel(Protocol):
+    """An encoder (models/bert.py and its kin): what the embedding path asks of it.
+    It has no language-model head: forward() and head() raise ModelError."""
+
+    cfg: TransformerConfig
+    EMBEDDING_ONLY: bool   # True: runner/forward.py builds hidden() for an embedding graph
+
+    def hidden(self, ctx: Context, batch) -> Tensor:
+        """[n_embd, n_out] the final hidden states of the batch's output rows (every
+        token's when the caller asks for all rows: the pooling reads them)."""
+
+    def classify(self, ctx: Context, pooled: Tensor) -> Tensor:
+        """[n_cls_out, n_seq] the classification head's scores of pooled rows
+        [n_embd, n_seq] (a reranker's relevance: rank pooling); ModelError on a
+        model without a head (has_classifier() says which)."""
+
+    def has_classifier(self) -> bool:
+        """Whether the file has a classification head (`cls` / `cls.output`)."""
+
+    def max_positions(self) -> int | None:
+        """The positions an input may reach, where the model has a limit (BERT's table)."""
+
+
+@dataclass(frozen=True)
+class EncoderConfig(AttentionConfig):
+    """An encoder's hyper-parameters: LayerNorm epsilon (`attention.layer_norm_epsilon`,
+    which llama.cpp requires), and whether attention is causal (`attention.causal`;
+    an encoder's tokens see their whole sequence unless the file says otherwise)."""
+
+    causal: bool = False
+
+    @classmethod
+    def common_from_gguf(cls, f: GGUFFile, *, rope_mode: int = ROPE_NEOX, equal_heads: bool = True) -> dict:
+        kw = super().common_from_gguf(f, rope_mode=rope_mode, equal_heads=equal_heads)   # (its RMS eps unused)
+        eps_key = f.arch_key("attention.layer_norm_epsilon")
+        if eps_key not in f.metadata:
+            raise ModelError(f"{f.path}: missing metadata key {eps_key!r} ({f.architecture} models must set "
+                             "their LayerNorm epsilon)")
+        kw["eps"] = f.get_float(eps_key)
+        kw["causal"] = f.get_bool(f.arch_key("attention.causal"), False)
+        return kw
+
+
+@dataclass(eq=False)
+class NoRopeAttention(Attention):
+    """Separate q/k/v projections with biases, no rotary positions (BERT's: its
+    positions are learned embeddings added to the input)."""
+
+    def position(self, ctx: Context, q: Tensor, k: Tensor, positions: Tensor, layer: int,
+                 freq_factors: Tensor | None) -> tuple[Tensor, Tensor]:
+        return q, k
+
+
+@dataclass(eq=False)
+class GeluSeqMLP(Module):
+    """down(gelu_tanh(up x + b)) + b: BERT's ungated MLP."""
+
+    ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff"))
+    ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        return self.ffn_down(ctx, ctx.gelu(self.ffn_up(ctx, x)))
+
+
+@dataclass(eq=False)
+class EncoderBlock(Module):
+    """BERT's post-norm block: norm(x + attn(x)), then norm(h + mlp(h)), LayerNorms."""
+
+    attn: Attention = module()
+    attn_output_norm: LayerNorm = tensor("attn_output_norm", shape=("n_embd",))
+    mlp: GeluSeqMLP = module()
+    layer_output_norm: LayerNorm = tensor("layer_output_norm", shape=("n_embd",))
+
+    def __call__(self, ctx: Context, x: Tensor, batch, layer: int, inputs: LayerInputs) -> Tensor:
+        eps = self.cfg.eps
+        h = self.attn_output_norm(ctx, ctx.add(x, self.attn(ctx, x, batch, layer, inputs)), eps)
+        return self.layer_output_norm(ctx, ctx.add(h, self.mlp(ctx, h)), eps)
+
+
+@dataclass(eq=False)
+class ClassifierHead(Module):
+    """A cross-encoder's scores from a pooled row: cls.output(tanh(cls x + b)) + b
+    (llama.cpp's rank pooling); either projection may be absent."""
+
+    cls: Linear | None = tensor("cls", optional=True, shape=("n_embd", None))   # (Jina's: one row)
+    cls_output: Linear | None = tensor("cls.output", optional=True, shape=("n_embd", None))
+
+    def present(self) -> bool:
+        return self.cls is not None or self.cls_output is not None
+
+    def __call__(self, ctx: Context, pooled: Tensor) -> Tensor:
+        x = pooled                                                                 # [n_embd, n_seq]
+        if self.cls is not None:
+            x = ctx.softcap(self.cls(ctx, x), 1.0)                                 # tanh
+        if self.cls_output is not None:
+            x = self.cls_output(ctx, x)                                            # [n_cls_out, n_seq]
+        return x
+
+
+def not_a_language_model(model) -> ModelError:
+    return ModelError(f"{type(model).__name__} is an embedding model: it has no language-model head, so it "
+                      "cannot generate or chat; use it to embed (or rerank, with a classification head)")
+
+
+@dataclass(eq=False)
+class Encoder(Module):
+    """Token embeddings plus the type-0 row of the token-type embeddings (llama.cpp
+    runs every token as sentence A), a LayerNorm, the blocks; no final norm, no
+    head.  An architecture overrides `embed` (BERT adds learned positions) or its
+    blocks.  Implements EmbeddingModel."""
+
+    EMBEDDING_ONLY = True
+
+    token_embd: Embedding = tensor("token_embd", shape=("n_embd", "n_vocab"))
+    token_types: F32Param | None = tensor("token_types", optional=True, shape=("n_embd", None))
+    token_embd_norm: LayerNorm = tensor("token_embd_norm", shape=("n_embd",))
+    layers: list[EncoderBlock] = blocks("blk")
+    head_cls: ClassifierHead = module()   # an architecture without one declares it `None = None`
+
+    def embed(self, ctx: Context, batch) -> Tensor:
+        x = self.token_embd(ctx, batch.tokens)                                     # [n_embd, T]
+        if self.token_types is not None:
+            n_embd = self.cfg.n_embd
+            types = ctx.weight(self.token_types.weight)                            # [n_embd, n_types]
+            type0 = ctx.view(types, (n_embd, 1), (F32_BYTES, n_embd * F32_BYTES))  # [n_embd, 1]
+            x = ctx.add(x, type0)
+        return x
+
+    def hidden(self, ctx: Context, batch) -> Tensor:
+        x = self.embed(ctx, batch)                                                 # [n_embd, T]
+        x = self.token_embd_norm(ctx, x, self.cfg.eps)
+        inputs = LayerInputs()
+        for i, block in enumerate(self.layers):
+            x = block(ctx, x, batch, i, inputs)
+        return self.final(ctx, ctx.get_rows(x, batch.out_ids))                     # [n_embd, n_out]
+
+    def final(self, ctx: Context, x: Tensor) -> Tensor:
+        """What follows the blocks (ModernBERT's final norm); nothing in BERT."""
+        return x
+
+    def has_classifier(self) -> bool:
+        return self.head_cls is not None and self.head_cls.present()
+
+    def max_positions(self) -> int | None:
+        """Positions a sequence may reach (learned position embeddings' rows), or None:
+        rotary or ALiBi positions have no table to run past (the cache bounds them)."""
+        return None
+
+    def classify(self, ctx: Context, pooled: Tensor) -> Tensor:
+        if not self.has_classifier():
+            raise ModelError(f"{type(self).__name__} has no classification head (cls / cls.output): "
+                             "it embeds, it cannot score (rank) pairs")
+        return self.head_cls(ctx, pooled)
+
+    def head(self, ctx: Context, x: Tensor) -> Tensor:
+        raise not_a_language_model(self)
+
+    def forward(self, ctx: Context, batch) -> Tensor:
+        raise not_a_language_model(self)
+
+    def shift_keys(self, ctx: Context, k: Tensor, positions: Tensor, layer: int,
+                   n_ctx_seq: int | None = None) -> Tensor:
+        raise ModelError(f"{type(self).__name__} is an encoder: its input is read whole, never shifted")
+
+    def cache_layout(self) -> list[nn.CacheSpec]:
+        return self.cfg.cache_layout()
+
+
 def context_per_sequence(batch) -> int:
     """The context one sequence of the batch may fill (llama.cpp's n_ctx_seq), as the
     runner says (runner/forward.py: the engine's n_ctx, else the whole cache)."""
@@ -508,5 +693,7 @@ def scaled(ctx: Context, x: Tensor, s: float) -> Tensor:
 
 
 __all__ = ["CausalLM", "AttentionConfig", "SlidingWindowConfig", "LayerInputs", "SelfAttention", "Attention", "FusedAttention",
-           "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "ExpertsConfig", "SoftmaxExperts", "SigmoidExperts", "SharedExpert", "PreNormBlock", "SandwichBlock", "PostNormBlock",
-           "Decoder", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]
+           "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "ExpertsConfig", "SoftmaxExperts", "SigmoidExperts",
+           "SharedExpert", "PreNormBlock", "SandwichBlock", "PostNormBlock",
+           "Decoder", "EmbeddingModel", "EncoderConfig", "NoRopeAttention", "GeluSeqMLP", "EncoderBlock",
+           "ClassifierHead", "Encoder", "not_a_language_model", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]

@@ -118,7 +118,7 @@ class MoE(Module):
         c, n_tokens = self.cfg, x.shape[1]
         logits = self.routed.ffn_gate_inp(ctx, x)                                   # [E, T]
         chosen = ctx.topk(logits, 1)                                                # i32 [1, T]
-        weight = ctx.moe_gather_weights(ctx.sigmoid(logits), chosen, False)         # [1, T]
+        weight = ctx.moe_sigmoid_weights(logits, chosen, False)                     # [1, T]
         scaled_x = ctx.mul(ctx.reshape(x, (c.n_embd, 1, n_tokens)), ctx.reshape(weight, (1, 1, n_tokens)))
         routed = ctx.reshape(self.routed.experts(ctx, scaled_x, chosen), (c.n_embd, n_tokens))
         return ctx.add(routed, self.shared(ctx, x))

@@ -17,6 +17,13 @@ live sequence (waiting for it while it is still in its prompt) starts on its cel
 (shared, not copied) and samples its first token from the logits that sequence kept
 of its prompt's last token.
 
+A prompt may hold images: spans of its positions whose rows a vision projector
+made (`submit(images=...)`).  Such a span is fed alone, as one batch of rows
+attended both ways (Forward.embedded), when the sequence's prefill reaches it; the
+token chunks around it stop at its edges.  Prompts with images are not cached for
+reuse (the cache is keyed by token ids, and an image's placeholders say nothing of
+its content) nor shifted (a shift could cut an image).
+
 Batch invariance: a sequence's tokens do not depend on what shares its batch
 or on how its prompt is chunked.  The native matmul treats each row alike
 whatever the batch size, attention visits only the sequence's own cells and
@@ -33,9 +40,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pyengine.errors import ContextLengthError, InvalidOptionError, PyEngineError
-from pyengine.kvcache import MAX_SEQUENCES, KeyRotator, KVCache
+from pyengine.errors import InvalidOptionError, PyEngineError
+from pyengine.kvcache import DEFAULT_CHECKPOINTS, MAX_SEQUENCES, Cache, KeyRotator
 from pyengine.ml.context import Backend
+from pyengine.ml.nn import CacheSpec
 from pyengine.runner.forward import Forward
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import Request, make_request
@@ -66,13 +74,16 @@ class _Seq:
     valid: int | None = None     # reusable leading tokens after a shift (None: all)
     twin: "_Seq | None" = None   # a live sequence with the same prompt, computing or computed
     prompt_row: np.ndarray | None = None   # the logits of the prompt's last token, while live
+    images: dict[int, np.ndarray] = field(default_factory=dict)   # prompt position -> rows [n, n_embd]
     t_submit: float = 0.0
     t_start: float = 0.0
     t_first: float = 0.0
 
     def cached(self) -> tuple[list[int], int]:
-        """Tokens in the cache and how many leading ones another request may reuse."""
-        return self.cache_tokens, len(self.cache_tokens) if self.valid is None else self.valid
+        """Tokens in the cache and how many leading ones another request may reuse (none
+        past an image: its placeholder ids do not say what it showed)."""
+        valid = len(self.cache_tokens) if self.valid is None else self.valid
+        return self.cache_tokens, min([valid] + list(self.images))
 
 
 class Engine:
@@ -80,11 +91,15 @@ class Engine:
 
     def __init__(self, model, tokenizer: Tokenizer, backend: Backend, *, n_ctx: int,
                  n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str | None = None,
-                 swa_margin: int = SWA_MARGIN, swa_full: bool = False, background: bool = True) -> None:
+                 swa_margin: int = SWA_MARGIN, swa_full: bool = False, state_checkpoints: int = DEFAULT_CHECKPOINTS,
+                 background: bool = True) -> None:
+        """state_checkpoints: recurrent states kept per sequence for prefix reuse (models with
+        recurrent layers only; kvcache/recurrent.py)."""
         _check_int("n_ctx", n_ctx, 1, 1 << 24)
         _check_int("n_batch", n_batch, 1, 1 << 16)
         _check_int("n_parallel", n_parallel, 1, MAX_SEQUENCES)
         _check_int("swa_margin", swa_margin, 0, 1 << 20)
+        _check_int("state_checkpoints", state_checkpoints, 1, 1 << 10)
         self.model, self.tokenizer, self.backend = model, tokenizer, backend
         self.n_ctx, self.n_batch, self.n_parallel = n_ctx, n_batch, n_parallel
         self.n_vocab = model.cfg.n_vocab
@@ -93,10 +108,12 @@ class Engine:
         n_cells = n_ctx * n_parallel
         # a sliding layer keeps window + margin cells per sequence, plus room for a batch
         windows = {s.window: n_cells if swa_full else min(n_cells, n_parallel * (s.window + swa_margin) + n_batch)
-                   for s in layout if s.window}
+                   for s in layout if isinstance(s, CacheSpec) and s.window}
         # kv_type None: $PYENGINE_KV_CACHE_TYPE, else f16 (kvcache/rows.py)
-        self.cache = KVCache(layout, n_cells, window_cells=windows, kv_type=kv_type,
-                             head_dim=getattr(model.cfg, "head_dim", None))
+        self.cache = Cache.build(layout, n_cells, window_cells=windows, kv_type=kv_type,
+                                 head_dim=getattr(model.cfg, "head_dim", None),
+                                 state_rows=state_rows(n_parallel, state_checkpoints),
+                                 max_checkpoints=state_checkpoints)
         # a sequence may fill n_ctx cells: what Phi-3's LongRoPE picks its factors by
         self.forward = Forward(model, backend, self.cache, max_tokens=n_batch, n_ctx_seq=n_ctx)
         # a decode step's logits land here (read before the next step), not in fresh pages;
@@ -127,12 +144,20 @@ class Engine:
                logprobs: bool | int | None = False, top_logprobs: int | None = None,
                grammar: Grammar | None = None, num_keep: int | None = None, shift: bool = True,
                truncate: bool = False, num_ctx: int | None = None, cache_prompt: bool = True,
-               all_logits: bool = False) -> RequestHandle:
-        """Queue a request; returns its handle at once (errors in the options raise here)."""
+               all_logits: bool = False, images: Sequence[tuple[int, np.ndarray]] = ()) -> RequestHandle:
+        """Queue a request; returns its handle at once (errors in the options raise here).
+
+        images: (start, rows) pairs: prompt positions start..start+len(rows)-1 hold
+        placeholder ids and are fed as those rows (float32 [n, n_embd]) instead."""
+        if images:
+            if truncate or all_logits:
+                raise InvalidOptionError("a prompt with images cannot be truncated or scored")
+            shift, cache_prompt = False, False
         req = make_request(prompt, sampling, n_vocab=self.n_vocab, engine_ctx=self.n_ctx,
                            max_tokens=max_tokens, stop=stop, logprobs=logprobs, top_logprobs=top_logprobs,
                            grammar=grammar, num_keep=num_keep, shift=shift, truncate=truncate, num_ctx=num_ctx,
                            cache_prompt=cache_prompt, all_logits=all_logits)
+        spans = self._image_spans(images, len(req.prompt))
         chain = SamplerChain(req.sampling, self.n_vocab, token_pieces=self.token_pieces(),
                              eog_ids=self.eog_ids, grammar=req.grammar, n_ctx=req.n_ctx)
         with self._cv:
@@ -143,10 +168,27 @@ class Engine:
             result = Completion(prompt_tokens=len(req.prompt), truncated_tokens=req.truncated,
                                 logprobs=[] if req.logprobs else None)
             seq = _Seq(req, handle, chain, StreamDecoder(self.tokenizer), StopMatcher(req.stop), result,
-                       t_submit=time.perf_counter())
+                       t_submit=time.perf_counter(), images=spans)
             self._queue.append(seq)
             self._cv.notify_all()
         return handle
+
+    def _image_spans(self, images: Sequence[tuple[int, np.ndarray]], n_prompt: int) -> dict[int, np.ndarray]:
+        """The images of a prompt checked: inside it, apart, each fitting one batch."""
+        spans: dict[int, np.ndarray] = {}
+        end = 0
+        n_embd = self.model.cfg.n_embd
+        for start, rows in sorted(((int(s), np.ascontiguousarray(r, np.float32)) for s, r in images),
+                                  key=lambda item: item[0]):
+            if rows.ndim != 2 or rows.shape[1] != n_embd or not 0 < len(rows) <= self.n_batch:
+                raise InvalidOptionError(f"an image's rows must be [1..{self.n_batch}, {n_embd}], "
+                                         f"got {list(rows.shape)}")
+            if start < end or start + len(rows) > n_prompt:
+                raise InvalidOptionError(f"an image at prompt positions {start}..{start + len(rows) - 1} "
+                                         f"overlaps another or passes the prompt's {n_prompt} tokens")
+            spans[start] = rows
+            end = start + len(rows)
+        return spans
 
     def token_pieces(self) -> list[bytes]:
         """Each token's bytes (control tokens empty), padded to the model's vocabulary."""
@@ -281,6 +323,7 @@ class Engine:
                 self._start(seq)
             except PyEngineError as error:
                 self._finish(seq, "error", error)
+        self._feed_images()
         batch = self._plan()
         if not batch:
             return
@@ -305,6 +348,25 @@ class Engine:
         self.prompt_tokens_computed += sum(len(toks) for seq, toks in batch if seq.prefill)
         for seq, toks, first, count in owners:
             self._advance(seq, toks, logits[first:first + count] if count else None)
+
+    def _feed_images(self) -> None:
+        """Each prefilling sequence whose next prompt positions are an image feeds it now,
+        alone: its rows as one batch, attended both ways."""
+        for seq in [s for s in self._live if s.prefill and len(s.cache_tokens) in s.images]:
+            pos = len(seq.cache_tokens)
+            rows = seq.images[pos]
+            n = len(rows)
+            toks = seq.pending[:n]
+            try:
+                self._make_room([(seq, toks)])
+                logits = self.forward.embedded(rows, np.arange(pos, pos + n, dtype=np.int32),
+                                               np.full(n, seq.slot.id, np.int64), np.array([n - 1], np.int32),
+                                               both_ways=True)
+            except BaseException as error:
+                self._finish(seq, "error", error)
+                continue
+            self.prompt_tokens_computed += n
+            self._advance(seq, toks, logits if n == len(seq.pending) else None)
 
     def _batch_inputs(self, batch: list[tuple[_Seq, list[int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The batch's tokens, positions and sequence ids; a decode step's (a token of
@@ -331,7 +393,7 @@ class Engine:
         twin, also found when the prompt is computed already)."""
         if seq.twin is None and seq.req.cache_prompt and not seq.req.all_logits:
             prompt = seq.req.prompt
-            seq.twin = next((s for s in self._live if (s.prefill or s.prompt_row is not None)
+            seq.twin = next((s for s in self._live if (s.prefill or s.prompt_row is not None) and not s.images
                              and len(s.req.prompt) == len(prompt) and s.req.prompt == prompt), None)
         return seq.twin is not None and seq.twin.prefill and seq.twin in self._live
 
@@ -351,6 +413,11 @@ class Engine:
         else:
             slot = self.slots.free_slot()
             if reuse is not None:
+                # a recurrent state is copied: room for its row first, which may have cost
+                # the checkpoint at n (then the copy starts from an earlier one)
+                self.cache.reserve(0, self.slots.evict_lru, n_seqs=1)
+                n = self.cache.usable_prefix(reuse.id, n)
+                row = row if n == len(prompt) else None
                 self.cache.copy_prefix(reuse.id, slot.id, n)
         slot.seq, slot.tokens, slot.valid = seq, [], 0
         self.slots.touch(slot)
@@ -400,9 +467,10 @@ class Engine:
         for seq in [s for s in self._live if s.prefill]:
             if budget == 0:
                 break
-            chunk = seq.pending[:budget]
-            batch.append((seq, chunk))
-            budget -= len(chunk)
+            chunk = seq.pending[:min(budget, _tokens_before_image(seq))]
+            if chunk:   # none: the sequence is at an image, fed alone (_feed_images)
+                batch.append((seq, chunk))
+                budget -= len(chunk)
         return batch
 
     def _rows_wanted(self, seq: _Seq, n: int) -> range:
@@ -418,11 +486,7 @@ class Engine:
         for seq, _ in batch:
             self.cache.slide(seq.slot.id, len(seq.cache_tokens), self.swa_margin)
         n_new = sum(len(toks) for _, toks in batch)
-        for group in self.cache.groups:
-            while group.cells.n_free < n_new:
-                if not self.slots.evict_lru():
-                    raise ContextLengthError(f"the KV cache has {group.cells.n_free} free cells but the "
-                                             f"batch needs {n_new}")
+        self.cache.reserve(n_new, self.slots.evict_lru, n_seqs=len(batch))
 
     def _advance(self, seq: _Seq, toks: list[int], logits: np.ndarray | None) -> None:
         """Book the tokens just fed; sample when the sequence got its logits."""
@@ -431,6 +495,7 @@ class Engine:
         del seq.pending[:len(toks)]
         self.cache.slide(seq.slot.id, len(seq.cache_tokens), self.swa_margin)
         if seq.prefill:
+            self.cache.checkpoint(seq.slot.id)   # a prompt chunk's end: a recurrent state to resume from
             if seq.req.all_logits and logits is not None:
                 seq.result.logits[n_before:n_before + len(toks)] = logits
             if seq.pending:
@@ -483,29 +548,13 @@ class Engine:
         n_discard = (n_past - keep) // 2
         if n_discard <= 0:
             return False
-        self._prepare_shift(seq.slot, keep + n_discard)
+        self.cache.check_shift()
+        self.cache.reserve(0, self.slots.evict_lru, shift=(seq.slot.id, keep + n_discard))
         self.cache.shift(seq.slot.id, keep, n_discard, self.rotator)
         del seq.cache_tokens[keep:keep + n_discard]
         seq.valid = keep if seq.valid is None else min(seq.valid, keep)
         seq.result.context_shifts += 1
         return True
-
-    def _prepare_shift(self, slot: Slot, first_moved: int) -> None:
-        """Cells that move must be the sequence's own: idle slots sharing them are evicted,
-        live ones keep theirs and the shift copies; make room for those copies."""
-        bit = np.uint64(1) << np.uint64(slot.id)
-        for group in self.cache.groups:
-            shared = group.cells.shared_cells(slot.id, first_moved)
-            if not shared.size:
-                continue
-            others = int(np.bitwise_or.reduce(group.cells.seq[shared]) & ~bit)
-            for other in self.slots.slots:
-                if others >> other.id & 1 and not other.live:
-                    self.slots.evict(other)
-        for group in self.cache.groups:
-            while group.cells.n_free < group.cells.shared_cells(slot.id, first_moved).size:
-                if not self.slots.evict_lru():
-                    break
 
     def _finish(self, seq: _Seq, reason: str, error: BaseException | None = None) -> None:
         result = seq.result
@@ -539,6 +588,7 @@ class Engine:
         slot.seq = None
         seq.slot = None
         if keep:
+            self.cache.checkpoint(slot.id)   # a turn's end: where a follow-up turn resumes
             slot.tokens = seq.cache_tokens
             slot.valid = len(seq.cache_tokens) if seq.valid is None else seq.valid
             self.slots.touch(slot)
@@ -548,6 +598,21 @@ class Engine:
     def _fail_all(self, error: BaseException) -> None:
         for seq in list(self._live):
             self._finish(seq, "error", error)
+
+
+def state_rows(n_parallel: int, checkpoints: int) -> int:
+    """Rows of the recurrent state pool: the empty row, and for every live sequence (and
+    one embedding beside them) its checkpoints, its current state and the row its next
+    step writes; idle sequences' states are evicted when rows run short."""
+    return 1 + (n_parallel + 1) * (checkpoints + 2)
+
+
+def _tokens_before_image(seq: _Seq) -> int:
+    """How many of the sequence's pending prompt tokens come before its next image."""
+    if not seq.images:
+        return len(seq.pending)
+    pos = len(seq.cache_tokens)
+    return min([s - pos for s in seq.images if s >= pos] + [len(seq.pending)])
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:

@@ -9,12 +9,21 @@ The cache has one group of cells per attention window (kvcache/causal.py);
 each group gives the graph its own slots, mask and KV length, and
 `attn_inputs(layer)` hands a layer those of its group.
 
+Recurrent layers (kvcache/recurrent.py) get `recurrent_inputs(layer)`: their
+state tables and, for each sequence of the batch, the row it reads and the row
+it writes; a recurrent model's graphs are also kept per number of sequences.
+Cross-attention layers get `encoder_inputs(layer)`: the memory rows and a mask.
+
 The input buffers are shared by every graph: a graph for T tokens reads the
 first T rows of them.  Only one graph computes at a time, so one set of
 buffers (the masks are the big ones: tokens x cells per group) serves all.
 
 An embedding graph (`hidden=True`) stops before the output projection and
 returns the final-norm hidden rows instead of logits (see `_HeadCapture`).
+
+A batch may bring its input rows instead of token ids (`Forward.embedded`: an
+image's embeddings from a vision projector), optionally attending both ways among
+its own rows (Gemma 3's images).
 """
 
 from __future__ import annotations
@@ -25,9 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine.errors import InvalidOptionError, NativeError, UnsupportedError
-from pyengine.kvcache import KVCache
-from pyengine.ml.context import Backend, Context, Tensor
+from pyengine.errors import ContextLengthError, InvalidOptionError, NativeError, UnsupportedError
+from pyengine.kvcache import MAX_SEQUENCES, Cache, KVCache
+from pyengine.kvcache.cells import rows_by_sequence
+from pyengine.ml.context import F32, Backend, Context, Tensor
 
 MAX_GRAPHS = 12
 
@@ -35,17 +45,40 @@ MAX_GRAPHS = 12
 @dataclass(frozen=True)
 class AttnInputs:
     k: Tensor
-    v: Tensor
+    v: Tensor | None   # None where the layer keeps no V rows (CacheSpec.v_dim 0)
     slots: Tensor
     mask: Tensor
     kv_len: Tensor
     cell_pos: Tensor  # per cell: its position (attention runs in position order)
 
 
+@dataclass(frozen=True)
+class RecurrentInputs:
+    """A recurrent layer's state tables and the batch's rows in them (StepRows)."""
+
+    conv: Tensor | None    # F32 [conv_dim, n_rows] (None: the layer keeps no conv window)
+    state: Tensor | None   # F32 [state_dim, n_rows] (None: no SSM state)
+    read: Tensor           # I32 [n_seqs]: the row each sequence's state is read from
+    write: Tensor          # I32 [n_seqs]: the row its new state goes to
+    seq_last: Tensor       # I32 [n_seqs]: the batch row of its last token
+    token_seq: Tensor      # I32 [n_tokens]: each token's sequence (0..n_seqs-1)
+    seqs: Tensor           # I32 [5, n_seqs]: the ops' table (first, count, read, write, position)
+
+
+@dataclass(frozen=True)
+class EncoderInputs:
+    """A cross-attention layer's memory rows and which of them each token may attend."""
+
+    k: Tensor
+    v: Tensor
+    mask: Tensor     # F32 [n_rows, n_tokens]: 0 or -inf
+    kv_len: Tensor
+
+
 class HostBuffers:
     """Input arrays for batches of up to `capacity` tokens, shared by every graph."""
 
-    def __init__(self, cache: KVCache, capacity: int) -> None:
+    def __init__(self, cache: Cache, capacity: int) -> None:
         self.capacity = capacity
         self.tokens = np.zeros(capacity, np.int32)
         self.positions = np.zeros(capacity, np.int32)
@@ -54,6 +87,15 @@ class HostBuffers:
         self.kv_len = [np.zeros(1, np.int32) for _ in cache.groups]
         # filled per step up to the cells in use; zeros so untouched pages cost no memory
         self.masks = [np.zeros((capacity, g.n_cells), np.float32) for g in cache.groups]
+        if cache.recurrent is not None:
+            self.read_rows = np.zeros(MAX_SEQUENCES, np.int32)
+            self.write_rows = np.zeros(MAX_SEQUENCES, np.int32)
+            self.seq_last = np.zeros(MAX_SEQUENCES, np.int32)
+            self.token_seq = np.zeros(capacity, np.int32)
+            self.seq_table = np.zeros((MAX_SEQUENCES, 5), np.int32)
+        if cache.encoder is not None:
+            self.memory_mask = np.zeros((capacity, cache.encoder.n_rows), np.float32)
+            self.memory_len = np.full(1, cache.encoder.n_rows, np.int32)
 
 
 class _HeadCapture:
@@ -88,13 +130,16 @@ class BatchGraph:
     """The graph for batches of `n_tokens` tokens with `n_out` logit rows (or, with
     `hidden`, `n_out` final-norm hidden rows of n_embd values)."""
 
-    def __init__(self, model, backend: Backend, cache: KVCache, buffers: HostBuffers,
-                 n_tokens: int, n_out: int, hidden: bool = False, n_ctx_seq: int | None = None) -> None:
-        self.n_tokens, self.n_out = n_tokens, n_out
+    def __init__(self, model, backend: Backend, cache: Cache, buffers: HostBuffers,
+                 n_tokens: int, n_out: int, hidden: bool = False, n_ctx_seq: int | None = None,
+                 embeddings: np.ndarray | None = None, n_seqs: int = 0) -> None:
+        """embeddings: float32 [capacity, n_embd] rows the batch brings in place of tokens."""
+        self.n_tokens, self.n_out, self.n_seqs = n_tokens, n_out, n_seqs
         self.n_ctx_seq = cache.n_cells if n_ctx_seq is None else n_ctx_seq   # the context one sequence may fill
         ctx = Context(backend)
         self.ctx = ctx
         self.tokens = ctx.input(buffers.tokens[:n_tokens], "tokens")
+        self.embeddings = None if embeddings is None else ctx.input(embeddings[:n_tokens], "embeddings")
         self.positions = ctx.input(buffers.positions[:n_tokens], "positions")
         self.out_ids = ctx.input(buffers.out_ids[:n_out], "out_ids")
         per_group = []
@@ -104,15 +149,23 @@ class BatchGraph:
             mask = ctx.input(buffers.masks[gi][:n_tokens], f"mask.g{gi}")
             cell_pos = ctx.input(group.cells.pos, f"cell_pos.g{gi}")   # updated in place by the cache
             per_group.append((slots, mask, kv_len, cell_pos))
-        self._attn = []
+        self._attn: list[AttnInputs | None] = []
         for i, spec in enumerate(cache.layout):
             group = cache.layer_group[i]
+            if group is None:
+                self._attn.append(None)
+                continue
             slots, mask, kv_len, cell_pos = per_group[cache.groups.index(group)]
             self._attn.append(AttnInputs(
                 ctx.cache(group.k[i], cache.type_id, (spec.k_dim, group.n_cells), f"cache_k.{i}"),
-                ctx.cache(group.v[i], cache.type_id, (spec.v_dim, group.n_cells), f"cache_v.{i}"),
+                # no V rows (v_dim 0): a layer that reads V from its K rows (MLA's latent)
+                ctx.cache(group.v[i], cache.type_id, (spec.v_dim, group.n_cells), f"cache_v.{i}") if spec.v_dim else None,
                 slots, mask, kv_len, cell_pos))
-        if hidden:
+        self._recurrent = self._recurrent_inputs(ctx, cache, buffers, n_tokens, n_seqs)
+        self._encoder = self._encoder_inputs(ctx, cache, buffers, n_tokens)
+        if hidden and getattr(model, "EMBEDDING_ONLY", False):   # an encoder: no head to stop before
+            self.logits = model.hidden(ctx, self)
+        elif hidden:
             capture = _HeadCapture(ctx, model)
             model.forward(capture, self)
             if capture.hidden is None:
@@ -128,33 +181,78 @@ class BatchGraph:
     def attn_inputs(self, layer: int) -> AttnInputs:
         return self._attn[layer]
 
+    def recurrent_inputs(self, layer: int) -> RecurrentInputs:
+        return self._recurrent[layer]
+
+    def encoder_inputs(self, layer: int) -> EncoderInputs:
+        return self._encoder[layer]
+
+    @staticmethod
+    def _recurrent_inputs(ctx: Context, cache: Cache, buffers: HostBuffers, n_tokens: int,
+                          n_seqs: int) -> dict[int, RecurrentInputs]:
+        state = cache.recurrent
+        if state is None:
+            return {}
+        read = ctx.input(buffers.read_rows[:n_seqs], "state_read")
+        write = ctx.input(buffers.write_rows[:n_seqs], "state_write")
+        seq_last = ctx.input(buffers.seq_last[:n_seqs], "state_seq_last")
+        token_seq = ctx.input(buffers.token_seq[:n_tokens], "state_token_seq")
+        seqs = ctx.input(buffers.seq_table[:n_seqs], "state_seqs")
+
+        def table(rows: np.ndarray | None, name: str) -> Tensor | None:
+            return None if rows is None else ctx.cache(rows, F32, (rows.shape[1], rows.shape[0]), name)
+
+        return {i: RecurrentInputs(table(state.conv[i], f"state_conv.{i}"), table(state.state[i], f"state_ssm.{i}"),
+                                   read, write, seq_last, token_seq, seqs) for i in state.layers}
+
+    @staticmethod
+    def _encoder_inputs(ctx: Context, cache: Cache, buffers: HostBuffers, n_tokens: int) -> dict[int, EncoderInputs]:
+        memory = cache.encoder
+        if memory is None:
+            return {}
+        mask = ctx.input(buffers.memory_mask[:n_tokens], "memory_mask")
+        kv_len = ctx.input(buffers.memory_len, "memory_len")
+        return {i: EncoderInputs(
+            ctx.cache(memory.k[i], cache.type_id, (cache.layout[i].k_dim, memory.n_rows), f"memory_k.{i}"),
+            ctx.cache(memory.v[i], cache.type_id, (cache.layout[i].v_dim, memory.n_rows), f"memory_v.{i}"),
+            mask, kv_len) for i in memory.layers}
+
 
 class Forward:
     """Runs batches of tokens (of one or more sequences) through a model over one KV cache."""
 
-    def __init__(self, model, backend: Backend, cache: KVCache, max_tokens: int = 512,
+    def __init__(self, model, backend: Backend, cache: Cache | KVCache, max_tokens: int = 512,
                  n_ctx_seq: int | None = None) -> None:
         """n_ctx_seq: the context one sequence may fill (None: all of the cache)."""
         self.model = model
         self.n_ctx_seq = n_ctx_seq
         self.backend = backend
-        self.cache = cache
+        self.cache = Cache.wrap(cache)
+        cache = self.cache
         self.n_vocab = model.cfg.n_vocab
+        # an encoder's tokens attend to their whole sequence, which must come in one batch
+        self.causal = getattr(model.cfg, "causal", True)
+        self.alibi = getattr(model.cfg, "alibi_max_bias", 0.0) > 0   # its mask then holds distances
         self._buffers = HostBuffers(cache, max_tokens)
-        self._graphs: OrderedDict[tuple[int, int, bool], BatchGraph] = OrderedDict()
+        self._graphs: OrderedDict[tuple[int, int, bool, bool, int], BatchGraph] = OrderedDict()
+        self._embeddings: np.ndarray | None = None   # [capacity, n_embd], made by the first embedded batch
         self.compute_seconds = 0.0   # time inside the native core, for the bench
         self.n_graphs_built = 0
 
-    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False) -> BatchGraph:
+    def _graph(self, n_tokens: int, n_out: int, hidden: bool = False, embedded: bool = False,
+               n_seqs: int = 0) -> BatchGraph:
         if n_tokens > self._buffers.capacity:
             # graphs keep views of the old buffers: start over with bigger ones
             self._buffers = HostBuffers(self.cache, n_tokens)
+            self._embeddings = None
             self._graphs.clear()
-        key = (n_tokens, n_out, hidden)
+        if embedded and self._embeddings is None:
+            self._embeddings = np.zeros((self._buffers.capacity, self.model.cfg.n_embd), np.float32)
+        key = (n_tokens, n_out, hidden, embedded, n_seqs)
         g = self._graphs.get(key)
         if g is None:
             g = BatchGraph(self.model, self.backend, self.cache, self._buffers, n_tokens, n_out, hidden,
-                           self.n_ctx_seq)
+                           self.n_ctx_seq, self._embeddings if embedded else None, n_seqs)
             self.n_graphs_built += 1
             self._graphs[key] = g
             if len(self._graphs) > MAX_GRAPHS:
@@ -178,7 +276,21 @@ class Forward:
         output projection would read), for embeddings; the cache is filled as by __call__."""
         return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True)
 
-    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool) -> np.ndarray:
+    def embedded(self, embeddings: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
+                 out_rows: np.ndarray, *, both_ways: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+        """As __call__, for a batch that brings its rows (float32 [T, n_embd]) instead of
+        token ids.  both_ways: every row also sees the rows after it of its sequence in
+        this batch (an image attended as a whole); the window, if any, then counts from
+        the batch's last position of the sequence."""
+        embeddings = np.asarray(embeddings, np.float32)
+        if embeddings.ndim != 2 or embeddings.shape[1] != self.model.cfg.n_embd:
+            raise InvalidOptionError(f"embeddings must be [tokens, {self.model.cfg.n_embd}], "
+                                     f"got {list(embeddings.shape)}")
+        return self._run(np.zeros(len(embeddings), np.int32), positions, seq_ids, out_rows, out, hidden=False,
+                         embeddings=embeddings, both_ways=both_ways)
+
+    def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool,
+             embeddings: np.ndarray | None = None, both_ways: bool = False) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32)
         positions = np.asarray(positions, np.int32)
         seq_ids = np.asarray(seq_ids, np.int64)
@@ -194,17 +306,32 @@ class Forward:
         rows_lo, rows_hi = _span(out_rows) if out_rows.ndim == 1 and out_rows.size else (-1, -1)
         if rows_lo < 0 or rows_hi >= n:
             raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
-        g = self._graph(n, len(out_rows), hidden)
-        slots = self.cache.allocate(positions, seq_ids)
+        if not self.causal:
+            self._check_whole_sequences(positions, seq_ids)
+        cache = self.cache
+        n_seqs = len(rows_by_sequence(seq_ids)) if cache.recurrent is not None else 0
+        g = self._graph(n, len(out_rows), hidden, embeddings is not None, n_seqs)
+        slots, state_rows = cache.allocate(positions, seq_ids)
         buf = self._buffers
         buf.tokens[:n] = tokens
+        if embeddings is not None:
+            self._embeddings[:n] = embeddings
+        seen_to = _last_position_per_sequence(positions, seq_ids) if both_ways else positions
         buf.positions[:n] = positions
         buf.out_ids[:len(out_rows)] = out_rows
-        for gi, group in enumerate(self.cache.groups):
+        for gi, group in enumerate(cache.groups):
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]
             buf.kv_len[gi][0] = n_kv
-            group.cells.fill_mask(buf.masks[gi], positions, seq_ids, n_kv, group.window)
+            group.cells.fill_mask(buf.masks[gi], seen_to, seq_ids, n_kv, group.window, self.causal, self.alibi)
+        if state_rows is not None:
+            buf.read_rows[:n_seqs] = state_rows.read
+            buf.write_rows[:n_seqs] = state_rows.write
+            buf.seq_last[:n_seqs] = state_rows.seq_last
+            buf.token_seq[:n] = state_rows.token_seq
+            buf.seq_table[:n_seqs] = state_rows.table
+        if cache.encoder is not None:
+            cache.encoder.fill_mask(buf.memory_mask, positions, seq_ids)
         into = out is not None and (out is g.bound_to or g.bindable and out.dtype == np.float32
                                     and out.flags.c_contiguous and out.flags.writeable
                                     and out.size == len(out_rows) * g.row_width)
@@ -221,6 +348,30 @@ class Forward:
         g.ctx.compute()
         self.compute_seconds += time.perf_counter() - t0
         return out if into else g.ctx.read(g.logits, out)
+
+    def _check_whole_sequences(self, positions: np.ndarray, seq_ids: np.ndarray) -> None:
+        """A non-causal model sees each sequence whole: a token attends to the tokens
+        after it too, so a sequence cannot be split over batches (llama.cpp asks the
+        same of an encoder: its whole input in one ubatch), nor (a model with learned
+        position embeddings) run past the positions its table holds."""
+        limit = getattr(self.model, "max_positions", lambda: None)()
+        for sid in np.unique(seq_ids).tolist():
+            if self.cache.seq_positions(sid).size:
+                raise InvalidOptionError(f"sequence {sid} already holds tokens: an encoder (non-causal) model "
+                                         "reads a sequence's whole input in one batch; clear the sequence first")
+            mine = positions[seq_ids == sid]
+            if limit is not None and int(mine.max()) >= limit:
+                raise ContextLengthError(f"an input of {mine.size} tokens is longer than the {limit} positions "
+                                         "this encoder model has embeddings for; truncate the input")
+
+
+def _last_position_per_sequence(positions: np.ndarray, seq_ids: np.ndarray) -> np.ndarray:
+    """For each row, the batch's last position of the row's sequence: the position up to
+    which a row attending both ways sees its sequence."""
+    last = {}
+    for p, s in zip(positions.tolist(), seq_ids.tolist()):
+        last[s] = max(p, last.get(s, p))
+    return np.array([last[s] for s in seq_ids.tolist()], np.int32)
 
 
 def _span(values: np.ndarray) -> tuple[int, int]:

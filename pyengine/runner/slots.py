@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pyengine.kvcache import MAX_SEQUENCES, KVCache
+from pyengine.kvcache import MAX_SEQUENCES, Cache
 
 
 @dataclass(eq=False)
@@ -31,7 +31,7 @@ class Slot:
 
 
 class SlotTable:
-    def __init__(self, cache: KVCache) -> None:
+    def __init__(self, cache: Cache) -> None:
         self.cache = cache
         self.slots = [Slot(i) for i in range(MAX_SEQUENCES)]
         self._clock = 0
@@ -56,8 +56,12 @@ class SlotTable:
         self.cache.remove(slot.id)
         slot.tokens, slot.valid = [], 0
 
-    def evict_lru(self) -> bool:
+    def evict_lru(self, among: set[int] | None = None) -> bool:
+        """Evict the least recently used idle slot (one of the ids `among`, when given);
+        whether there was one.  The cache's `reserve` calls it until it has room."""
         idle = self.idle_with_cells()
+        if among is not None:
+            idle = [s for s in idle if s.id in among]
         if not idle:
             return False
         self.evict(idle[0])

@@ -14,11 +14,14 @@ from typing import Any, Sequence
 
 from pyengine import session, store
 from pyengine.generation import context_limit
+from pyengine.kvcache import DEFAULT_CHECKPOINTS
+from pyengine.runner.engine import state_rows
 from pyengine.server import info
 from pyengine.server.config import ServerConfig
 
 DEFAULT_CTX = 4096          # the LLM's default context (api.DEFAULT_CTX), capped at the trained one
 KV_BYTES_PER_VALUE = 2      # f16 cache rows, the default type: an upper bound for the quantized ones
+STATE_BYTES_PER_VALUE = 4   # recurrent states are float32 (kvcache/recurrent.py)
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class ContextLimits:
     trained: int | None          # `<arch>.context_length`; None when the file does not say
     default: int                 # the size a request without num_ctx gets
     kv_bytes_per_cell: int       # KV cache bytes per cell, over all layers (0: no attention cache)
+    state_bytes_per_row: int = 0  # one recurrent state over the recurrent layers (0: none)
 
     @property
     def largest(self) -> int | None:
@@ -37,8 +41,10 @@ class ContextLimits:
 
     def kv_bytes(self, n_ctx: int, parallel: int) -> int:
         """The KV cache an instance of `n_ctx` tokens per sequence holds (the engine keeps
-        n_ctx cells for each of its `parallel` sequences)."""
-        return self.kv_bytes_per_cell * n_ctx * parallel
+        n_ctx cells for each of its `parallel` sequences), with the recurrent state rows its
+        sequences and their checkpoints take (runner/engine.py's state_rows)."""
+        states = self.state_bytes_per_row * state_rows(parallel, DEFAULT_CHECKPOINTS) if self.state_bytes_per_row else 0
+        return self.kv_bytes_per_cell * n_ctx * parallel + states
 
 
 def context_limits(path: Path, config: ServerConfig) -> ContextLimits:
@@ -51,7 +57,7 @@ def context_limits(path: Path, config: ServerConfig) -> ContextLimits:
     arch = metadata.get("general.architecture")
     trained = _positive(metadata.get(f"{arch}.context_length"))
     default = config.n_ctx or min(trained or DEFAULT_CTX, DEFAULT_CTX)
-    return ContextLimits(trained, default, _kv_bytes_per_cell(metadata, arch))
+    return ContextLimits(trained, default, _kv_bytes_per_cell(metadata, arch), _state_bytes_per_row(metadata, arch))
 
 
 def _kv_bytes_per_cell(metadata: dict, arch: Any) -> int:
@@ -61,14 +67,53 @@ def _kv_bytes_per_cell(metadata: dict, arch: Any) -> int:
     heads = _per_layer(metadata.get(f"{arch}.attention.head_count"), n_layers)
     kv_heads = _per_layer(metadata.get(f"{arch}.attention.head_count_kv"), n_layers) or heads
     n_embd = _positive(metadata.get(f"{arch}.embedding_length")) or 0
+    recurrent = _recurrent_layers(metadata, arch, n_layers)
     total = 0
-    for n_head, n_kv in zip(heads, kv_heads):
-        if not n_head:
+    for layer, (n_head, n_kv) in enumerate(zip(heads, kv_heads)):
+        if not n_head or layer in recurrent:
             continue  # a recurrent layer: its state does not grow with the context
         k_dim = _positive(metadata.get(f"{arch}.attention.key_length")) or n_embd // n_head
         v_dim = _positive(metadata.get(f"{arch}.attention.value_length")) or n_embd // n_head
+        if _is_latent_cache(metadata, arch):
+            v_dim = 0   # MLA: the one row of latent + rope values (key_length) serves as K and V
         total += (n_kv or n_head) * (k_dim + v_dim)
     return total * KV_BYTES_PER_VALUE
+
+
+def _is_latent_cache(metadata: dict, arch: Any) -> bool:
+    """Whether the file keeps multi-head latent attention's compressed cache (DeepSeek-2's
+    split attn_k_b / attn_v_b form: a kv_lora_rank and per-head *_mla sizes), whose rows
+    of key_length values hold the latent that V is read from."""
+    return bool(_positive(metadata.get(f"{arch}.attention.kv_lora_rank"))
+                and _positive(metadata.get(f"{arch}.attention.key_length_mla")))
+
+
+def _recurrent_layers(metadata: dict, arch: Any, n_layers: int) -> set[int]:
+    """The layers that keep a recurrent state: none without `ssm.*` hyper-parameters; else
+    those without attention heads, or all but every `full_attention_interval`-th (Qwen3-Next,
+    Qwen3.5), as llama.cpp tells them apart."""
+    if not _positive(metadata.get(f"{arch}.ssm.state_size")):
+        return set()
+    interval = _positive(metadata.get(f"{arch}.full_attention_interval"))
+    if interval:
+        return {i for i in range(n_layers) if (i + 1) % interval}
+    heads = _per_layer(metadata.get(f"{arch}.attention.head_count_kv"), n_layers) or \
+        _per_layer(metadata.get(f"{arch}.attention.head_count"), n_layers)
+    return {i for i in range(n_layers) if i >= len(heads) or not heads[i]}
+
+
+def _state_bytes_per_row(metadata: dict, arch: Any) -> int:
+    """One recurrent state in float32, as llama.cpp sizes its r and s rows: per recurrent
+    layer the convolution window ((kernel - 1) x the conv channels, d_inner + 2 x groups x
+    d_state) and the SSM / delta-rule state (d_state x d_inner)."""
+    n_layers = _positive(metadata.get(f"{arch}.block_count")) or 0
+    layers = _recurrent_layers(metadata, arch, n_layers)
+    d_state = _positive(metadata.get(f"{arch}.ssm.state_size")) or 0
+    d_inner = _positive(metadata.get(f"{arch}.ssm.inner_size")) or 0
+    kernel = _positive(metadata.get(f"{arch}.ssm.conv_kernel")) or 1
+    groups = _positive(metadata.get(f"{arch}.ssm.group_count")) or 1
+    per_layer = (kernel - 1) * (d_inner + 2 * groups * d_state) + d_state * d_inner
+    return len(layers) * per_layer * STATE_BYTES_PER_VALUE
 
 
 def _per_layer(value: Any, n_layers: int) -> list[int]:
@@ -149,7 +194,8 @@ class ModelAdapter:
             prepared = session.prepare_chat(self.llm, messages, think=think)
         if context:
             ids = session.prepare_prompt(self.llm, list(context)).ids + prepared.ids
-            prepared = replace(prepared, ids=ids, tool_format=None, parse=not suffix)
+            # the reply is read as the prompt's own was (a harmony reply keeps its channels)
+            prepared = replace(prepared, ids=ids, parse=not suffix)
         return session.start_prepared(self.llm, prepared, format=format, **options)
 
     def start_infill(self, prefix: str, suffix: str, *, extra: Sequence[Any] = (), prompt: str = "",

@@ -23,7 +23,7 @@ def _core_module():
         from pyengine import _core
     except ImportError:
         return None
-    return _core if all(hasattr(_core, name) for name in ("TokSPM", "TokBPE", "TokUGM")) else None
+    return _core if all(hasattr(_core, name) for name in ("TokSPM", "TokBPE", "TokUGM", "TokWPM")) else None
 
 
 def available() -> bool:
@@ -74,6 +74,13 @@ def spm_encoder(vocab: Vocab, byte_ids: list[int | None], glued: set[str]):
     glued_cps = np.array(sorted(ord(c) for c in glued), dtype=np.uint32)
     unk = vocab.special["unk"]
     return core.TokSPM(blob, offsets, scores, bytes_, -1 if unk is None else unk, glued_cps)
+
+
+def wpm_encoder(vocab: Vocab):
+    """WordPiece's cutting of normalized words (the normalizer stays in wpm.py)."""
+    blob, offsets = token_blob(vocab.tokens)
+    unk = vocab.special["unk"]
+    return _core_module().TokWPM(blob, offsets, -1 if unk is None else unk)
 
 
 # ---- BPE ----------------------------------------------------------------------------------

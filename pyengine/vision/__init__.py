@@ -1,0 +1,2 @@
+"""Vision input: image decoding and preprocessing, projector (mmproj) loading and the
+vision towers' graphs."""

@@ -1,0 +1,87 @@
+"""Image bytes -> RGB pixels -> the normalised planes a vision tower takes.
+
+Decoding is Pillow's, held to four formats (PNG, JPEG, WebP, GIF's first frame)
+and to a pixel cap read from the header before any pixel is decoded, so a
+decompression bomb (a small file that claims a huge canvas) costs a header
+read, not gigabytes.  Every failure is an ImageError (the server's 400).
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+
+from pyengine.errors import ImageError
+
+FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
+MAX_PIXELS = 4096 * 4096          # width * height: 48 MiB as RGB; towers see at most ~1-2 Mpx
+MAX_BYTES = 32 * 1024 * 1024      # encoded size; larger requests are refused before parsing
+
+
+def decode(data: bytes, *, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_BYTES) -> np.ndarray:
+    """The image in `data` as uint8 RGB [height, width, 3] (alpha dropped, a palette
+    expanded, GIF's first frame)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ImageError(f"image must be bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise ImageError(f"image is {len(data)} bytes, more than the {max_bytes} allowed")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=FORMATS) as img:
+                _check_size(img.size, max_pixels)
+                img.seek(0)
+                rgb = img.convert("RGB")
+    except ImageError:
+        raise
+    except UnidentifiedImageError:
+        raise ImageError(f"not an image pyengine can read (it reads {', '.join(FORMATS)})") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageError(f"image refused: {exc}") from None
+    except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as exc:
+        raise ImageError(f"image could not be decoded (truncated or corrupt): {exc}") from None
+    return np.asarray(rgb, dtype=np.uint8)
+
+
+def _check_size(size: tuple[int, int], max_pixels: int) -> None:
+    width, height = size
+    if width < 1 or height < 1:
+        raise ImageError(f"image has no pixels ({width}x{height})")
+    if width * height > max_pixels:
+        raise ImageError(f"image is {width}x{height} = {width * height} pixels, more than the "
+                         f"{max_pixels} allowed; scale it down first")
+
+
+def resize_square(rgb: np.ndarray, size: int) -> np.ndarray:
+    """`rgb` stretched to size x size with Pillow's bilinear filter (as Gemma 3's Hugging
+    Face processor does: no padding, the aspect ratio not kept); unchanged if already so."""
+    from PIL import Image
+
+    if rgb.shape[0] == size and rgb.shape[1] == size:
+        return rgb
+    return np.asarray(Image.fromarray(rgb, "RGB").resize((size, size), Image.BILINEAR), dtype=np.uint8)
+
+
+def normalize(rgb: np.ndarray, mean, std) -> np.ndarray:
+    """float32 planes [3, height, width] of (pixel / 255 - mean[c]) / std[c], each step in
+    float32 (the order llama.cpp's mtmd computes them in)."""
+    mean32 = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
+    std32 = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
+    planes = np.ascontiguousarray(rgb.transpose(2, 0, 1)).astype(np.float32)
+    return (planes / np.float32(255.0) - mean32) / std32
+
+
+def patches(planes: np.ndarray, patch: int) -> np.ndarray:
+    """The image cut into patch x patch squares: float32 [n_patches, 3 * patch * patch],
+    patches row by row, each as (channel, row, column) with the column fastest - the
+    layout of a GGUF patch-embedding kernel [patch, patch, 3, n_embd], so the
+    convolution becomes one product."""
+    c, h, w = planes.shape
+    if h % patch or w % patch:
+        raise ImageError(f"image {w}x{h} does not divide into {patch}-pixel patches")
+    grid = planes.reshape(c, h // patch, patch, w // patch, patch)       # c, py, ky, px, kx
+    return np.ascontiguousarray(grid.transpose(1, 3, 0, 2, 4)).reshape((h // patch) * (w // patch), -1)
