@@ -117,6 +117,17 @@ class Experts:
 
 
 @dataclass(eq=False)
+class F32Bias:
+    """A bare float32 tensor stored as `{name}.bias` alone (llama.cpp's exp_probs_b:
+    a bias on the experts' selection scores)."""
+
+    bias: Weight
+
+    PARTS = {"bias": True}
+    F32_PARTS = ("bias",)
+
+
+@dataclass(eq=False)
 class F32Param(Param):
     """A bare tensor the ops need as float32 (rope frequency factors)."""
 
