@@ -369,7 +369,12 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
  * as the dense path multiplies a batch (prompt tiles, packed or interleaved
  * rows), then scatters the results back to the pairs' rows.  Every element
  * is still vec_dot of its pair: the kernels all give those bits. */
-#define ID_DIRECT_TOKENS 1   /* batches of up to this many tokens take each pair alone */
+/* A batch takes each pair alone while its experts average at most this many
+ * pairs: groups of one or two share too few weight reads to pay for the
+ * grouping's two extra barriers and copies (Qwen3-30B-A3B's 128 experts and
+ * 8 tokens, on a machine shared with other work: grouped 5-12 ms a product,
+ * pair by pair 3-6). */
+#define ID_DIRECT_PAIRS_PER_EXPERT 2
 
 typedef struct {
     int64_t n_pairs, n_exp, n_used;
@@ -391,7 +396,8 @@ static int ids_in_range(const pe_tensor *ids, int64_t n_exp) {
 }
 
 static int id_direct(const pe_tensor *w, const pe_tensor *ids) {
-    return ids->ne[1] <= ID_DIRECT_TOKENS || pe_type_vec_dot_type(w->type) == PE_TYPE_F32;
+    return ids->ne[1] <= 1 || ids->ne[0] * ids->ne[1] <= ID_DIRECT_PAIRS_PER_EXPERT * w->ne[2] ||
+           pe_type_vec_dot_type(w->type) == PE_TYPE_F32;
 }
 
 /* Scratch of the grouped path after the quantized activations: the groups,
