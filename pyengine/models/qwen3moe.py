@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import Linear, Param
+from pyengine.ml.nn import Experts, Linear
 from pyengine.models import common
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX
@@ -58,9 +58,9 @@ class Qwen3MoeConfig(common.AttentionConfig):
 @dataclass(eq=False)
 class MoE(Module):
     ffn_gate_inp: Linear = tensor("ffn_gate_inp", shape=("n_embd", "n_expert"))          # the router
-    ffn_gate_exps: Param = tensor("ffn_gate_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
-    ffn_up_exps: Param = tensor("ffn_up_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
-    ffn_down_exps: Param = tensor("ffn_down_exps", shape=("n_ff_exp", "n_embd", "n_expert"))
+    ffn_gate_exps: Experts = tensor("ffn_gate_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
+    ffn_up_exps: Experts = tensor("ffn_up_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
+    ffn_down_exps: Experts = tensor("ffn_down_exps", shape=("n_ff_exp", "n_embd", "n_expert"))
 
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
         c, n_tokens = self.cfg, x.shape[1]
@@ -70,9 +70,9 @@ class MoE(Module):
         if c.expert_weights_scale != 1.0:
             weights = ctx.scale(weights, c.expert_weights_scale)
         x = ctx.reshape(x, (c.n_embd, 1, n_tokens))                                 # one input for all U
-        gate = ctx.mul_mat_id(ctx.weight(self.ffn_gate_exps.weight), x, chosen)     # [F, U, T]
-        up = ctx.mul_mat_id(ctx.weight(self.ffn_up_exps.weight), x, chosen)         # [F, U, T]
-        down = ctx.mul_mat_id(ctx.weight(self.ffn_down_exps.weight), ctx.swiglu(gate, up), chosen)  # [n_embd, U, T]
+        gate = self.ffn_gate_exps(ctx, x, chosen)     # [F, U, T]
+        up = self.ffn_up_exps(ctx, x, chosen)         # [F, U, T]
+        down = self.ffn_down_exps(ctx, ctx.swiglu(gate, up), chosen)  # [n_embd, U, T]
         return ctx.weighted_sum(down, weights)                                      # [n_embd, T]
 
 
