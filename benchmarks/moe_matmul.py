@@ -25,11 +25,11 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from make_random_model import RandomBytes, random_rows  # noqa: E402
+from make_random_model import RandomBytes, random_rows
 
-from pyengine import _core  # noqa: E402
-from pyengine.errors import NativeError  # noqa: E402
-from pyengine.ml.context import Backend, Context  # noqa: E402
+from pyengine import _core
+from pyengine.errors import NativeError
+from pyengine.ml.context import Backend, Context
 
 N_EMBD, N_FF, N_EXP, N_USED = 2048, 768, 128, 8
 
