@@ -368,8 +368,9 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
  * each group's quantized activation rows into one block and multiplies it
  * as the dense path multiplies a batch (prompt tiles, packed or interleaved
  * rows), then scatters the results back to the pairs' rows.  Every element
- * is still vec_dot of its pair: the kernels all give those bits. */
-/* A batch takes each pair alone while its experts average at most this many
+ * is still vec_dot of its pair: the kernels all give those bits.
+ *
+ * A batch takes each pair alone while its experts average at most this many
  * pairs: groups of one or two share too few weight reads to pay for the
  * grouping's two extra barriers and copies (Qwen3-30B-A3B's 128 experts and
  * 8 tokens, on a machine shared with other work: grouped 5-12 ms a product,
@@ -515,8 +516,8 @@ static id_groups id_groups_at(uint8_t *at, int64_t n_pairs, int64_t n_exp, int64
     return gr;
 }
 
-/* Copies rows between the pairs' own places and the grouped order, split
- * over the threads: activation rows in (to_groups), results out. */
+/* Rows copied between the pairs' own places and the grouped order, split
+ * over the threads: the quantized activation rows in, the results out. */
 static void gather_rows(const pe_exec *ex, const id_groups *gr, const pe_tensor *x, const uint8_t *q, size_t qstride,
                         uint8_t *grouped) {
     int64_t p0, p1;
