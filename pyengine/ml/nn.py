@@ -110,6 +110,7 @@ class Experts:
 
     PARTS = {"weight": True, "bias": False}
     F32_PARTS = ("bias",)
+    INTERLEAVE = True   # only multiplied: the stack may be stored in the ISA's faster layout
 
     def __call__(self, ctx: Context, x: Tensor, ids: Tensor) -> Tensor:
         y = ctx.mul_mat_id(ctx.weight(self.weight), x, ids)

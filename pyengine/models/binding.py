@@ -148,14 +148,15 @@ def _weight(gguf: GGUFFile, name: str, lookup: bool = False, interleave: bool = 
     if not _core.type_supported(info.type):
         raise UnsupportedError(f"tensor '{name}' has block type {info.type_name}, which pyengine cannot run yet")
     rows8 = -1   # the interleaved type this ISA would multiply the tensor as, if any
-    if _interleaving() and len(info.shape) == 2 and info.shape[1] % 8 == 0:
+    # a 3-D stack (experts) interleaves each matrix's rows in 8s: no group straddles two
+    if _interleaving() and len(info.shape) in (2, 3) and info.shape[1] % 8 == 0:
         rows8 = _core.rows8_type(info.type)
     interleaved = gguf.transformed(name) if rows8 >= 0 else None
     if lookup and interleaved is not None:   # a tied table: lookups read the products' copy
         return Weight(name, rows8, tuple(info.shape), interleaved)
     if not interleave or rows8 < 0:
         return Weight(name, info.type, tuple(info.shape), gguf.tensor_data(name, lookup=lookup))
-    k, n = info.shape
+    k, n = info.shape[0], int(np.prod(info.shape[1:]))
     group = 8 * info.nbytes // n   # bytes of 8 rows: the repacking's unit
 
     def repack(src: np.ndarray, dst: np.ndarray) -> None:

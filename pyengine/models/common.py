@@ -20,7 +20,7 @@ from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import Embedding, F32Bias, F32Param, LayerNorm, Linear, Param, RMSNorm
+from pyengine.ml.nn import Embedding, F32Bias, F32Param, LayerNorm, Linear, RMSNorm
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX, TransformerConfig
 
@@ -349,10 +349,9 @@ class SoftmaxExperts(Module):
     Qwen3-MoE's and Mixtral's."""
 
     ffn_gate_inp: Linear = tensor("ffn_gate_inp", shape=("n_embd", "n_expert"))          # the router
-    # bare stacks: llama.cpp reads no expert biases for these architectures
-    ffn_gate_exps: Param = tensor("ffn_gate_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
-    ffn_up_exps: Param = tensor("ffn_up_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
-    ffn_down_exps: Param = tensor("ffn_down_exps", shape=("n_ff_exp", "n_embd", "n_expert"))
+    ffn_gate_exps: nn.Experts = tensor("ffn_gate_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
+    ffn_up_exps: nn.Experts = tensor("ffn_up_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
+    ffn_down_exps: nn.Experts = tensor("ffn_down_exps", shape=("n_ff_exp", "n_embd", "n_expert"))
 
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
         c = self.cfg
@@ -364,9 +363,9 @@ class SoftmaxExperts(Module):
     def experts(self, ctx: Context, x: Tensor, chosen: Tensor) -> Tensor:
         """[n_embd, U, T] the chosen experts' outputs for x [n_embd, T] (or [n_embd, 1, T])."""
         x = ctx.reshape(x, (self.cfg.n_embd, 1, x.shape[-1]))                      # one input for all U
-        gate = ctx.mul_mat_id(ctx.weight(self.ffn_gate_exps.weight), x, chosen)     # [F, U, T]
-        up = ctx.mul_mat_id(ctx.weight(self.ffn_up_exps.weight), x, chosen)         # [F, U, T]
-        return ctx.mul_mat_id(ctx.weight(self.ffn_down_exps.weight), ctx.swiglu(gate, up), chosen)
+        gate = self.ffn_gate_exps(ctx, x, chosen)                                   # [F, U, T]
+        up = self.ffn_up_exps(ctx, x, chosen)                                       # [F, U, T]
+        return self.ffn_down_exps(ctx, ctx.swiglu(gate, up), chosen)
 
 
 @dataclass(eq=False)
