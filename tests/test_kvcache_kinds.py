@@ -282,14 +282,14 @@ def test_a_twin_with_the_same_prompt_starts_from_its_state_at_the_prompts_end(ma
 
 
 def test_an_embedding_runs_in_a_slot_of_its_own_and_gives_its_rows_back(make):
-    from pyengine.api import _mean_hidden
+    from pyengine.embedding import embed_prompts
 
     engine = make()
     run(engine, PROMPT)
     held = engine.cache.n_used
-    pooled = engine.call(lambda: _mean_hidden(engine, PROMPT[:7]))
+    pooled = embed_prompts(engine, [PROMPT[:7]], "mean", normalize=False)[0]
     assert pooled.shape == (N_EMBD,) and engine.cache.n_used == held
-    again = engine.call(lambda: _mean_hidden(engine, PROMPT[:7]))
+    again = embed_prompts(engine, [PROMPT[:7]], "mean", normalize=False)[0]
     np.testing.assert_array_equal(pooled, again)
 
 

@@ -96,7 +96,7 @@ def test_gemma3_shape_runs(tmp_path):
 def test_deepseek2_shape_runs(tmp_path):
     path = mrm.write_model(tmp_path / "deepseek2.gguf", DEEPSEEK2, "q4_k_m")
     types = tensor_types(path)
-    assert types["blk.1.ffn_gate_inp.weight"] == "F16" and "blk.0.ffn_gate_inp.weight" not in types
+    assert types["blk.1.ffn_gate_inp.weight"] == "F32" and "blk.0.ffn_gate_inp.weight" not in types
     shapes = {t.name: tuple(int(d) for d in t.shape) for t in GGUFReader(path).tensors}
     assert shapes["blk.1.ffn_down_exps.weight"] == (128, 256, 8)     # GGML order [in, out, E]
     assert shapes["blk.2.attn_k_b.weight"] == (64, 128, 4)
