@@ -199,12 +199,14 @@ class Reference:
                    scale=scale if scale is not None else 1.0 / math.sqrt(self.head_dim))
         return self.linear(f"{p}attn_output", o)
 
-    def gated_mlp(self, p: str, h, act=silu):
-        if not self.w.has(f"{p}ffn_gate.weight"):                  # fused gate/up (Phi-3)
+    def gated_mlp(self, p: str, h, act=silu, suffix: str = ""):
+        """suffix: another MLP of the block (`_shexp`: a shared expert)."""
+        if not self.w.has(f"{p}ffn_gate{suffix}.weight"):          # fused gate/up (Phi-3)
             gu = self.linear(f"{p}ffn_up", h)
             half = gu.shape[1] // 2
             return self.linear(f"{p}ffn_down", act(gu[:, :half]) * gu[:, half:])
-        return self.linear(f"{p}ffn_down", act(self.linear(f"{p}ffn_gate", h)) * self.linear(f"{p}ffn_up", h))
+        return self.linear(f"{p}ffn_down{suffix}",
+                           act(self.linear(f"{p}ffn_gate{suffix}", h)) * self.linear(f"{p}ffn_up{suffix}", h))
 
     def moe(self, p: str, h):
         n_used = self.w.hp("expert_used_count")
@@ -571,9 +573,10 @@ class Reference:
 
     # -- Qwen3.5: gated attention and Gated DeltaNet layers -------------------------
 
-    def arch_qwen35(self, x, pos, *, decay: bool = True, tiled_heads: bool = True):
+    def arch_qwen35(self, x, pos, *, decay: bool = True, tiled_heads: bool = True, ffn=None):
         """decay=False: the delta rule without its per-token decay; tiled_heads=False:
         value head h reads q/k head h // (Hv / Hk) instead of h % Hk (GGUF's order)."""
+        ffn = ffn or self.gated_mlp
         interval = self.w.hp("full_attention_interval", 4)
         rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling)
         for i in range(self.n_layer):
@@ -583,8 +586,17 @@ class Reference:
                 x = x + self.gated_delta_net(p, h, decay=decay, tiled_heads=tiled_heads)
             else:
                 x = x + self.gated_attention(p, h, pos, rope)
-            x = x + self.gated_mlp(p, self.norm(f"{p}post_attention_norm", x))
+            x = x + ffn(p, self.norm(f"{p}post_attention_norm", x))
         return self.logits(x)
+
+    def arch_qwen35moe(self, x, pos, *, shared_gate: bool = True, **wrong):
+        """shared_gate=False: the shared expert added without its sigmoid gate."""
+        def ffn(p, h):
+            shared = self.gated_mlp(p, h, suffix="_shexp")
+            if shared_gate:
+                shared = shared / (1.0 + np.exp(-(h @ self.t(f"{p}ffn_gate_inp_shexp.weight"))))[:, None]
+            return self.moe(p, h) + shared
+        return self.arch_qwen35(x, pos, ffn=ffn, **wrong)
 
     def gated_attention(self, p: str, h, pos, rope: Rope):
         """Each attn_q head is a query then a gate; the output times sigmoid(gate)."""

@@ -1,5 +1,5 @@
-"""The synthetic Qwen3.5 (Gated DeltaNet layers beside gated attention,
-scripts/make_synth_qwen35.py) through the engine: a follow-up turn resumes from the
+"""The synthetic Qwen3.5 and Qwen3.5-MoE (Gated DeltaNet layers beside gated attention,
+scripts/make_synth_qwen35.py, make_synth_qwen35moe.py) through the engine: a follow-up turn resumes from the
 recurrent state's checkpoint at the end of the first turn and computes only its new
 tokens, with the tokens a cold run of the whole conversation gives; four sequences
 decoding together give the tokens each gives alone."""
@@ -18,12 +18,12 @@ from pyengine.models import load_model
 from pyengine.runner.engine import Engine
 from pyengine.tokenizer import Tokenizer
 
-MODEL = Path(__file__).parent / "data" / "synth" / "qwen35-q8_0.gguf"
+SYNTH = Path(__file__).parent / "data" / "synth"
 
 
-@pytest.fixture(scope="module")
-def parts():
-    gguf = GGUFFile(MODEL)
+@pytest.fixture(scope="module", params=["qwen35-q8_0", "qwen35moe-q8_0"])
+def parts(request):
+    gguf = GGUFFile(SYNTH / f"{request.param}.gguf")
     return load_model(gguf), Tokenizer.from_gguf(gguf)
 
 

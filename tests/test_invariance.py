@@ -128,7 +128,7 @@ def test_a_prompt_in_chunks_equals_it_whole(loaded):
 
 # ---- a model with recurrent layers ---------------------------------------------------
 
-RECURRENT = ("qwen35-q8_0",)
+RECURRENT = ("qwen35-q8_0", "qwen35moe-q8_0")
 DELTA_CHUNK = 32   # the delta rule's piece boundaries (Context.delta_net's default)
 
 
