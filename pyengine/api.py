@@ -7,6 +7,7 @@
         print(piece, end="", flush=True)
     llm.create_completion("Once upon a time", max_tokens=32)   # OpenAI completion dict
     vectors = llm.embed(["first text", "second text"])         # unit vectors of n_embd floats
+    llm.rerank("query", ["doc a", "doc b"])                    # [{"index", "relevance_score"}] best first
 
 Sampling defaults depend on the method, as each mirrors an API (see the README's
 table): ``generate``, ``chat`` and ``submit`` take Ollama's (temperature 0.8, top_k 40,
@@ -36,22 +37,21 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pyengine.errors import ContextLengthError, InvalidOptionError
+from pyengine import embedding
+from pyengine.errors import ContextLengthError, InvalidOptionError, UnsupportedCapabilityError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Backend
 from pyengine.models import load_model
+from pyengine.options import REQUEST_OPTIONS, RequestOptions, sampling_options
 from pyengine.runner.engine import DEFAULT_BATCH, DEFAULT_PARALLEL, Engine
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.sequence import Chunk, Completion, TokenLogprob
-from pyengine.sample import Grammar, SamplingOptions
-from pyengine.sample.options import layered_options, model_sampling
+from pyengine.sample import SamplingOptions
+from pyengine.sample.options import model_sampling
 from pyengine.tokenizer import Tokenizer
 
 DEFAULT_CTX = 4096
 
-# Options that shape the request rather than the sampler chain.
-REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "grammar", "format", "logprobs",
-                             "top_logprobs", "shift", "truncate", "cache_prompt"})
 
 
 class LLM:
@@ -145,34 +145,64 @@ class LLM:
     # ---- embeddings --------------------------------------------------------------
 
     def embed(self, inputs: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]], normalize: bool = True,
-              truncate: bool = True, return_count: bool = False) -> list[list[float]] | tuple[list[list[float]], int]:
+              truncate: bool = True, return_count: bool = False, pooling: str | int | None = None,
+              dimensions: int | None = None) -> list | tuple[list, int]:
         """One vector per input (a text, a list of texts, a list of token ids or a list of
-        such lists): the mean over the prompt's tokens of the final-norm hidden states, as
-        llama.cpp's `--pooling mean` gives for a decoder model; L2-normalised unless
-        `normalize` is False. Texts are tokenized with the model's BOS/EOS. An input longer
-        than the context is cut to it (`truncate`) or raises ContextLengthError.
-        With `return_count`, also the number of tokens embedded, over all inputs."""
+        such lists), all inputs batched into shared forward passes (pyengine/embedding.py).
+        `pooling` (default: the file's ``pooling_type``, mean for a decoder): "mean" over
+        the final-norm hidden states, as llama.cpp's `--pooling mean`, "cls" or "last" (one
+        token's state), "none" (a list of per-token vectors for each input) or "rank" (the
+        relevance output of a reranker). L2-normalised unless `normalize` is False;
+        `dimensions` keeps the first d components and renormalises (Matryoshka). Texts are
+        tokenized with the model's BOS/EOS. An input longer than the context is cut to it
+        (`truncate`) or raises ContextLengthError. With `return_count`, also the number of
+        tokens embedded, over all inputs."""
+        pooling = self.pooling if pooling is None else embedding.pooling_name(pooling)
         prompts = [self._embedding_ids(item, truncate) for item in _embedding_inputs(inputs)]
-        vectors = []
-        for ids in prompts:
-            # in the engine thread, between two steps: never racing a generation for the cache
-            pooled = self.engine.call(lambda ids=ids: _mean_hidden(self.engine, ids))
-            if normalize:
-                norm = float(np.linalg.norm(pooled))
-                pooled = pooled / norm if norm > 0 else pooled
-            vectors.append(pooled.astype(np.float32).tolist())
+        vectors = embedding.embed_prompts(self.engine, prompts, pooling, normalize=normalize and pooling != "rank",
+                                          dimensions=dimensions)
+        vectors = [v.tolist() for v in vectors]
         if return_count:
             return vectors, sum(len(ids) for ids in prompts)
         return vectors
 
+    @property
+    def pooling(self) -> str:
+        """The pooling the file declares (``{arch}.pooling_type``), mean where it declares none."""
+        return embedding.model_pooling(self.gguf.metadata)
+
+    @property
+    def is_embedding_model(self) -> bool:
+        """Whether the model only embeds (a pooling type in its file, or no LM head)."""
+        return embedding.is_embedding_model(self.gguf.metadata)
+
     def create_embedding(self, input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]],
-                         model: str | None = None) -> dict:
+                         model: str | None = None, dimensions: int | None = None) -> dict:
         """OpenAI's embeddings response: ``{"object": "list", "data": [{"object": "embedding",
         "index", "embedding"}], "model", "usage"}``."""
-        vectors, count = self.embed(input, return_count=True)
+        vectors, count = self.embed(input, return_count=True, dimensions=dimensions)
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
         return {"object": "list", "data": data, "model": model or self.model_name,
                 "usage": {"prompt_tokens": count, "total_tokens": count}}
+
+    def rerank(self, query: str, documents: Sequence[str], top_n: int | None = None, truncate: bool = True,
+               return_count: bool = False) -> list[dict] | tuple[list[dict], int]:
+        """The documents ordered by relevance to `query`, best first: ``[{"index",
+        "relevance_score"}]`` (the first `top_n`). A cross-encoder (a model with a
+        classification head) scores "query [SEP] document" as llama.cpp formats it; a
+        decoder (Qwen3-Reranker) scores p(yes) after its reranking prompt."""
+        if not isinstance(query, str) or isinstance(documents, str) or \
+                any(not isinstance(d, str) for d in documents):
+            raise InvalidOptionError("rerank takes a query text and a list of document texts")
+        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0):
+            raise InvalidOptionError(f"top_n must be a non-negative integer, got {top_n!r}")
+        pairs = embedding.rerank_prompts(self.tokenizer, self.gguf.metadata, self.model, query, list(documents))
+        prompts = [self._embedding_ids(ids, truncate) for ids in pairs]
+        outputs = embedding.embed_prompts(self.engine, prompts, "rank", normalize=False)
+        ranked = embedding.rank_order([float(out[0]) for out in outputs], top_n)
+        if return_count:
+            return ranked, sum(len(ids) for ids in prompts)
+        return ranked
 
     def _embedding_ids(self, item: str | list[int], truncate: bool) -> list[int]:
         if isinstance(item, str):
@@ -232,31 +262,21 @@ class LLM:
 
         Options not given take `surface`'s defaults ("ollama", "openai", "llama-cpp-python",
         "llama-cpp-python-chat"), overridden by the file's ``general.sampling.*`` and then
-        by `parameters` (a created model's, Ollama's names): see :meth:`sampling_options`."""
+        by `parameters` (a created model's, Ollama's names): see :meth:`sampling_options`.
+        An embedding model (:attr:`is_embedding_model`) raises UnsupportedCapabilityError."""
+        if self.is_embedding_model:
+            raise UnsupportedCapabilityError(self.model_name, "completion", "generate")
         ids = self.tokenize(prompt, parse_special=True) if isinstance(prompt, str) else prompt
-        created = dict(parameters or {})
-        created_stop = created.pop("stop", None)
-        stop = created_stop if stop is None else stop
-        sampling_opts = {k: v for k, v in options.items() if k not in REQUEST_OPTIONS}
-        request_opts = {**{k: v for k, v in created.items() if k in REQUEST_OPTIONS},
-                        **{k: v for k, v in options.items() if k in REQUEST_OPTIONS}}
-        sampling = self.sampling_options(surface, {**sampling_opts, "temperature": temperature, "seed": seed},
-                                         parameters=created)
-        if "num_predict" in request_opts:
-            max_tokens = request_opts.pop("num_predict")
-        grammar = _grammar(request_opts.pop("grammar", None), request_opts.pop("format", None))
-        top = request_opts.pop("top_logprobs", None)
-        if sampling.n_probs and top is None:
-            top = sampling.n_probs
-        return self.engine.submit(ids, sampling, max_tokens=max_tokens, stop=stop, grammar=grammar,
-                                  top_logprobs=top, images=images, **request_opts)
+        sampling = self.sampling_options(surface, {**{k: v for k, v in options.items() if k not in REQUEST_OPTIONS},
+                                                   "temperature": temperature, "seed": seed}, parameters=parameters)
+        request = RequestOptions.from_ollama({**options, "stop": stop}, surface=surface, created=parameters,
+                                             max_tokens=max_tokens, sampling=sampling)
+        return self.engine.submit(ids, request, images=images)
 
     def sampling_options(self, surface: str, request: dict, parameters: dict | None = None) -> SamplingOptions:
         """The sampler settings of a request (Ollama's names): `surface`'s defaults < this
         file's ``general.sampling.*`` < a created model's `parameters` < `request`."""
-        created = {k: v for k, v in (parameters or {}).items() if k not in REQUEST_OPTIONS}
-        return SamplingOptions.from_dict(layered_options(surface, model=self.sampling_defaults, created=created,
-                                                         request=request))
+        return sampling_options(surface, request, model=self.sampling_defaults, created=parameters)
 
     # ---- chat ------------------------------------------------------------------
 
@@ -363,47 +383,6 @@ def _is_token(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _mean_hidden(engine: Engine, ids: list[int]) -> np.ndarray:
-    """The mean final-norm hidden state over `ids`, computed in a free sequence slot of the
-    engine's cache whose cells are given back at the end. Runs in the engine thread."""
-    if all(slot.live for slot in engine.slots.slots):
-        raise ContextLengthError("every sequence slot is in use; retry the embedding later")
-    slot = engine.slots.free_slot()
-    total = np.zeros(engine.model.cfg.n_embd, np.float64)
-    try:
-        for start in range(0, len(ids), engine.n_batch):
-            chunk = ids[start:start + engine.n_batch]
-            engine.cache.slide(slot.id, start, engine.swa_margin)
-            _reserve(engine, len(chunk))
-            rows = np.arange(len(chunk), dtype=np.int32)
-            hidden = engine.forward.hidden(chunk, rows + start, np.full(len(chunk), slot.id), rows)
-            total += hidden.sum(axis=0, dtype=np.float64)
-    finally:
-        engine.slots.evict(slot)
-    return total / len(ids)
-
-
-def _reserve(engine: Engine, n_new: int) -> None:
-    """Evict cached (idle) prefixes until the cache has room for `n_new` tokens."""
-    try:
-        engine.cache.reserve(n_new, engine.slots.evict_lru)
-    except ContextLengthError as error:
-        raise ContextLengthError(f"{error}: the cache is full with running requests; retry the embedding "
-                                 "later") from None
-
-
-def _grammar(grammar: object, fmt: object) -> Grammar | None:
-    if grammar is not None and fmt not in (None, ""):
-        raise InvalidOptionError("give either option 'grammar' or option 'format', not both")
-    if isinstance(grammar, Grammar):
-        return grammar
-    if grammar is not None:
-        if not isinstance(grammar, str):
-            raise InvalidOptionError(f"option 'grammar' must be GBNF text, got {type(grammar).__name__}")
-        return Grammar.from_gbnf(grammar) if grammar.strip() else None
-    if fmt in (None, ""):
-        return None
-    return Grammar.from_format(fmt)
 
 
 def _positive_int(name: str, value) -> int:

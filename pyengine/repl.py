@@ -31,7 +31,6 @@ HELP = """Available commands:
   /?, /help                   show this help
 
 Use \"\"\" to begin and end a message of several lines."""
-_REQUEST_OPTIONS = ("num_predict", "num_ctx", "stop")
 
 
 class ChatRepl:
@@ -207,8 +206,9 @@ def check_option(name: str, value: Any) -> None:
             raise InvalidOptionError("stop takes one or more strings")
         return
     if name in ("num_predict", "num_ctx"):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (-2 if name == "num_predict" else 1):
-            raise InvalidOptionError(f"option {name!r} must be an integer, got {value!r}")
+        from pyengine.options import RequestOptions
+
+        RequestOptions(**{"max_tokens" if name == "num_predict" else name: value})
         return
     from pyengine.sample import SamplingOptions
 

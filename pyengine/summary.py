@@ -70,11 +70,27 @@ def model_summary(path) -> list[tuple[str, str]]:
         ("vocabulary", str(len(tokens)) if is_sequence(tokens) else "-"),
         ("chat template", f"yes ({len(template)} chars)" if isinstance(template, str) and template
          else f"no (prompted in the {renderer_name(meta)} format)"),
+        ("capabilities", ", ".join(file_capabilities(meta))),
         ("size on disk", human_bytes(os.path.getsize(path))),
         ("path", str(path)),
     ]
     # Rows of features the model does not have (no experts, no window) say nothing.
     return [(label, value) for label, value in rows if value != "-"]
+
+
+def file_capabilities(meta: dict) -> tuple[str, ...]:
+    """What the model can be asked to do (:mod:`pyengine.chat.capabilities`), by the
+    file's own chat template ("embedding" for an embedding model)."""
+    from pyengine.chat.capabilities import capabilities
+    from pyengine.errors import PyEngineError
+    from pyengine.tokenizer.vocab import Vocab
+
+    try:
+        special = Vocab.from_metadata(meta).special
+    except PyEngineError:   # a vocabulary the model cannot load with: no FIM either
+        special = {}
+    template = meta.get("tokenizer.chat_template")
+    return capabilities(meta, template if isinstance(template, str) else "", special)
 
 
 def is_sequence(value) -> bool:

@@ -47,7 +47,7 @@ FILLER_TOKEN_TYPE = 3       # CONTROL: never produced by tokenizing text
 class Shape:
     """A model's architecture and hyper-parameters (the GGUF keys and tensor shapes)."""
 
-    arch: str                   # general.architecture: llama, qwen2 or gemma3
+    arch: str                   # general.architecture: llama, qwen2, gemma3 or qwen3moe
     n_vocab: int
     n_embd: int
     n_layer: int
@@ -97,6 +97,9 @@ SHAPES: dict[str, Shape] = {
                           rope_base=1000000.0, eps=1e-6),
     "gemma-3-270m": Shape("gemma3", 262144, 640, 18, 2048, 4, 1, 256, tied=True, n_ctx=32768,
                           rope_base=1000000.0, eps=1e-6, sliding_window=512),
+    # Qwen3-30B-A3B: 48 layers of 128 experts (8 chosen, 768 wide), q/k norms, untied output
+    "qwen3-30b-a3b": Shape("qwen3moe", 151936, 2048, 48, 6144, 32, 4, 128, tied=False, n_ctx=40960,
+                           rope_base=1000000.0, eps=1e-6, n_expert=128, n_expert_used=8, n_ff_exp=768),
     "smollm2-135m": Shape("llama", 49152, 576, 30, 1536, 9, 3, 64, tied=True, n_ctx=8192, rope_base=100000.0),
 }
 SHAPES["qwen2.5-coder-0.5b"] = SHAPES["qwen2.5-0.5b"]   # the same shape
@@ -138,8 +141,8 @@ def matrix_type(mix: str, role: str, n_in: int, layer: int = 0, n_layer: int = 1
     role: "output" (output.weight, or token_embd when it is also the output), "attn_v",
     "ffn_down" (with their layer), or anything else for the rest."""
     base = MIXES[mix][0]
-    if role == "router":              # llama-quantize leaves an expert router unquantized (F16 stands in)
-        return T.F16
+    if role == "router":              # a MoE's expert router stays float32 in llama.cpp's mixes
+        return T.F32
     if base == T.F16:                 # llama.cpp converts every matrix alike for a float type
         return T.F16
     qtype = base
@@ -224,6 +227,8 @@ def random_rows(qtype: GGMLQuantizationType, n_rows: int, n_in: int, sigma: floa
     """n_rows rows of n_in random weights of standard deviation ~sigma, as the bytes of `qtype`."""
     if qtype == T.F16:
         return random.normal_f16(n_rows * n_in, sigma).view(np.uint8).reshape(n_rows, -1)
+    if qtype == T.F32:
+        return random.normal_f16(n_rows * n_in, sigma).astype(np.float32).view(np.uint8).reshape(n_rows, -1)
     block, block_bytes = GGML_QUANT_SIZES[qtype]
     blocks = random.take(n_rows * n_in // block * block_bytes).reshape(-1, block_bytes)
     for offset, header in block_header(qtype, sigma):
@@ -232,6 +237,8 @@ def random_rows(qtype: GGMLQuantizationType, n_rows: int, n_in: int, sigma: floa
 
 
 def row_bytes(qtype: GGMLQuantizationType, n_in: int) -> int:
+    if qtype == T.F32:
+        return 4 * n_in
     block, block_bytes = GGML_QUANT_SIZES[qtype]
     return n_in // block * block_bytes
 
@@ -298,10 +305,7 @@ def deepseek2_layer(s: Shape, i: int) -> Iterator[TensorSpec]:
         yield TensorSpec(p + "ffn_down.weight", (s.n_embd, s.n_ff), "ffn_down", layer=i)
         return
     n_sh = s.n_ff_exp * s.n_expert_shared
-    yield TensorSpec(p + "ffn_gate_inp.weight", (s.n_expert, s.n_embd), "router", layer=i)
-    yield TensorSpec(p + "ffn_gate_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i)
-    yield TensorSpec(p + "ffn_up_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i)
-    yield TensorSpec(p + "ffn_down_exps.weight", (s.n_expert, s.n_embd, s.n_ff_exp), "ffn_down", layer=i)
+    yield from expert_tensors(s, p, i)
     yield TensorSpec(p + "ffn_gate_shexp.weight", (n_sh, s.n_embd), layer=i)
     yield TensorSpec(p + "ffn_up_shexp.weight", (n_sh, s.n_embd), layer=i)
     yield TensorSpec(p + "ffn_down_shexp.weight", (s.n_embd, n_sh), "ffn_down", layer=i)
@@ -333,18 +337,30 @@ def model_tensors(shape: Shape) -> Iterator[TensorSpec]:
             yield TensorSpec(p + "attn_q.bias", (s.q_dim,), "zeros")
             yield TensorSpec(p + "attn_k.bias", (s.kv_dim,), "zeros")
             yield TensorSpec(p + "attn_v.bias", (s.kv_dim,), "zeros")
-        if s.arch == "gemma3":
+        if s.arch in ("gemma3", "qwen3moe"):
             yield TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "norm")
             yield TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "norm")
         yield TensorSpec(p + "attn_output.weight", (s.n_embd, s.q_dim), layer=i)
         if s.arch == "gemma3":
             yield TensorSpec(p + "post_attention_norm.weight", (s.n_embd,), "norm")
         yield TensorSpec(p + "ffn_norm.weight", (s.n_embd,), "norm")
-        yield TensorSpec(p + "ffn_gate.weight", (s.n_ff, s.n_embd), layer=i)
-        yield TensorSpec(p + "ffn_up.weight", (s.n_ff, s.n_embd), layer=i)
-        yield TensorSpec(p + "ffn_down.weight", (s.n_embd, s.n_ff), "ffn_down", layer=i)
+        if s.n_expert:
+            yield from expert_tensors(s, p, i)
+        else:
+            yield TensorSpec(p + "ffn_gate.weight", (s.n_ff, s.n_embd), layer=i)
+            yield TensorSpec(p + "ffn_up.weight", (s.n_ff, s.n_embd), layer=i)
+            yield TensorSpec(p + "ffn_down.weight", (s.n_embd, s.n_ff), "ffn_down", layer=i)
         if s.arch == "gemma3":
             yield TensorSpec(p + "post_ffw_norm.weight", (s.n_embd,), "norm")
+
+
+def expert_tensors(s: Shape, p: str, i: int) -> Iterator[TensorSpec]:
+    """A MoE layer's router and expert stacks (llama.cpp's names; ffn_down_exps takes
+    ffn_down's type rule, as llama-quantize matches it by name)."""
+    yield TensorSpec(p + "ffn_gate_inp.weight", (s.n_expert, s.n_embd), "router", layer=i)
+    yield TensorSpec(p + "ffn_gate_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i)
+    yield TensorSpec(p + "ffn_up_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i)
+    yield TensorSpec(p + "ffn_down_exps.weight", (s.n_expert, s.n_embd, s.n_ff_exp), "ffn_down", layer=i)
 
 
 def vector_data(spec: TensorSpec) -> np.ndarray:
@@ -375,6 +391,10 @@ def add_hyper_parameters(writer: GGUFWriter, shape: Shape, name: str, mix: str) 
     writer.add_rope_dimension_count(s.rope_dims or s.head_dim)
     if s.sliding_window:
         writer.add_sliding_window(s.sliding_window)
+    if s.n_expert:
+        writer.add_expert_count(s.n_expert)
+        writer.add_expert_used_count(s.n_expert_used)
+        writer.add_expert_feed_forward_length(s.n_ff_exp)
     writer.add_vocab_size(s.n_vocab)
     writer.add_file_type(int(MIXES[mix][1]))
     writer.add_quantization_version(2)
@@ -382,7 +402,8 @@ def add_hyper_parameters(writer: GGUFWriter, shape: Shape, name: str, mix: str) 
 
 def add_mla_parameters(writer: GGUFWriter, s: Shape) -> None:
     """DeepSeek-2's keys as current converters write them: key/value_length are the absorbed
-    single KV head (latent + rope, latent), *_mla the per-head sizes; experts; YaRN."""
+    single KV head (latent + rope, latent), *_mla the per-head sizes; shared experts and
+    gating (the expert counts are add_hyper_parameters'); YaRN."""
     writer.add_key_length(s.kv_lora_rank + s.rope_dims)
     writer.add_value_length(s.kv_lora_rank)
     writer.add_key_length_mla(s.head_dim)
@@ -391,9 +412,6 @@ def add_mla_parameters(writer: GGUFWriter, s: Shape) -> None:
         writer.add_q_lora_rank(s.q_lora_rank)
     writer.add_kv_lora_rank(s.kv_lora_rank)
     writer.add_leading_dense_block_count(s.n_dense_lead)
-    writer.add_expert_count(s.n_expert)
-    writer.add_expert_used_count(s.n_expert_used)
-    writer.add_expert_feed_forward_length(s.n_ff_exp)
     writer.add_expert_shared_count(s.n_expert_shared)
     writer.add_expert_weights_scale(1.0)
     writer.add_expert_weights_norm(False)

@@ -208,14 +208,14 @@ class Reference:
         return self.linear(f"{p}ffn_down{suffix}",
                            act(self.linear(f"{p}ffn_gate{suffix}", h)) * self.linear(f"{p}ffn_up{suffix}", h))
 
-    def moe(self, p: str, h):
+    def moe(self, p: str, h, *, renormalise: bool = True):
         n_used = self.w.hp("expert_used_count")
         probs = softmax(self.linear(f"{p}ffn_gate_inp", h))          # [T, E]
         gate, up, down = (self.t(f"{p}ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
         out = np.zeros_like(h)
         for t in range(h.shape[0]):
             chosen = np.argsort(-probs[t], kind="stable")[:n_used]
-            weights = probs[t, chosen] / probs[t, chosen].sum()
+            weights = probs[t, chosen] / (probs[t, chosen].sum() if renormalise else 1.0)
             for e, wt in zip(chosen, weights):
                 y = silu(gate[e] @ h[t]) * (up[e] @ h[t])
                 out[t] += wt * (down[e] @ y)
@@ -238,9 +238,14 @@ class Reference:
             x = x + ffn(p, self.norm(f"{p}ffn_norm", x))
         return self.logits(x)
 
-    def arch_llama(self, x, pos):
-        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling),
-                                   self.gated_mlp)
+    # Llama; Mixtral is a llama file with experts: every layer's MLP is then the
+    # softmax-routed experts (renormalise=False: the wrong variant the tests measure)
+    def arch_llama(self, x, pos, *, renormalise: bool = True):
+        def ffn(p, h):
+            if self.w.has(f"{p}ffn_gate_inp.weight"):
+                return self.moe(p, h, renormalise=renormalise)
+            return self.gated_mlp(p, h)
+        return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling), ffn)
 
     def arch_qwen2(self, x, pos):
         return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling),
@@ -640,6 +645,103 @@ class Reference:
         z = self.linear(f"{p}attn_gate", h).reshape(n_tok, n_v, dv)
         o = self.norm(f"{p}ssm_norm", out) * silu(z)
         return self.linear(f"{p}ssm_out", o.reshape(n_tok, -1))
+    # GLM-4.5: pre-norm blocks (the second norm named post_attention_norm), q/k/v biases,
+    # q/k head norms where present, NeoX RoPE over part of each head; the first
+    # leading_dense_block_count layers dense, the others sigmoid-routed experts chosen with
+    # the exp_probs_b bias, plus the shared expert; the last nextn_predict_layers blocks
+    # never run.  The keywords make the wrong variants the tests measure.
+    def arch_glm4moe(self, x, pos, *, selection_bias: bool = True, routed_scale: bool = True,
+                     shared: bool = True, neox: bool = True):
+        n_run = self.n_layer - self.w.hp("nextn_predict_layers", 0)
+        n_dense = self.w.hp("leading_dense_block_count", 0)
+        rope = Rope(self.rope_dims, self.rope_base, neox=neox, **self.scaling)
+        for i in range(n_run):
+            p = f"blk.{i}."
+            x = x + self.self_attention(p, self.norm(f"{p}attn_norm", x), pos, rope)
+            h = self.norm(f"{p}post_attention_norm", x)
+            if i < n_dense:
+                x = x + self.gated_mlp(p, h)
+                continue
+            x = x + self.sigmoid_moe(p, h, selection_bias=selection_bias, routed_scale=routed_scale)
+            if shared:
+                x = x + self.linear(f"{p}ffn_down_shexp",
+                                    silu(self.linear(f"{p}ffn_gate_shexp", h)) * self.linear(f"{p}ffn_up_shexp", h))
+        return self.logits(x)
+
+    def sigmoid_moe(self, p: str, h, *, selection_bias: bool = True, routed_scale: bool = True):
+        n_used = self.w.hp("expert_used_count")
+        probs = 1.0 / (1.0 + np.exp(-self.linear(f"{p}ffn_gate_inp", h)))             # [T, E]
+        select = probs + self.t(f"{p}exp_probs_b.bias") if selection_bias else probs
+        scale = self.w.hp("expert_weights_scale", 0.0) if routed_scale else 0.0
+        gate, up, down = (self.t(f"{p}ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-select[t], kind="stable")[:n_used]
+            weights = probs[t, chosen]
+            if self.w.hp("expert_weights_norm", False):
+                weights = weights / max(weights.sum(), 6.103515625e-5)
+            weights = weights * (scale or 1.0)
+            for e, wt in zip(chosen, weights):
+                out[t] += wt * (down[e] @ (silu(gate[e] @ h[t]) * (up[e] @ h[t])))
+        return out
+
+
+    # Llama 4: every 4th layer NoPE (its queries times the temperature
+    # log(floor((pos + 1) / 8192) + 1) * 0.1 + 1), the others RoPE then a weightless
+    # q/k RMS norm, attending within chunks of `chunk` tokens; every
+    # interleave_moe_layer_step-th layer the top expert on its input times
+    # sigmoid(logit), plus the shared expert.  The keywords make the wrong variants
+    # the tests measure (and chunk a size the tests can reach).
+    def arch_llama4(self, x, pos, *, chunk: int = 8192, kq_norm: bool = True, nope: bool = True,
+                    weight_before: bool = True, shared: bool = True):
+        step = self.w.hp("interleave_moe_layer_step")
+        rope = Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling)
+        temp = np.log(np.floor((pos + 1.0) / 8192) + 1.0) * 0.1 + 1.0
+        visible = (pos[None, :] <= pos[:, None]) & (pos[None, :] // chunk == pos[:, None] // chunk)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            q, k, v = self.qkv(p, self.norm(f"{p}attn_norm", x))
+            roped = not nope or (i + 1) % 4 != 0
+            if roped:
+                q, k = rope(q, pos), rope(k, pos)
+                if kq_norm:
+                    q, k = rms_norm(q, 1.0, self.eps), rms_norm(k, 1.0, self.eps)
+            else:
+                q = q * temp[:, None, None]
+            o = attend_masked(q, k, v, visible if roped else pos[None, :] <= pos[:, None],
+                              scale=1.0 / math.sqrt(self.head_dim))
+            x = x + self.linear(f"{p}attn_output", o)
+            h = self.norm(f"{p}ffn_norm", x)
+            if (i + 1) % step:
+                x = x + self.gated_mlp(p, h)
+                continue
+            x = x + self.top1_sigmoid_moe(p, h, weight_before=weight_before)
+            if shared:
+                x = x + self.linear(f"{p}ffn_down_shexp",
+                                    silu(self.linear(f"{p}ffn_gate_shexp", h)) * self.linear(f"{p}ffn_up_shexp", h))
+        return self.logits(x)
+
+    def top1_sigmoid_moe(self, p: str, h, *, weight_before: bool = True):
+        logits = self.linear(f"{p}ffn_gate_inp", h)                                   # [T, E]
+        gate, up, down = (self.t(f"{p}ffn_{n}_exps.weight") for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            e = int(np.argmax(logits[t]))
+            wt = 1.0 / (1.0 + np.exp(-logits[t, e]))
+            x = h[t] * wt if weight_before else h[t]
+            y = down[e] @ (silu(gate[e] @ x) * (up[e] @ x))
+            out[t] = y if weight_before else wt * y
+        return out
+
+
+def attend_masked(q, k, v, visible, *, scale: float) -> np.ndarray:
+    """Attention of q [T, H, hd] over k, v [T, Hkv, hd] where visible [T, T] allows."""
+    n_tok, n_head, hd = q.shape
+    group = n_head // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.where(visible[None], np.einsum("thd,shd->hts", q, k) * scale, -np.inf)
+    return np.einsum("hts,shd->thd", softmax(scores), v).reshape(n_tok, n_head * hd)
+
 
 def attend_with_sinks(q, k, v, pos, *, scale: float, window: int = 0, sinks=None) -> np.ndarray:
     """attend(), with each head's sink logit (sinks [H], or None) joining its

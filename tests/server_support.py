@@ -134,9 +134,15 @@ class FakeAdapter:
     def start_completion(self, prompt, **kwargs) -> FakeRun:
         return self._run()
 
-    def embed(self, inputs, *, normalize: bool = True, truncate: bool = True):
+    def embed(self, inputs, *, normalize: bool = True, truncate: bool = True, pooling=None, dimensions=None):
         """One fixed unit vector per input, one token per input."""
-        return [[1.0, 0.0, 0.0] for _ in inputs], len(inputs)
+        return [[1.0, 0.0, 0.0][:dimensions] for _ in inputs], len(inputs)
+
+    def rerank(self, query, documents, *, top_n=None):
+        """Shorter documents first (score 1 / length), one token per document."""
+        scores = [1.0 / (1 + len(d)) for d in documents]
+        order = sorted(range(len(documents)), key=lambda i: -scores[i])[:top_n]
+        return [{"index": i, "relevance_score": scores[i]} for i in order], len(documents)
 
     def token_bytes(self, token: int) -> bytes:
         return b"?"

@@ -115,6 +115,17 @@ QUANT = {
     # biased experts with the clamped SwiGLU; recorded by the AVX-512 build (extra buffer types off);
     # met to 1e-5 (354/354) on scalar, avx2 and avx512, 0.040 from the exact result as llama.cpp is
     "gpt-oss-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # Mixtral (scripts/make_synth_mixtral.py): a llama file with 4 experts, 2 used, softmax routing
+    # renormalised over the chosen; recorded by the AVX-512 build (extra buffer types off)
+    "mixtral-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # GLM-4.5 (scripts/make_synth_glm4moe.py): a dense first layer, sigmoid routing with a selection
+    # bias, renormalised and scaled x2.5, a shared expert, partial NeoX RoPE, q/k head norms, a
+    # NextN block left unrun; recorded by the AVX-512 build (extra buffer types off)
+    "glm4moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # Llama 4 (scripts/make_synth_llama4.py): a NoPE layer in 4 with the temperature, L2 q/k norms on
+    # the RoPE layers, every 2nd layer one expert (input scaled by its sigmoid) plus a shared one;
+    # recorded by the AVX-512 build (extra buffer types off, a full-size chunked cache)
+    "llama4-q8_0": Bounds(QUANT_ARGMAX, 0.05),
     # deepseek2 (scripts/make_synth_deepseek2.py): MLA with a q LoRA over a latent cache, YaRN x4
     # with DeepSeek's mscale in the scores, sigmoid routing with a selection bias in 4 groups of 2
     # experts (2 kept), a shared expert; recorded by the AVX-512 build (extra buffer types off);
@@ -362,6 +373,90 @@ def test_gpt_oss_window_on_the_even_layers():
     assert [spec.window for spec in model.cache_layout()] == [16, 0, 16, 0]
 
 
+def far_from_llamacpp(name: str, wrong_logits) -> None:
+    """The exact model with one piece wrong, wrong_logits(ref, x, pos) over the 301-token
+    prompt, is far outside the bounds the engine meets: in its top-10 at the last
+    position and in its argmax over the prompt's rows."""
+    cases, _ = runs(name)
+    ref = Reference(DATA / "synth" / f"{name}.gguf")
+    bounds = BOUNDS[name]
+    ids = cases[2]["ids"]
+    logits = wrong_logits(ref, ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids)))
+    top = np.asarray(cases[2]["top_ids"][:10])
+    top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
+    argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
+    assert top10 > 2 * bounds.top10 and argmax < bounds.argmax - 0.1, (top10, argmax)
+
+
+def test_mixtral_runs_experts_and_renormalises():
+    """mixtral-q8_0 is a llama file with experts: every layer binds them, and the
+    exact model without renormalising the chosen experts' weights is far off."""
+    model = load(DATA / "synth" / "mixtral-q8_0.gguf")
+    assert model.cfg.n_expert == 4 and all(hasattr(b.mlp, "ffn_gate_inp") for b in model.layers)
+    far_from_llamacpp("mixtral-q8_0", lambda ref, x, pos: ref.arch_llama(x, pos, renormalise=False))
+
+
+def test_glm4moe_layers_and_variants():
+    """glm4moe-q8_0 runs 3 of its 4 blocks (the NextN block stays unrun), the first
+    dense, the others routed experts with a shared one; the exact model with one
+    piece wrong (no selection bias, no routed scaling, no shared expert, the
+    interleaved rope instead of NeoX's) is far off."""
+    model = load(DATA / "synth" / "glm4moe-q8_0.gguf")
+    assert model.cfg.n_layer == 3 and model.cfg.n_nextn == 1
+    assert [type(b).__name__ for b in model.layers] == ["DenseBlock", "MoeBlock", "MoeBlock"]
+    for wrong in ({"selection_bias": False}, {"routed_scale": False}, {"shared": False}, {"neox": False}):
+        far_from_llamacpp("glm4moe-q8_0", lambda ref, x, pos: ref.arch_glm4moe(x, pos, **wrong))
+
+
+def test_llama4_layers_and_variants():
+    """llama4-q8_0 has experts on layers 1 and 3 and no rope on layer 3; the exact
+    model with one piece wrong (no q/k L2 norm, rope on the NoPE layer, no shared
+    expert) is far off."""
+    model = load(DATA / "synth" / "llama4-q8_0.gguf")
+    assert [type(b).__name__ for b in model.layers] == ["Block", "MoeBlock", "Block", "MoeBlock"]
+    assert [model.cfg.uses_rope(i) for i in range(4)] == [True, True, True, False]
+    keys = np.random.default_rng(3).standard_normal((6, 2, 16)).astype(np.float32)   # [T, Hkv, hd] numpy order
+    moved = [shifted_keys(model, keys, layer) for layer in (2, 3)]
+    assert np.abs(moved[0] - keys).max() > 0.1 and np.array_equal(moved[1], keys)   # the NoPE layer's stay
+    for wrong in ({"kq_norm": False}, {"nope": False}, {"shared": False}):
+        far_from_llamacpp("llama4-q8_0", lambda ref, x, pos: ref.arch_llama4(x, pos, **wrong))
+
+
+def shifted_keys(model, keys: np.ndarray, layer: int, delta: int = 5) -> np.ndarray:
+    """Keys [n, Hkv, hd] of `layer` after a context shift of `delta` positions."""
+    from pyengine.ml.context import Context
+
+    ctx = Context(backend())
+    k = ctx.input(keys, "k")                                            # [hd, Hkv, T]
+    out = ctx.cont(model.shift_keys(ctx, k, ctx.input(np.full(len(keys), delta, np.int32), "pos"), layer))
+    ctx.set_output(out)
+    ctx.compute()
+    return ctx.read(out).reshape(keys.shape)
+
+
+def test_llama4_temperature_steps_past_the_chunk():
+    """The NoPE layers' query factor: 1 up to position 8190, then
+    log(floor((pos + 1) / 8192) + 1) * 0.1 + 1 (llama.cpp's offset of 1)."""
+    from pyengine.models.llama4 import temperature_table
+
+    table = temperature_table(3 * 8192)
+    pos = np.array([0, 8190, 8191, 16382, 16383, 24575])
+    want = np.log(np.floor((pos + 1.0) / 8192) + 1.0) * 0.1 + 1.0
+    np.testing.assert_allclose(table[pos], want, rtol=1e-7)
+    assert table[8190] == 1.0 and table[8191] > 1.0
+
+
+def test_llama4_refuses_a_context_past_one_chunk():
+    """Positions past the first chunk would need the chunked mask, which the cache
+    does not have: a context per sequence longer than a chunk is refused."""
+    from pyengine.errors import UnsupportedError
+
+    model = load(DATA / "synth" / "llama4-q8_0.gguf")
+    cache = KVCache(model.cache_layout(), 8193)
+    with pytest.raises(UnsupportedError, match="chunk"):
+        Forward(model, backend(), cache)(np.array([1, 2], np.int32), np.arange(2), np.zeros(2), np.array([1]))
+
+
 def phi3_longrope(tmp_path):
     """phi3-q5_0 plus LongRoPE factor tensors, original context 64, attn_factor 1.19."""
     rng = np.random.default_rng(7)
@@ -425,7 +520,8 @@ def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
 
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
-                                     "mistral3-q8_0", "gpt-oss-q8_0", "deepseek2-q8_0",
+                                     "mistral3-q8_0", "gpt-oss-q8_0", "deepseek2-q8_0", "mixtral-q8_0", "glm4moe-q8_0",
+                                     "llama4-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the

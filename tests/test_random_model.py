@@ -192,3 +192,25 @@ def test_compare_takes_a_random_shape(tmp_path):
     bad = subprocess.run([sys.executable, str(compare), "--random", "llama-9b"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "unknown shape 'llama-9b'" in bad.stderr
+
+
+# Qwen3-30B-A3B's kind of layer, small: 16 experts of 128 (4 chosen), q/k norms
+QWEN3MOE = mrm.Shape("qwen3moe", 600, 256, 8, 768, 4, 2, 64, tied=False, eps=1e-6,
+                     n_expert=16, n_expert_used=4, n_ff_exp=256)
+
+
+def test_qwen3moe_experts_load_and_stay_finite(tmp_path):
+    """Expert stacks are written 3-D in the Q4_K_M mix (ffn_down_exps by ffn_down's rule),
+    the router float32, and the model runs."""
+    path = mrm.write_model(tmp_path / "qwen3moe.gguf", QWEN3MOE, "q4_k_m")
+    tensors = {t.name: t for t in GGUFReader(path).tensors}
+    more_bits = {0, 3, 6, 7}
+    for i in range(8):
+        p = f"blk.{i}."
+        assert tensors[p + "ffn_gate_inp.weight"].tensor_type.name == "F32"
+        assert [int(d) for d in tensors[p + "ffn_gate_exps.weight"].shape] == [256, 256, 16]
+        assert [int(d) for d in tensors[p + "ffn_down_exps.weight"].shape] == [256, 256, 16]
+        assert tensors[p + "ffn_gate_exps.weight"].tensor_type.name == "Q4_K"
+        assert tensors[p + "ffn_down_exps.weight"].tensor_type.name == ("Q6_K" if i in more_bits else "Q4_K")
+        assert p + "ffn_gate.weight" not in tensors and p + "attn_k_norm.weight" in tensors
+    check_runs(path, QWEN3MOE.n_vocab)

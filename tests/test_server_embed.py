@@ -282,3 +282,97 @@ def test_embedding_requests_are_admitted_like_generations():
             assert reply.json()["embeddings"] == [[1.0, 0.0, 0.0]] * 2 and reply.json()["prompt_eval_count"] == 2
             assert server.state.admission.in_flight == 0
             assert server.state.registry.get_loaded("fake").active == 0
+
+
+# --------------------------------------------------------------------------------------
+# Pooling per request, dimensions out of range
+# --------------------------------------------------------------------------------------
+
+
+def test_pooling_field(client, llm):
+    body = client.post("/api/embed", json={"model": MODEL, "input": [CAT, STOCKS], "pooling": "last"}).json()
+    assert body["embeddings"] == llm.embed([CAT, STOCKS], pooling="last")
+    tokens = client.post("/api/embed", json={"model": MODEL, "input": CAT, "pooling": "none"}).json()
+    assert tokens["embeddings"] == llm.embed(CAT, pooling="none")   # a vector per token
+    assert len(tokens["embeddings"][0]) == tokens["prompt_eval_count"]
+    by_number = client.post("/v1/embeddings", json={"model": MODEL, "input": CAT, "pooling": 2}).json()
+    assert by_number["data"][0]["embedding"] == llm.embed(CAT, pooling="cls")[0]
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/embeddings", {"model": MODEL, "input": CAT, "pooling": "none"}, "pooling"),
+    ("/v1/embeddings", {"model": MODEL, "input": CAT, "pooling": "max"}, "pooling"),
+    ("/v1/embeddings", {"model": MODEL, "input": CAT, "dimensions": N_EMBD + 1}, "dimensions"),
+    ("/api/embed", {"model": MODEL, "input": CAT, "pooling": 7}, None),
+    ("/v1/rerank", {"model": MODEL, "documents": ["a"]}, "query"),
+    ("/v1/rerank", {"model": MODEL, "query": "q", "documents": []}, "documents"),
+    ("/v1/rerank", {"model": MODEL, "query": "q", "documents": ["a", 3]}, "documents"),
+    ("/v1/rerank", {"model": MODEL, "query": "q", "documents": ["a"], "top_n": -1}, "top_n"),
+    ("/v1/rerank", {"model": MODEL, "query": "q", "documents": ["a"], "extra": 1}, "extra"),
+])
+def test_bad_pooling_dimensions_and_rerank_requests_are_400(client, path, body, param):
+    reply = client.post(path, json=body)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    if path.startswith("/v1/"):
+        assert error["param"] == param
+    else:
+        assert isinstance(error, str) and error
+
+
+# --------------------------------------------------------------------------------------
+# Reranking: llama-server's /v1/rerank and /rerank
+# --------------------------------------------------------------------------------------
+
+QUERY = "What do cats like to eat?"
+DOCS = ["Cats are obligate carnivores and like fish and meat.", "The stock market fell on Monday.",
+        "Kittens drink milk.", "Paris is the capital of France."]
+
+
+def test_v1_rerank_in_llama_server_shape(client, llm):
+    body = client.post("/v1/rerank", json={"model": MODEL, "query": QUERY, "documents": DOCS}).json()
+    assert body["object"] == "list" and body["model"] == MODEL
+    assert body["results"] == llm.rerank(QUERY, DOCS)
+    scores = [r["relevance_score"] for r in body["results"]]
+    assert scores == sorted(scores, reverse=True) and sorted(r["index"] for r in body["results"]) == [0, 1, 2, 3]
+    assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] == llm.rerank(
+        QUERY, DOCS, return_count=True)[1]
+    top = client.post("/rerank", json={"model": MODEL, "query": QUERY, "documents": DOCS, "top_n": 2}).json()
+    assert top["results"] == body["results"][:2]
+
+
+def test_rerank_tei_shape(client, llm):
+    body = client.post("/rerank", json={"model": MODEL, "query": QUERY, "texts": DOCS, "return_text": True}).json()
+    expected = llm.rerank(QUERY, DOCS)
+    assert body == [{"index": r["index"], "score": r["relevance_score"], "text": DOCS[r["index"]]} for r in expected]
+
+
+# --------------------------------------------------------------------------------------
+# An embedding model: listed as one, refuses text
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedder_server(tmp_path_factory):
+    from gguf import GGUFValueType
+    from model_parity import rewrite
+
+    path = rewrite(tmp_path_factory.mktemp("embedder"), "qwen3-q4_1",
+                   meta={"qwen3.pooling_type": (1, GGUFValueType.INT32)})
+    with running_server(ServerConfig(parallel=1, max_queue=4, n_ctx=128), served={"embedder": path}) as server:
+        yield server
+
+
+def test_embedding_model_shows_embedding_and_refuses_text(embedder_server):
+    with httpx.Client(base_url=embedder_server.url, timeout=120) as http:
+        show = http.post("/api/show", json={"model": "embedder"}).json()
+        assert show["capabilities"] == ["embedding"]
+        reply = http.post("/api/embed", json={"model": "embedder", "input": [CAT, STOCKS]})
+        assert reply.status_code == 200 and len(reply.json()["embeddings"]) == 2
+        ask = [{"role": "user", "content": "Hi"}]
+        for path, body in [("/api/generate", {"prompt": "Hi"}), ("/api/chat", {"messages": ask}),
+                           ("/v1/chat/completions", {"messages": ask}), ("/v1/completions", {"prompt": "Hi"})]:
+            reply = http.post(path, json={"model": "embedder", "stream": False, **body})
+            assert reply.status_code == 400, (path, reply.text)
+            error = reply.json()["error"]
+            assert "does not support" in (error if isinstance(error, str) else error["message"])

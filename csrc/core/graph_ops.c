@@ -80,7 +80,7 @@ int pe_op_mul_mat(pe_graph *g, int w, int x) {
 int pe_op_mul_mat_id(pe_graph *g, int w, int x, int ids) {
     pe_tensor *a = get(g, w, "mul_mat_id", "weight"), *b = get(g, x, "mul_mat_id", "input"),
               *c = get(g, ids, "mul_mat_id", "ids");
-    if (!a || !b || !c || check_weight("mul_mat_id", a, 0) || require_f32("mul_mat_id", b) || require_i32("mul_mat_id", c)) return -1;
+    if (!a || !b || !c || check_weight("mul_mat_id", a, 1) || require_f32("mul_mat_id", b) || require_i32("mul_mat_id", c)) return -1;
     if (a->ne[3] != 1) return fail_shapes("mul_mat_id", a, b, "expert weights must be 3-D");
     if (a->ne[0] != b->ne[0]) return fail_shapes("mul_mat_id", a, b, "inner dimensions differ");
     if (c->ne[1] != b->ne[2] || (b->ne[1] != 1 && b->ne[1] != c->ne[0]))

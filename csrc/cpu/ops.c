@@ -25,6 +25,7 @@ void pe_op_rope_angles_run(pe_exec *ex, pe_tensor *t);
 void pe_op_set_rows_run(pe_exec *ex, pe_tensor *t);
 void pe_op_attn_run(pe_exec *ex, pe_tensor *t);
 size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads);
+size_t pe_op_mul_mat_id_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tensor *t);
 size_t pe_op_attn_work(const pe_graph *g, const pe_tensor *t, int n_threads);
 size_t pe_op_get_rows_work(const pe_graph *g, const pe_tensor *t, int n_threads);
@@ -394,8 +395,8 @@ void pe_op_compute(pe_exec *ex, pe_tensor *t) {
 
 size_t pe_op_work_bytes(const pe_graph *g, const pe_tensor *t, int n_threads) {
     switch (t->op) {
-    case PE_OP_MUL_MAT:
-    case PE_OP_MUL_MAT_ID: return pe_op_mul_mat_work(g, t, n_threads);
+    case PE_OP_MUL_MAT:    return pe_op_mul_mat_work(g, t, n_threads);
+    case PE_OP_MUL_MAT_ID: return pe_op_mul_mat_id_work(g, t, n_threads);
     case PE_OP_ATTN:       return pe_op_attn_work(g, t, n_threads);
     case PE_OP_GET_ROWS:   return pe_op_get_rows_work(g, t, n_threads);
     case PE_OP_SSM_CONV:

@@ -360,28 +360,242 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     }
 }
 
+/* Products with experts (mul_mat_id): pair p = tok * n_used + u of the
+ * batch multiplies activation row xr(p) by expert id[p].  A decoded token's
+ * pairs each go through the expert's decoding kernels, reading only the
+ * chosen experts' rows.  A batch of several tokens groups its pairs by
+ * expert (token order within an expert, the counting sort below), gathers
+ * each group's quantized activation rows into one block and multiplies it
+ * as the dense path multiplies a batch (prompt tiles, packed or interleaved
+ * rows), then scatters the results back to the pairs' rows.  Every element
+ * is still vec_dot of its pair: the kernels all give those bits.
+ *
+ * A batch takes each pair alone while its experts average at most this many
+ * pairs: groups of one or two share too few weight reads to pay for the
+ * grouping's two extra barriers and copies (Qwen3-30B-A3B's 128 experts and
+ * 8 tokens, on a machine shared with other work: grouped 5-12 ms a product,
+ * pair by pair 3-6). */
+#define ID_DIRECT_PAIRS_PER_EXPERT 2
+
+typedef struct {
+    int64_t n_pairs, n_exp, n_used;
+    int32_t *order;   /* the pairs, grouped by expert */
+    int32_t *start;   /* [n_exp + 1]: expert e's pairs are order[start[e] .. start[e + 1]) */
+    int32_t *task_start;   /* [n_exp + 1]: expert e's tiles are tasks task_start[e] .. task_start[e + 1) */
+} id_groups;
+
+static int64_t id_x_row(const pe_tensor *x, int64_t n_used, int64_t pair) {
+    const int64_t u = pair % n_used, tok = pair / n_used;
+    return (x->ne[1] == 1 ? 0 : u) + tok * x->ne[1];
+}
+
+static int ids_in_range(const pe_tensor *ids, int64_t n_exp) {
+    const int32_t *id = ids->data;
+    for (int64_t p = 0; p < ids->ne[0] * ids->ne[1]; p++)
+        if (id[p] < 0 || id[p] >= n_exp) return 0;
+    return 1;
+}
+
+static int id_direct(const pe_tensor *w, const pe_tensor *ids) {
+    return ids->ne[1] <= 1 || ids->ne[0] * ids->ne[1] <= ID_DIRECT_PAIRS_PER_EXPERT * w->ne[2] ||
+           pe_type_vec_dot_type(w->type) == PE_TYPE_F32;
+}
+
+/* Scratch of the grouped path after the quantized activations: the groups,
+ * the gathered activation rows, their results, then per thread packed and
+ * unpacked weight rows. */
+static size_t groups_bytes(int64_t n_pairs, int64_t n_exp) {
+    return round64((size_t)(n_pairs + 2 * (n_exp + 1)) * sizeof(int32_t));
+}
+
+static size_t id_pack_bytes(const pe_tensor *w, const pe_tensor *ids) {
+    const pe_pack16_fn pack = plain_kernels(w)->pack16;
+    return pack && !id_direct(w, ids) ? round64(pack(w->ne[0], NULL, 0, NULL)) : 0;
+}
+
+static size_t id_shared_bytes(const pe_tensor *w, const pe_tensor *x, const pe_tensor *ids, int nth) {
+    const int vdt = pe_type_vec_dot_type(w->type);
+    const size_t acts = activations_bytes(w, x, vdt, nth);
+    if (id_direct(w, ids)) return acts;
+    const int64_t n_pairs = ids->ne[0] * ids->ne[1];
+    return acts + groups_bytes(n_pairs, w->ne[2]) + round64((size_t)n_pairs * activation_row_bytes(w, x, vdt)) +
+           round64((size_t)n_pairs * w->ne[1] * sizeof(float));
+}
+
+size_t pe_op_mul_mat_id_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
+    const pe_tensor *w = &g->t[t->src[0]], *x = &g->t[t->src[1]], *ids = &g->t[t->src[2]];
+    const size_t bytes = id_shared_bytes(w, x, ids, n_threads) +
+                         (size_t)n_threads * (id_pack_bytes(w, ids) + unpacked_bytes(w));
+    return bytes ? bytes + 64 : 0;
+}
+
+/* Weight rows [i0, i1) of expert we against activation rows [j0, j1) at q,
+ * results at dst (rows of w->ne[1] floats); m: the columns the decoding
+ * kernels may count on (tile_rows8). */
+static void expert_tile(const pe_type_kernels *kern, int64_t k, float *dst, const pe_tensor *we, const pe_tensor *x,
+                        const uint8_t *q, size_t qstride, int64_t m, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                        void *packed, uint8_t *rows) {
+    const int64_t n = we->ne[1];
+    if (kern->unpack8)
+        tile_rows8(kern, k, dst, n, we, x, q, qstride, m, i0, i1, j0, j1, packed, rows);
+    else
+        tile(kern, k, dst, n, we, x, q, qstride, i0, i1, j0, j1, packed);
+}
+
+static pe_tensor expert_view(const pe_tensor *w, int64_t e) {
+    pe_tensor we = *w;
+    we.data = (uint8_t *)w->data + e * w->nb[2];
+    we.ne[2] = 1;
+    return we;
+}
+
+/* Whether the decoding kernels may take a group of m columns: a kernel that
+ * reads the activations' float scales only where the rows carry them. */
+static int64_t group_decode_cols(const pe_type_kernels *kern, const pe_tensor *w, const pe_tensor *x, int64_t m) {
+    return kern->gemm8_scales && !with_scales(w, x) ? INT64_MAX : m;
+}
+
+/* One pair at a time, tasks of (pair, row range) in ranges per thread. */
+static void id_direct_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const pe_tensor *x, const pe_tensor *ids,
+                          const uint8_t *q, size_t qstride, uint8_t *rows) {
+    const pe_type_kernels *kern = &pe_kern->type[w->type];
+    const int64_t k = x->ne[0], n = w->ne[1], n_used = ids->ne[0], n_pairs = ids->ne[0] * ids->ne[1];
+    const int32_t *id = ids->data;
+    int64_t per_task = TILE_ROWS;
+    while (n_pairs * ((n + per_task - 1) / per_task) > PE_RANGE_MAX_TASKS) per_task *= 2;
+    const int64_t per_pair = (n + per_task - 1) / per_task;
+    for (int64_t task = pe_range_next(ex, n_pairs * per_pair); task >= 0; task = pe_range_next(ex, n_pairs * per_pair)) {
+        const int64_t pair = task / per_pair, i0 = task % per_pair * per_task;
+        const int64_t i1 = i0 + per_task < n ? i0 + per_task : n;
+        const int64_t xr = id_x_row(x, n_used, pair);
+        float *d = pe_row(t, pair % n_used, pair / n_used, 0);
+        const pe_tensor we = expert_view(w, id[pair]);
+        if (q) {
+            expert_tile(kern, k, d, &we, x, q + xr * qstride, qstride, group_decode_cols(kern, w, x, 1), i0, i1, 0, 1,
+                        NULL, rows);
+        } else {
+            const uint8_t *wd = we.data;
+            for (int64_t i = i0; i < i1; i++) kern->vec_dot(k, d + i, wd + i * w->nb[1], x_row(x, xr));
+        }
+    }
+}
+
+/* The pairs grouped by expert, token order within each (a counting sort:
+ * start[] counts, then serves as each expert's cursor, then is shifted
+ * back to the groups' starts), and the tiles each group takes. */
+static void group_pairs(const int32_t *id, int64_t n_rb, int64_t cols, id_groups *gr) {
+    int32_t *start = gr->start;
+    memset(start, 0, (size_t)(gr->n_exp + 1) * sizeof(int32_t));
+    for (int64_t p = 0; p < gr->n_pairs; p++) start[id[p] + 1]++;
+    for (int64_t e = 0; e < gr->n_exp; e++) start[e + 1] += start[e];
+    for (int64_t p = 0; p < gr->n_pairs; p++) gr->order[start[id[p]]++] = (int32_t)p;
+    for (int64_t e = gr->n_exp; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+    gr->task_start[0] = 0;
+    for (int64_t e = 0; e < gr->n_exp; e++) {
+        const int64_t m = start[e + 1] - start[e];
+        gr->task_start[e + 1] = gr->task_start[e] + (int32_t)(n_rb * ((m + cols - 1) / cols));
+    }
+}
+
+/* The expert whose tiles hold task (the last e with task_start[e] <= task). */
+static int64_t task_expert(const id_groups *gr, int64_t task) {
+    int64_t lo = 0, hi = gr->n_exp - 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (gr->task_start[mid] <= task) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static id_groups id_groups_at(uint8_t *at, int64_t n_pairs, int64_t n_exp, int64_t n_used) {
+    id_groups gr = {n_pairs, n_exp, n_used, (int32_t *)at, NULL, NULL};
+    gr.start = gr.order + n_pairs;
+    gr.task_start = gr.start + n_exp + 1;
+    return gr;
+}
+
+/* Rows copied between the pairs' own places and the grouped order, split
+ * over the threads: the quantized activation rows in, the results out. */
+static void gather_rows(const pe_exec *ex, const id_groups *gr, const pe_tensor *x, const uint8_t *q, size_t qstride,
+                        uint8_t *grouped) {
+    int64_t p0, p1;
+    pe_split(gr->n_pairs, ex->ith, ex->nth, &p0, &p1);
+    for (int64_t p = p0; p < p1; p++)
+        memcpy(grouped + p * qstride, q + id_x_row(x, gr->n_used, gr->order[p]) * qstride, qstride);
+}
+
+static void scatter_results(const pe_exec *ex, const id_groups *gr, pe_tensor *t, const float *out) {
+    const int64_t n = t->ne[0];
+    int64_t p0, p1;
+    pe_split(gr->n_pairs, ex->ith, ex->nth, &p0, &p1);
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t pair = gr->order[p];
+        memcpy(pe_row(t, pair % gr->n_used, pair / gr->n_used, 0), out + p * n, (size_t)n * sizeof(float));
+    }
+}
+
+static void id_grouped_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const pe_tensor *x, const pe_tensor *ids,
+                           const uint8_t *q, size_t qstride) {
+    const pe_type_kernels *kern = &pe_kern->type[w->type];
+    const int64_t k = x->ne[0], n = w->ne[1], n_exp = w->ne[2], n_pairs = ids->ne[0] * ids->ne[1];
+    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS, cols = kern->unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
+    const size_t acts = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth);
+    uint8_t *grouped = ex->work + acts + groups_bytes(n_pairs, n_exp);
+    float *out = (float *)(grouped + round64((size_t)n_pairs * qstride));
+    const size_t shared = id_shared_bytes(w, x, ids, ex->nth), pack = id_pack_bytes(w, ids);
+    void *packed = pack ? ex->work + shared + (size_t)ex->ith * pack : NULL;
+    uint8_t *rows = unpacked_bytes(w) ? ex->work + shared + (size_t)ex->nth * pack + (size_t)ex->ith * unpacked_bytes(w)
+                                      : NULL;
+    id_groups gr = id_groups_at(ex->work + acts, n_pairs, n_exp, ids->ne[0]);
+    gather_rows(ex, &gr, x, q, qstride, grouped);
+    pe_pool_barrier(ex->pool);
+    int first = 1;
+    const int64_t n_tasks = gr.task_start[n_exp];
+    for (int64_t task = next_task(ex, &first); task < n_tasks; task = next_task(ex, &first)) {
+        const int64_t e = task_expert(&gr, task), local = task - gr.task_start[e];
+        const int64_t p0 = gr.start[e], m = gr.start[e + 1] - p0, n_cb = (m + cols - 1) / cols;
+        const int64_t rb = local / n_cb, cb = local % n_cb;
+        const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
+        const int64_t j0 = cb * cols, j1 = j0 + cols < m ? j0 + cols : m;
+        const pe_tensor we = expert_view(w, e);
+        expert_tile(kern, k, out + p0 * n, &we, x, grouped + p0 * qstride, qstride,
+                    group_decode_cols(kern, w, x, m), i0, i1, j0, j1, packed, rows);
+    }
+    pe_pool_barrier(ex->pool);
+    scatter_results(ex, &gr, t, out);
+}
+
 void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1), *ids = src(ex, t, 2);
-    const int vdt = pe_type_vec_dot_type(w->type);
+    if (!ids_in_range(ids, w->ne[2])) { pe_exec_fail(ex, "mul_mat_id: expert id out of range"); return; }
+    const int direct = id_direct(w, ids);
+    if (direct && unpacked_bytes(w) && (size_t)(ex->ith + 1) * unpacked_bytes(w) +
+                                           id_shared_bytes(w, x, ids, ex->nth) > ex->work_bytes) {
+        pe_exec_fail(ex, "mul_mat_id: no scratch planned for an interleaved weight");
+        return;
+    }
+    if (!direct && pe_op_mul_mat_id_work(ex->g, t, ex->nth) > ex->work_bytes) {
+        pe_exec_fail(ex, "mul_mat_id: no scratch planned");
+        return;
+    }
+    if (!direct && ex->ith == 0) {   /* the groups, while the others quantize (the barrier below orders them) */
+        const pe_type_kernels *kern = &pe_kern->type[w->type];
+        id_groups gr = id_groups_at(ex->work + activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth),
+                                    ids->ne[0] * ids->ne[1], w->ne[2], ids->ne[0]);
+        group_pairs(ids->data, (w->ne[1] + TILE_ROWS - 1) / TILE_ROWS, kern->unpack8 ? TILE_COLS_ROWS8 : TILE_COLS,
+                    &gr);
+    }
     size_t qstride;
-    const uint8_t *q = quantize_activations(ex, w, x, vdt, &qstride);
-    const pe_vec_dot_fn dot = pe_kern->type[w->type].vec_dot;
-    const int64_t k = x->ne[0], n = w->ne[1], n_exp = w->ne[2];
-    const int64_t n_used = ids->ne[0], n_tok = ids->ne[1];
-    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS;
-    const int32_t *id = ids->data;
-    int first = 1;
-    for (int64_t task = next_task(ex, &first); task < n_used * n_tok * n_rb; task = next_task(ex, &first)) {
-        const int64_t pair = task / n_rb, rb = task % n_rb;
-        const int64_t u = pair % n_used, tok = pair / n_used;
-        const int32_t e = id[pair];
-        if (e < 0 || e >= n_exp) { pe_exec_fail(ex, "mul_mat_id: expert id out of range"); return; }
-        const int64_t xr = (x->ne[1] == 1 ? 0 : u) + tok * x->ne[1];
-        const void *a = q ? (const void *)(q + xr * qstride) : x_row(x, xr);
-        float *d = pe_row(t, u, tok, 0);
-        const uint8_t *we = (const uint8_t *)w->data + e * w->nb[2];
-        const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
-        for (int64_t i = i0; i < i1; i++) dot(k, d + i, we + i * w->nb[1], a);
+    const uint8_t *q = quantize_activations(ex, w, x, pe_type_vec_dot_type(w->type), &qstride);
+    if (direct) {
+        uint8_t *rows = unpacked_bytes(w) ? ex->work + id_shared_bytes(w, x, ids, ex->nth) +
+                                                (size_t)ex->ith * unpacked_bytes(w)
+                                          : NULL;
+        id_direct_run(ex, t, w, x, ids, q, qstride, rows);
+    } else {
+        id_grouped_run(ex, t, w, x, ids, q, qstride);
     }
 }
 

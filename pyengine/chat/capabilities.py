@@ -4,9 +4,11 @@ Ollama's ``/api/show`` lists a model's capabilities and its routes refuse a requ
 that needs one the model lacks, with 400 ``"<model>" does not support <capability>``.
 The rules, read off the file and the chat template pyengine renders with:
 
-* ``completion``: every decoder; ``embedding`` instead when the file declares a pooling
-  type (``<arch>.pooling_type``: an embedding model, as Ollama tells them apart).
-  Decoders still embed through ``/api/embed`` by mean pooling; they do not list it.
+* ``completion``: every decoder; ``embedding`` instead for an embedding model
+  (``pyengine.embedding.is_embedding_model``: the file declares a pooling type, as
+  Ollama tells them apart, or the architecture has no LM head).
+  It lists nothing else. Decoders still embed through ``/api/embed`` by mean pooling;
+  they do not list it.
 * ``tools``: the chat template reads the ``tools`` variable (Ollama looks for the same
   variable in its templates): a template that never shows the tools cannot teach them.
 * ``thinking``: the template has a reasoning switch (``enable_thinking``, ...) or writes
@@ -28,6 +30,7 @@ import jinja2.meta
 from pyengine.chat.parsers import REASONING_MARKERS
 from pyengine.chat.sandbox import GuardedEnvironment
 from pyengine.chat.template import supports_thinking
+from pyengine.embedding import is_embedding_model
 from pyengine.errors import UnsupportedCapabilityError
 
 COMPLETION = "completion"
@@ -43,8 +46,9 @@ def capabilities(metadata: Mapping[str, Any], template: str, special: Mapping[st
                  has_projector: bool = False) -> tuple[str, ...]:
     """The capabilities of a model: its GGUF `metadata`, the chat `template` source it is
     rendered with and its vocabulary's `special` ids (``Vocab.special``), in Ollama's order."""
-    arch = metadata.get("general.architecture")
-    found = [EMBEDDING if f"{arch}.pooling_type" in metadata else COMPLETION]
+    if is_embedding_model(metadata):
+        return (EMBEDDING,)   # tools, thinking and insert are kinds of text it does not write
+    found = [COMPLETION]
     found += template_capabilities(template or "")
     if all(special.get(name) is not None for name in FIM_NAMES):
         found.append(INSERT)

@@ -9,7 +9,6 @@ Shapes are GGML-ordered: shape[0] is the innermost (row) dimension.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 

@@ -110,10 +110,22 @@ class Experts:
 
     PARTS = {"weight": True, "bias": False}
     F32_PARTS = ("bias",)
+    INTERLEAVE = True   # only multiplied: the stack may be stored in the ISA's faster layout
 
     def __call__(self, ctx: Context, x: Tensor, ids: Tensor) -> Tensor:
         y = ctx.mul_mat_id(ctx.weight(self.weight), x, ids)
         return y if self.bias is None else ctx.add_id(y, ctx.weight(self.bias), ids)
+
+
+@dataclass(eq=False)
+class F32Bias:
+    """A bare float32 tensor stored as `{name}.bias` alone (llama.cpp's exp_probs_b:
+    a bias on the experts' selection scores)."""
+
+    bias: Weight
+
+    PARTS = {"bias": True}
+    F32_PARTS = ("bias",)
 
 
 @dataclass(eq=False)

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -49,6 +49,7 @@ class ModuleField:
 class BlocksField:
     prefix: str = "blk"
     count: str = "n_layer"
+    kind: Callable[[Any, int], type] | None = None   # (config, index) -> the block's class
 
 
 def tensor(name: str, *, alt: str | None = None, optional: bool = False, shape: ShapeSpec | None = None):
@@ -61,9 +62,11 @@ def module(prefix: str = ""):
     return field(default=None, metadata={"pe": ModuleField(prefix)})
 
 
-def blocks(prefix: str = "blk", count: str = "n_layer"):
-    """A list of sub-modules bound to `{prefix}.{i}.` for i < config.<count>."""
-    return field(default_factory=list, metadata={"pe": BlocksField(prefix, count)})
+def blocks(prefix: str = "blk", count: str = "n_layer", kind: Callable[[Any, int], type] | None = None):
+    """A list of sub-modules bound to `{prefix}.{i}.` for i < config.<count>, each of
+    the list's element class, or of kind(config, i) where the layers differ (a dense
+    MLP in some, experts in others)."""
+    return field(default_factory=list, metadata={"pe": BlocksField(prefix, count, kind)})
 
 
 class Module:
@@ -88,7 +91,8 @@ def bind(cls: type, gguf: GGUFFile, cfg: Any, prefix: str = "") -> Any:
         elif isinstance(spec, BlocksField):
             (elem,) = typing.get_args(kind)
             n = getattr(cfg, spec.count)
-            values[f.name] = [bind(elem, gguf, cfg, f"{prefix}{spec.prefix}.{i}.") for i in range(n)]
+            values[f.name] = [bind(spec.kind(cfg, i) if spec.kind else elem, gguf, cfg, f"{prefix}{spec.prefix}.{i}.")
+                              for i in range(n)]
     # A lookup table that is also multiplied (an output tied to the token embedding)
     # reads the copy the multiplication made, interleaved or not, not the file's
     # mapping as well (GGUFFile.tensor_data): its data is asked for again once the
@@ -125,7 +129,7 @@ def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorFi
             continue
         w = _weight(gguf, name, lookup=getattr(leaf, "LOOKUP", False),
                     interleave=part == "weight" and getattr(leaf, "INTERLEAVE", False))
-        if part == "weight" and spec.shape is not None:
+        if part == lead and spec.shape is not None:
             _check_shape(w, spec.shape, cfg)
         parts[part] = w.to_f32() if part in leaf.F32_PARTS else w
     return leaf(**parts)
@@ -150,14 +154,15 @@ def _weight(gguf: GGUFFile, name: str, lookup: bool = False, interleave: bool = 
     if not _core.type_supported(info.type):
         raise UnsupportedError(f"tensor '{name}' has block type {info.type_name}, which pyengine cannot run yet")
     rows8 = -1   # the interleaved type this ISA would multiply the tensor as, if any
-    if _interleaving() and len(info.shape) == 2 and info.shape[1] % 8 == 0:
+    # a 3-D stack (experts) interleaves each matrix's rows in 8s: no group straddles two
+    if _interleaving() and len(info.shape) in (2, 3) and info.shape[1] % 8 == 0:
         rows8 = _core.rows8_type(info.type)
     interleaved = gguf.transformed(name) if rows8 >= 0 else None
     if lookup and interleaved is not None:   # a tied table: lookups read the products' copy
         return Weight(name, rows8, tuple(info.shape), interleaved)
     if not interleave or rows8 < 0:
         return Weight(name, info.type, tuple(info.shape), gguf.tensor_data(name, lookup=lookup))
-    k, n = info.shape
+    k, n = info.shape[0], int(np.prod(info.shape[1:]))
     group = 8 * info.nbytes // n   # bytes of 8 rows: the repacking's unit
 
     def repack(src: np.ndarray, dst: np.ndarray) -> None:

@@ -20,11 +20,12 @@ from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import Embedding, F32Param, LayerNorm, Linear, RMSNorm, Weight
+from pyengine.ml.nn import Embedding, F32Bias, F32Param, LayerNorm, Linear, RMSNorm, Weight
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX, TransformerConfig
 
 F32_BYTES = 4
+MAX_EXPERTS = 1024
 
 
 # ---- the protocol ---------------------------------------------------------------------
@@ -159,6 +160,39 @@ class SlidingWindowConfig(AttentionConfig):
         local = self.is_sliding(layer)
         return self.rope(ctx, x, positions, base=self.rope_base_local if local else self.rope_base,
                          scale=self.rope_scale_local if local else self.rope_scale, freq_factors=freq_factors)
+
+
+@dataclass(frozen=True)
+class ExpertsConfig(AttentionConfig):
+    """AttentionConfig plus routed experts: a router scores `n_expert` experts per
+    token, the `n_expert_used` best run.  n_expert 0: no experts (a dense model,
+    for an architecture whose files may have them or not)."""
+
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0                  # hidden size of one expert's MLP
+    norm_expert_weights: bool = True   # renormalise the chosen experts' weights to sum to 1
+    expert_weights_scale: float = 1.0
+    n_ff_shexp: int = 0                # hidden size of the shared expert, where the layers have one
+
+    @staticmethod
+    def experts_from_gguf(f: GGUFFile, *, n_ff_exp: int, norm_default: bool = True) -> dict:
+        """The expert keys of `f`; n_ff_exp: the hidden size the architecture's experts have
+        when the file does not say (`expert_feed_forward_length`)."""
+        key = f.arch_key
+        scale = f.get_float(key("expert_weights_scale"), 0.0)
+        return dict(n_expert=f.get_int(key("expert_count"), 0),
+                    n_expert_used=f.get_int(key("expert_used_count"), 0),
+                    n_ff_exp=n_ff_exp,
+                    norm_expert_weights=f.get_bool(key("expert_weights_norm"), norm_default),
+                    expert_weights_scale=scale if scale > 0 else 1.0)   # llama.cpp: 0 (absent) = no scaling
+
+    def check_experts(self) -> None:
+        check_range("expert_count", self.n_expert, 1, MAX_EXPERTS)
+        check_range("expert_used_count", self.n_expert_used, 1, self.n_expert)
+        check_range("expert_feed_forward_length", self.n_ff_exp, 1, 1 << 20)
+        if not math.isfinite(self.expert_weights_scale):
+            raise ModelError(f"expert_weights_scale must be finite, got {self.expert_weights_scale}")
 
 
 # ---- attention ------------------------------------------------------------------------
@@ -305,6 +339,63 @@ class FusedMLP(Module):
         gate_up = self.ffn_up(ctx, x)                                               # [2*n_ff, T]
         gate, up = ctx.rows_slice(gate_up, 0, n_ff), ctx.rows_slice(gate_up, n_ff, n_ff)
         return self.ffn_down(ctx, self.gate(ctx, gate, up))
+
+
+@dataclass(eq=False)
+class SoftmaxExperts(Module):
+    """Routed SiLU-gated experts: the router's softmax over all experts, the
+    `n_expert_used` most probable run, their outputs summed weighted by those
+    probabilities (renormalised over the chosen when the config says, then scaled).
+    Qwen3-MoE's and Mixtral's."""
+
+    ffn_gate_inp: Linear = tensor("ffn_gate_inp", shape=("n_embd", "n_expert"))          # the router
+    ffn_gate_exps: nn.Experts = tensor("ffn_gate_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
+    ffn_up_exps: nn.Experts = tensor("ffn_up_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
+    ffn_down_exps: nn.Experts = tensor("ffn_down_exps", shape=("n_ff_exp", "n_embd", "n_expert"))
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        c = self.cfg
+        scores = self.ffn_gate_inp(ctx, x)                                          # [E, T]
+        chosen = ctx.topk(scores, c.n_expert_used)                                  # i32 [U, T]
+        weights = scaled(ctx, ctx.moe_weights(scores, chosen, c.norm_expert_weights), c.expert_weights_scale)  # [U, T]
+        return ctx.weighted_sum(self.experts(ctx, x, chosen), weights)             # [n_embd, T]
+
+    def experts(self, ctx: Context, x: Tensor, chosen: Tensor) -> Tensor:
+        """[n_embd, U, T] the chosen experts' outputs for x [n_embd, T] (or [n_embd, 1, T])."""
+        x = ctx.reshape(x, (self.cfg.n_embd, 1, x.shape[-1]))                      # one input for all U
+        gate = self.ffn_gate_exps(ctx, x, chosen)                                   # [F, U, T]
+        up = self.ffn_up_exps(ctx, x, chosen)                                       # [F, U, T]
+        return self.ffn_down_exps(ctx, ctx.swiglu(gate, up), chosen)
+
+
+@dataclass(eq=False)
+class SigmoidExperts(SoftmaxExperts):
+    """Routed SiLU-gated experts scored by sigmoid(router): the `n_expert_used`
+    best by score plus a per-expert selection bias (exp_probs_b, which only
+    chooses), weighted by their unbiased scores, renormalised over the chosen
+    when the config says, then scaled (GLM-4.5's routing)."""
+
+    exp_probs_b: F32Bias = tensor("exp_probs_b", shape=("n_expert",))
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        c = self.cfg
+        logits = self.ffn_gate_inp(ctx, x)                                          # [E, T]
+        chosen = ctx.moe_route(logits, c.n_expert_used, sigmoid=True, bias=ctx.weight(self.exp_probs_b.bias))  # i32 [U, T]
+        weights = scaled(ctx, ctx.moe_sigmoid_weights(logits, chosen, c.norm_expert_weights), c.expert_weights_scale)
+        return ctx.weighted_sum(self.experts(ctx, x, chosen), weights)             # [n_embd, T]
+
+
+@dataclass(eq=False)
+class SharedExpert(Module):
+    """The expert every token runs besides the routed ones: down(silu(gate x) * up x)."""
+
+    ffn_gate_shexp: Linear = tensor("ffn_gate_shexp", shape=("n_embd", "n_ff_shexp"))
+    ffn_up_shexp: Linear = tensor("ffn_up_shexp", shape=("n_embd", "n_ff_shexp"))
+    ffn_down_shexp: Linear = tensor("ffn_down_shexp", shape=("n_ff_shexp", "n_embd"))
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        gate, up = nn.linears(ctx, (self.ffn_gate_shexp, self.ffn_up_shexp), x)
+        return self.ffn_down_shexp(ctx, ctx.swiglu(gate, up))
 
 
 # ---- blocks ---------------------------------------------------------------------------
@@ -493,16 +584,6 @@ class BareF32:
     PARTS = {"weight": True}
     F32_PARTS = ("weight",)
     BARE = True
-
-
-@dataclass(eq=False)
-class F32Bias:
-    """A float32 vector stored as `<name>.bias` alone (`ssm_dt.bias`)."""
-
-    bias: Weight
-
-    PARTS = {"bias": True}
-    F32_PARTS = ("bias",)
 
 
 def head_views(ctx: Context, x: Tensor, head_dim: int, n_heads: int, stride: int, offset: int) -> Tensor:
@@ -782,6 +863,7 @@ def scaled(ctx: Context, x: Tensor, s: float) -> Tensor:
 
 
 __all__ = ["CausalLM", "AttentionConfig", "SlidingWindowConfig", "LayerInputs", "SelfAttention", "Attention", "FusedAttention",
-           "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "PreNormBlock", "SandwichBlock", "PostNormBlock",
+           "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "ExpertsConfig", "SoftmaxExperts", "SigmoidExperts",
+           "SharedExpert", "PreNormBlock", "SandwichBlock", "PostNormBlock",
            "Decoder", "EmbeddingModel", "EncoderConfig", "NoRopeAttention", "GeluSeqMLP", "EncoderBlock",
            "ClassifierHead", "Encoder", "not_a_language_model", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]

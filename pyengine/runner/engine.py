@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -44,12 +44,13 @@ from pyengine.errors import InvalidOptionError, PyEngineError
 from pyengine.kvcache import DEFAULT_CHECKPOINTS, MAX_SEQUENCES, Cache, KeyRotator
 from pyengine.ml.context import Backend
 from pyengine.ml.nn import CacheSpec
+from pyengine.options import RequestOptions
 from pyengine.runner.forward import Forward
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import Request, make_request
 from pyengine.runner.sequence import Chunk, Completion, StopMatcher, TokenLogprob
 from pyengine.runner.slots import Slot, SlotTable
-from pyengine.sample import Grammar, SamplerChain, SamplingOptions
+from pyengine.sample import SamplerChain, SamplingOptions
 from pyengine.tokenizer import StreamDecoder, Tokenizer
 
 DEFAULT_BATCH = 512
@@ -139,24 +140,25 @@ class Engine:
 
     # ---- public ----------------------------------------------------------------------
 
-    def submit(self, prompt: Sequence[int], sampling: SamplingOptions | None = None, *,
-               max_tokens: int | None = 128, stop: Sequence[str] | str | None = (),
-               logprobs: bool | int | None = False, top_logprobs: int | None = None,
-               grammar: Grammar | None = None, num_keep: int | None = None, shift: bool = True,
-               truncate: bool = False, num_ctx: int | None = None, cache_prompt: bool = True,
-               all_logits: bool = False, images: Sequence[tuple[int, np.ndarray]] = ()) -> RequestHandle:
+    def submit(self, prompt: Sequence[int], options: RequestOptions | SamplingOptions | None = None, *,
+               images: Sequence[tuple[int, np.ndarray]] = (), **fields) -> RequestHandle:
         """Queue a request; returns its handle at once (errors in the options raise here).
 
+        `options` is the request's RequestOptions; a SamplingOptions (or None) with the
+        other fields as keywords (RequestOptions' names) builds one.
         images: (start, rows) pairs: prompt positions start..start+len(rows)-1 hold
         placeholder ids and are fed as those rows (float32 [n, n_embd]) instead."""
+        if isinstance(options, RequestOptions):
+            if fields:
+                raise InvalidOptionError(f"give the options in the RequestOptions, not as keywords "
+                                         f"({', '.join(sorted(fields))})")
+        else:
+            options = RequestOptions(SamplingOptions() if options is None else options, **fields)
         if images:
-            if truncate or all_logits:
+            if options.truncate or options.all_logits:
                 raise InvalidOptionError("a prompt with images cannot be truncated or scored")
-            shift, cache_prompt = False, False
-        req = make_request(prompt, sampling, n_vocab=self.n_vocab, engine_ctx=self.n_ctx,
-                           max_tokens=max_tokens, stop=stop, logprobs=logprobs, top_logprobs=top_logprobs,
-                           grammar=grammar, num_keep=num_keep, shift=shift, truncate=truncate, num_ctx=num_ctx,
-                           cache_prompt=cache_prompt, all_logits=all_logits)
+            options = replace(options, shift=False, cache_prompt=False)
+        req = make_request(prompt, options, n_vocab=self.n_vocab, engine_ctx=self.n_ctx)
         spans = self._image_spans(images, len(req.prompt))
         chain = SamplerChain(req.sampling, self.n_vocab, token_pieces=self.token_pieces(),
                              eog_ids=self.eog_ids, grammar=req.grammar, n_ctx=req.n_ctx)

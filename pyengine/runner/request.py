@@ -1,7 +1,8 @@
-"""Request: what a caller asks the engine for, validated before it is queued.
+"""Request: what a caller asks the engine for, checked before it is queued.
 
-Everything a caller can get wrong is checked here, in the caller's thread, so
-a bad option or a prompt that cannot fit raises where the call was made.
+The options were validated when their RequestOptions was built; what needs the
+engine (the prompt's ids, the context, whether the prompt fits) is checked here, in
+the caller's thread, so an error raises where the call was made.
 """
 
 from __future__ import annotations
@@ -10,11 +11,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from pyengine.errors import ContextLengthError, InvalidOptionError
+from pyengine.options import DEFAULT_NUM_KEEP, FILL_CONTEXT, RequestOptions, context_limit
 from pyengine.sample import Grammar, SamplingOptions
-from pyengine.sample.options import MAX_TOP_LOGPROBS
-
-DEFAULT_NUM_KEEP = 4
-FILL_CONTEXT = -2     # Ollama's num_predict -2: generate until the context is full
 
 
 @dataclass
@@ -35,32 +33,19 @@ class Request:
     truncated: int = 0                    # prompt tokens dropped to fit (shift on)
 
 
-def make_request(prompt: Sequence[int], sampling: SamplingOptions | None, *, n_vocab: int, engine_ctx: int,
-                 max_tokens: int | None = 128, stop: Sequence[str] | str | None = (),
-                 logprobs: bool | int | None = False, top_logprobs: int | None = None,
-                 grammar: Grammar | None = None, num_keep: int | None = None, shift: bool = True,
-                 num_ctx: int | None = None, cache_prompt: bool = True, all_logits: bool = False,
-                 truncate: bool = False) -> Request:
+def make_request(prompt: Sequence[int], options: RequestOptions, *, n_vocab: int, engine_ctx: int) -> Request:
+    """The request of `prompt` under `options` (validated when they were built) in an
+    engine of `engine_ctx` cells per sequence: the context and the prompt's fit are checked here."""
+    if not isinstance(options, RequestOptions):
+        raise InvalidOptionError(f"request options must be RequestOptions, got {type(options).__name__}")
     ids = _prompt_ids(prompt, n_vocab)
-    n_ctx = engine_ctx if num_ctx is None else _int("num_ctx", num_ctx, 1)
-    if n_ctx > engine_ctx:
-        raise InvalidOptionError(f"option 'num_ctx' = {n_ctx} is larger than the context the model was loaded "
-                                 f"with ({engine_ctx}); load it with a larger n_ctx")
-    keep = DEFAULT_NUM_KEEP if num_keep is None else _int("num_keep", num_keep, -1)
-    for name, flag in (("shift", shift), ("truncate", truncate)):
-        if not isinstance(flag, bool):
-            raise InvalidOptionError(f"option {name!r} must be true or false, got {flag!r}")
-    if sampling is None:
-        sampling = SamplingOptions()
-    elif not isinstance(sampling, SamplingOptions):
-        raise InvalidOptionError(f"sampling options must be SamplingOptions, got {type(sampling).__name__}")
-    want_logprobs, n_top = _logprobs(logprobs, top_logprobs)
-    if grammar is not None and not isinstance(grammar, Grammar):
-        raise InvalidOptionError(f"grammar must be a Grammar, got {type(grammar).__name__}")
-    req = Request(ids, sampling, _max_tokens(max_tokens), _stops(stop), want_logprobs, n_top, grammar,
-                  keep, shift, truncate, n_ctx, bool(cache_prompt) and not all_logits, all_logits)
+    n_ctx = context_limit(engine_ctx, options.num_ctx)
+    max_tokens = None if options.max_tokens == FILL_CONTEXT else options.max_tokens
+    req = Request(ids, options.sampling, max_tokens, list(options.stop), options.logprobs, options.top_logprobs,
+                  options.grammar, options.num_keep, options.shift, options.truncate, n_ctx, options.cache_prompt,
+                  options.all_logits)
     _fit_context(req)
-    if max_tokens == FILL_CONTEXT:
+    if options.max_tokens == FILL_CONTEXT:
         req.max_tokens = max(n_ctx - len(req.prompt), 0)
     return req
 
@@ -78,53 +63,6 @@ def _prompt_ids(prompt: Sequence[int], n_vocab: int) -> list[int]:
     if bad is not None:
         raise InvalidOptionError(f"prompt token id {bad} is out of range [0, {n_vocab})")
     return ids
-
-
-def _int(name: str, value: object, low: int) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidOptionError(f"option {name!r} must be an integer >= {low}, got {value!r}")
-    return value
-
-
-def _max_tokens(value: int | None) -> int | None:
-    if value is None:
-        return None
-    n = _int("num_predict", value, FILL_CONTEXT)
-    return None if n < 0 else n     # -1: no limit of its own (-2 is resolved once the prompt is known)
-
-
-def _stops(stop: Sequence[str] | str | None) -> list[str]:
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, Sequence) or any(not isinstance(s, str) for s in stop):
-        raise InvalidOptionError(f"option 'stop' must be a string or a list of strings, got {stop!r}")
-    return [s for s in stop if s]
-
-
-def _logprobs(logprobs: bool | int | None, top_logprobs: int | None) -> tuple[bool, int]:
-    """Ollama's logprobs (bool) + top_logprobs (int), or OpenAI completions' logprobs (int)."""
-    want = False
-    n_top = 0
-    if logprobs is not None and logprobs is not False:
-        if logprobs is True:
-            want = True
-        else:
-            n_top = _top("logprobs", logprobs)
-            want = True
-    if top_logprobs is not None:
-        n_top = _top("top_logprobs", top_logprobs)
-        want = want or n_top > 0
-    return want, n_top
-
-
-def _top(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
-        raise InvalidOptionError(f"option {name!r} must be an integer in [0, {MAX_TOP_LOGPROBS}], got {value!r}")
-    return value
 
 
 def _fit_context(req: Request) -> None:

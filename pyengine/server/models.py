@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pyengine import session, store
-from pyengine.generation import context_limit
+from pyengine.options import context_limit
 from pyengine.kvcache import DEFAULT_CHECKPOINTS
 from pyengine.runner.engine import state_rows
 from pyengine.server import info
@@ -184,7 +184,8 @@ class ModelAdapter:
         `history`: a created model's messages, between the system prompt and the prompt."""
         session.require_capabilities(self.llm, route="generate", think=think, insert=bool(suffix))
         if suffix:
-            prepared = session.prepare_infill(self.llm, prompt, suffix, n_ctx=context_limit(self.llm, options),
+            n_ctx = context_limit(self.llm.n_ctx, options.get("num_ctx"))
+            prepared = session.prepare_infill(self.llm, prompt, suffix, n_ctx=n_ctx,
                                               n_predict=options.get("num_predict"))
         elif raw:
             prepared = session.prepare_prompt(self.llm, prompt, parse=True)
@@ -203,7 +204,7 @@ class ModelAdapter:
         """llama.cpp's /infill: the middle between `prefix` (then `prompt`) and `suffix`,
         with `extra` files of context before."""
         prepared = session.prepare_infill(self.llm, prefix, suffix, extra=extra, prompt=prompt,
-                                          n_ctx=context_limit(self.llm, options),
+                                          n_ctx=context_limit(self.llm.n_ctx, options.get("num_ctx")),
                                           n_predict=options.get("num_predict"))
         return session.start_prepared(self.llm, prepared, **options)
 
@@ -213,10 +214,15 @@ class ModelAdapter:
         prepared = session.prepare_prompt(self.llm, prompt, parse=False)
         return session.start_prepared(self.llm, prepared, format=format, **options)
 
-    def embed(self, inputs: list[str] | list[list[int]], *, normalize: bool = True,
-              truncate: bool = True) -> tuple[list[list[float]], int]:
+    def embed(self, inputs: list[str] | list[list[int]], *, normalize: bool = True, truncate: bool = True,
+              pooling: str | None = None, dimensions: int | None = None) -> tuple[list, int]:
         """Pooled embeddings of the inputs and the number of tokens they took."""
-        return self.llm.embed(inputs, normalize=normalize, truncate=truncate, return_count=True)
+        return self.llm.embed(inputs, normalize=normalize, truncate=truncate, return_count=True, pooling=pooling,
+                              dimensions=dimensions)
+
+    def rerank(self, query: str, documents: list[str], *, top_n: int | None = None) -> tuple[list[dict], int]:
+        """The documents' ``{"index", "relevance_score"}`` best first, and the tokens scored."""
+        return self.llm.rerank(query, documents, top_n=top_n, return_count=True)
 
     def detokenize(self, ids: list[int]) -> str:
         return self.llm.detokenize(ids)

@@ -16,6 +16,7 @@ from pyengine import __version__, store
 from pyengine.session import ChatResult
 from pyengine.chat.shapes import OllamaShaper, now_rfc3339
 from pyengine.errors import ModelNotFoundError, StoreError
+from pyengine.options import OLLAMA_REQUEST_OPTIONS
 from pyengine.sample.options import MAX_TOP_LOGPROBS, OPTION_NAMES
 from pyengine.server import info, profiles
 from pyengine.server.common import read_fields, start_reply, state_of
@@ -32,7 +33,6 @@ router = APIRouter()
 IGNORED_OPTIONS = frozenset({"numa", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv", "logits_all",
                              "vocab_only", "use_mmap", "use_mlock", "embedding_only", "num_thread",
                              "penalize_newline", "tfs_z"})
-REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "stop", "shift"})
 # The top-level fields Ollama defines (api/types.go), plus `grammar`: GBNF text, as llama-server takes it.
 COMMON_FIELDS = frozenset({"model", "stream", "format", "keep_alive", "options", "think", "truncate", "shift",
                            "logprobs", "top_logprobs", "_debug_render_only", "grammar"})
@@ -59,7 +59,7 @@ def read_options(fields: Fields) -> dict:
     for name in options.data:
         if name in IGNORED_OPTIONS:
             continue
-        if name not in OPTION_NAMES and name not in REQUEST_OPTIONS:
+        if name not in OPTION_NAMES and name not in OLLAMA_REQUEST_OPTIONS:
             raise HTTPError(400, f"unknown option {name!r} in 'options'", param=f"options.{name}")
     for name, value in options.data.items():
         if name in IGNORED_OPTIONS or value is None:

@@ -1,0 +1,117 @@
+"""Make the synthetic Llama 4 (text) model and record llama.cpp's golden outputs for it.
+
+Writes
+
+* tests/data/synth/llama4-q8_0.gguf: `general.architecture = llama4`, 4
+  layers: 0-2 RoPE layers (interleaved RoPE, base 500000, q and k L2-normed
+  after it: llama.cpp's use_kq_norm, on for every expert count but 128), 3 a
+  NoPE layer (llama.cpp's fixed step of 4) with the attention temperature;
+  `interleave_moe_layer_step` 2, so layers 1 and 3 route to 1 of 4 experts
+  of hidden size 32 (input scaled by the sigmoid of the router logit) plus a
+  shared expert of 32, layers 0 and 2 a dense MLP of 96; n_embd 64, 4 query
+  heads of 16 over 2 KV heads; the tokenizer of llama-bpe-q5_1-tied.gguf (512
+  tokens); seeded random weights, the matrices and expert stacks in Q8_0
+  (gguf's quantizer), norms in F32.  The attention chunk (8192) and the
+  temperature's step (8192) lie beyond the prompts, as beyond the context
+  pyengine runs Llama 4 with;
+* tests/data/golden/synth/llama4-q8_0.json: llama.cpp's outputs over the
+  prompts of llama-bpe-q5_1-tied.json (make_iq_synth's recorder), from
+  llama-cpp-python 0.3.36's AVX-512 build with its extra buffer types off.
+
+    python scripts/make_synth_llama4.py [--no-golden]
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, quants
+
+import synth_common as common
+
+ARCH = "llama4"
+N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, HEAD_DIM = 64, 4, 4, 2, 16
+N_FF, N_EXPERT, N_EXPERT_USED, N_FF_EXP, MOE_STEP = 96, 4, 1, 32, 2
+ROPE_BASE, EPS, CONTEXT_LENGTH = 500000.0, 1e-5, 512
+SEED = 4004
+
+STD = {"token_embd": 1.0, "output": 0.12, "attn_q": 0.12, "attn_k": 0.12, "attn_v": 0.12, "attn_output": 0.1,
+       "ffn_gate": 0.12, "ffn_up": 0.12, "ffn_down": 0.1, "router": 0.25, "exp_gate": 0.15, "exp_up": 0.15,
+       "exp_down": 0.15, "shexp_gate": 0.15, "shexp_up": 0.15, "shexp_down": 0.1}
+
+
+def experts(w: common.RandomWeights, kind: str, n_out: int, n_in: int) -> np.ndarray:
+    """[N_EXPERT, n_out, n_in] (numpy order of a GGUF [n_in, n_out, E] stack)."""
+    return np.stack([w.matrix(kind, n_out, n_in) for _ in range(N_EXPERT)])
+
+
+def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
+    """(name, float32 array in numpy order [out, in]), in the converter's order."""
+    w = common.RandomWeights(rng, STD)
+    q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
+    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
+           ("output_norm.weight", w.norm(N_EMBD)),
+           ("output.weight", w.matrix("output", n_vocab, N_EMBD))]
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
+                (p + "attn_q.weight", w.matrix("attn_q", q_dim, N_EMBD)),
+                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, N_EMBD)),
+                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
+                (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, q_dim)),
+                (p + "ffn_norm.weight", w.norm(N_EMBD))]
+        if (i + 1) % MOE_STEP:
+            out += [(p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
+                    (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
+                    (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
+            continue
+        out += [(p + "ffn_gate_inp.weight", w.matrix("router", N_EXPERT, N_EMBD)),
+                (p + "ffn_gate_exps.weight", experts(w, "exp_gate", N_FF_EXP, N_EMBD)),
+                (p + "ffn_up_exps.weight", experts(w, "exp_up", N_FF_EXP, N_EMBD)),
+                (p + "ffn_down_exps.weight", experts(w, "exp_down", N_EMBD, N_FF_EXP)),
+                (p + "ffn_gate_shexp.weight", w.matrix("shexp_gate", N_FF_EXP, N_EMBD)),
+                (p + "ffn_up_shexp.weight", w.matrix("shexp_up", N_FF_EXP, N_EMBD)),
+                (p + "ffn_down_shexp.weight", w.matrix("shexp_down", N_EMBD, N_FF_EXP))]
+    return out
+
+
+def add_tensors(writer: GGUFWriter, named: list[tuple[str, np.ndarray]]) -> None:
+    """Matrices and expert stacks in Q8_0 (gguf's quantizer), norms in F32."""
+    for name, data in named:
+        if data.ndim == 1:
+            writer.add_tensor(name, data)
+            continue
+        blocks = quants.quantize(data, GGMLQuantizationType.Q8_0)   # the writer takes the byte shape
+        writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+
+
+def write_model(path: Path) -> None:
+    tokenizer = common.read_tokenizer_source()
+    writer = common.start_model(path, ARCH, name="synthetic-llama4", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
+                                n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_head_kv=N_HEAD_KV)
+    writer.add_layer_norm_rms_eps(EPS)
+    writer.add_rope_freq_base(ROPE_BASE)
+    writer.add_rope_dimension_count(HEAD_DIM)
+    writer.add_expert_count(N_EXPERT)
+    writer.add_expert_used_count(N_EXPERT_USED)
+    writer.add_expert_feed_forward_length(N_FF_EXP)
+    writer.add_interleave_moe_layer_step(MOE_STEP)
+    writer.add_vocab_size(common.vocab_size(tokenizer))
+    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
+    common.copy_tokenizer(tokenizer, writer)
+    add_tensors(writer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+# AVX-512 build, llama.cpp's extra buffer types off; a chunked cache as large as the context
+record_golden = functools.partial(common.record_golden, extra_buffer_types=False, swa_full=True)
+
+
+if __name__ == "__main__":
+    common.main(sys.argv[1:], __doc__, "llama4-q8_0", write_model, record_golden)
