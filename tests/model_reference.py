@@ -199,12 +199,14 @@ class Reference:
                    scale=scale if scale is not None else 1.0 / math.sqrt(self.head_dim))
         return self.linear(f"{p}attn_output", o)
 
-    def gated_mlp(self, p: str, h, act=silu):
-        if not self.w.has(f"{p}ffn_gate.weight"):                  # fused gate/up (Phi-3)
+    def gated_mlp(self, p: str, h, act=silu, suffix: str = ""):
+        """suffix: another MLP of the block (`_shexp`: a shared expert)."""
+        if not self.w.has(f"{p}ffn_gate{suffix}.weight"):          # fused gate/up (Phi-3)
             gu = self.linear(f"{p}ffn_up", h)
             half = gu.shape[1] // 2
             return self.linear(f"{p}ffn_down", act(gu[:, :half]) * gu[:, half:])
-        return self.linear(f"{p}ffn_down", act(self.linear(f"{p}ffn_gate", h)) * self.linear(f"{p}ffn_up", h))
+        return self.linear(f"{p}ffn_down{suffix}",
+                           act(self.linear(f"{p}ffn_gate{suffix}", h)) * self.linear(f"{p}ffn_up{suffix}", h))
 
     def moe(self, p: str, h, *, renormalise: bool = True):
         n_used = self.w.hp("expert_used_count")
@@ -574,6 +576,75 @@ class Reference:
         return out + shared
 
 
+    # -- Qwen3.5: gated attention and Gated DeltaNet layers -------------------------
+
+    def arch_qwen35(self, x, pos, *, decay: bool = True, tiled_heads: bool = True, ffn=None):
+        """decay=False: the delta rule without its per-token decay; tiled_heads=False:
+        value head h reads q/k head h // (Hv / Hk) instead of h % Hk (GGUF's order)."""
+        ffn = ffn or self.gated_mlp
+        interval = self.w.hp("full_attention_interval", 4)
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            if (i + 1) % interval:
+                x = x + self.gated_delta_net(p, h, decay=decay, tiled_heads=tiled_heads)
+            else:
+                x = x + self.gated_attention(p, h, pos, rope)
+            x = x + ffn(p, self.norm(f"{p}post_attention_norm", x))
+        return self.logits(x)
+
+    def arch_qwen35moe(self, x, pos, *, shared_gate: bool = True, **wrong):
+        """shared_gate=False: the shared expert added without its sigmoid gate."""
+        def ffn(p, h):
+            shared = self.gated_mlp(p, h, suffix="_shexp")
+            if shared_gate:
+                shared = shared / (1.0 + np.exp(-(h @ self.t(f"{p}ffn_gate_inp_shexp.weight"))))[:, None]
+            return self.moe(p, h) + shared
+        return self.arch_qwen35(x, pos, ffn=ffn, **wrong)
+
+    def gated_attention(self, p: str, h, pos, rope: Rope):
+        """Each attn_q head is a query then a gate; the output times sigmoid(gate)."""
+        n_tok, hd = h.shape[0], self.head_dim
+        qg = self.linear(f"{p}attn_q", h).reshape(n_tok, self.n_head, 2, hd)
+        q, gate = self.norm(f"{p}attn_q_norm", qg[:, :, 0]), qg[:, :, 1].reshape(n_tok, -1)
+        k = self.norm(f"{p}attn_k_norm", self.heads(self.linear(f"{p}attn_k", h), self.n_head_kv))
+        v = self.heads(self.linear(f"{p}attn_v", h), self.n_head_kv)
+        o = attend(rope(q, pos), rope(k, pos), v, pos, scale=1.0 / math.sqrt(hd))
+        return self.linear(f"{p}attn_output", o / (1.0 + np.exp(-gate)))
+
+    def gated_delta_net(self, p: str, h, *, decay: bool = True, tiled_heads: bool = True):
+        hp = self.w.hp
+        dk, n_k, n_v = hp("ssm.state_size"), hp("ssm.group_count"), hp("ssm.time_step_rank")
+        dv = hp("ssm.inner_size") // n_v
+        n_tok = h.shape[0]
+        mixed = self.linear(f"{p}attn_qkv", h)                                  # [T, channels]
+        w = self.t(f"{p}ssm_conv1d.weight")                                     # [channels, K]
+        kern = w.shape[1]
+        padded = np.concatenate([np.zeros((kern - 1, mixed.shape[1])), mixed])
+        conv = silu(sum(padded[j:j + n_tok] * w[:, j] for j in range(kern)))
+        key_dim = n_k * dk
+        def l2(x):
+            return x / np.maximum(np.sqrt((x * x).sum(-1, keepdims=True)), self.eps)
+        q = l2(conv[:, :key_dim].reshape(n_tok, n_k, dk))
+        k = l2(conv[:, key_dim:2 * key_dim].reshape(n_tok, n_k, dk))
+        v = conv[:, 2 * key_dim:].reshape(n_tok, n_v, dv)
+        beta = 1.0 / (1.0 + np.exp(-self.linear(f"{p}ssm_beta", h)))            # [T, Hv]
+        alpha = self.linear(f"{p}ssm_alpha", h) + self.t(f"{p}ssm_dt.bias")
+        g = np.logaddexp(0.0, alpha) * self.t(f"{p}ssm_a")                      # softplus * -exp(A_log)
+        kh = [hv % n_k if tiled_heads else hv // (n_v // n_k) for hv in range(n_v)]
+        out = np.zeros((n_tok, n_v, dv))
+        for hv in range(n_v):
+            S = np.zeros((dk, dv))
+            for t in range(n_tok):
+                if decay:
+                    S = S * np.exp(g[t, hv])
+                kt = k[t, kh[hv]]
+                S = S + np.outer(kt, beta[t, hv] * (v[t, hv] - S.T @ kt))
+                out[t, hv] = S.T @ q[t, kh[hv]] / math.sqrt(dk)
+        z = self.linear(f"{p}attn_gate", h).reshape(n_tok, n_v, dv)
+        o = self.norm(f"{p}ssm_norm", out) * silu(z)
+        return self.linear(f"{p}ssm_out", o.reshape(n_tok, -1))
     # GLM-4.5: pre-norm blocks (the second norm named post_attention_norm), q/k/v biases,
     # q/k head norms where present, NeoX RoPE over part of each head; the first
     # leading_dense_block_count layers dense, the others sigmoid-routed experts chosen with

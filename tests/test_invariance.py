@@ -9,7 +9,14 @@ so these hold for every model; SmolLM2 and a Q4_K / Q6_K synthetic model, whose
 products go through the decoding kernels, the 4-row tiles and the 16-row packed
 prompt tiles, stand for them; the synthetic gpt-oss adds attention sinks, a
 sliding window the prompts pass and routed experts; the synthetic DeepSeek-2 its
-latent attention (V a prefix of the cached K rows) and grouped, biased routing.)"""
+latent attention (V a prefix of the cached K rows) and grouped, biased routing.)
+
+A model with recurrent layers (the synthetic Qwen3.5: the gated delta rule) keeps
+the same bits whatever the thread count and the other sequences of the batch, but
+its prompts run the delta rule's chunked form, which agrees with the token form to
+rounding only: a prompt equals itself bit for bit when fed in the same pieces, or
+in pieces that start at multiples of the op's chunk (32), and equals its tokens fed
+one by one to within rounding (pe.h, pe_op_delta_net).)"""
 
 from __future__ import annotations
 
@@ -21,7 +28,9 @@ import pytest
 from pyengine import store
 from pyengine.gguf import GGUFFile
 from pyengine.kvcache import KVCache
+from pyengine.kvcache.cache import Cache
 from pyengine.ml.context import Backend
+from pyengine.ml.nn import RecurrentSpec
 from pyengine.models import load_model
 from pyengine.runner.engine import Engine
 from pyengine.runner.forward import Forward
@@ -44,13 +53,22 @@ def prompt(model, length: int, seed: int) -> np.ndarray:
 def fed_in_chunks(model, backend: Backend, ids: np.ndarray, sizes) -> np.ndarray:
     """The logits of every position of one sequence, its tokens fed through Forward in
     chunks of the given sizes (the last repeated until the prompt is done)."""
-    fw = Forward(model, backend, KVCache(model.cache_layout(), 128))
+    fw = Forward(model, backend, cache_for(model, 128))
     rows, start, k = [], 0, 0
     while start < len(ids):
         n = min(sizes[min(k, len(sizes) - 1)], len(ids) - start)
         rows.append(fw(ids[start:start + n], np.arange(start, start + n), np.zeros(n, np.int32), np.arange(n)).copy())
         start, k = start + n, k + 1
     return np.concatenate(rows)
+
+
+def cache_for(model, n_cells: int):
+    """A KV cache, or for a model with recurrent layers a Cache with rows for one
+    sequence's state (the empty row, the row read and the row written)."""
+    layout = model.cache_layout()
+    if any(isinstance(spec, RecurrentSpec) for spec in layout):
+        return Cache.build(layout, n_cells, state_rows=3)
+    return KVCache(layout, n_cells)
 
 
 def bits(a: np.ndarray) -> np.ndarray:
@@ -106,3 +124,60 @@ def test_a_prompt_in_chunks_equals_it_whole(loaded):
         got = fed_in_chunks(model, backend, ids, sizes)
         bad = np.flatnonzero((bits(got) != bits(whole)).any(axis=1))
         assert bad.size == 0, (sizes, bad[:8].tolist())
+
+
+# ---- a model with recurrent layers ---------------------------------------------------
+
+RECURRENT = ("qwen35-q8_0", "qwen35moe-q8_0")
+DELTA_CHUNK = 32   # the delta rule's piece boundaries (Context.delta_net's default)
+
+
+@pytest.fixture(scope="module", params=RECURRENT)
+def recurrent(request):
+    return model_and_tokenizer(request.param)
+
+
+def test_a_recurrent_prompt_beside_three_others_equals_it_alone(recurrent):
+    """Four prompts (37, 9, 23 and 50 tokens) in one forward pass: the 37-token one's
+    logits are the bits it gets fed alone in one batch, and its tokens fed one by one
+    (the delta rule's token form) agree to rounding."""
+    model, tok = recurrent
+    ids = prompt(model, 37, seed=1)
+    others = [prompt(model, n, seed=10 + n) for n in (9, 23, 50)]
+    alone = fed_in_chunks(model, Backend(2), ids, [37])
+    engine = Engine(model, tok, Backend(2), n_ctx=128, n_batch=128, n_parallel=4, background=False)
+    handles = [engine.submit(p.tolist(), max_tokens=0, all_logits=True) for p in [ids, *others]]
+    while engine.step():
+        pass
+    together = handles[0].result().logits
+    assert engine.steps == 1
+    engine.close()
+    assert np.array_equal(bits(together), bits(alone))
+    one_by_one = fed_in_chunks(model, Backend(2), ids, [1])
+    np.testing.assert_allclose(one_by_one, alone, atol=1e-3)
+    assert np.array_equal(one_by_one.argmax(axis=1), alone.argmax(axis=1))
+
+
+def test_a_recurrent_prompt_on_1_2_and_3_threads(recurrent):
+    model, _ = recurrent
+    ids = prompt(model, 41, seed=2)
+    alike = [fed_in_chunks(model, Backend(n), ids, [41]) for n in (1, 2, 3)]
+    assert np.array_equal(bits(alike[0]), bits(alike[1])) and np.array_equal(bits(alike[0]), bits(alike[2]))
+    steps = [fed_in_chunks(model, Backend(n), ids, [1]) for n in (1, 3)]
+    assert np.array_equal(bits(steps[0]), bits(steps[1]))
+
+
+def test_a_recurrent_prompt_in_pieces_at_chunk_boundaries_equals_it_whole(recurrent):
+    """Pieces that start at multiples of 32 give the whole prompt's bits; other cuts
+    (the token form at one-token pieces, other in-piece products) agree to rounding."""
+    model, _ = recurrent
+    ids = prompt(model, 100, seed=3)
+    backend = Backend(2)
+    whole = fed_in_chunks(model, backend, ids, [100])
+    for sizes in ([DELTA_CHUNK], [2 * DELTA_CHUNK, DELTA_CHUNK, 1]):
+        got = fed_in_chunks(model, backend, ids, sizes)
+        bad = np.flatnonzero((bits(got) != bits(whole)).any(axis=1))
+        assert bad.size == 0, (sizes, bad[:8].tolist())
+    for sizes in ([1, 2, 3, 5, 8, 13], [7], [1]):
+        got = fed_in_chunks(model, backend, ids, sizes)
+        np.testing.assert_allclose(got, whole, atol=1e-3, err_msg=str(sizes))

@@ -132,6 +132,15 @@ QUANT = {
     # met on scalar, avx2 and avx512; live (scripts/live_parity.py, 15 unseen sequences of 8-480
     # tokens): argmax 99.97% (one near-tie), top-10 < 1e-5 but for one sequence's 0.029
     "deepseek2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # qwen35 (scripts/make_synth_qwen35.py): three Gated DeltaNet layers (two value heads per q/k
+    # head, conv kernel 4, the chunked delta rule over the 301-token prompt) and one gated attention
+    # layer with partial RoPE; recorded by the AVX-512 build (extra buffer types off); met to 5e-6
+    # (354/354) on avx512; the exact model sits 0.035 / 95.8% from llama.cpp
+    "qwen35-q8_0": Bounds(0.99, 0.05),
+    # qwen35moe (scripts/make_synth_qwen35moe.py): the same layers with 4 experts (2 used) and a
+    # sigmoid-gated shared expert; met to 5e-6 (354/354) on avx512; the exact model sits 0.077 /
+    # 91.8% from llama.cpp (near-tied expert choices flip under Q8_0)
+    "qwen35moe-q8_0": Bounds(0.99, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -266,6 +275,33 @@ def test_gpt_oss_variants_are_far_from_llamacpp():
         top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
         argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
         assert top10 > 2 * bounds.top10 and argmax < bounds.argmax - 0.1, (wrong, top10, argmax)
+
+
+QWEN35_VARIANTS = [("qwen35-q8_0", {"decay": False}), ("qwen35-q8_0", {"tiled_heads": False}),
+                   ("qwen35moe-q8_0", {"decay": False}), ("qwen35moe-q8_0", {"tiled_heads": False}),
+                   ("qwen35moe-q8_0", {"shared_gate": False})]
+
+
+@pytest.mark.parametrize(("name", "wrong"), QWEN35_VARIANTS)
+def test_qwen35_variants_are_far_from_llamacpp(name, wrong):
+    """The exact Qwen3.5 (dense, MoE) with the delta rule's decay left out, with value
+    head h reading q/k head h // 2 instead of GGUF's tiled h % 2, or (MoE) the shared
+    expert without its gate, is far outside the bounds (measured: top-10 2.3 / 2.2 and
+    4.0 / 3.0 / 0.72 away, argmax 10-15% and 56% of the rows, where the exact models are
+    0.035 / 95.8% and 0.077 / 91.8%)."""
+    cases, _ = runs(name)
+    ref = Reference(DATA / "synth" / f"{name}.gguf")
+    bounds = BOUNDS[name]
+    forward = getattr(ref, f"arch_{name.split('-')[0]}")
+    top10, argmax = 0.0, []
+    for case in cases:
+        ids = np.asarray(case["ids"])
+        logits = forward(ref.t("token_embd.weight")[ids], np.arange(len(ids)), **wrong)
+        top = np.asarray(case["top_ids"][:10])
+        top10 = max(top10, float(np.abs(logits[-1][top] - np.asarray(case["top_logits"][:10])).max()))
+        argmax.append(logits.argmax(axis=1) == np.asarray(case["argmax"]))
+    rate = np.concatenate(argmax).mean()
+    assert top10 > 10 * bounds.top10 and rate < bounds.argmax - 0.3, (wrong, top10, rate)
 
 
 def test_deepseek2_variants_are_far_from_llamacpp():

@@ -113,15 +113,15 @@ def _strip_optional(kind: Any) -> type:
 def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorField) -> Any:
     names = [prefix + spec.name] + ([prefix + spec.alt] if spec.alt else [])
     lead = next(iter(leaf.PARTS))   # "weight", or the one part a leaf has ("bias": DeepSeek's exp_probs_b)
-    base = next((n for n in names if f"{n}.{lead}" in gguf.tensors), None)
+    base = next((n for n in names if _part_name(leaf, n, lead) in gguf.tensors), None)
     if base is None:
         if spec.optional:
             return None
-        tried = " or ".join(f"'{n}.{lead}'" for n in names)
+        tried = " or ".join(f"'{_part_name(leaf, n, lead)}'" for n in names)
         raise ModelError(f"missing tensor {tried} in {gguf.path}")
     parts: dict[str, Weight | None] = {}
     for part, required in leaf.PARTS.items():
-        name = f"{base}.{part}"
+        name = _part_name(leaf, base, part)
         if name not in gguf.tensors:
             if required:
                 raise ModelError(f"missing tensor '{name}' in {gguf.path}")
@@ -133,6 +133,12 @@ def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorFi
             _check_shape(w, spec.shape, cfg)
         parts[part] = w.to_f32() if part in leaf.F32_PARTS else w
     return leaf(**parts)
+
+
+def _part_name(leaf: type, base: str, part: str) -> str:
+    """The GGUF name of a leaf's part: `base.part`, or `base` itself for a leaf that says
+    BARE (a tensor the converter names without a suffix, as Qwen3.5's `ssm_a`)."""
+    return base if getattr(leaf, "BARE", False) else f"{base}.{part}"
 
 
 def _interleaving() -> bool:
