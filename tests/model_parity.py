@@ -19,8 +19,9 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
 from pyengine.gguf import GGUFFile
-from pyengine.kvcache import KVCache
+from pyengine.kvcache import Cache, KVCache
 from pyengine.ml.context import Backend
+from pyengine.ml.nn import RecurrentSpec
 from pyengine.models import load_model
 from pyengine.runner.forward import Forward
 
@@ -59,8 +60,14 @@ def prompt_logits(fw: Forward, ids: list[int]) -> np.ndarray:
 
 
 def run_case(model, backend: Backend, ids: list[int], n_greedy: int, **cache_options) -> CaseRun:
-    """cache_options go to the KVCache (e.g. kv_type, head_dim)."""
-    cache = KVCache(model.cache_layout(), len(ids) + n_greedy + 1, **cache_options)
+    """cache_options go to the KVCache (e.g. kv_type, head_dim); a layout with recurrent
+    layers gets the composed Cache (its attention layers' KVCache takes the options)."""
+    layout = model.cache_layout()
+    n_cells = len(ids) + n_greedy + 1
+    if any(isinstance(spec, RecurrentSpec) for spec in layout):
+        cache = Cache.build(layout, n_cells, state_rows=3, **cache_options)   # the empty row, read, write
+    else:
+        cache = KVCache(layout, n_cells, **cache_options)
     fw = Forward(model, backend, cache)
     logits = prompt_logits(fw, ids)
     step_logits, tokens = [logits[-1]], []

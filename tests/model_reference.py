@@ -455,6 +455,36 @@ class Reference:
             x = x + self.norm(f"{p}post_ffw_norm", self.gated_mlp(p, x))
         return self.logits(x)
 
+    # lfm2: attention where head_count_kv > 0 (q/k head norms, NeoX RoPE), else a short
+    # convolution: B, C, x from in_proj, C * conv(B * x) over a causal window of l_cache
+    # tokens, out_proj; SiLU-gated MLPs; token_embd_norm as the final norm.  The keywords
+    # make the wrong variants the tests measure (the window a token short, the C gate dropped).
+    def arch_lfm2(self, x, pos, *, window_short: bool = False, gate_c: bool = True):
+        counts = [int(n) for n in self.w.hp("attention.head_count_kv")]
+        self.n_head_kv = max(counts)
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling)
+        for i, n_kv in enumerate(counts):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            if n_kv:
+                x = x + self.self_attention(p, h, pos, rope)
+            else:
+                x = x + self.short_conv(p, h, window_short=window_short, gate_c=gate_c)
+            x = x + self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+        return self.linear("output" if self.w.has("output.weight") else "token_embd",
+                           self.norm("token_embd_norm", x))
+
+    def short_conv(self, p: str, h, *, window_short: bool = False, gate_c: bool = True):
+        n = h.shape[1]
+        bcx = self.linear(f"{p}shortconv.in_proj", h)                  # [T, 3n]
+        b, c, v = bcx[:, :n], bcx[:, n:2 * n], bcx[:, 2 * n:]
+        w = self.t(f"{p}shortconv.conv.weight")                      # [n, K]: oldest tap first
+        k = w.shape[1]
+        bx = np.concatenate([np.zeros((k - 1, n)), b * v])           # the zero window before the prompt
+        taps = range(1, k) if window_short else range(k)             # short: the oldest token dropped
+        y = sum(w[:, j] * bx[j:j + len(h)] for j in taps)
+        return self.linear(f"{p}shortconv.out_proj", c * y if gate_c else y)
+
     # gpt-oss: q/k/v/o biases, a sink logit per head in every softmax, a window on
     # the even layers, NeoX RoPE with the file's scaling, a post-attention norm and
     # experts with biases and the clamped SwiGLU, weighted by a softmax over the

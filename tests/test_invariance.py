@@ -9,7 +9,9 @@ so these hold for every model; SmolLM2 and a Q4_K / Q6_K synthetic model, whose
 products go through the decoding kernels, the 4-row tiles and the 16-row packed
 prompt tiles, stand for them; the synthetic gpt-oss adds attention sinks, a
 sliding window the prompts pass and routed experts; the synthetic DeepSeek-2 its
-latent attention (V a prefix of the cached K rows) and grouped, biased routing.)"""
+latent attention (V a prefix of the cached K rows) and grouped, biased routing;
+the synthetic LFM2 its short convolutions, whose window rows the batch's
+sequences read and write in the recurrent state.)"""
 
 from __future__ import annotations
 
@@ -20,15 +22,16 @@ import pytest
 
 from pyengine import store
 from pyengine.gguf import GGUFFile
-from pyengine.kvcache import KVCache
+from pyengine.kvcache import Cache, KVCache
 from pyengine.ml.context import Backend
+from pyengine.ml.nn import RecurrentSpec
 from pyengine.models import load_model
 from pyengine.runner.engine import Engine
 from pyengine.runner.forward import Forward
 from pyengine.tokenizer import Tokenizer
 
 SYNTH = Path(__file__).parent / "data" / "synth"
-MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0", "deepseek2-q8_0")
+MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0", "deepseek2-q8_0", "lfm2-q8_0")
 
 
 def model_and_tokenizer(name: str):
@@ -44,7 +47,9 @@ def prompt(model, length: int, seed: int) -> np.ndarray:
 def fed_in_chunks(model, backend: Backend, ids: np.ndarray, sizes) -> np.ndarray:
     """The logits of every position of one sequence, its tokens fed through Forward in
     chunks of the given sizes (the last repeated until the prompt is done)."""
-    fw = Forward(model, backend, KVCache(model.cache_layout(), 128))
+    layout = model.cache_layout()
+    recurrent = any(isinstance(spec, RecurrentSpec) for spec in layout)
+    fw = Forward(model, backend, Cache.build(layout, 128, state_rows=3) if recurrent else KVCache(layout, 128))
     rows, start, k = [], 0, 0
     while start < len(ids):
         n = min(sizes[min(k, len(sizes) - 1)], len(ids) - start)
