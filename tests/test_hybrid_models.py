@@ -1,8 +1,9 @@
-"""Hybrid models (attention beside recurrent layers) through the engine: a chat's
+"""Recurrent and hybrid models (recurrent layers, alone or beside attention) through the engine: a chat's
 second turn resumes from the state checkpoint its first turn left and computes only
 its new tokens, yet equals a cold run bit for bit; sequences decoding together get
 the tokens each gets alone.  The synthetic LFM2 (scripts/make_synth_lfm2.py: short
-convolutions beside attention) stands for the hybrids."""
+convolutions beside attention) stands for the hybrids, the synthetic Mamba-2
+(scripts/make_synth_mamba2.py) for models whose every layer scans."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pyengine.runner.engine import Engine
 from pyengine.tokenizer import Tokenizer
 
 SYNTH = Path(__file__).parent / "data" / "synth"
-HYBRIDS = ("lfm2-q8_0",)
+HYBRIDS = ("lfm2-q8_0", "mamba2-q8_0")
 
 
 @pytest.fixture(scope="module", params=HYBRIDS)

@@ -126,6 +126,10 @@ QUANT = {
     # met to 5e-6 (354/354) on avx512; llama.cpp and we sit 0.31 / 95% from the exact result
     # (B, C and x multiply: their activations' Q8_0 rounding compounds)
     "lfm2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # mamba2 (scripts/make_synth_mamba2.py): 3 Mamba-2 mixers (8 heads in 2 groups, state 16, a
+    # 4-tap convolution); recorded by the AVX-512 build (extra buffer types off); met to 5e-6
+    # (354/354) on avx512; llama.cpp and we sit 0.044 / 92% from the exact result
+    "mamba2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -283,6 +287,22 @@ def test_lfm2_variants_are_far_from_llamacpp():
         top10, argmax = distance(**wrong)
         assert top10 > 10 * exact_top10 and top10 > 20 * bounds.top10, (wrong, top10)
         assert argmax < exact_argmax - 0.5, (wrong, argmax)
+
+
+def test_mamba2_variants_are_far_from_llamacpp():
+    """The exact Mamba-2 with the state's decay left out (exp(dt A) taken as 1) or its
+    convolution window a token short is far outside the bounds the engine meets."""
+    cases, _ = runs("mamba2-q8_0")
+    ref = Reference(DATA / "synth" / "mamba2-q8_0.gguf")
+    bounds = BOUNDS["mamba2-q8_0"]
+    ids = cases[2]["ids"]
+    x, pos = ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids))
+    top = np.asarray(cases[2]["top_ids"][:10])
+    for wrong in ({"decay": False}, {"window_short": True}):
+        logits = ref.arch_mamba2(x, pos, **wrong)
+        top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
+        argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
+        assert top10 > 20 * bounds.top10 and argmax < 0.5, (wrong, top10, argmax)
 
 
 def test_deepseek2_variants_are_far_from_llamacpp():

@@ -112,6 +112,8 @@ def _strip_optional(kind: Any) -> type:
 
 
 def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorField) -> Any:
+    if getattr(leaf, "BARE", False):
+        return _bind_bare(leaf, gguf, cfg, prefix + spec.name, spec)
     names = [prefix + spec.name] + ([prefix + spec.alt] if spec.alt else [])
     lead = next(iter(leaf.PARTS))   # "weight", or the one part a leaf has ("bias": DeepSeek's exp_probs_b)
     base = next((n for n in names if f"{n}.{lead}" in gguf.tensors), None)
@@ -134,6 +136,18 @@ def _bind_leaf(leaf: type, gguf: GGUFFile, cfg: Any, prefix: str, spec: TensorFi
             _check_shape(w, spec.shape, cfg)
         parts[part] = w.to_f32() if part in leaf.F32_PARTS else w
     return leaf(**parts)
+
+
+def _bind_bare(leaf: type, gguf: GGUFFile, cfg: Any, name: str, spec: TensorField) -> Any:
+    """A leaf whose tensor is named without a part (Mamba's `blk.N.ssm_a`), as float32."""
+    if name not in gguf.tensors:
+        if spec.optional:
+            return None
+        raise ModelError(f"missing tensor '{name}' in {gguf.path}")
+    w = _weight(gguf, name)
+    if spec.shape is not None:
+        _check_shape(w, spec.shape, cfg)
+    return leaf(weight=w.to_f32())
 
 
 def _interleaving() -> bool:
