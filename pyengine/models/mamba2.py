@@ -17,16 +17,15 @@ from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import BareF32Param, Embedding, Linear, RMSNorm, Weight
+from pyengine.ml.nn import Embedding, Linear, RMSNorm
+from pyengine.models import common
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.common import check_range
 from pyengine.models.registry import register
 
-F32_BYTES = 4
-
 
 @dataclass(frozen=True)
-class Mamba2Config:
+class Mamba2Config(common.Mamba2Dims):
     """No attention, so none of TransformerConfig's heads or RoPE."""
 
     n_vocab: int
@@ -50,110 +49,26 @@ class Mamba2Config:
                    n_layer=f.get_int(key("block_count")),
                    eps=f.get_float(key("attention.layer_norm_rms_epsilon"), 1e-5),
                    n_ctx_train=f.get_int(key("context_length"), 2048),
-                   d_inner=f.get_int(key("ssm.inner_size")), d_state=f.get_int(key("ssm.state_size")),
-                   n_ssm_head=f.get_int(key("ssm.time_step_rank")), n_group=f.get_int(key("ssm.group_count"), 1),
-                   conv_kernel=f.get_int(key("ssm.conv_kernel")))
+                   **common.Mamba2Dims.ssm_from_gguf(f))
 
     def __post_init__(self) -> None:
         check_range("embedding_length", self.n_embd, 1, 1 << 20)
         check_range("block_count", self.n_layer, 1, 1 << 12)
-        check_range("ssm.inner_size", self.d_inner, 1, 1 << 20)
-        check_range("ssm.state_size", self.d_state, 1, 1 << 12)
-        check_range("ssm.time_step_rank", self.n_ssm_head, 1, self.d_inner)
-        check_range("ssm.group_count", self.n_group, 1, self.n_ssm_head)
-        check_range("ssm.conv_kernel", self.conv_kernel, 2, 64)
-        if self.d_inner % self.n_ssm_head or self.n_ssm_head % self.n_group:
-            raise ModelError(f"ssm.inner_size {self.d_inner}, time_step_rank {self.n_ssm_head} and group_count "
-                             f"{self.n_group} must divide one another")
+        self.check_ssm()
         if not (self.eps > 0 and math.isfinite(self.eps)):
             raise ModelError(f"layer_norm_rms_epsilon must be positive, got {self.eps}")
 
-    @property
-    def head_dim(self) -> int:
-        return self.d_inner // self.n_ssm_head
-
-    @property
-    def n_conv(self) -> int:
-        """Channels of the convolution: x, B and C."""
-        return self.d_inner + 2 * self.n_group * self.d_state
-
-    @property
-    def n_in_proj(self) -> int:
-        return self.d_inner + self.n_conv + self.n_ssm_head
-
-    @property
-    def group_dim(self) -> int:
-        return self.d_inner // self.n_group
-
     def cache_layout(self) -> list[nn.LayerCache]:
-        return [nn.RecurrentSpec(conv_dim=(self.conv_kernel - 1) * self.n_conv,
-                                 state_dim=self.n_ssm_head * self.d_state * self.head_dim)
-                for _ in range(self.n_layer)]
+        return [self.mamba2_cache() for _ in range(self.n_layer)]
 
     def describe(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(eq=False)
-class ConvKernel:
-    """The convolution's taps [K, channels] and its bias [channels], both float32."""
-
-    weight: Weight
-    bias: Weight
-
-    PARTS = {"weight": True, "bias": True}
-    F32_PARTS = ("weight", "bias")
-
-
-@dataclass(eq=False)
-class DtBias:
-    """The time step's bias, stored as `ssm_dt.bias` alone."""
-
-    bias: Weight
-
-    PARTS = {"bias": True}
-    F32_PARTS = ("bias",)
-
-
-@dataclass(eq=False)
-class Mixer(Module):
-    ssm_in: Linear = tensor("ssm_in", shape=("n_embd", "n_in_proj"))
-    ssm_conv1d: ConvKernel = tensor("ssm_conv1d", shape=("conv_kernel", "n_conv"))
-    ssm_dt: DtBias = tensor("ssm_dt")
-    ssm_a: BareF32Param = tensor("ssm_a", shape=(1, "n_ssm_head"))
-    ssm_d: BareF32Param = tensor("ssm_d", shape=(1, "n_ssm_head"))
-    ssm_norm: RMSNorm = tensor("ssm_norm", shape=("group_dim", "n_group"))
-    ssm_out: Linear = tensor("ssm_out", shape=("d_inner", "n_embd"))
-
-    def __call__(self, ctx: Context, h: Tensor, batch, layer: int) -> Tensor:
-        c = self.cfg
-        n_tokens = h.shape[1]
-        rec = batch.recurrent_inputs(layer)
-        zxbcdt = self.ssm_in(ctx, h)                                               # [n_in_proj, T]
-        z = ctx.rows_slice(zxbcdt, 0, c.d_inner)
-        xbc = ctx.rows_slice(zxbcdt, c.d_inner, c.n_conv)
-        dt = ctx.rows_slice(zxbcdt, c.d_inner + c.n_conv, c.n_ssm_head)            # [H, T]
-        xbc = ctx.ssm_conv(xbc, ctx.weight(self.ssm_conv1d.weight), rec.conv, rec.seqs)   # [n_conv, T]
-        xbc = ctx.silu(ctx.add(xbc, ctx.weight(self.ssm_conv1d.bias)))
-        row = c.n_conv * F32_BYTES
-        x = ctx.view(xbc, (c.head_dim, c.n_ssm_head, n_tokens), (F32_BYTES, c.head_dim * F32_BYTES, row))
-        b = ctx.view(xbc, (c.d_state, c.n_group, n_tokens), (F32_BYTES, c.d_state * F32_BYTES, row),
-                     c.d_inner * F32_BYTES)
-        cc = ctx.view(xbc, (c.d_state, c.n_group, n_tokens), (F32_BYTES, c.d_state * F32_BYTES, row),
-                      (c.d_inner + c.n_group * c.d_state) * F32_BYTES)
-        a = ctx.reshape(ctx.weight(self.ssm_a.weight), (c.n_ssm_head,))
-        d = ctx.reshape(ctx.weight(self.ssm_d.weight), (c.n_ssm_head,))
-        y = ctx.ssm_scan(x, dt, a, b, cc, rec.state, rec.seqs, D=d, dt_bias=ctx.weight(self.ssm_dt.bias))
-        y = ctx.swiglu(z, ctx.reshape(y, (c.d_inner, n_tokens)))                   # silu(z) * y
-        y = ctx.rms_norm(ctx.reshape(y, (c.group_dim, c.n_group, n_tokens)), None, c.eps)   # per group
-        y = ctx.mul(y, ctx.weight(self.ssm_norm.weight))                           # [gd, G, T] x [gd, G]
-        return self.ssm_out(ctx, ctx.reshape(y, (c.d_inner, n_tokens)))
-
-
-@dataclass(eq=False)
 class Block(Module):
     attn_norm: RMSNorm = tensor("attn_norm", shape=("n_embd",))
-    mixer: Mixer = module()
+    mixer: common.Mamba2Mixer = module()
 
     def __call__(self, ctx: Context, x: Tensor, batch, layer: int) -> Tensor:
         return ctx.add(x, self.mixer(ctx, self.attn_norm(ctx, x, self.cfg.eps), batch, layer))
