@@ -78,6 +78,7 @@ class Block(Module):
 @dataclass(eq=False)
 class Mamba2(Module):
     Config = Mamba2Config
+    shift_head_dim = 1   # the engine's key rotator asks every model; this one has no keys to shift
 
     token_embd: Embedding = tensor("token_embd", shape=("n_embd", "n_vocab"))
     layers: list[Block] = blocks("blk")
