@@ -305,6 +305,29 @@ class Reference:
             x = x + res * self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
         return self.logits(x) / hp("logit_scale")
 
+    def arch_granitehybrid(self, x, pos, *, decay: bool = True, residual_scale: bool = True):
+        # Granite 4 hybrids: Granite's multipliers around layers that are attention where
+        # head_count_kv > 0 and Mamba-2 mixers (mamba2_mixer) where it is 0, each with a
+        # gated MLP.  The keywords make the wrong variants the tests measure.
+        hp = self.w.hp
+        counts = [int(n) for n in hp("attention.head_count_kv")]
+        self.n_head_kv = max(counts)
+        res = (hp("residual_scale", 0.0) or 1.0) if residual_scale else 1.0
+        rope = Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling)
+        if not hp("rope.scaling.finetuned", True):
+            rope = lambda v, _pos: v  # noqa: E731
+        x = x * (hp("embedding_scale", 0.0) or 1.0)
+        for i, n_kv in enumerate(counts):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            if n_kv:
+                h = self.self_attention(p, h, pos, rope, scale=hp("attention.scale", 0.0) or None)
+            else:
+                h = self.mamba2_mixer(p, h, decay=decay)
+            x = x + res * h
+            x = x + res * self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+        return self.logits(x) / (hp("logit_scale", 0.0) or 1.0)
+
     def arch_smollm3(self, x, pos):
         # Llama's block with interleaved ("normal") RoPE, except that every fourth
         # layer, (i + 1) % 4 == 0, attends without any position encoding (llama.cpp

@@ -12,7 +12,7 @@ sliding window the prompts pass and routed experts; the synthetic DeepSeek-2 its
 latent attention (V a prefix of the cached K rows) and grouped, biased routing;
 the synthetic LFM2 its short convolutions, whose window rows the batch's
 sequences read and write in the recurrent state; the synthetic Mamba-2 its
-selective scan.)"""
+selective scan; the synthetic Granite 4 hybrid both beside attention.)"""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from pyengine.runner.forward import Forward
 from pyengine.tokenizer import Tokenizer
 
 SYNTH = Path(__file__).parent / "data" / "synth"
-MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0", "deepseek2-q8_0", "lfm2-q8_0", "mamba2-q8_0")
+MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0", "deepseek2-q8_0", "lfm2-q8_0", "mamba2-q8_0",
+          "granitehybrid-q8_0")
 
 
 def model_and_tokenizer(name: str):
