@@ -59,15 +59,18 @@ def prompt_logits(fw: Forward, ids: list[int]) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def run_case(model, backend: Backend, ids: list[int], n_greedy: int, **cache_options) -> CaseRun:
-    """cache_options go to the KVCache (e.g. kv_type, head_dim); a layout with recurrent
-    layers gets the composed Cache (its attention layers' KVCache takes the options)."""
-    layout = model.cache_layout()
-    n_cells = len(ids) + n_greedy + 1
+def cache_for(layout, n_cells: int, **options) -> Cache | KVCache:
+    """A KVCache of n_cells for `layout` (options: kv_type, head_dim), or for a layout with
+    recurrent layers the composed Cache, with state rows for one sequence (the empty row,
+    the row read and the row written)."""
     if any(isinstance(spec, RecurrentSpec) for spec in layout):
-        cache = Cache.build(layout, n_cells, state_rows=3, **cache_options)   # the empty row, read, write
-    else:
-        cache = KVCache(layout, n_cells, **cache_options)
+        return Cache.build(layout, n_cells, state_rows=3, **options)
+    return KVCache(layout, n_cells, **options)
+
+
+def run_case(model, backend: Backend, ids: list[int], n_greedy: int, **cache_options) -> CaseRun:
+    """cache_options go to the KVCache (e.g. kv_type, head_dim)."""
+    cache = cache_for(model.cache_layout(), len(ids) + n_greedy + 1, **cache_options)
     fw = Forward(model, backend, cache)
     logits = prompt_logits(fw, ids)
     step_logits, tokens = [logits[-1]], []

@@ -20,12 +20,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from model_parity import cache_for
 
 from pyengine import store
 from pyengine.gguf import GGUFFile
-from pyengine.kvcache import Cache, KVCache
 from pyengine.ml.context import Backend
-from pyengine.ml.nn import RecurrentSpec
 from pyengine.models import load_model
 from pyengine.runner.engine import Engine
 from pyengine.runner.forward import Forward
@@ -49,9 +48,7 @@ def prompt(model, length: int, seed: int) -> np.ndarray:
 def fed_in_chunks(model, backend: Backend, ids: np.ndarray, sizes) -> np.ndarray:
     """The logits of every position of one sequence, its tokens fed through Forward in
     chunks of the given sizes (the last repeated until the prompt is done)."""
-    layout = model.cache_layout()
-    recurrent = any(isinstance(spec, RecurrentSpec) for spec in layout)
-    fw = Forward(model, backend, Cache.build(layout, 128, state_rows=3) if recurrent else KVCache(layout, 128))
+    fw = Forward(model, backend, cache_for(model.cache_layout(), 128))
     rows, start, k = [], 0, 0
     while start < len(ids):
         n = min(sizes[min(k, len(sizes) - 1)], len(ids) - start)
