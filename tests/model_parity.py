@@ -19,8 +19,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
 from pyengine.gguf import GGUFFile
-from pyengine.kvcache import KVCache
-from pyengine.kvcache.cache import Cache
+from pyengine.kvcache import Cache, KVCache
 from pyengine.ml.context import Backend
 from pyengine.ml.nn import RecurrentSpec
 from pyengine.models import load_model
@@ -60,16 +59,18 @@ def prompt_logits(fw: Forward, ids: list[int]) -> np.ndarray:
     return np.concatenate(rows)
 
 
+def cache_for(layout, n_cells: int, **options) -> Cache | KVCache:
+    """A KVCache of n_cells for `layout` (options: kv_type, head_dim), or for a layout with
+    recurrent layers the composed Cache, with state rows for one sequence (the empty row,
+    the row read and the row written)."""
+    if any(isinstance(spec, RecurrentSpec) for spec in layout):
+        return Cache.build(layout, n_cells, state_rows=3, **options)
+    return KVCache(layout, n_cells, **options)
+
+
 def run_case(model, backend: Backend, ids: list[int], n_greedy: int, **cache_options) -> CaseRun:
-    """cache_options go to the cache (e.g. kv_type, head_dim); a model with recurrent
-    layers gets a Cache holding their states beside its attention layers' KV cache."""
-    layout = model.cache_layout()
-    n_cells = len(ids) + n_greedy + 1
-    recurrent = any(isinstance(spec, RecurrentSpec) for spec in layout)
-    if recurrent:   # the empty row, the state read and the state written
-        cache = Cache.build(layout, n_cells, state_rows=3, **cache_options)
-    else:
-        cache = KVCache(layout, n_cells, **cache_options)
+    """cache_options go to the KVCache (e.g. kv_type, head_dim)."""
+    cache = cache_for(model.cache_layout(), len(ids) + n_greedy + 1, **cache_options)
     fw = Forward(model, backend, cache)
     logits = prompt_logits(fw, ids)
     step_logits, tokens = [logits[-1]], []

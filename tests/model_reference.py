@@ -132,7 +132,7 @@ class Reference:
         self.n_head = w.hp("attention.head_count")
         self.n_head_kv = w.hp("attention.head_count_kv", self.n_head)
         n_embd = self.n_embd = w.hp("embedding_length")
-        self.head_dim = w.hp("attention.key_length", n_embd // self.n_head)
+        self.head_dim = w.hp("attention.key_length", n_embd // self.n_head if self.n_head else 0)   # (0: no attention)
         self.eps = w.hp("attention.layer_norm_rms_epsilon", 1e-5)
         self.rope_dims = w.hp("rope.dimension_count", self.head_dim)
         self.rope_base = w.hp("rope.freq_base", 10000.0)
@@ -312,6 +312,29 @@ class Reference:
             x = x + res * self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
         return self.logits(x) / hp("logit_scale")
 
+    def arch_granitehybrid(self, x, pos, *, decay: bool = True, residual_scale: bool = True):
+        # Granite 4 hybrids: Granite's multipliers around layers that are attention where
+        # head_count_kv > 0 and Mamba-2 mixers (mamba2_mixer) where it is 0, each with a
+        # gated MLP.  The keywords make the wrong variants the tests measure.
+        hp = self.w.hp
+        counts = [int(n) for n in hp("attention.head_count_kv")]
+        self.n_head_kv = max(counts)
+        res = (hp("residual_scale", 0.0) or 1.0) if residual_scale else 1.0
+        rope = Rope(self.rope_dims, self.rope_base, neox=False, **self.scaling)
+        if not hp("rope.scaling.finetuned", True):
+            rope = lambda v, _pos: v  # noqa: E731
+        x = x * (hp("embedding_scale", 0.0) or 1.0)
+        for i, n_kv in enumerate(counts):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            if n_kv:
+                h = self.self_attention(p, h, pos, rope, scale=hp("attention.scale", 0.0) or None)
+            else:
+                h = self.mamba2_mixer(p, h, decay=decay)
+            x = x + res * h
+            x = x + res * self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+        return self.logits(x) / (hp("logit_scale", 0.0) or 1.0)
+
     def arch_smollm3(self, x, pos):
         # Llama's block with interleaved ("normal") RoPE, except that every fourth
         # layer, (i + 1) % 4 == 0, attends without any position encoding (llama.cpp
@@ -461,6 +484,77 @@ class Reference:
             x = x + self.norm(f"{p}post_attention_norm", self.linear(f"{p}attn_output", o))
             x = x + self.norm(f"{p}post_ffw_norm", self.gated_mlp(p, x))
         return self.logits(x)
+
+    # lfm2: attention where head_count_kv > 0 (q/k head norms, NeoX RoPE), else a short
+    # convolution: B, C, x from in_proj, C * conv(B * x) over a causal window of l_cache
+    # tokens, out_proj; SiLU-gated MLPs; token_embd_norm as the final norm.  The keywords
+    # make the wrong variants the tests measure (the window a token short, the C gate dropped).
+    def arch_lfm2(self, x, pos, *, window_short: bool = False, gate_c: bool = True):
+        counts = [int(n) for n in self.w.hp("attention.head_count_kv")]
+        self.n_head_kv = max(counts)
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling)
+        for i, n_kv in enumerate(counts):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            if n_kv:
+                x = x + self.self_attention(p, h, pos, rope)
+            else:
+                x = x + self.short_conv(p, h, window_short=window_short, gate_c=gate_c)
+            x = x + self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+        return self.linear("output" if self.w.has("output.weight") else "token_embd",
+                           self.norm("token_embd_norm", x))
+
+    def short_conv(self, p: str, h, *, window_short: bool = False, gate_c: bool = True):
+        n = h.shape[1]
+        bcx = self.linear(f"{p}shortconv.in_proj", h)                  # [T, 3n]
+        b, c, v = bcx[:, :n], bcx[:, n:2 * n], bcx[:, 2 * n:]
+        w = self.t(f"{p}shortconv.conv.weight")                      # [n, K]: oldest tap first
+        k = w.shape[1]
+        bx = np.concatenate([np.zeros((k - 1, n)), b * v])           # the zero window before the prompt
+        taps = range(1, k) if window_short else range(k)             # short: the oldest token dropped
+        y = sum(w[:, j] * bx[j:j + len(h)] for j in taps)
+        return self.linear(f"{p}shortconv.out_proj", c * y if gate_c else y)
+
+    # mamba2: per layer x + mixer(norm(x)), no attention, no MLP.  The mixer: z, xBC, dt
+    # from ssm_in; xBC through the causal convolution (with its bias) and SiLU; the scan
+    # per head h (group g = h // (heads / groups)): dt' = softplus(dt + dt_bias),
+    # S = S exp(dt' A) + B_g (dt' x_h)^T, y = S^T C_g + D x_h; silu(z) * y, RMS-normed per
+    # group, ssm_out.  The keywords make the wrong variants the tests measure.
+    def arch_mamba2(self, x, pos, *, decay: bool = True, window_short: bool = False):
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            x = x + self.mamba2_mixer(p, self.norm(f"{p}attn_norm", x), decay=decay, window_short=window_short)
+        return self.logits(x)
+
+    def mamba2_mixer(self, p: str, h, *, decay: bool = True, window_short: bool = False):
+        hp = self.w.hp
+        d_inner, n_state, n_head, n_group = (hp(f"ssm.{k}") for k in
+                                             ("inner_size", "state_size", "time_step_rank", "group_count"))
+        n_tok, head_dim = len(h), d_inner // n_head
+        zxbcdt = self.linear(f"{p}ssm_in", h)
+        n_conv = d_inner + 2 * n_group * n_state
+        z, xbc, dt = zxbcdt[:, :d_inner], zxbcdt[:, d_inner:d_inner + n_conv], zxbcdt[:, d_inner + n_conv:]
+        w = self.t(f"{p}ssm_conv1d.weight")                          # [n_conv, K]: oldest tap first
+        k = w.shape[1]
+        xx = np.concatenate([np.zeros((k - 1, n_conv)), xbc])
+        taps = range(1, k) if window_short else range(k)
+        xbc = silu(sum(w[:, j] * xx[j:j + n_tok] for j in taps) + self.t(f"{p}ssm_conv1d.bias"))
+        xs = xbc[:, :d_inner].reshape(n_tok, n_head, head_dim)
+        bs = xbc[:, d_inner:d_inner + n_group * n_state].reshape(n_tok, n_group, n_state)
+        cs = xbc[:, d_inner + n_group * n_state:].reshape(n_tok, n_group, n_state)
+        dt = np.logaddexp(0.0, dt + self.t(f"{p}ssm_dt.bias"))       # softplus
+        a, d = self.t(f"{p}ssm_a").reshape(-1), self.t(f"{p}ssm_d").reshape(-1)
+        group = np.arange(n_head) // (n_head // n_group)
+        state = np.zeros((n_head, n_state, head_dim))
+        y = np.empty((n_tok, n_head, head_dim))
+        for t in range(n_tok):
+            keep = np.exp(dt[t] * a) if decay else np.ones(n_head)
+            state = state * keep[:, None, None] + np.einsum("hn,hp->hnp", bs[t, group], xs[t] * dt[t][:, None])
+            y[t] = np.einsum("hnp,hn->hp", state, cs[t, group]) + d[:, None] * xs[t]
+        y = silu(z) * y.reshape(n_tok, d_inner)
+        g = y.reshape(n_tok, n_group, d_inner // n_group)
+        g = g / np.sqrt((g * g).mean(axis=-1, keepdims=True) + self.eps) * self.t(f"{p}ssm_norm.weight")
+        return self.linear(f"{p}ssm_out", g.reshape(n_tok, d_inner))
 
     # gpt-oss: q/k/v/o biases, a sink logit per head in every softmax, a window on
     # the even layers, NeoX RoPE with the file's scaling, a post-attention norm and

@@ -9,14 +9,17 @@ so these hold for every model; SmolLM2 and a Q4_K / Q6_K synthetic model, whose
 products go through the decoding kernels, the 4-row tiles and the 16-row packed
 prompt tiles, stand for them; the synthetic gpt-oss adds attention sinks, a
 sliding window the prompts pass and routed experts; the synthetic DeepSeek-2 its
-latent attention (V a prefix of the cached K rows) and grouped, biased routing.)
+latent attention (V a prefix of the cached K rows) and grouped, biased routing;
+the synthetic LFM2 its short convolutions, whose window rows the batch's
+sequences read and write in the recurrent state; the synthetic Mamba-2 its
+selective scan; the synthetic Granite 4 hybrid both beside attention.)
 
 A model with recurrent layers (the synthetic Qwen3.5: the gated delta rule) keeps
 the same bits whatever the thread count and the other sequences of the batch, but
 its prompts run the delta rule's chunked form, which agrees with the token form to
 rounding only: a prompt equals itself bit for bit when fed in the same pieces, or
 in pieces that start at multiples of the op's chunk (32), and equals its tokens fed
-one by one to within rounding (pe.h, pe_op_delta_net).)"""
+one by one to within rounding (pe.h, pe_op_delta_net)."""
 
 from __future__ import annotations
 
@@ -24,20 +27,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from model_parity import cache_for
 
 from pyengine import store
 from pyengine.gguf import GGUFFile
-from pyengine.kvcache import KVCache
-from pyengine.kvcache.cache import Cache
 from pyengine.ml.context import Backend
-from pyengine.ml.nn import RecurrentSpec
 from pyengine.models import load_model
 from pyengine.runner.engine import Engine
 from pyengine.runner.forward import Forward
 from pyengine.tokenizer import Tokenizer
 
 SYNTH = Path(__file__).parent / "data" / "synth"
-MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0", "deepseek2-q8_0")
+MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0", "deepseek2-q8_0", "lfm2-q8_0", "mamba2-q8_0",
+          "granitehybrid-q8_0")
 
 
 def model_and_tokenizer(name: str):
@@ -53,22 +55,13 @@ def prompt(model, length: int, seed: int) -> np.ndarray:
 def fed_in_chunks(model, backend: Backend, ids: np.ndarray, sizes) -> np.ndarray:
     """The logits of every position of one sequence, its tokens fed through Forward in
     chunks of the given sizes (the last repeated until the prompt is done)."""
-    fw = Forward(model, backend, cache_for(model, 128))
+    fw = Forward(model, backend, cache_for(model.cache_layout(), 128))
     rows, start, k = [], 0, 0
     while start < len(ids):
         n = min(sizes[min(k, len(sizes) - 1)], len(ids) - start)
         rows.append(fw(ids[start:start + n], np.arange(start, start + n), np.zeros(n, np.int32), np.arange(n)).copy())
         start, k = start + n, k + 1
     return np.concatenate(rows)
-
-
-def cache_for(model, n_cells: int):
-    """A KV cache, or for a model with recurrent layers a Cache with rows for one
-    sequence's state (the empty row, the row read and the row written)."""
-    layout = model.cache_layout()
-    if any(isinstance(spec, RecurrentSpec) for spec in layout):
-        return Cache.build(layout, n_cells, state_rows=3)
-    return KVCache(layout, n_cells)
 
 
 def bits(a: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from model_parity import DATA, load
+from model_parity import DATA, cache_for, load
 
 import pyengine.models
 from pyengine.kvcache import KVCache
@@ -164,7 +164,7 @@ def test_a_forward_leaves_the_model_unchanged(arch):
     backend = Backend(1)
     tokens = np.array([5, 17, 42, 99], np.int32)
     for n_cells in (16, 256):
-        fw = Forward(model, backend, KVCache(model.cache_layout(), n_cells))
+        fw = Forward(model, backend, cache_for(model.cache_layout(), n_cells))
         fw(tokens, np.arange(4), np.zeros(4), np.array([3]))
         fw.hidden(tokens[:1], np.array([4]), np.zeros(1), np.array([0]))
     assert _state(model) == before

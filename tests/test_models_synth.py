@@ -141,6 +141,20 @@ QUANT = {
     # sigmoid-gated shared expert; met to 5e-6 (354/354) on avx512; the exact model sits 0.077 /
     # 91.8% from llama.cpp (near-tied expert choices flip under Q8_0)
     "qwen35moe-q8_0": Bounds(0.99, 0.05),
+    # lfm2 (scripts/make_synth_lfm2.py): short convolutions (window 3) in 4 of 6 layers, attention
+    # with q/k head norms in the others; recorded by the AVX-512 build (extra buffer types off);
+    # met to 5e-6 (354/354) on avx512; llama.cpp and we sit 0.31 / 95% from the exact result
+    # (B, C and x multiply: their activations' Q8_0 rounding compounds)
+    "lfm2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # mamba2 (scripts/make_synth_mamba2.py): 3 Mamba-2 mixers (8 heads in 2 groups, state 16, a
+    # 4-tap convolution); recorded by the AVX-512 build (extra buffer types off); met to 5e-6
+    # (354/354) on avx512; llama.cpp and we sit 0.044 / 92% from the exact result
+    "mamba2-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # granitehybrid (scripts/make_synth_granitehybrid.py): 3 Mamba-2 layers and one attention layer,
+    # Granite's four multipliers, dense MLPs; recorded by the AVX-512 build (extra buffer types off);
+    # avx512: 5e-6 on the 12- and 41-token prompts, the 301-token one drifts to 0.009 (argmax 298/301,
+    # near-ties of <= 0.011), as close to the exact result as llama.cpp (0.024 against its 0.025)
+    "granitehybrid-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -302,6 +316,61 @@ def test_qwen35_variants_are_far_from_llamacpp(name, wrong):
         argmax.append(logits.argmax(axis=1) == np.asarray(case["argmax"]))
     rate = np.concatenate(argmax).mean()
     assert top10 > 10 * bounds.top10 and rate < bounds.argmax - 0.3, (wrong, top10, rate)
+
+
+def test_lfm2_variants_are_far_from_llamacpp():
+    """The exact LFM2 with its convolution window a token short (the oldest tap
+    dropped) or the C gate left out is far outside the bounds the engine meets, and
+    farther from llama.cpp than the exact model is."""
+    cases, _ = runs("lfm2-q8_0")
+    ref = Reference(DATA / "synth" / "lfm2-q8_0.gguf")
+    bounds = BOUNDS["lfm2-q8_0"]
+    ids = cases[2]["ids"]
+    x, pos = ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids))
+    top = np.asarray(cases[2]["top_ids"][:10])
+
+    def distance(**wrong) -> tuple[float, float]:
+        logits = ref.arch_lfm2(x, pos, **wrong)
+        top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
+        return top10, (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
+
+    exact_top10, exact_argmax = distance()
+    for wrong in ({"window_short": True}, {"gate_c": False}):
+        top10, argmax = distance(**wrong)
+        assert top10 > 10 * exact_top10 and top10 > 20 * bounds.top10, (wrong, top10)
+        assert argmax < exact_argmax - 0.5, (wrong, argmax)
+
+
+def test_mamba2_variants_are_far_from_llamacpp():
+    """The exact Mamba-2 with the state's decay left out (exp(dt A) taken as 1) or its
+    convolution window a token short is far outside the bounds the engine meets."""
+    cases, _ = runs("mamba2-q8_0")
+    ref = Reference(DATA / "synth" / "mamba2-q8_0.gguf")
+    bounds = BOUNDS["mamba2-q8_0"]
+    ids = cases[2]["ids"]
+    x, pos = ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids))
+    top = np.asarray(cases[2]["top_ids"][:10])
+    for wrong in ({"decay": False}, {"window_short": True}):
+        logits = ref.arch_mamba2(x, pos, **wrong)
+        top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
+        argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
+        assert top10 > 20 * bounds.top10 and argmax < 0.5, (wrong, top10, argmax)
+
+
+def test_granitehybrid_variants_are_far_from_llamacpp():
+    """The exact Granite 4 hybrid with its Mamba-2 decay left out or without the residual
+    multiplier is far outside the bounds the engine meets."""
+    cases, _ = runs("granitehybrid-q8_0")
+    ref = Reference(DATA / "synth" / "granitehybrid-q8_0.gguf")
+    bounds = BOUNDS["granitehybrid-q8_0"]
+    ids = cases[2]["ids"]
+    x, pos = ref.t("token_embd.weight")[np.asarray(ids)], np.arange(len(ids))
+    top = np.asarray(cases[2]["top_ids"][:10])
+    for wrong in ({"decay": False}, {"residual_scale": False}):
+        logits = ref.arch_granitehybrid(x, pos, **wrong)
+        top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
+        argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
+        assert top10 > 5 * bounds.top10 and argmax < 0.5, (wrong, top10, argmax)
 
 
 def test_deepseek2_variants_are_far_from_llamacpp():

@@ -135,6 +135,13 @@ class F32Param(Param):
     F32_PARTS = ("weight",)
 
 
+@dataclass(eq=False)
+class BareF32Param(F32Param):
+    """A float32 tensor whose GGUF name has no `.weight` part (Mamba's ssm_a, ssm_d)."""
+
+    BARE = True
+
+
 def attention(ctx: Context, batch, layer: int, q: Tensor, k: Tensor, v: Tensor, *,
               n_head_kv: int, scale: float, softcap: float = 0.0, sinks: Tensor | None = None,
               alibi_max_bias: float = 0.0) -> Tensor:

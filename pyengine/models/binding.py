@@ -43,6 +43,7 @@ class TensorField:
 @dataclass(frozen=True)
 class ModuleField:
     prefix: str = ""
+    present_if: str | None = None   # bound only where this tensor's weight is in the file, else None
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,11 @@ def tensor(name: str, *, alt: str | None = None, optional: bool = False, shape: 
     return field(default=None, metadata={"pe": TensorField(name, alt, optional, shape)})
 
 
-def module(prefix: str = ""):
-    """A sub-module whose tensors share the parent's prefix (plus `prefix`)."""
-    return field(default=None, metadata={"pe": ModuleField(prefix)})
+def module(prefix: str = "", *, present_if: str | None = None):
+    """A sub-module whose tensors share the parent's prefix (plus `prefix`).  present_if:
+    the module is optional, there (bound) exactly where the file has `{prefix}{present_if}.weight`
+    (a hybrid's block that is attention in some layers and recurrent in others)."""
+    return field(default=None, metadata={"pe": ModuleField(prefix, present_if)})
 
 
 def blocks(prefix: str = "blk", count: str = "n_layer", kind: Callable[[Any, int], type] | None = None):
@@ -87,7 +90,9 @@ def bind(cls: type, gguf: GGUFFile, cfg: Any, prefix: str = "") -> Any:
         if isinstance(spec, TensorField):
             values[f.name] = _bind_leaf(_strip_optional(kind), gguf, cfg, prefix, spec)
         elif isinstance(spec, ModuleField):
-            values[f.name] = bind(kind, gguf, cfg, prefix + spec.prefix)
+            sub = prefix + spec.prefix
+            absent = spec.present_if is not None and f"{sub}{spec.present_if}.weight" not in gguf.tensors
+            values[f.name] = None if absent else bind(_strip_optional(kind), gguf, cfg, sub)
         elif isinstance(spec, BlocksField):
             (elem,) = typing.get_args(kind)
             n = getattr(cfg, spec.count)

@@ -20,7 +20,7 @@ from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import Embedding, F32Bias, F32Param, LayerNorm, Linear, RMSNorm, Weight
+from pyengine.ml.nn import BareF32Param, Embedding, F32Bias, F32Param, LayerNorm, Linear, RMSNorm, Weight
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX, TransformerConfig
 
@@ -575,17 +575,6 @@ class DeltaNetConfig(AttentionConfig):
         return [state if self.is_recurrent(i) else attn for i in range(self.n_layer)]
 
 
-@dataclass(eq=False)
-class BareF32:
-    """A float32 vector the converter names without a suffix (`ssm_a`)."""
-
-    weight: Weight
-
-    PARTS = {"weight": True}
-    F32_PARTS = ("weight",)
-    BARE = True
-
-
 def head_views(ctx: Context, x: Tensor, head_dim: int, n_heads: int, stride: int, offset: int) -> Tensor:
     """[head_dim, n_heads, T] contiguous: heads `stride` floats apart from `offset` in each row of x."""
     row = x.shape[0] * F32_BYTES
@@ -628,7 +617,7 @@ class DeltaNet(Module):
     attn_gate: Linear | None = tensor("attn_gate", optional=True, shape=("n_embd", "d_inner"))
     ssm_conv1d: F32Param | None = tensor("ssm_conv1d", optional=True, shape=("conv_kernel", "conv_channels"))
     ssm_dt: F32Bias | None = tensor("ssm_dt", optional=True)
-    ssm_a: BareF32 | None = tensor("ssm_a", optional=True)
+    ssm_a: BareF32Param | None = tensor("ssm_a", optional=True)
     ssm_beta: Linear | None = tensor("ssm_beta", optional=True, shape=("n_embd", "n_v_heads"))
     ssm_alpha: Linear | None = tensor("ssm_alpha", optional=True, shape=("n_embd", "n_v_heads"))
     ssm_norm: RMSNorm | None = tensor("ssm_norm", optional=True, shape=("head_v_dim",))
@@ -677,6 +666,113 @@ class DeltaNetHybridBlock(Module):
         eps = self.cfg.eps
         x = ctx.add(x, self.mixer(layer)(ctx, self.attn_norm(ctx, x, eps), batch, layer))
         return ctx.add(x, self.mlp(ctx, self.post_attention_norm(ctx, x, eps)))
+
+# ---- Mamba-2 ----------------------------------------------------------------------------
+
+
+class Mamba2Dims:
+    """What a config with Mamba-2 layers adds (a mixin: the config declares the fields
+    d_inner, d_state, n_ssm_head, n_group and conv_kernel)."""
+
+    @staticmethod
+    def ssm_from_gguf(f: GGUFFile) -> dict:
+        key = f.arch_key
+        return dict(d_inner=f.get_int(key("ssm.inner_size")), d_state=f.get_int(key("ssm.state_size")),
+                    n_ssm_head=f.get_int(key("ssm.time_step_rank")), n_group=f.get_int(key("ssm.group_count"), 1),
+                    conv_kernel=f.get_int(key("ssm.conv_kernel")))
+
+    def check_ssm(self) -> None:
+        check_range("ssm.inner_size", self.d_inner, 1, 1 << 20)
+        check_range("ssm.state_size", self.d_state, 1, 1 << 12)
+        check_range("ssm.time_step_rank", self.n_ssm_head, 1, self.d_inner)
+        check_range("ssm.group_count", self.n_group, 1, self.n_ssm_head)
+        check_range("ssm.conv_kernel", self.conv_kernel, 2, 64)
+        if self.d_inner % self.n_ssm_head or self.n_ssm_head % self.n_group:
+            raise ModelError(f"ssm.inner_size {self.d_inner}, time_step_rank {self.n_ssm_head} and group_count "
+                             f"{self.n_group} must divide one another")
+
+    @property
+    def ssm_head_dim(self) -> int:
+        return self.d_inner // self.n_ssm_head
+
+    @property
+    def n_conv(self) -> int:
+        """Channels of the convolution: x, B and C."""
+        return self.d_inner + 2 * self.n_group * self.d_state
+
+    @property
+    def n_in_proj(self) -> int:
+        return self.d_inner + self.n_conv + self.n_ssm_head
+
+    @property
+    def group_dim(self) -> int:
+        return self.d_inner // self.n_group
+
+    def mamba2_cache(self) -> nn.RecurrentSpec:
+        """A Mamba-2 layer's state: the convolution window and the scan's H x N x P values."""
+        return nn.RecurrentSpec(conv_dim=(self.conv_kernel - 1) * self.n_conv,
+                                state_dim=self.n_ssm_head * self.d_state * self.ssm_head_dim)
+
+
+@dataclass(eq=False)
+class ConvKernel:
+    """The convolution's taps [K, channels] and its bias [channels], both float32."""
+
+    weight: Weight
+    bias: Weight
+
+    PARTS = {"weight": True, "bias": True}
+    F32_PARTS = ("weight", "bias")
+
+
+@dataclass(eq=False)
+class DtBias:
+    """The time step's bias, stored as `ssm_dt.bias` alone."""
+
+    bias: Weight
+
+    PARTS = {"bias": True}
+    F32_PARTS = ("bias",)
+
+
+@dataclass(eq=False)
+class Mamba2Mixer(Module):
+    """Mamba-2's mixer: z, xBC and dt from ssm_in; xBC through the causal convolution
+    (its window in the layer's recurrent rows), its bias and SiLU, split into x [P, H],
+    B and C [N, G]; the selective scan (dt bias, softplus, decay, skip D); silu(z) * y,
+    RMS-normed per group; ssm_out.  The config is a Mamba2Dims."""
+
+    ssm_in: Linear = tensor("ssm_in", shape=("n_embd", "n_in_proj"))
+    ssm_conv1d: ConvKernel = tensor("ssm_conv1d", shape=("conv_kernel", "n_conv"))
+    ssm_dt: DtBias = tensor("ssm_dt")
+    ssm_a: BareF32Param = tensor("ssm_a", shape=(1, "n_ssm_head"))
+    ssm_d: BareF32Param = tensor("ssm_d", shape=(1, "n_ssm_head"))
+    ssm_norm: RMSNorm = tensor("ssm_norm", shape=("group_dim", "n_group"))
+    ssm_out: Linear = tensor("ssm_out", shape=("d_inner", "n_embd"))
+
+    def __call__(self, ctx: Context, h: Tensor, batch, layer: int) -> Tensor:
+        c = self.cfg
+        n_tokens = h.shape[1]
+        rec = batch.recurrent_inputs(layer)
+        zxbcdt = self.ssm_in(ctx, h)                                               # [n_in_proj, T]
+        z = ctx.rows_slice(zxbcdt, 0, c.d_inner)
+        xbc = ctx.rows_slice(zxbcdt, c.d_inner, c.n_conv)
+        dt = ctx.rows_slice(zxbcdt, c.d_inner + c.n_conv, c.n_ssm_head)            # [H, T]
+        xbc = ctx.ssm_conv(xbc, ctx.weight(self.ssm_conv1d.weight), rec.conv, rec.seqs)   # [n_conv, T]
+        xbc = ctx.silu(ctx.add(xbc, ctx.weight(self.ssm_conv1d.bias)))
+        row = c.n_conv * F32_BYTES
+        x = ctx.view(xbc, (c.ssm_head_dim, c.n_ssm_head, n_tokens), (F32_BYTES, c.ssm_head_dim * F32_BYTES, row))
+        b = ctx.view(xbc, (c.d_state, c.n_group, n_tokens), (F32_BYTES, c.d_state * F32_BYTES, row),
+                     c.d_inner * F32_BYTES)
+        cc = ctx.view(xbc, (c.d_state, c.n_group, n_tokens), (F32_BYTES, c.d_state * F32_BYTES, row),
+                      (c.d_inner + c.n_group * c.d_state) * F32_BYTES)
+        a = ctx.reshape(ctx.weight(self.ssm_a.weight), (c.n_ssm_head,))
+        d = ctx.reshape(ctx.weight(self.ssm_d.weight), (c.n_ssm_head,))
+        y = ctx.ssm_scan(x, dt, a, b, cc, rec.state, rec.seqs, D=d, dt_bias=ctx.weight(self.ssm_dt.bias))
+        y = ctx.swiglu(z, ctx.reshape(y, (c.d_inner, n_tokens)))                   # silu(z) * y
+        y = ctx.rms_norm(ctx.reshape(y, (c.group_dim, c.n_group, n_tokens)), None, c.eps)   # per group
+        y = ctx.mul(y, ctx.weight(self.ssm_norm.weight))                           # [gd, G, T] x [gd, G]
+        return self.ssm_out(ctx, ctx.reshape(y, (c.d_inner, n_tokens)))
 
 
 # ---- encoders ---------------------------------------------------------------------------
@@ -866,4 +962,4 @@ __all__ = ["CausalLM", "AttentionConfig", "SlidingWindowConfig", "LayerInputs", 
            "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "ExpertsConfig", "SoftmaxExperts", "SigmoidExperts",
            "SharedExpert", "PreNormBlock", "SandwichBlock", "PostNormBlock",
            "Decoder", "EmbeddingModel", "EncoderConfig", "NoRopeAttention", "GeluSeqMLP", "EncoderBlock",
-           "ClassifierHead", "Encoder", "not_a_language_model", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]
+           "ClassifierHead", "Encoder", "Mamba2Dims", "Mamba2Mixer", "not_a_language_model", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]

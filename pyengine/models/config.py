@@ -57,6 +57,9 @@ class TransformerConfig:
     ROPE_SCALINGS = ("none", "linear", "yarn")
     # llama.cpp asserts rope.dimension_count == the head size for the architecture
     ROPE_WHOLE_HEADS = False
+    # head_count_kv per layer may say 0 for a layer without attention (a recurrent
+    # one: LFM2's, the hybrids'); the count is then that of the attention layers
+    ZERO_KV_LAYERS = False
 
     @property
     def q_dim(self) -> int:
@@ -79,7 +82,7 @@ class TransformerConfig:
         try:
             n_embd = f.get_int(key("embedding_length"))
             n_head = _uniform_int(f, key("attention.head_count"))
-            n_head_kv = _uniform_int(f, key("attention.head_count_kv"), n_head)
+            n_head_kv = _uniform_int(f, key("attention.head_count_kv"), n_head, skip_zero=cls.ZERO_KV_LAYERS)
         except GGUFError as e:
             raise ModelError(f"{f.path}: {e}") from None
         _positive("embedding_length", n_embd, 1 << 20)
@@ -209,13 +212,14 @@ def yarn_attn_factor(freq_scale: float, ext_factor: float, file_attn_factor: flo
     return float(attn * F32(file_attn_factor))
 
 
-def _uniform_int(f: GGUFFile, key: str, default: object = MISSING) -> int:
+def _uniform_int(f: GGUFFile, key: str, default: object = MISSING, *, skip_zero: bool = False) -> int:
     """An int that some converters write once per layer (Granite 4's head counts):
     the value, when every layer has the same one (pyengine's layers share their
-    shapes; llama.cpp reads a count per layer)."""
+    shapes; llama.cpp reads a count per layer).  skip_zero: layers saying 0 (no
+    attention) do not count."""
     value = f.metadata.get(key)
     if isinstance(value, (list, np.ndarray)) and len(value) > 0:
-        counts = {int(v) for v in value}
+        counts = {int(v) for v in value if not (skip_zero and int(v) == 0)} or {0}
         if len(counts) > 1:
             raise UnsupportedError(f"{f.path}: {key} differs between layers ({sorted(counts)}); "
                                    "pyengine runs models whose layers have the same head counts")

@@ -1,0 +1,103 @@
+"""Make the synthetic LFM2 model and record llama.cpp's golden outputs for it.
+
+Writes
+
+* tests/data/synth/lfm2-q8_0.gguf: `general.architecture = lfm2`, 6 layers
+  whose head_count_kv [0, 0, 2, 0, 2, 0] makes layers 2 and 4 attention (4
+  query heads of 16 over 2 KV heads, q and k heads RMS-normed, NeoX RoPE) and
+  the others short convolutions over a window of 3 tokens (l_cache 3);
+  n_embd 64, a SiLU-gated MLP of 128 in every layer, `token_embd_norm` as the
+  final norm, the output tied to the token embedding; the tokenizer of
+  llama-bpe-q5_1-tied.gguf; seeded random weights, 2-D tensors in Q8_0 but
+  for the convolution kernels (3 taps a row: F32, as llama.cpp's quantizer
+  leaves them).  Sizes: in_proj's B, C and x (std 0.18 * sqrt(64) = 1.4 on
+  the normed input) and kernels of std 0.5 make the gated convolution weigh
+  as much as the attention, so a window one token short (or the gate left
+  out) moves nearly every argmax;
+* tests/data/golden/synth/lfm2-q8_0.json: llama.cpp's outputs over the
+  prompts of llama-bpe-q5_1-tied.json (make_iq_synth's recorder), from
+  llama-cpp-python 0.3.36's AVX-512 build with its extra buffer types off.
+
+    python scripts/make_synth_lfm2.py [--no-golden]
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, LlamaFileType, quants
+
+import synth_common as common
+
+ARCH = "lfm2"
+N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF, L_CACHE = 64, 4, 2, 16, 128, 3
+HEAD_COUNT_KV = [0, 0, N_HEAD_KV, 0, N_HEAD_KV, 0]
+N_LAYER = len(HEAD_COUNT_KV)
+ROPE_BASE, EPS, CONTEXT_LENGTH = 1000000.0, 1e-5, 512
+SEED = 31
+
+STD = {"token_embd": 0.35, "attn_q": 0.12, "attn_k": 0.12, "attn_v": 0.12, "attn_output": 0.1,
+       "in_proj": 0.18, "conv": 0.5, "out_proj": 0.1, "ffn_gate": 0.15, "ffn_up": 0.15, "ffn_down": 0.08}
+
+
+def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
+    """(name, float32 array in numpy order [out, in]), in the converter's order."""
+    w = common.RandomWeights(rng, STD)
+    q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
+    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
+           ("token_embd_norm.weight", w.norm(N_EMBD))]
+    for i, n_kv in enumerate(HEAD_COUNT_KV):
+        p = f"blk.{i}."
+        out.append((p + "attn_norm.weight", w.norm(N_EMBD)))
+        if n_kv:
+            out += [(p + "attn_q.weight", w.matrix("attn_q", q_dim, N_EMBD)),
+                    (p + "attn_k.weight", w.matrix("attn_k", kv_dim, N_EMBD)),
+                    (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
+                    (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, q_dim)),
+                    (p + "attn_q_norm.weight", w.norm(HEAD_DIM)),
+                    (p + "attn_k_norm.weight", w.norm(HEAD_DIM))]
+        else:
+            out += [(p + "shortconv.in_proj.weight", w.matrix("in_proj", 3 * N_EMBD, N_EMBD)),
+                    (p + "shortconv.conv.weight", w.matrix("conv", N_EMBD, L_CACHE)),
+                    (p + "shortconv.out_proj.weight", w.matrix("out_proj", N_EMBD, N_EMBD))]
+        out += [(p + "ffn_norm.weight", w.norm(N_EMBD)),
+                (p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
+                (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
+                (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
+    return out
+
+
+def write_model(path: Path) -> None:
+    tokenizer = common.read_tokenizer_source()
+    writer = common.start_model(path, ARCH, name="synthetic-lfm2", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
+                                n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_head_kv=HEAD_COUNT_KV)
+    writer.add_key_length(HEAD_DIM)
+    writer.add_value_length(HEAD_DIM)
+    writer.add_layer_norm_rms_eps(EPS)
+    writer.add_rope_freq_base(ROPE_BASE)
+    writer.add_uint32(f"{ARCH}.shortconv.l_cache", L_CACHE)
+    named = tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer))
+    # as synth_common.finish_q8_0_model, but the kernels stay F32 (it quantizes every 2-D array)
+    writer.add_vocab_size(common.vocab_size(tokenizer))
+    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
+    common.copy_tokenizer(tokenizer, writer)
+    for name, data in named:
+        if data.ndim == 2 and not name.endswith("shortconv.conv.weight"):
+            q8_0 = quants.quantize(data, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, q8_0, raw_shape=q8_0.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+# AVX-512 build, llama.cpp's extra buffer types off
+record_golden = functools.partial(common.record_golden, extra_buffer_types=False)
+
+if __name__ == "__main__":
+    common.main(sys.argv[1:], __doc__, "lfm2-q8_0", write_model, record_golden)
