@@ -356,6 +356,12 @@ def _add_serve(commands) -> None:
                      help="how long an idle model stays loaded: 30s, 5m, 1h, -1 = forever (default 5m)")
     sub.add_argument("--max-body-mb", type=_int_at_least(1), default=8,
                      help="largest request body in MiB (default 8)")
+    sub.add_argument("--mmproj", metavar="PATH", default=None,
+                     help="vision projector (mmproj GGUF) of the first --model; otherwise a model's "
+                          "MODEL.mmproj.gguf beside it is used")
+    sub.add_argument("--allow-remote-images", action="store_true",
+                     help="fetch http(s) image URLs in requests (at most 32 MiB and 10 s each); "
+                          "refused with 400 otherwise")
     sub.add_argument("--ray", action="store_true",
                      help="serve on a Ray cluster with Ray Serve (needs pyengine[ray] and --model)")
     sub.add_argument("--address", default=None,
@@ -383,7 +389,10 @@ def _cmd_serve(args) -> int:
         max_queue=args.max_queue, api_key=args.api_key, insecure=args.insecure,
         cors_origins=tuple(args.cors_origins), n_ctx=args.ctx, n_threads=args.threads,
         keep_alive_s=keep_alive, max_body_bytes=args.max_body_mb * 1024 * 1024,
+        mmproj=args.mmproj, remote_images=args.allow_remote_images,
     )
+    if args.mmproj and not args.models:
+        raise InvalidOptionError("--mmproj goes with --model: it is the first model's projector")
     check_bind(config)  # before pulling anything
     _use_kv_type(args)
     if args.ray:
