@@ -1,5 +1,5 @@
-"""Images in server requests: which projector a served model gets, and remote image
-URLs, fetched only when the server was started allowing them.
+"""Images in server requests: remote image URLs, fetched only when the server was
+started allowing them.
 
 A remote fetch is bounded in size (read stops one byte past the limit) and in time
 (one deadline over connecting and reading), so a slow or endless source costs the
@@ -13,21 +13,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from pathlib import Path
 
 from pyengine.server.errors import HTTPError
 from pyengine.vision.image import MAX_BYTES
 from pyengine.vision.prompt import IMAGE_PART_TYPES
 
-PROJECTOR_SUFFIX = ".mmproj.gguf"
 FETCH_CHUNK = 64 * 1024
-
-
-def projector_beside(path: Path) -> Path | None:
-    """The projector stored beside a model: MODEL.mmproj.gguf next to MODEL.gguf."""
-    path = Path(path)
-    candidate = path.with_name(path.name.removesuffix(".gguf") + PROJECTOR_SUFFIX)
-    return candidate if candidate.is_file() and candidate != path else None
 
 
 def remote_urls_fetched(messages: list, *, max_bytes: int = MAX_BYTES, timeout_s: float = 10.0) -> list:
@@ -78,4 +69,4 @@ def _too_big(url: str, max_bytes: int) -> HTTPError:
     return HTTPError(400, f"image {url} is larger than {max_bytes} bytes", param="messages")
 
 
-__all__ = ["fetch_image", "projector_beside", "remote_urls_fetched"]
+__all__ = ["fetch_image", "remote_urls_fetched"]

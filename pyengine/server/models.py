@@ -19,7 +19,7 @@ from pyengine.runner.engine import state_rows
 from pyengine.server import info
 from pyengine.server.config import ServerConfig
 from pyengine.server.errors import HTTPError
-from pyengine.server.images import projector_beside
+from pyengine.vision.files import projector_beside
 
 DEFAULT_CTX = 4096          # the LLM's default context (api.DEFAULT_CTX), capped at the trained one
 KV_BYTES_PER_VALUE = 2      # f16 cache rows, the default type: an upper bound for the quantized ones
