@@ -52,3 +52,30 @@ def test_run_refuses_a_missing_image_and_raw(capsys, tmp_path):
     assert code != 0 and "none.png" in err
     code, _, err = run_cli(capsys, "run", str(TEXT), "x", "--image", str(PNG), "--raw")
     assert code != 0 and "--raw" in err
+
+
+def test_interactive_chat_takes_image_paths(tmp_path):
+    import io
+
+    from pyengine.repl import ChatRepl, images_in
+
+    spaced = tmp_path / "my photo.png"
+    shutil.copyfile(PNG, spaced)
+    text, found = images_in(f"what is in '{spaced}' and {PNG}? not.png is no file")
+    assert text == "what is in and ? not.png is no file" and [p for p, _ in found] == [str(spaced), str(PNG)]
+    assert images_in("no images here") == ("no images here", [])
+    script = iter([f"describe this {PNG}"])
+
+    def read(prompt):
+        try:
+            return next(script)
+        except StopIteration:
+            raise EOFError from None
+
+    out = io.StringIO()
+    with LLM(TEXT, n_ctx=256, n_threads=1, mmproj=MMPROJ) as llm:
+        repl = ChatRepl(llm, TEXT, {"temperature": 0, "num_predict": 4}, read=read, out=out)
+        assert repl.run() == 0
+    assert f"Added image '{PNG}'" in out.getvalue()
+    assert repl.history[0] == {"role": "user", "content": "describe this", "images": [PNG.read_bytes()]}
+    assert repl.history[1]["content"] == library_reply(PNG.read_bytes())
