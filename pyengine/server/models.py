@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from pyengine import session, store
 from pyengine.generation import context_limit
+from pyengine.errors import PyEngineError
 from pyengine.kvcache import DEFAULT_CHECKPOINTS
 from pyengine.runner.engine import state_rows
 from pyengine.server import info
@@ -148,7 +149,7 @@ def projector_for(path: Path, config: ServerConfig) -> Path | None:
 def _same_file(name: str, path: Path) -> bool:
     try:
         return Path(name).resolve() == Path(path).resolve() or store.resolve_model(name, pull=False) == Path(path)
-    except Exception:  # a name the store does not hold: not this file
+    except (PyEngineError, OSError):  # a name the store does not hold: not this file
         return False
 
 
