@@ -255,6 +255,10 @@ def _add_run(commands) -> None:
                      help="worker threads (default: physical cores)")
     sub.add_argument("--raw", action="store_true",
                      help="send the prompt as is, without the model's chat template")
+    sub.add_argument("--image", dest="images", metavar="PATH", action="append", default=[],
+                     help="an image for the prompt (PNG, JPEG, WebP or GIF; repeat for more); needs a projector")
+    sub.add_argument("--mmproj", metavar="PATH", default=None,
+                     help="vision projector (mmproj GGUF); default: MODEL.mmproj.gguf beside the model")
     _add_kv_type(sub)
     sub.set_defaults(handler=_cmd_run)
 
@@ -276,27 +280,51 @@ def _read_prompt(args) -> str:
     return prompt
 
 
+def _read_images(args) -> list[bytes]:
+    from pathlib import Path
+
+    from pyengine.errors import InvalidOptionError
+
+    if args.images and args.raw:
+        raise InvalidOptionError("--image goes with the chat template, not with --raw")
+    try:
+        return [Path(name).read_bytes() for name in args.images]
+    except OSError as exc:
+        raise InvalidOptionError(f"cannot read image {exc.filename}: {exc.strerror}") from None
+
+
+def _projector(args, path) -> str | None:
+    from pyengine.vision.files import projector_beside
+
+    found = args.mmproj or projector_beside(path)
+    return str(found) if found is not None else None
+
+
 def _cmd_run(args) -> int:
     from pyengine import store
 
     interactive = _interactive(args)
     prompt = None if interactive else _read_prompt(args)  # before any download: usage mistakes cost nothing
+    images = _read_images(args)
     path = store.resolve_model(args.model, pull=True, progress=True)
     from pyengine.api import LLM
 
     _use_kv_type(args)
-    llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads)
+    mmproj = _projector(args, path)
+    llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads, **({"mmproj": mmproj} if mmproj else {}))
     if interactive:
         return _chat_loop(args, llm, path)
-    stop = None
+    stop, extra = None, {}
     if not args.raw:
         from pyengine.session import prepare_chat
 
-        prepared = prepare_chat(llm, [{"role": "user", "content": prompt}])
+        prepared = prepare_chat(llm, [{"role": "user", "content": prompt}], images=images or None)
         prompt, stop = prepared.ids, list(prepared.stops) or None   # the fallback template's tags
+        if prepared.images:
+            extra["images"] = prepared.images
     pieces = llm.generate(
         prompt, max_tokens=args.max_tokens, temperature=args.temperature,
-        stream=True, seed=args.seed, stop=stop,
+        stream=True, seed=args.seed, stop=stop, **extra,
     )
     last = ""
     for piece in pieces:
@@ -356,6 +384,12 @@ def _add_serve(commands) -> None:
                      help="how long an idle model stays loaded: 30s, 5m, 1h, -1 = forever (default 5m)")
     sub.add_argument("--max-body-mb", type=_int_at_least(1), default=8,
                      help="largest request body in MiB (default 8)")
+    sub.add_argument("--mmproj", metavar="PATH", default=None,
+                     help="vision projector (mmproj GGUF) of the first --model; otherwise a model's "
+                          "MODEL.mmproj.gguf beside it is used")
+    sub.add_argument("--allow-remote-images", action="store_true",
+                     help="fetch http(s) image URLs in requests (at most 32 MiB and 10 s each); "
+                          "refused with 400 otherwise")
     sub.add_argument("--ray", action="store_true",
                      help="serve on a Ray cluster with Ray Serve (needs pyengine[ray] and --model)")
     sub.add_argument("--address", default=None,
@@ -383,7 +417,10 @@ def _cmd_serve(args) -> int:
         max_queue=args.max_queue, api_key=args.api_key, insecure=args.insecure,
         cors_origins=tuple(args.cors_origins), n_ctx=args.ctx, n_threads=args.threads,
         keep_alive_s=keep_alive, max_body_bytes=args.max_body_mb * 1024 * 1024,
+        mmproj=args.mmproj, remote_images=args.allow_remote_images,
     )
+    if args.mmproj and not args.models:
+        raise InvalidOptionError("--mmproj goes with --model: it is the first model's projector")
     check_bind(config)  # before pulling anything
     _use_kv_type(args)
     if args.ray:

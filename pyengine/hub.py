@@ -124,6 +124,22 @@ def choose(ref: HubRef, entries: list[dict]) -> HubFile:
     return _hub_file(ref, chosen[0], wanted)
 
 
+def choose_projector(ref: HubRef, entries: list[dict], tag: str) -> HubFile | None:
+    """The repository's vision projector (an mmproj*.gguf file), if it has any: the one
+    whose name carries the model's `tag`, else F16's, else the first by name."""
+    found = sorted((e for e in entries if _is_projector_file(e)), key=lambda e: e["path"])
+    if not found:
+        return None
+    best = next((e for want in (tag, "F16") for e in found if _names_tag(e["path"], want)), found[0])
+    return _hub_file(ref, best, tag)
+
+
+def _is_projector_file(entry: dict) -> bool:
+    path = entry.get("path")
+    return (entry.get("type") == "file" and isinstance(path, str) and path.lower().endswith(".gguf")
+            and path.rsplit("/", 1)[-1].lower().startswith("mmproj"))
+
+
 def _is_model_file(entry: dict) -> bool:
     path = entry.get("path")
     if entry.get("type") != "file" or not isinstance(path, str) or not path.lower().endswith(".gguf"):

@@ -12,12 +12,15 @@ history for the next turn. Commands:
     /? or /help                  this list
 
 A message can span lines when it is wrapped in triple quotes (\"\"\"). Ctrl-C stops a
-reply that is being written.
+reply that is being written. A path to an image file in a message (.png, .jpg, .jpeg,
+.webp, .gif; quoted if it holds spaces) attaches that image, as Ollama's chat does.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from pyengine.errors import ContextLengthError, InvalidOptionError, PyEngineError
@@ -31,6 +34,9 @@ HELP = """Available commands:
   /?, /help                   show this help
 
 Use \"\"\" to begin and end a message of several lines."""
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".gif")
+# a quoted path, or a word less the punctuation after it ("see cat.png?")
+_PATH_WORD = re.compile(r"'([^']+)'|\"([^\"]+)\"|(\S+?)([.,;:?!)]*)(?=\s|$)")
 
 
 class ChatRepl:
@@ -139,17 +145,21 @@ class ChatRepl:
 
     # ---- replies --------------------------------------------------------------------
 
-    def messages_for(self, text: str) -> list[dict]:
+    def messages_for(self, text: str, images: list[bytes] | None = None) -> list[dict]:
         system = [{"role": "system", "content": self.system}] if self.system else []
-        return system + self.history + [{"role": "user", "content": text}]
+        return system + self.history + [user_turn(text, images)]
 
     def reply(self, text: str) -> None:
         from pyengine.session import chat
 
         stream = None
         content: list[str] = []
+        text, images = images_in(text)
+        for path, _ in images:
+            self._say(f"Added image '{path}'")
+        images = [data for _, data in images]
         try:
-            stream = chat(self.llm, self.messages_for(text), stream=True, **self.options)
+            stream = chat(self.llm, self.messages_for(text, images), stream=True, **self.options)
             thinking = False
             for chunk in stream:
                 message = chunk["message"]
@@ -176,7 +186,7 @@ class ChatRepl:
             self._say(f"error: {exc}")
             return
         self._say("" if "".join(content).endswith("\n") else "\n")
-        self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": "".join(content)}]
+        self.history += [user_turn(text, images), {"role": "assistant", "content": "".join(content)}]
 
     def _write(self, text: str) -> None:
         self.out.write(text)
@@ -184,6 +194,30 @@ class ChatRepl:
 
     def _say(self, text: str) -> None:
         self._write(text + "\n")
+
+
+def user_turn(text: str, images: list[bytes] | None) -> dict:
+    return {"role": "user", "content": text, **({"images": images} if images else {})}
+
+
+def images_in(text: str) -> tuple[str, list[tuple[str, bytes]]]:
+    """(the message without the image paths in it, [(path, bytes)] of those images): a
+    word (or quoted words) naming an existing file with an image extension."""
+    found: list[tuple[str, bytes]] = []
+
+    def take(match: re.Match) -> str:
+        word = next(group for group in match.groups()[:3] if group is not None)
+        path = Path(word).expanduser()
+        if not word.lower().endswith(IMAGE_EXTENSIONS) or not path.is_file():
+            return match.group(0)
+        try:
+            found.append((word, path.read_bytes()))
+        except OSError:
+            return match.group(0)
+        return match.group(4) or ""
+
+    rest = _PATH_WORD.sub(take, text)
+    return (re.sub(r"[ \t]{2,}", " ", rest).strip() if found else text), found
 
 
 def parse_value(text: str) -> Any:

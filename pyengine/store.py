@@ -49,6 +49,7 @@ from typing import BinaryIO, Callable, Iterator
 
 from pyengine import hub
 from pyengine.errors import InvalidOptionError, ModelNotFoundError, PyEngineError, StoreError
+from pyengine.vision.files import PROJECTOR_SUFFIX
 
 #: ``callback(status, completed, total)``; raising from it aborts the pull.
 ProgressCallback = Callable[[str, int, int], None]
@@ -328,6 +329,8 @@ def list_models() -> list[LocalModel]:
         if created is not None and created.file.is_file():
             models.append(LocalModel(name, created.file, created.file.stat().st_size, path.stat().st_mtime, None))
     for path in sorted(folder.glob("hf.co/*/*/*.gguf")):
+        if path.name.endswith(PROJECTOR_SUFFIX):   # a model's vision projector, beside it
+            continue
         owner, repo, tag = path.parent.parent.name, path.parent.name, path.name[: -len(".gguf")]
         ref = hub.parse(f"hf.co/{owner}/{repo}:{tag}")
         if ref is not None and path.is_file() and not path.name.startswith("."):
@@ -360,6 +363,8 @@ def remove(name: str) -> bool:
     except OSError as exc:
         raise StoreError(f"cannot remove {path}: {exc.strerror or exc}") from exc
     if ref is not None:
+        with contextlib.suppress(OSError):   # its projector goes with it
+            path.with_name(path.name.removesuffix(".gguf") + PROJECTOR_SUFFIX).unlink()
         _tidy_hub_folder(path.parent)
     if path == _manifest_file(canonical):
         with contextlib.suppress(OSError):   # its own link to the file it ran, if it had one
@@ -747,9 +752,15 @@ def _pull_hub(ref: hub.HubRef, progress: bool, callback: ProgressCallback | None
     if final is None:
         if callback is not None:
             callback("pulling manifest", 0, 0)
-        chosen = hub.choose(ref, hub.list_files(ref))
+        entries = hub.list_files(ref)
+        chosen = hub.choose(ref, entries)
         final = _hub_folder(ref) / f"{chosen.tag}.gguf"
+        projector = hub.choose_projector(ref, entries, chosen.tag)
         with _file_lock(f"hub-{ref.owner}-{ref.repo}-{chosen.tag}"):
+            # the projector first: a model file present means its pull is complete
+            beside = final.with_name(f"{chosen.tag}{PROJECTOR_SUFFIX}")
+            if projector is not None and not beside.is_file():
+                _fetch_hub_file(ref.with_tag(chosen.tag), projector, beside, progress, callback)
             if not final.is_file():   # another process may have finished while we waited
                 _fetch_hub_file(ref.with_tag(chosen.tag), chosen, final, progress, callback)
         if ref.tag is None:

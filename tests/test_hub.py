@@ -333,3 +333,18 @@ def test_the_server_pulls_serves_and_deletes_a_hub_model(fake_hub) -> None:
         assert reply.json()["eval_count"] == 3
         assert http.request("DELETE", "/api/delete", json={"model": name}).status_code == 200
         assert http.get("/api/tags").json()["models"] == []
+
+
+def test_pull_takes_the_repositorys_projector_beside_the_model(fake_hub) -> None:
+    from pyengine.vision.files import projector_beside
+
+    data = (SYNTH / "llama-spm-q4_0.gguf").read_bytes()
+    fake_hub.add("o/seeing-GGUF", "seeing-Q4_0.gguf", data)
+    fake_hub.add("o/seeing-GGUF", "mmproj-seeing-F32.gguf", b"the f32 projector")
+    fake_hub.add("o/seeing-GGUF", "mmproj-seeing-F16.gguf", b"the f16 projector!")
+    path = store.pull("hf.co/o/seeing-GGUF:Q4_0", progress=False)
+    assert path.read_bytes() == data
+    assert projector_beside(path).read_bytes() == b"the f16 projector!"
+    assert [m.name for m in store.list_models()] == ["hf.co/o/seeing-GGUF:Q4_0"]   # no projector as a model
+    assert store.remove("hf.co/o/seeing-GGUF:Q4_0")
+    assert not (store.cache_dir() / "models" / "hf.co" / "o").exists()

@@ -20,9 +20,11 @@ of its prompt's last token.
 A prompt may hold images: spans of its positions whose rows a vision projector
 made (`submit(images=...)`).  Such a span is fed alone, as one batch of rows
 attended both ways (Forward.embedded), when the sequence's prefill reaches it; the
-token chunks around it stop at its edges.  Prompts with images are not cached for
-reuse (the cache is keyed by token ids, and an image's placeholders say nothing of
-its content) nor shifted (a shift could cut an image).
+token chunks around it stop at its edges.  For prefix reuse an image's positions
+are keyed by a hash of its rows (negative ids no token has), so a later prompt
+with the same image reuses its cells and one with another image does not; a reused
+prefix never ends inside an image.  Such prompts are not shifted (a shift could cut
+an image).
 
 Batch invariance: a sequence's tokens do not depend on what shares its batch
 or on how its prompt is chunked.  The native matmul treats each row alike
@@ -32,6 +34,7 @@ in position order (kvcache/cells.py), and each sequence samples alone.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import deque
@@ -76,15 +79,16 @@ class _Seq:
     twin: "_Seq | None" = None   # a live sequence with the same prompt, computing or computed
     prompt_row: np.ndarray | None = None   # the logits of the prompt's last token, while live
     images: dict[int, np.ndarray] = field(default_factory=dict)   # prompt position -> rows [n, n_embd]
+    keys: list[int] | None = None   # the prompt as the cache is keyed: images' positions by content
     t_submit: float = 0.0
     t_start: float = 0.0
     t_first: float = 0.0
 
     def cached(self) -> tuple[list[int], int]:
         """Tokens in the cache and how many leading ones another request may reuse (none
-        past an image: its placeholder ids do not say what it showed)."""
+        past an image not keyed by its content)."""
         valid = len(self.cache_tokens) if self.valid is None else self.valid
-        return self.cache_tokens, min([valid] + list(self.images))
+        return self.cache_tokens, valid if self.keys is not None else min([valid, *self.images])
 
 
 class Engine:
@@ -157,7 +161,7 @@ class Engine:
         if images:
             if options.truncate or options.all_logits:
                 raise InvalidOptionError("a prompt with images cannot be truncated or scored")
-            options = replace(options, shift=False, cache_prompt=False)
+            options = replace(options, shift=False)
         req = make_request(prompt, options, n_vocab=self.n_vocab, engine_ctx=self.n_ctx)
         spans = self._image_spans(images, len(req.prompt))
         chain = SamplerChain(req.sampling, self.n_vocab, token_pieces=self.token_pieces(),
@@ -170,7 +174,8 @@ class Engine:
             result = Completion(prompt_tokens=len(req.prompt), truncated_tokens=req.truncated,
                                 logprobs=[] if req.logprobs else None)
             seq = _Seq(req, handle, chain, StreamDecoder(self.tokenizer), StopMatcher(req.stop), result,
-                       t_submit=time.perf_counter(), images=spans)
+                       t_submit=time.perf_counter(), images=spans,
+                       keys=image_keyed(req.prompt, spans) if spans else None)
             self._queue.append(seq)
             self._cv.notify_all()
         return handle
@@ -402,13 +407,14 @@ class Engine:
     def _start(self, seq: _Seq) -> None:
         """Give a sequence a slot, reusing the longest cached prefix of its prompt (all of
         it, when a twin computed the prompt and left its last logits)."""
-        prompt = seq.req.prompt
+        prompt = seq.keys or seq.req.prompt
         row = seq.twin.prompt_row if seq.twin is not None else None
         seq.twin = None
         reuse, n = self.slots.best_prefix(prompt, leave=0) if row is not None else (None, 0)
         if n < len(prompt):
             row = None
             reuse, n = self.slots.best_prefix(prompt) if seq.req.cache_prompt else (None, 0)
+        n = before_image(seq.images, n)
         if reuse is not None and not reuse.live:
             slot = reuse
             self.cache.remove(slot.id, n)
@@ -418,7 +424,7 @@ class Engine:
                 # a recurrent state is copied: room for its row first, which may have cost
                 # the checkpoint at n (then the copy starts from an earlier one)
                 self.cache.reserve(0, self.slots.evict_lru, n_seqs=1)
-                n = self.cache.usable_prefix(reuse.id, n)
+                n = before_image(seq.images, self.cache.usable_prefix(reuse.id, n))
                 row = row if n == len(prompt) else None
                 self.cache.copy_prefix(reuse.id, slot.id, n)
         slot.seq, slot.tokens, slot.valid = seq, [], 0
@@ -429,7 +435,7 @@ class Engine:
         seq.result.cached_tokens = n
         seq.t_start = time.perf_counter()
         seq.result.queue_seconds = seq.t_start - seq.t_submit
-        seq.chain.accept_prompt(prompt)
+        seq.chain.accept_prompt(seq.req.prompt)
         if seq.req.all_logits:
             seq.result.logits = np.empty((len(prompt), self.n_vocab), np.float32)
         self._live.append(seq)
@@ -620,3 +626,24 @@ def _tokens_before_image(seq: _Seq) -> int:
 def _check_int(name: str, value: object, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidOptionError(f"{name} must be an integer in {low}..{high}, got {value!r}")
+
+
+def image_keyed(prompt: list[int], images: dict[int, np.ndarray]) -> list[int]:
+    """`prompt` with each image position replaced by a negative id from a hash of the
+    image's rows and the position within it (at most 1 << 16, n_batch's bound): equal
+    images give equal ids, different ones (but for a 2**-40 chance) different ids, and
+    no id is a token's."""
+    keys = list(prompt)
+    for start, rows in images.items():
+        base = int.from_bytes(hashlib.blake2b(rows.tobytes(), digest_size=5).digest(), "little") << 16
+        keys[start:start + len(rows)] = [-1 - (base + i) for i in range(len(rows))]
+    return keys
+
+
+def before_image(images: dict[int, np.ndarray], n: int) -> int:
+    """`n` reused positions, cut back to an image's start where it would end inside one
+    (an image is fed whole, as one batch)."""
+    for start, rows in images.items():
+        if start < n < start + len(rows):
+            return start
+    return n

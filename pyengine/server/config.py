@@ -35,6 +35,10 @@ class ServerConfig:
     n_threads: int | None = None
     retry_after_s: int = 1                  # the Retry-After of a 503 when the queue is full
     sweep_interval_s: float = 1.0           # how often idle models are checked for expiry
+    mmproj: str | None = None               # vision projector of the first of `models` (else one beside a model)
+    remote_images: bool = False             # fetch http(s) image URLs in requests (bounded below)
+    remote_image_bytes: int = 32 * 1024 * 1024
+    remote_image_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.kv_memory_bytes is not None and (_not_int(self.kv_memory_bytes) or self.kv_memory_bytes < 1):

@@ -91,15 +91,15 @@ def rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def capabilities(facts: ModelFacts) -> list[str]:
+def capabilities(facts: ModelFacts, *, has_projector: bool = False) -> list[str]:
     """What the model can be asked to do, by the rules requests are checked with
     (:mod:`pyengine.chat.capabilities`): from its metadata, the template it is rendered
     with and its vocabulary's special tokens (read once per file version)."""
-    return list(_capabilities(str(facts.path), facts.modified, facts.size, facts.template))
+    return list(_capabilities(str(facts.path), facts.modified, facts.size, facts.template, has_projector))
 
 
 @functools.lru_cache(maxsize=32)
-def _capabilities(path: str, modified: float, size: int, template: str) -> tuple[str, ...]:
+def _capabilities(path: str, modified: float, size: int, template: str, has_projector: bool) -> tuple[str, ...]:
     from pyengine.tokenizer.vocab import Vocab
 
     metadata = model_facts(Path(path)).metadata
@@ -107,7 +107,7 @@ def _capabilities(path: str, modified: float, size: int, template: str) -> tuple
         special = Vocab.from_metadata(metadata).special
     except PyEngineError:  # a vocabulary the model cannot load with: no FIM either
         special = {}
-    return chat_capabilities(metadata, template, special)
+    return chat_capabilities(metadata, template, special, has_projector=has_projector)
 
 
 def model_info(facts: ModelFacts, verbose: bool) -> dict:

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pyengine import session, store
-from pyengine.options import context_limit
+from pyengine.errors import PyEngineError
 from pyengine.kvcache import DEFAULT_CHECKPOINTS
+from pyengine.options import context_limit
 from pyengine.runner.engine import state_rows
 from pyengine.server import info
 from pyengine.server.config import ServerConfig
+from pyengine.server.errors import HTTPError
+from pyengine.vision.files import projector_beside
 
 DEFAULT_CTX = 4096          # the LLM's default context (api.DEFAULT_CTX), capped at the trained one
 KV_BYTES_PER_VALUE = 2      # f16 cache rows, the default type: an upper bound for the quantized ones
@@ -135,6 +138,21 @@ def _positive(value: Any) -> int | None:
     return number if number > 0 and not isinstance(value, bool) else None
 
 
+def projector_for(path: Path, config: ServerConfig) -> Path | None:
+    """The vision projector a served model is loaded with: --mmproj for the first --model,
+    else MODEL.mmproj.gguf beside the model's file."""
+    if config.mmproj and config.models and _same_file(config.models[0], path):
+        return Path(config.mmproj)
+    return projector_beside(path)
+
+
+def _same_file(name: str, path: Path) -> bool:
+    try:
+        return Path(name).resolve() == Path(path).resolve() or store.resolve_model(name, pull=False) == Path(path)
+    except (PyEngineError, OSError):  # a name the store does not hold: not this file
+        return False
+
+
 class ModelAdapter:
     """Starts replies of one LLM; the only server code that calls into it."""
 
@@ -151,6 +169,9 @@ class ModelAdapter:
         kwargs: dict[str, Any] = {"n_ctx": config.n_ctx, "n_threads": config.n_threads}
         if "n_parallel" in inspect.signature(LLM).parameters:  # the batching engine
             kwargs["n_parallel"] = config.parallel
+        projector = projector_for(path, config)
+        if projector is not None:
+            kwargs["mmproj"] = str(projector)
         llm = LLM(str(path), **kwargs)
         created = store.created_model(name)
         if created is not None and created.template and created.file == Path(path):
@@ -177,12 +198,14 @@ class ModelAdapter:
 
     def start_generate(self, prompt: str, *, system: str | None = None, raw: bool = False,
                        context: Sequence[int] | None = None, format: Any = None, think: Any = None,
-                       suffix: str | None = None, history: Sequence[dict] = (),
+                       suffix: str | None = None, history: Sequence[dict] = (), images: Sequence = (),
                        options: dict) -> session.ChatStream:
         """Ollama's /api/generate: the prompt as one user turn (or raw), after `context`;
         with a `suffix`, the middle between prompt and suffix (no template, no system).
         `history`: a created model's messages, between the system prompt and the prompt."""
         session.require_capabilities(self.llm, route="generate", think=think, insert=bool(suffix))
+        if images and (suffix or raw):
+            raise HTTPError(400, "'images' go with a templated prompt, not with 'raw' or 'suffix'", param="images")
         if suffix:
             n_ctx = context_limit(self.llm.n_ctx, options.get("num_ctx"))
             prepared = session.prepare_infill(self.llm, prompt, suffix, n_ctx=n_ctx,
@@ -192,11 +215,12 @@ class ModelAdapter:
         else:
             messages = ([{"role": "system", "content": system}] if system else []) + \
                        [dict(turn) for turn in history] + [{"role": "user", "content": prompt}]
-            prepared = session.prepare_chat(self.llm, messages, think=think)
+            prepared = session.prepare_chat(self.llm, messages, think=think, images=list(images) or None)
         if context:
-            ids = session.prepare_prompt(self.llm, list(context)).ids + prepared.ids
+            before = session.prepare_prompt(self.llm, list(context)).ids
+            images = tuple((start + len(before), rows) for start, rows in prepared.images)  # after the context
             # the reply is read as the prompt's own was (a harmony reply keeps its channels)
-            prepared = replace(prepared, ids=ids, parse=not suffix)
+            prepared = replace(prepared, ids=before + prepared.ids, images=images, parse=not suffix)
         return session.start_prepared(self.llm, prepared, format=format, **options)
 
     def start_infill(self, prefix: str, suffix: str, *, extra: Sequence[Any] = (), prompt: str = "",

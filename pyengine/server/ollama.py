@@ -22,6 +22,7 @@ from pyengine.server import info, profiles
 from pyengine.server.common import read_fields, start_reply, state_of
 from pyengine.server.errors import HTTPError
 from pyengine.server.fields import Fields
+from pyengine.server.models import projector_for
 from pyengine.server.registry import KEEP, parse_keep_alive
 from pyengine.server.streaming import (NDJSON, GenerationResponse, collect_started, ndjson, stream_error_message,
                                       streamed_reply)
@@ -157,8 +158,7 @@ async def api_generate(request: Request) -> Response:
     suffix = fields.string("suffix")  # fill-in-the-middle: the text after the gap
     if fields.string("template"):
         raise HTTPError(400, "'template' is not supported by this server", param="template")
-    if fields.array("images"):
-        raise HTTPError(400, "'images' are not supported by this server", param="images")
+    images = fields.array("images", [])   # base64, each checked when the prompt is built
     context = _read_context(fields)
     if not prompt and not context and not suffix:
         return await _load_only(request, common, kind="generate")
@@ -170,7 +170,7 @@ async def api_generate(request: Request) -> Response:
 
     def start(adapter):
         return adapter.start_generate(prompt, system=system, raw=raw, context=context, format=common["format"],
-                                      think=common["think"], suffix=suffix, history=history,
+                                      think=common["think"], suffix=suffix, history=history, images=images,
                                       options=common["options"])
 
     return await _reply(request, common, start, kind="generate")
@@ -280,7 +280,7 @@ async def api_show(request: Request) -> Response:
         **created,
         "details": details,
         "model_info": info.model_info(facts, verbose),
-        "capabilities": info.capabilities(facts),
+        "capabilities": info.capabilities(facts, has_projector=projector_for(path, state.config) is not None),
         "modified_at": info.rfc3339(facts.modified),
         "summary": dict(model_summary(path)),
     })

@@ -11,13 +11,14 @@ from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from pyengine.session import ChatResult, response_format_to_format
 from pyengine.chat.shapes import OpenAIChatShaper, OpenAICompletionShaper
 from pyengine.chat.tool_choice import read_tool_choice
 from pyengine.errors import InvalidOptionError
 from pyengine.sample.options import MAX_TOP_LOGPROBS
-from pyengine.server import info, profiles
+from pyengine.server import images, info, profiles
 from pyengine.server.choices import MAX_CHOICES, Choices, merged_usage, start_choices
 from pyengine.server.common import read_fields, start_reply, state_of
 from pyengine.server.errors import HTTPError, error_body
@@ -133,6 +134,10 @@ async def chat_completions(request: Request) -> Response:
     if not messages:
         raise HTTPError(400, "'messages' must be a non-empty array", param="messages")
     stream, include_usage = read_stream(fields)
+    config = state_of(request).config
+    if config.remote_images:   # else an image URL is refused (400) when the prompt is built
+        messages = await run_in_threadpool(images.remote_urls_fetched, messages, max_bytes=config.remote_image_bytes,
+                                           timeout_s=config.remote_image_timeout_s)
     profile = profiles.profile_of(state_of(request).registry, model)
     messages = profiles.conversation(profile, messages)
     options = read_sampling(fields, None, profile)

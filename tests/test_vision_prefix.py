@@ -1,0 +1,86 @@
+"""Prefix reuse over images: a prompt's image positions are keyed by the image's
+content, so a second question about the same image reuses its cells (and the text
+before and after it), while another image at the same place reuses nothing past it."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import numpy as np
+import pytest
+from conftest import DATA
+from PIL import Image
+
+from pyengine.api import LLM
+from pyengine.runner.engine import before_image, image_keyed
+from pyengine.sample import SamplingOptions
+from pyengine.session import prepare_chat
+
+VISION = DATA / "vision"
+TEXT, MMPROJ, PNG = VISION / "gemma3-tiny.gguf", VISION / "gemma3-tiny.mmproj.gguf", VISION / "gemma3-tiny.png"
+CONTEXT = " ".join(f"line {i} of the notes about the picture." for i in range(200))
+
+
+@pytest.fixture(scope="module")
+def llm():
+    with LLM(TEXT, n_ctx=4096, n_threads=2, mmproj=MMPROJ) as model:
+        yield model
+
+
+def other_png(seed: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def ask(llm, image: bytes, question: str, notes: str = CONTEXT):
+    """(the first token's log-probabilities, the completion, the prepared prompt) of a question
+    after the image and notes; the completion's `ttft` is the engine's time from submit to
+    the first token (the prompt's rendering and the projector are not what the cache saves)."""
+    messages = [{"role": "user", "content": notes, "images": [image]}, {"role": "assistant", "content": "Noted."},
+                {"role": "user", "content": question}]
+    prepared = prepare_chat(llm, messages)
+    started = time.perf_counter()
+    handle = llm.engine.submit(prepared.ids, SamplingOptions(temperature=0), max_tokens=1, logprobs=True,
+                               top_logprobs=8, images=prepared.images)
+    result = handle.result()
+    result.ttft = time.perf_counter() - started
+    return dict(result.logprobs[0].top), result, prepared
+
+
+def test_the_same_image_reuses_its_cells_and_gives_the_same_bits(llm):
+    ask(llm, other_png(9), "Warm up.")   # the first request's one-time costs are not the cache's
+    first, done, prepared = ask(llm, PNG.read_bytes(), "What colour is it?")
+    first_ttft = done.ttft
+    (start, rows), = prepared.images
+    assert done.cached_tokens <= start
+    # the best of two reusing asks: a busy machine's pause in one is not the cache's cost
+    _, other, _ = ask(llm, PNG.read_bytes(), "What size is it?")
+    again, done, prepared = ask(llm, PNG.read_bytes(), "What shape is it?")
+    second_ttft = min(done.ttft, other.ttft)
+    assert done.cached_tokens > start + len(rows)       # the image and the notes were reused
+    print(f"time to first token: first {first_ttft * 1e3:.1f} ms, same image again {second_ttft * 1e3:.1f} ms, "
+          f"prompt {done.prompt_tokens} tokens, {done.cached_tokens} reused")
+    assert second_ttft * 5 <= first_ttft
+    # reused cells give the bits computing them afresh gives
+    llm.engine.drop_cache()
+    fresh, done, _ = ask(llm, PNG.read_bytes(), "What shape is it?")
+    assert done.cached_tokens <= start and fresh == again
+
+
+def test_another_image_reuses_nothing_past_its_start(llm):
+    a, _, prepared = ask(llm, PNG.read_bytes(), "Describe it.", notes="Short notes.")
+    (start, _rows), = prepared.images
+    b, done, _ = ask(llm, other_png(5), "Describe it.", notes="Short notes.")
+    assert done.cached_tokens <= start
+    assert a != b
+
+
+def test_keys_by_content_and_cuts_at_image_starts():
+    rows_a, rows_b = np.zeros((4, 8), np.float32), np.ones((4, 8), np.float32)
+    prompt = [7, 0, 0, 0, 0, 9]
+    a, a2, b = image_keyed(prompt, {1: rows_a}), image_keyed(prompt, {1: rows_a.copy()}), image_keyed(prompt, {1: rows_b})
+    assert a == a2 and a != b and a[0] == 7 and a[5] == 9
+    assert all(k < 0 for k in a[1:5]) and len(set(a[1:5])) == 4
+    assert [before_image({1: rows_a}, n) for n in range(7)] == [0, 1, 1, 1, 1, 5, 6]
