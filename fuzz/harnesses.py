@@ -475,7 +475,7 @@ def one_parsers(data: bytes) -> None:
     data[0]: tool format, reasoning, starts_in_reasoning; data[1] seeds the chunking."""
     if len(data) < 2:
         return
-    from pyengine.chat.parsers import TOOL_FORMATS, StreamParser, collect, parse_output
+    from pyengine.chat.parsers import TOOL_FORMATS, collect, make_parser, parse_output
 
     control = data[0]
     text = data[2:].decode("utf-8", "replace")
@@ -485,7 +485,7 @@ def one_parsers(data: bytes) -> None:
     with _bounded("parsing a model's output"):
         whole = parse_output(text, **options)
         rng = random.Random(data[1])
-        parser = StreamParser(**options)
+        parser = make_parser(**options)
         deltas, pos = [], 0
         while pos < len(text):
             size = rng.choice((1, 1, 2, 3, 5, 8, 13, 64))
