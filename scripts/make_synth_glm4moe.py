@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import ExpertGatingFuncType, GGMLQuantizationType, GGUFWriter, LlamaFileType, quants
+from gguf import ExpertGatingFuncType
 
 import synth_common as common
 
@@ -45,11 +45,6 @@ STD = {"token_embd": 1.0, "output": 0.12, "attn_q": 0.12, "attn_k": 0.12, "attn_
        "bias_q": 0.2, "bias_k": 0.2, "bias_v": 0.1, "ffn_gate": 0.12, "ffn_up": 0.12, "ffn_down": 0.1,
        "router": 0.2, "probs_b": 0.3, "exp_gate": 0.15, "exp_up": 0.15, "exp_down": 0.1,
        "shexp_gate": 0.15, "shexp_up": 0.15, "shexp_down": 0.1, "eh_proj": 0.1}
-
-
-def experts(w: common.RandomWeights, kind: str, n_out: int, n_in: int) -> np.ndarray:
-    """[N_EXPERT, n_out, n_in] (numpy order of a GGUF [n_in, n_out, E] stack)."""
-    return np.stack([w.matrix(kind, n_out, n_in) for _ in range(N_EXPERT)])
 
 
 def block(w: common.RandomWeights, i: int) -> list[tuple[str, np.ndarray]]:
@@ -72,9 +67,9 @@ def block(w: common.RandomWeights, i: int) -> list[tuple[str, np.ndarray]]:
                       (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
     out += [(p + "ffn_gate_inp.weight", w.matrix("router", N_EXPERT, N_EMBD)),
             (p + "exp_probs_b.bias", w.vector("probs_b", N_EXPERT)),
-            (p + "ffn_gate_exps.weight", experts(w, "exp_gate", N_FF_EXP, N_EMBD)),
-            (p + "ffn_up_exps.weight", experts(w, "exp_up", N_FF_EXP, N_EMBD)),
-            (p + "ffn_down_exps.weight", experts(w, "exp_down", N_EMBD, N_FF_EXP)),
+            (p + "ffn_gate_exps.weight", common.matrix_stack(w, "exp_gate", N_EXPERT, N_FF_EXP, N_EMBD)),
+            (p + "ffn_up_exps.weight", common.matrix_stack(w, "exp_up", N_EXPERT, N_FF_EXP, N_EMBD)),
+            (p + "ffn_down_exps.weight", common.matrix_stack(w, "exp_down", N_EXPERT, N_EMBD, N_FF_EXP)),
             (p + "ffn_gate_shexp.weight", w.matrix("shexp_gate", n_shexp, N_EMBD)),
             (p + "ffn_up_shexp.weight", w.matrix("shexp_up", n_shexp, N_EMBD)),
             (p + "ffn_down_shexp.weight", w.matrix("shexp_down", N_EMBD, n_shexp))]
@@ -97,16 +92,6 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
     return out
 
 
-def add_tensors(writer: GGUFWriter, named: list[tuple[str, np.ndarray]]) -> None:
-    """Matrices and expert stacks in Q8_0 (gguf's quantizer), norms and biases in F32."""
-    for name, data in named:
-        if data.ndim == 1:
-            writer.add_tensor(name, data)
-            continue
-        blocks = quants.quantize(data, GGMLQuantizationType.Q8_0)   # the writer takes the byte shape
-        writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-
-
 def write_model(path: Path) -> None:
     tokenizer = common.read_tokenizer_source()
     writer = common.start_model(path, ARCH, name="synthetic-glm4moe", n_layer=N_BLOCKS, n_ctx=CONTEXT_LENGTH,
@@ -125,14 +110,8 @@ def write_model(path: Path) -> None:
     writer.add_expert_weights_norm(True)
     writer.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
     writer.add_nextn_predict_layers(N_NEXTN)
-    writer.add_vocab_size(common.vocab_size(tokenizer))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    common.copy_tokenizer(tokenizer, writer)
-    add_tensors(writer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
+                             quantize_as=common.q8_0_matrices_and_stacks)
 
 
 # AVX-512 build, llama.cpp's extra buffer types off

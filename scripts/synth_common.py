@@ -125,21 +125,45 @@ def copy_tokenizer(tokenizer: GGUFReader, writer: GGUFWriter) -> None:
             writer.add_key_value(key, field.contents(), value_type, sub_type=element_type)
 
 
-def add_q8_0_tensors(writer: GGUFWriter, tensors: Iterable[tuple[str, np.ndarray]]) -> None:
-    """Each (name, float32 array in numpy order) in order: 2-D ones quantized to Q8_0 by
-    gguf's quantizer, the others (norms, biases, factors) kept in F32."""
+def q8_0_matrices(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    """Q8_0 for a 2-D tensor (a matrix), None (F32) for the others (norms, biases, factors)."""
+    return GGMLQuantizationType.Q8_0 if data.ndim == 2 else None
+
+
+def q8_0_matrices_and_stacks(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    """Q8_0 for a matrix or an expert stack (2-D or 3-D), None (F32) for 1-D norms and biases."""
+    return GGMLQuantizationType.Q8_0 if data.ndim >= 2 else None
+
+
+def matrix_stack(w: RandomWeights, kind: str, n: int, n_out: int, n_in: int) -> np.ndarray:
+    """[n, n_out, n_in] (numpy order of a GGUF [n_in, n_out, n] stack, e.g. one matrix per
+    expert), drawn matrix by matrix."""
+    return np.stack([w.matrix(kind, n_out, n_in) for _ in range(n)])
+
+
+def expert_bias_stack(w: RandomWeights, kind: str, n_expert: int, n: int) -> np.ndarray:
+    """[n_expert, n]: one bias row per expert."""
+    return np.stack([w.vector(kind, n) for _ in range(n_expert)])
+
+
+def add_q8_0_tensors(writer: GGUFWriter, tensors: Iterable[tuple[str, np.ndarray]],
+                     quantize_as: Callable[[str, np.ndarray], GGMLQuantizationType | None] = q8_0_matrices) -> None:
+    """Each (name, float32 array in numpy order) in order, in the type quantize_as(name, array)
+    names (gguf's quantizer), or kept in F32 where it names None."""
     for name, data in tensors:
-        if data.ndim == 2:   # the writer takes the byte shape (rows, row bytes) of a quantized tensor
-            q8_0 = quants.quantize(data, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, q8_0, raw_shape=q8_0.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+        qtype = quantize_as(name, data)
+        if qtype is not None:   # the writer takes the byte shape (rows, row bytes) of a quantized tensor
+            blocks = quants.quantize(data, qtype)
+            writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
         else:
             writer.add_tensor(name, data)
 
 
 def finish_q8_0_model(writer: GGUFWriter, tokenizer: GGUFReader, tensors: Iterable[tuple[str, np.ndarray]], *,
-                      with_vocab_size: bool = True) -> None:
+                      with_vocab_size: bool = True,
+                      quantize_as: Callable[[str, np.ndarray], GGMLQuantizationType | None] = q8_0_matrices) -> None:
     """Add the vocabulary size, file type MOSTLY_Q8_0, the tokenizer and the tensors
-    (see add_q8_0_tensors), then write the file and close it.
+    (see add_q8_0_tensors; quantize_as picks each tensor's type), then write the file and close it.
 
     with_vocab_size=False leaves out the vocabulary size, for a model that wrote it
     earlier among its own keys (the key order is part of the file's bytes)."""
@@ -147,7 +171,7 @@ def finish_q8_0_model(writer: GGUFWriter, tokenizer: GGUFReader, tensors: Iterab
         writer.add_vocab_size(vocab_size(tokenizer))
     writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
     copy_tokenizer(tokenizer, writer)
-    add_q8_0_tensors(writer, tensors)
+    add_q8_0_tensors(writer, tensors, quantize_as)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
