@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 import synth_common as common
 
 ARCH = "llama4"

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 import synth_common as common
 
 ARCH = "llama"
