@@ -62,9 +62,7 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
     """(name, float32 array in numpy order), in the converter's order."""
     w = common.RandomWeights(rng, STD)
     q_out, o_in = N_HEAD * (N_NOPE + N_ROPE), N_HEAD * V_HEAD
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
-           ("output_norm.weight", w.norm(N_EMBD)),
-           ("output.weight", w.matrix("output", n_vocab, N_EMBD))]
+    out = common.embedding_and_output(w, n_vocab, N_EMBD)
     for i in range(N_LAYER):
         p = f"blk.{i}."
         out += [(p + "attn_norm.weight", w.norm(N_EMBD)),

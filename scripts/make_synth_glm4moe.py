@@ -50,17 +50,10 @@ STD = {"token_embd": 1.0, "output": 0.12, "attn_q": 0.12, "attn_k": 0.12, "attn_
 def block(w: common.RandomWeights, i: int) -> list[tuple[str, np.ndarray]]:
     p = f"blk.{i}."
     q_dim, kv_dim, n_shexp = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM, N_FF_EXP * N_SHARED
-    out = [(p + "attn_norm.weight", w.norm(N_EMBD)),
-           (p + "attn_q.weight", w.matrix("attn_q", q_dim, N_EMBD)),
-           (p + "attn_q.bias", w.vector("bias_q", q_dim)),
-           (p + "attn_k.weight", w.matrix("attn_k", kv_dim, N_EMBD)),
-           (p + "attn_k.bias", w.vector("bias_k", kv_dim)),
-           (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
-           (p + "attn_v.bias", w.vector("bias_v", kv_dim)),
-           (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, q_dim)),
-           (p + "attn_q_norm.weight", w.norm(HEAD_DIM)),
-           (p + "attn_k_norm.weight", w.norm(HEAD_DIM)),
-           (p + "post_attention_norm.weight", w.norm(N_EMBD))]
+    out = common.attention_tensors(w, p, n_embd=N_EMBD, q_dim=q_dim, kv_dim=kv_dim, biases=True)
+    out += [(p + "attn_q_norm.weight", w.norm(HEAD_DIM)),
+            (p + "attn_k_norm.weight", w.norm(HEAD_DIM)),
+            (p + "post_attention_norm.weight", w.norm(N_EMBD))]
     if i < N_DENSE_LEAD:
         return out + [(p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
                       (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
@@ -84,9 +77,7 @@ def block(w: common.RandomWeights, i: int) -> list[tuple[str, np.ndarray]]:
 def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     """(name, float32 array in numpy order [out, in]), in the converter's order."""
     w = common.RandomWeights(rng, STD)
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
-           ("output_norm.weight", w.norm(N_EMBD)),
-           ("output.weight", w.matrix("output", n_vocab, N_EMBD))]
+    out = common.embedding_and_output(w, n_vocab, N_EMBD)
     for i in range(N_BLOCKS):
         out += block(w, i)
     return out

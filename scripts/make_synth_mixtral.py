@@ -44,17 +44,11 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
     """(name, float32 array in numpy order [out, in]), in the converter's order."""
     w = common.RandomWeights(rng, STD)
     q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
-           ("output_norm.weight", w.norm(N_EMBD)),
-           ("output.weight", w.matrix("output", n_vocab, N_EMBD))]
+    out = common.embedding_and_output(w, n_vocab, N_EMBD)
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
-                (p + "attn_q.weight", w.matrix("attn_q", q_dim, N_EMBD)),
-                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, N_EMBD)),
-                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
-                (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, q_dim)),
-                (p + "ffn_norm.weight", w.norm(N_EMBD)),
+        out += common.attention_tensors(w, p, n_embd=N_EMBD, q_dim=q_dim, kv_dim=kv_dim)
+        out += [(p + "ffn_norm.weight", w.norm(N_EMBD)),
                 (p + "ffn_gate_inp.weight", w.matrix("router", N_EXPERT, N_EMBD)),
                 (p + "ffn_gate_exps.weight", common.matrix_stack(w, "exp_gate", N_EXPERT, N_FF, N_EMBD)),
                 (p + "ffn_up_exps.weight", common.matrix_stack(w, "exp_up", N_EXPERT, N_FF, N_EMBD)),

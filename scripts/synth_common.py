@@ -72,6 +72,28 @@ class RandomWeights:
         return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
 
 
+def embedding_and_output(w: RandomWeights, n_vocab: int, n_embd: int, *, tied: bool = False) -> list[tuple[str, np.ndarray]]:
+    """The embedding, the output norm and (unless `tied`) the output, drawn in that order."""
+    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, n_embd)),
+           ("output_norm.weight", w.norm(n_embd))]
+    if not tied:
+        out.append(("output.weight", w.matrix("output", n_vocab, n_embd)))
+    return out
+
+
+def attention_tensors(w: RandomWeights, prefix: str, *, n_embd: int, q_dim: int, kv_dim: int,
+                      biases: bool = False) -> list[tuple[str, np.ndarray]]:
+    """A block's attn_norm, q, k, v and attn_output, drawn in that order; with `biases`, each
+    of q, k and v followed by its bias (kinds bias_q, bias_k, bias_v)."""
+    out = [(prefix + "attn_norm.weight", w.norm(n_embd))]
+    for proj, n_out in (("q", q_dim), ("k", kv_dim), ("v", kv_dim)):
+        out.append((prefix + f"attn_{proj}.weight", w.matrix(f"attn_{proj}", n_out, n_embd)))
+        if biases:
+            out.append((prefix + f"attn_{proj}.bias", w.vector(f"bias_{proj}", n_out)))
+    out.append((prefix + "attn_output.weight", w.matrix("attn_output", n_embd, q_dim)))
+    return out
+
+
 def llama_tensors(w: RandomWeights, *, n_vocab: int, n_embd: int, n_layer: int, q_dim: int, kv_dim: int, n_ff: int,
                   tied: bool = False, after_attention=None) -> list[tuple[str, np.ndarray]]:
     """Llama's tensors, (name, float32 array in numpy order [out, in]), drawn from `w` in
@@ -79,17 +101,10 @@ def llama_tensors(w: RandomWeights, *, n_vocab: int, n_embd: int, n_layer: int, 
     norm and (unless `tied`) the output, then per block its norms, q/k/v/output and
     gate/up/down.  after_attention(prefix), when given, returns a block's extra tensors,
     drawn and placed right after its attn_output (e.g. q/k norms)."""
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, n_embd)),
-           ("output_norm.weight", w.norm(n_embd))]
-    if not tied:
-        out.append(("output.weight", w.matrix("output", n_vocab, n_embd)))
+    out = embedding_and_output(w, n_vocab, n_embd, tied=tied)
     for i in range(n_layer):
         p = f"blk.{i}."
-        out += [(p + "attn_norm.weight", w.norm(n_embd)),
-                (p + "attn_q.weight", w.matrix("attn_q", q_dim, n_embd)),
-                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, n_embd)),
-                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, n_embd)),
-                (p + "attn_output.weight", w.matrix("attn_output", n_embd, q_dim))]
+        out += attention_tensors(w, p, n_embd=n_embd, q_dim=q_dim, kv_dim=kv_dim)
         if after_attention is not None:
             out += after_attention(p)
         out += [(p + "ffn_norm.weight", w.norm(n_embd)),
