@@ -72,7 +72,8 @@ class RandomWeights:
         return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
 
 
-def embedding_and_output(w: RandomWeights, n_vocab: int, n_embd: int, *, tied: bool = False) -> list[tuple[str, np.ndarray]]:
+def embedding_and_output(w: RandomWeights, n_vocab: int, n_embd: int, *,
+                         tied: bool = False) -> list[tuple[str, np.ndarray]]:
     """The embedding, the output norm and (unless `tied`) the output, drawn in that order."""
     out = [("token_embd.weight", w.matrix("token_embd", n_vocab, n_embd)),
            ("output_norm.weight", w.norm(n_embd))]
