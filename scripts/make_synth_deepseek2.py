@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import ExpertGatingFuncType, GGMLQuantizationType, GGUFWriter, LlamaFileType, RopeScalingType, quants
+from gguf import ExpertGatingFuncType, RopeScalingType
 
 import synth_common as common
 
@@ -58,18 +58,11 @@ STD = {"token_embd": 1.0, "output": 0.12, "q_a": 0.15, "q_b": 0.15, "kv_a": 0.15
        "sh_gate": 0.15, "sh_up": 0.15, "sh_down": 0.1}
 
 
-def stack(w: common.RandomWeights, kind: str, n: int, n_out: int, n_in: int) -> np.ndarray:
-    """[n, n_out, n_in] (numpy order of a GGUF [n_in, n_out, n] stack)."""
-    return np.stack([w.matrix(kind, n_out, n_in) for _ in range(n)])
-
-
 def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     """(name, float32 array in numpy order), in the converter's order."""
     w = common.RandomWeights(rng, STD)
     q_out, o_in = N_HEAD * (N_NOPE + N_ROPE), N_HEAD * V_HEAD
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
-           ("output_norm.weight", w.norm(N_EMBD)),
-           ("output.weight", w.matrix("output", n_vocab, N_EMBD))]
+    out = common.embedding_and_output(w, n_vocab, N_EMBD)
     for i in range(N_LAYER):
         p = f"blk.{i}."
         out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
@@ -78,8 +71,8 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
                 (p + "attn_q_b.weight", w.matrix("q_b", q_out, Q_LORA)),
                 (p + "attn_kv_a_mqa.weight", w.matrix("kv_a", KV_LORA + N_ROPE, N_EMBD)),
                 (p + "attn_kv_a_norm.weight", w.norm(KV_LORA)),
-                (p + "attn_k_b.weight", stack(w, "k_b", N_HEAD, KV_LORA, N_NOPE)),
-                (p + "attn_v_b.weight", stack(w, "v_b", N_HEAD, V_HEAD, KV_LORA)),
+                (p + "attn_k_b.weight", common.matrix_stack(w, "k_b", N_HEAD, KV_LORA, N_NOPE)),
+                (p + "attn_v_b.weight", common.matrix_stack(w, "v_b", N_HEAD, V_HEAD, KV_LORA)),
                 (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, o_in)),
                 (p + "ffn_norm.weight", w.norm(N_EMBD))]
         if i < N_DENSE_LEAD:
@@ -90,23 +83,13 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
         n_sh = N_FF_EXP * N_SHARED
         out += [(p + "ffn_gate_inp.weight", w.matrix("router", N_EXPERT, N_EMBD)),
                 (p + "exp_probs_b.bias", w.vector("exp_bias", N_EXPERT)),
-                (p + "ffn_gate_exps.weight", stack(w, "exp_gate", N_EXPERT, N_FF_EXP, N_EMBD)),
-                (p + "ffn_up_exps.weight", stack(w, "exp_up", N_EXPERT, N_FF_EXP, N_EMBD)),
-                (p + "ffn_down_exps.weight", stack(w, "exp_down", N_EXPERT, N_EMBD, N_FF_EXP)),
+                (p + "ffn_gate_exps.weight", common.matrix_stack(w, "exp_gate", N_EXPERT, N_FF_EXP, N_EMBD)),
+                (p + "ffn_up_exps.weight", common.matrix_stack(w, "exp_up", N_EXPERT, N_FF_EXP, N_EMBD)),
+                (p + "ffn_down_exps.weight", common.matrix_stack(w, "exp_down", N_EXPERT, N_EMBD, N_FF_EXP)),
                 (p + "ffn_gate_shexp.weight", w.matrix("sh_gate", n_sh, N_EMBD)),
                 (p + "ffn_up_shexp.weight", w.matrix("sh_up", n_sh, N_EMBD)),
                 (p + "ffn_down_shexp.weight", w.matrix("sh_down", N_EMBD, n_sh))]
     return out
-
-
-def add_tensors(writer: GGUFWriter, named: list[tuple[str, np.ndarray]]) -> None:
-    """Matrices and stacks (2-D, 3-D .weight) in Q8_0, norms and the bias in F32."""
-    for name, data in named:
-        if not (name.endswith(".weight") and data.ndim >= 2):
-            writer.add_tensor(name, data)
-            continue
-        blocks = quants.quantize(data, GGMLQuantizationType.Q8_0)   # the writer takes the byte shape
-        writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.Q8_0)
 
 
 def write_model(path: Path) -> None:
@@ -136,14 +119,8 @@ def write_model(path: Path) -> None:
     writer.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
     writer.add_expert_group_count(N_GROUP)
     writer.add_expert_group_used_count(N_GROUP_USED)
-    writer.add_vocab_size(common.vocab_size(tokenizer))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    common.copy_tokenizer(tokenizer, writer)
-    add_tensors(writer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
+                             quantize_as=common.q8_0_matrices_and_stacks)
 
 
 # AVX-512 build, llama.cpp's extra buffer types off

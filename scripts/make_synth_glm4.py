@@ -58,20 +58,11 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
     """(name, float32 array in numpy order [out, in]), in the converter's order."""
     w = common.RandomWeights(rng, STD)
     q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
-           ("output_norm.weight", w.norm(N_EMBD)),
-           ("output.weight", w.matrix("output", n_vocab, N_EMBD))]
+    out = common.embedding_and_output(w, n_vocab, N_EMBD)
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
-                (p + "attn_q.weight", w.matrix("attn_q", q_dim, N_EMBD)),
-                (p + "attn_q.bias", w.vector("bias_q", q_dim)),
-                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, N_EMBD)),
-                (p + "attn_k.bias", w.vector("bias_k", kv_dim)),
-                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
-                (p + "attn_v.bias", w.vector("bias_v", kv_dim)),
-                (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, q_dim)),
-                (p + "post_attention_norm.weight", w.norm(N_EMBD)),
+        out += common.attention_tensors(w, p, n_embd=N_EMBD, q_dim=q_dim, kv_dim=kv_dim, biases=True)
+        out += [(p + "post_attention_norm.weight", w.norm(N_EMBD)),
                 (p + "ffn_norm.weight", w.norm(N_EMBD)),
                 (p + "ffn_up.weight", w.matrix("ffn_up", 2 * N_FF, N_EMBD)),     # gate rows, then up rows
                 (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF)),

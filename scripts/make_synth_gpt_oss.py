@@ -46,7 +46,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, RopeScalingType, quants
+from gguf import GGMLQuantizationType, RopeScalingType
 
 import synth_common as common
 
@@ -64,58 +64,36 @@ STD = {"token_embd": 1.0, "output": 0.12, "attn_q": 0.08, "attn_k": 0.08, "attn_
        "bias_gate": 1.0, "bias_up": 1.0, "bias_down": 0.05}
 
 
-def experts(w: common.RandomWeights, kind: str, n_out: int, n_in: int) -> np.ndarray:
-    """[N_EXPERT, n_out, n_in] (numpy order of a GGUF [n_in, n_out, E] stack)."""
-    return np.stack([w.matrix(kind, n_out, n_in) for _ in range(N_EXPERT)])
-
-
-def expert_biases(w: common.RandomWeights, kind: str, n: int) -> np.ndarray:
-    """[N_EXPERT, n]: one bias row per expert."""
-    return np.stack([w.vector(kind, n) for _ in range(N_EXPERT)])
-
-
 def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     """(name, float32 array in numpy order [out, in]), in the converter's order."""
     w = common.RandomWeights(rng, STD)
     q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
-           ("output_norm.weight", w.norm(N_EMBD)),
-           ("output.weight", w.matrix("output", n_vocab, N_EMBD))]
+    out = common.embedding_and_output(w, n_vocab, N_EMBD)
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
-                (p + "attn_q.weight", w.matrix("attn_q", q_dim, N_EMBD)),
-                (p + "attn_q.bias", w.vector("bias_q", q_dim)),
-                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, N_EMBD)),
-                (p + "attn_k.bias", w.vector("bias_k", kv_dim)),
-                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
-                (p + "attn_v.bias", w.vector("bias_v", kv_dim)),
-                (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, q_dim)),
-                (p + "attn_output.bias", w.vector("bias_o", N_EMBD)),
+        out += common.attention_tensors(w, p, n_embd=N_EMBD, q_dim=q_dim, kv_dim=kv_dim, biases=True)
+        out += [(p + "attn_output.bias", w.vector("bias_o", N_EMBD)),
                 (p + "attn_sinks.weight", w.vector("sinks", N_HEAD)),
                 (p + "post_attention_norm.weight", w.norm(N_EMBD)),
                 (p + "ffn_gate_inp.weight", w.matrix("router", N_EXPERT, N_EMBD)),
                 (p + "ffn_gate_inp.bias", w.vector("bias_router", N_EXPERT)),
-                (p + "ffn_gate_exps.weight", experts(w, "exp_gate", N_FF_EXP, N_EMBD)),
-                (p + "ffn_gate_exps.bias", expert_biases(w, "bias_gate", N_FF_EXP)),
-                (p + "ffn_up_exps.weight", experts(w, "exp_up", N_FF_EXP, N_EMBD)),
-                (p + "ffn_up_exps.bias", expert_biases(w, "bias_up", N_FF_EXP)),
-                (p + "ffn_down_exps.weight", experts(w, "exp_down", N_EMBD, N_FF_EXP)),
-                (p + "ffn_down_exps.bias", expert_biases(w, "bias_down", N_EMBD))]
+                (p + "ffn_gate_exps.weight", common.matrix_stack(w, "exp_gate", N_EXPERT, N_FF_EXP, N_EMBD)),
+                (p + "ffn_gate_exps.bias", common.expert_bias_stack(w, "bias_gate", N_EXPERT, N_FF_EXP)),
+                (p + "ffn_up_exps.weight", common.matrix_stack(w, "exp_up", N_EXPERT, N_FF_EXP, N_EMBD)),
+                (p + "ffn_up_exps.bias", common.expert_bias_stack(w, "bias_up", N_EXPERT, N_FF_EXP)),
+                (p + "ffn_down_exps.weight", common.matrix_stack(w, "exp_down", N_EXPERT, N_EMBD, N_FF_EXP)),
+                (p + "ffn_down_exps.bias", common.expert_bias_stack(w, "bias_down", N_EXPERT, N_EMBD))]
     return out
 
 
-def add_tensors(writer: GGUFWriter, named: list[tuple[str, np.ndarray]], expert_type: GGMLQuantizationType) -> None:
-    """Expert stacks in expert_type, the other weight matrices in Q8_0 (gguf's
-    quantizer), every bias, norm and sink in F32."""
-    for name, data in named:
-        qtype = (expert_type if "_exps.weight" in name
-                 else GGMLQuantizationType.Q8_0 if name.endswith(".weight") and data.ndim == 2 else None)
-        if qtype is None:
-            writer.add_tensor(name, data)
-            continue
-        blocks = quants.quantize(data, qtype)   # the writer takes the byte shape of a quantized tensor
-        writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
+def tensor_type(expert_type: GGMLQuantizationType):
+    """The quantize_as rule: expert stacks in expert_type, the other weight matrices in
+    Q8_0, every bias (the 2-D expert biases too), norm and sink in F32."""
+    def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+        if "_exps.weight" in name:
+            return expert_type
+        return GGMLQuantizationType.Q8_0 if name.endswith(".weight") and data.ndim == 2 else None
+    return quantize_as
 
 
 def write_model(path: Path, expert_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0) -> None:
@@ -134,14 +112,8 @@ def write_model(path: Path, expert_type: GGMLQuantizationType = GGMLQuantization
     writer.add_expert_count(N_EXPERT)
     writer.add_expert_used_count(N_EXPERT_USED)
     writer.add_expert_feed_forward_length(N_FF_EXP)
-    writer.add_vocab_size(common.vocab_size(tokenizer))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    common.copy_tokenizer(tokenizer, writer)
-    add_tensors(writer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)), expert_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
+                             quantize_as=tensor_type(expert_type))
 
 
 # AVX-512 build, llama.cpp's extra buffer types off, a sliding-window cache as large as the context

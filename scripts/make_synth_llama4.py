@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, quants
 
 import synth_common as common
 
@@ -43,49 +42,28 @@ STD = {"token_embd": 1.0, "output": 0.12, "attn_q": 0.12, "attn_k": 0.12, "attn_
        "exp_down": 0.15, "shexp_gate": 0.15, "shexp_up": 0.15, "shexp_down": 0.1}
 
 
-def experts(w: common.RandomWeights, kind: str, n_out: int, n_in: int) -> np.ndarray:
-    """[N_EXPERT, n_out, n_in] (numpy order of a GGUF [n_in, n_out, E] stack)."""
-    return np.stack([w.matrix(kind, n_out, n_in) for _ in range(N_EXPERT)])
-
-
 def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
     """(name, float32 array in numpy order [out, in]), in the converter's order."""
     w = common.RandomWeights(rng, STD)
     q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
-           ("output_norm.weight", w.norm(N_EMBD)),
-           ("output.weight", w.matrix("output", n_vocab, N_EMBD))]
+    out = common.embedding_and_output(w, n_vocab, N_EMBD)
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
-                (p + "attn_q.weight", w.matrix("attn_q", q_dim, N_EMBD)),
-                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, N_EMBD)),
-                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
-                (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, q_dim)),
-                (p + "ffn_norm.weight", w.norm(N_EMBD))]
+        out += common.attention_tensors(w, p, n_embd=N_EMBD, q_dim=q_dim, kv_dim=kv_dim)
+        out += [(p + "ffn_norm.weight", w.norm(N_EMBD))]
         if (i + 1) % MOE_STEP:
             out += [(p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
                     (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
                     (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
             continue
         out += [(p + "ffn_gate_inp.weight", w.matrix("router", N_EXPERT, N_EMBD)),
-                (p + "ffn_gate_exps.weight", experts(w, "exp_gate", N_FF_EXP, N_EMBD)),
-                (p + "ffn_up_exps.weight", experts(w, "exp_up", N_FF_EXP, N_EMBD)),
-                (p + "ffn_down_exps.weight", experts(w, "exp_down", N_EMBD, N_FF_EXP)),
+                (p + "ffn_gate_exps.weight", common.matrix_stack(w, "exp_gate", N_EXPERT, N_FF_EXP, N_EMBD)),
+                (p + "ffn_up_exps.weight", common.matrix_stack(w, "exp_up", N_EXPERT, N_FF_EXP, N_EMBD)),
+                (p + "ffn_down_exps.weight", common.matrix_stack(w, "exp_down", N_EXPERT, N_EMBD, N_FF_EXP)),
                 (p + "ffn_gate_shexp.weight", w.matrix("shexp_gate", N_FF_EXP, N_EMBD)),
                 (p + "ffn_up_shexp.weight", w.matrix("shexp_up", N_FF_EXP, N_EMBD)),
                 (p + "ffn_down_shexp.weight", w.matrix("shexp_down", N_EMBD, N_FF_EXP))]
     return out
-
-
-def add_tensors(writer: GGUFWriter, named: list[tuple[str, np.ndarray]]) -> None:
-    """Matrices and expert stacks in Q8_0 (gguf's quantizer), norms in F32."""
-    for name, data in named:
-        if data.ndim == 1:
-            writer.add_tensor(name, data)
-            continue
-        blocks = quants.quantize(data, GGMLQuantizationType.Q8_0)   # the writer takes the byte shape
-        writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.Q8_0)
 
 
 def write_model(path: Path) -> None:
@@ -99,14 +77,8 @@ def write_model(path: Path) -> None:
     writer.add_expert_used_count(N_EXPERT_USED)
     writer.add_expert_feed_forward_length(N_FF_EXP)
     writer.add_interleave_moe_layer_step(MOE_STEP)
-    writer.add_vocab_size(common.vocab_size(tokenizer))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    common.copy_tokenizer(tokenizer, writer)
-    add_tensors(writer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
+                             quantize_as=common.q8_0_matrices_and_stacks)
 
 
 # AVX-512 build, llama.cpp's extra buffer types off; a chunked cache as large as the context

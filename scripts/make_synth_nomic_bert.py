@@ -15,7 +15,6 @@ Writes
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -54,18 +53,5 @@ def write_model(path) -> None:
     enc.finish(writer, tokens, weights(len(tokens)).items())
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--record", action="store_true", help="also record the golden file with llama.cpp")
-    args = parser.parse_args(argv)
-    enc.SYNTH_DIR.mkdir(parents=True, exist_ok=True)
-    model, golden = enc.SYNTH_DIR / f"{STEM}.gguf", enc.GOLDEN_DIR / f"{STEM}.json"
-    write_model(model)
-    print(f"{model.relative_to(enc.ROOT)}: {model.stat().st_size} B")
-    if args.record:
-        enc.record(model, golden, "mean", rank=False)
-        print(f"{golden.relative_to(enc.ROOT)}: recorded with llama.cpp")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    enc.main(sys.argv[1:], __doc__, STEM, write_model, "mean", rank=False)

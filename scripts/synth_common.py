@@ -72,6 +72,29 @@ class RandomWeights:
         return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
 
 
+def embedding_and_output(w: RandomWeights, n_vocab: int, n_embd: int, *,
+                         tied: bool = False) -> list[tuple[str, np.ndarray]]:
+    """The embedding, the output norm and (unless `tied`) the output, drawn in that order."""
+    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, n_embd)),
+           ("output_norm.weight", w.norm(n_embd))]
+    if not tied:
+        out.append(("output.weight", w.matrix("output", n_vocab, n_embd)))
+    return out
+
+
+def attention_tensors(w: RandomWeights, prefix: str, *, n_embd: int, q_dim: int, kv_dim: int,
+                      biases: bool = False) -> list[tuple[str, np.ndarray]]:
+    """A block's attn_norm, q, k, v and attn_output, drawn in that order; with `biases`, each
+    of q, k and v followed by its bias (kinds bias_q, bias_k, bias_v)."""
+    out = [(prefix + "attn_norm.weight", w.norm(n_embd))]
+    for proj, n_out in (("q", q_dim), ("k", kv_dim), ("v", kv_dim)):
+        out.append((prefix + f"attn_{proj}.weight", w.matrix(f"attn_{proj}", n_out, n_embd)))
+        if biases:
+            out.append((prefix + f"attn_{proj}.bias", w.vector(f"bias_{proj}", n_out)))
+    out.append((prefix + "attn_output.weight", w.matrix("attn_output", n_embd, q_dim)))
+    return out
+
+
 def llama_tensors(w: RandomWeights, *, n_vocab: int, n_embd: int, n_layer: int, q_dim: int, kv_dim: int, n_ff: int,
                   tied: bool = False, after_attention=None) -> list[tuple[str, np.ndarray]]:
     """Llama's tensors, (name, float32 array in numpy order [out, in]), drawn from `w` in
@@ -79,17 +102,10 @@ def llama_tensors(w: RandomWeights, *, n_vocab: int, n_embd: int, n_layer: int, 
     norm and (unless `tied`) the output, then per block its norms, q/k/v/output and
     gate/up/down.  after_attention(prefix), when given, returns a block's extra tensors,
     drawn and placed right after its attn_output (e.g. q/k norms)."""
-    out = [("token_embd.weight", w.matrix("token_embd", n_vocab, n_embd)),
-           ("output_norm.weight", w.norm(n_embd))]
-    if not tied:
-        out.append(("output.weight", w.matrix("output", n_vocab, n_embd)))
+    out = embedding_and_output(w, n_vocab, n_embd, tied=tied)
     for i in range(n_layer):
         p = f"blk.{i}."
-        out += [(p + "attn_norm.weight", w.norm(n_embd)),
-                (p + "attn_q.weight", w.matrix("attn_q", q_dim, n_embd)),
-                (p + "attn_k.weight", w.matrix("attn_k", kv_dim, n_embd)),
-                (p + "attn_v.weight", w.matrix("attn_v", kv_dim, n_embd)),
-                (p + "attn_output.weight", w.matrix("attn_output", n_embd, q_dim))]
+        out += attention_tensors(w, p, n_embd=n_embd, q_dim=q_dim, kv_dim=kv_dim)
         if after_attention is not None:
             out += after_attention(p)
         out += [(p + "ffn_norm.weight", w.norm(n_embd)),
@@ -125,21 +141,45 @@ def copy_tokenizer(tokenizer: GGUFReader, writer: GGUFWriter) -> None:
             writer.add_key_value(key, field.contents(), value_type, sub_type=element_type)
 
 
-def add_q8_0_tensors(writer: GGUFWriter, tensors: Iterable[tuple[str, np.ndarray]]) -> None:
-    """Each (name, float32 array in numpy order) in order: 2-D ones quantized to Q8_0 by
-    gguf's quantizer, the others (norms, biases, factors) kept in F32."""
+def q8_0_matrices(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    """Q8_0 for a 2-D tensor (a matrix), None (F32) for the others (norms, biases, factors)."""
+    return GGMLQuantizationType.Q8_0 if data.ndim == 2 else None
+
+
+def q8_0_matrices_and_stacks(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    """Q8_0 for a matrix or an expert stack (2-D or 3-D), None (F32) for 1-D norms and biases."""
+    return GGMLQuantizationType.Q8_0 if data.ndim >= 2 else None
+
+
+def matrix_stack(w: RandomWeights, kind: str, n: int, n_out: int, n_in: int) -> np.ndarray:
+    """[n, n_out, n_in] (numpy order of a GGUF [n_in, n_out, n] stack, e.g. one matrix per
+    expert), drawn matrix by matrix."""
+    return np.stack([w.matrix(kind, n_out, n_in) for _ in range(n)])
+
+
+def expert_bias_stack(w: RandomWeights, kind: str, n_expert: int, n: int) -> np.ndarray:
+    """[n_expert, n]: one bias row per expert."""
+    return np.stack([w.vector(kind, n) for _ in range(n_expert)])
+
+
+def add_q8_0_tensors(writer: GGUFWriter, tensors: Iterable[tuple[str, np.ndarray]],
+                     quantize_as: Callable[[str, np.ndarray], GGMLQuantizationType | None] = q8_0_matrices) -> None:
+    """Each (name, float32 array in numpy order) in order, in the type quantize_as(name, array)
+    names (gguf's quantizer), or kept in F32 where it names None."""
     for name, data in tensors:
-        if data.ndim == 2:   # the writer takes the byte shape (rows, row bytes) of a quantized tensor
-            q8_0 = quants.quantize(data, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, q8_0, raw_shape=q8_0.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+        qtype = quantize_as(name, data)
+        if qtype is not None:   # the writer takes the byte shape (rows, row bytes) of a quantized tensor
+            blocks = quants.quantize(data, qtype)
+            writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
         else:
             writer.add_tensor(name, data)
 
 
 def finish_q8_0_model(writer: GGUFWriter, tokenizer: GGUFReader, tensors: Iterable[tuple[str, np.ndarray]], *,
-                      with_vocab_size: bool = True) -> None:
+                      with_vocab_size: bool = True,
+                      quantize_as: Callable[[str, np.ndarray], GGMLQuantizationType | None] = q8_0_matrices) -> None:
     """Add the vocabulary size, file type MOSTLY_Q8_0, the tokenizer and the tensors
-    (see add_q8_0_tensors), then write the file and close it.
+    (see add_q8_0_tensors; quantize_as picks each tensor's type), then write the file and close it.
 
     with_vocab_size=False leaves out the vocabulary size, for a model that wrote it
     earlier among its own keys (the key order is part of the file's bytes)."""
@@ -147,7 +187,7 @@ def finish_q8_0_model(writer: GGUFWriter, tokenizer: GGUFReader, tensors: Iterab
         writer.add_vocab_size(vocab_size(tokenizer))
     writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
     copy_tokenizer(tokenizer, writer)
-    add_q8_0_tensors(writer, tensors)
+    add_q8_0_tensors(writer, tensors, quantize_as)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -12,9 +12,10 @@ with a classification head, the rank score.  Nothing is normalized.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, PoolingType, TokenType, quants
@@ -172,3 +173,18 @@ def _llama_cpp_version() -> str:
     import llama_cpp
 
     return llama_cpp.__version__
+
+
+def main(argv: list[str], doc: str, stem: str, write_model: Callable[[Path], None], pooling: str, rank: bool) -> None:
+    """Write the encoder `stem` with write_model(path) and, with --record, record its golden
+    file (record(model, golden, pooling, rank)) with llama.cpp."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--record", action="store_true", help="also record the golden file with llama.cpp")
+    args = parser.parse_args(argv)
+    SYNTH_DIR.mkdir(parents=True, exist_ok=True)
+    model, golden = SYNTH_DIR / f"{stem}.gguf", GOLDEN_DIR / f"{stem}.json"
+    write_model(model)
+    print(f"{model.relative_to(ROOT)}: {model.stat().st_size} B")
+    if args.record:
+        record(model, golden, pooling, rank=rank)
+        print(f"{golden.relative_to(ROOT)}: recorded with llama.cpp")

@@ -1,16 +1,21 @@
 """What the engine tests share: an engine factory for fixtures, random prompts, greedy options
 whose lengths are predictable, a driver for engines stepped by hand, and the scenario of two
-requests that share a live prefix and both shift past the context."""
+requests that share a live prefix and both shift past the context; for the embedding tests, an
+LLM's final-norm hidden rows and unit vectors."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pyengine.runner.engine import Engine
 from pyengine.runner.sequence import Completion
 from pyengine.sample import SamplingOptions
+
+if TYPE_CHECKING:
+    from pyengine import LLM
 
 
 def engine_factory(parts, **defaults) -> Iterator[Callable[..., Engine]]:
@@ -63,3 +68,23 @@ def shift_with_a_live_sharer(engine: Engine, shared: list[int],
     second = engine.submit(b, opts, max_tokens=max_tokens)
     drive(engine)
     return alone, first.result(), second.result()
+
+
+def hidden_rows(model: LLM, ids: list[int]) -> np.ndarray:
+    """Final-norm hidden states of every position of `ids`, alone in an empty sequence 0."""
+    engine = model.engine
+    positions = np.arange(len(ids))
+
+    def run():
+        try:
+            return engine.forward.hidden(ids, positions, np.zeros(len(ids)), positions)
+        finally:
+            engine.cache.remove(0)
+
+    return engine.call(run)
+
+
+def unit(v) -> np.ndarray:
+    """`v` (a vector, or rows along the last axis) scaled to length 1, in float64."""
+    v = np.asarray(v, np.float64)
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)

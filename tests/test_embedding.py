@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_support import hidden_rows, unit
 from gguf import GGUFValueType
 from model_parity import rewrite
 
@@ -24,25 +25,6 @@ def llm(smollm2_path):
     # n_batch 32: several inputs share a pass and LONG spans three of them
     with LLM(str(smollm2_path), n_ctx=256, n_batch=32, n_parallel=2) as model:
         yield model
-
-
-def hidden_rows(model: LLM, ids: list[int]) -> np.ndarray:
-    """Final-norm hidden states of every position of `ids`, alone in an empty sequence 0."""
-    engine = model.engine
-    positions = np.arange(len(ids))
-
-    def run():
-        try:
-            return engine.forward.hidden(ids, positions, np.zeros(len(ids)), positions)
-        finally:
-            engine.cache.remove(0)
-
-    return engine.call(run)
-
-
-def unit(v) -> np.ndarray:
-    v = np.asarray(v, np.float64)
-    return v / np.linalg.norm(v, axis=-1, keepdims=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -9,22 +9,14 @@ import numpy as np
 import pytest
 from conftest import available_isas, forced_isa
 from gguf import GGMLQuantizationType, quants
+from op_support import computed, f32_drawer
 
 from pyengine.errors import NativeError
 from pyengine.ml.context import Backend, Context
 
 ISAS = available_isas()
 rng = np.random.default_rng(2028)
-
-
-def f32(*shape, scale: float = 1.0) -> np.ndarray:
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def computed(ctx: Context, out):
-    ctx.set_output(out)
-    ctx.compute()
-    return ctx.read(out)
+f32 = f32_drawer(rng)
 
 
 def sink_attention_reference(q, k, v, mask, n_head_kv, scale, sinks):

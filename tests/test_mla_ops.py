@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import available_isas, forced_isa
 from gguf import GGMLQuantizationType, quants
+from op_support import computed, f32_drawer
 
 from pyengine import _core
 from pyengine.errors import NativeError
@@ -17,16 +18,7 @@ from pyengine.ml.context import F16, Q8_0, Backend, Context
 
 ISAS = available_isas()
 rng = np.random.default_rng(2029)
-
-
-def f32(*shape, scale: float = 1.0) -> np.ndarray:
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def computed(ctx: Context, out):
-    ctx.set_output(out)
-    ctx.compute()
-    return ctx.read(out)
+f32 = f32_drawer(rng)
 
 
 def latent_prompt(t=37, h=8, rank=64, rope=32):

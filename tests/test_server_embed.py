@@ -12,6 +12,7 @@ import pytest
 from gguf.quants import dequantize
 
 from conftest import SYNTH
+from engine_support import hidden_rows, unit
 from pyengine import LLM
 from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.server import ServerConfig
@@ -32,28 +33,9 @@ def llm(smollm2_path):
         yield model
 
 
-def unit(vector) -> np.ndarray:
-    v = np.asarray(vector, np.float64)
-    return v / np.linalg.norm(v)
-
-
 # --------------------------------------------------------------------------------------
 # The hook: hidden rows that the output projection turns into the logits
 # --------------------------------------------------------------------------------------
-
-
-def hidden_rows(model: LLM, ids: list[int]) -> np.ndarray:
-    """Final-norm hidden states of every position of `ids`, in an empty sequence 0."""
-    engine = model.engine
-    positions = np.arange(len(ids))
-
-    def run():
-        try:
-            return engine.forward.hidden(ids, positions, np.zeros(len(ids)), positions)
-        finally:
-            engine.cache.remove(0)
-
-    return engine.call(run)
 
 
 @pytest.mark.parametrize("name", HOOK_MODELS)
