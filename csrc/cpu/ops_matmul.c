@@ -540,7 +540,7 @@ static void id_grouped_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const 
                            const uint8_t *q, size_t qstride) {
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], n_exp = w->ne[2], n_pairs = ids->ne[0] * ids->ne[1];
-    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS, cols = kern->unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
+    const int64_t cols = kern->unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
     const size_t acts = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth);
     uint8_t *grouped = ex->work + acts + groups_bytes(n_pairs, n_exp);
     float *out = (float *)(grouped + round64((size_t)n_pairs * qstride));
