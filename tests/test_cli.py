@@ -183,7 +183,7 @@ def test_show_synthetic_models(capsys, path):
     # Reference values straight from the gguf package's reader.
     reader = gguf.GGUFReader(str(path))
     arch = reader.fields["general.architecture"].contents()
-    assert rows["architecture"] == arch and path.stem.startswith(arch + "-")
+    assert rows["architecture"] == arch
     n_params = sum(int(t.n_elements) for t in reader.tensors)
     assert rows["parameters"].endswith(f"({n_params:,})") or rows["parameters"] == str(n_params)
     assert rows["layers"] == str(reader.fields[f"{arch}.block_count"].contents())
