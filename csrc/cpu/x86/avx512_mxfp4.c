@@ -107,7 +107,9 @@ static void row_chunk(const int8_t *levels, const float *dw, const chunk_acts *a
         const __m512i w = _mm512_loadu_si512(levels + QK_MXFP4 * i);
         const __m512i abs_w = _mm512_abs_epi8(w);
         const __mmask64 negative = _mm512_movepi8_mask(w);
-        const __m512 dw_pair = spread_pair(_mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dw + i)))));
+        /* the two scales: a 64-bit load that may be unaligned (a double load may not) */
+        const __m128 dw2 = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(dw + i)));
+        const __m512 dw_pair = spread_pair(_mm512_castps128_ps512(dw2));
         for (int c = 0; c < TILE_COLS; c++) {
             const __m512i q = _mm512_loadu_si512(acts->codes[c] + QK8_0 * (i - i0));
             const __m512 d = _mm512_mul_ps(spread_pair(_mm512_loadu_ps(&acts->d[c][i - i0])), dw_pair);
