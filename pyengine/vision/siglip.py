@@ -27,7 +27,7 @@ from pyengine.ml.context import F16, F32, Backend, Context, Tensor
 from pyengine.ml.nn import F32Param, LayerNorm, Linear, Param, RMSNorm, Weight, linears
 from pyengine.models.binding import Module, bind, blocks, tensor
 from pyengine.vision import image
-from pyengine.vision.projector import VisionConfig, register_tower
+from pyengine.vision.tower import VisionConfig, register_tower
 
 POOL_DEFAULT = 4   # Gemma 3's pool side when the file does not say (clip.vision.projector.scale_factor)
 
