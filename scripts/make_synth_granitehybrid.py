@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, LlamaFileType, quants
+from gguf import GGMLQuantizationType
 
 import synth_common as common
 
@@ -83,6 +83,10 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
 KEPT_F32 = ("ssm_conv1d.weight", "ssm_norm.weight", "ssm_a", "ssm_d")
 
 
+def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    return common.q8_0_matrices(name, data) if not name.endswith(KEPT_F32) else None
+
+
 def write_model(path: Path) -> None:
     tokenizer = common.read_tokenizer_source()
     writer = common.start_model(path, ARCH, name="synthetic-granitehybrid", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
@@ -102,19 +106,8 @@ def write_model(path: Path) -> None:
     writer.add_residual_scale(SCALES["residual_scale"])
     writer.add_attention_scale(SCALES["attention.scale"])
     writer.add_logit_scale(SCALES["logit_scale"])
-    writer.add_vocab_size(common.vocab_size(tokenizer))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    common.copy_tokenizer(tokenizer, writer)
-    for name, data in tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)):
-        if data.ndim == 2 and not name.endswith(KEPT_F32):
-            q8_0 = quants.quantize(data, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, q8_0, raw_shape=q8_0.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
+                             quantize_as=quantize_as)
 
 
 record_golden = functools.partial(common.record_golden, extra_buffer_types=False)

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, LlamaFileType, quants
+from gguf import GGMLQuantizationType
 
 import synth_common as common
 
@@ -70,6 +70,11 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
     return out
 
 
+def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    """Matrices in Q8_0, except the convolution kernels (3 taps a row, under Q8_0's block)."""
+    return common.q8_0_matrices(name, data) if not name.endswith("shortconv.conv.weight") else None
+
+
 def write_model(path: Path) -> None:
     tokenizer = common.read_tokenizer_source()
     writer = common.start_model(path, ARCH, name="synthetic-lfm2", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
@@ -80,20 +85,7 @@ def write_model(path: Path) -> None:
     writer.add_rope_freq_base(ROPE_BASE)
     writer.add_uint32(f"{ARCH}.shortconv.l_cache", L_CACHE)
     named = tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer))
-    # as synth_common.finish_q8_0_model, but the kernels stay F32 (it quantizes every 2-D array)
-    writer.add_vocab_size(common.vocab_size(tokenizer))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    common.copy_tokenizer(tokenizer, writer)
-    for name, data in named:
-        if data.ndim == 2 and not name.endswith("shortconv.conv.weight"):
-            q8_0 = quants.quantize(data, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, q8_0, raw_shape=q8_0.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, named, quantize_as=quantize_as)
 
 
 # AVX-512 build, llama.cpp's extra buffer types off

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, LlamaFileType, quants
+from gguf import GGMLQuantizationType
 
 import synth_common as common
 
@@ -58,6 +58,10 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
 QUANTIZED = ("ssm_in.weight", "ssm_out.weight", "token_embd.weight")
 
 
+def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    return GGMLQuantizationType.Q8_0 if name.endswith(QUANTIZED) else None
+
+
 def write_model(path: Path) -> None:
     tokenizer = common.read_tokenizer_source()
     writer = common.start_model(path, ARCH, name="synthetic-mamba2", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
@@ -68,19 +72,8 @@ def write_model(path: Path) -> None:
     writer.add_ssm_state_size(D_STATE)
     writer.add_ssm_time_step_rank(N_HEAD)
     writer.add_ssm_group_count(N_GROUP)
-    writer.add_vocab_size(common.vocab_size(tokenizer))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    common.copy_tokenizer(tokenizer, writer)
-    for name, data in tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)):
-        if name.endswith(QUANTIZED):
-            q8_0 = quants.quantize(data, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, q8_0, raw_shape=q8_0.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
+                             quantize_as=quantize_as)
 
 
 record_golden = functools.partial(common.record_golden, extra_buffer_types=False)

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, quants
+from gguf import GGMLQuantizationType
 
 import synth_common as common
 
@@ -93,14 +93,9 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
     return out
 
 
-def add_tensors(writer: GGUFWriter, named: list[tuple[str, np.ndarray]]) -> None:
+def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
     """Matrices in Q8_0, except the conv kernel (4 taps a row, under Q8_0's block of 32)."""
-    for name, data in named:
-        if data.ndim == 2 and "ssm_conv1d" not in name:
-            blocks = quants.quantize(data, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, data)
+    return common.q8_0_matrices(name, data) if "ssm_conv1d" not in name else None
 
 
 def write_model(path: Path) -> None:
@@ -119,14 +114,8 @@ def write_model(path: Path) -> None:
     writer.add_ssm_state_size(HEAD_K_DIM)
     writer.add_ssm_time_step_rank(N_V_HEADS)
     writer.add_ssm_group_count(N_K_HEADS)
-    writer.add_vocab_size(common.vocab_size(tokenizer))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    common.copy_tokenizer(tokenizer, writer)
-    add_tensors(writer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
+                             quantize_as=quantize_as)
 
 
 # AVX-512 build, llama.cpp's extra buffer types off

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, quants
+from gguf import GGMLQuantizationType
 
 import make_synth_qwen35 as dense
 import synth_common as common
@@ -59,13 +59,9 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
     return out
 
 
-def add_tensors(writer: GGUFWriter, named: list[tuple[str, np.ndarray]]) -> None:
-    for name, data in named:
-        if data.ndim >= 2 and "ssm_conv1d" not in name:
-            blocks = quants.quantize(data, GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.Q8_0)
-        else:
-            writer.add_tensor(name, data)
+def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    """Matrices and expert stacks in Q8_0, except the conv kernel (4 taps a row, under Q8_0's block of 32)."""
+    return common.q8_0_matrices_and_stacks(name, data) if "ssm_conv1d" not in name else None
 
 
 def write_model(path: Path) -> None:
@@ -89,14 +85,8 @@ def write_model(path: Path) -> None:
     writer.add_expert_used_count(N_EXPERT_USED)
     writer.add_expert_feed_forward_length(N_FF_EXP)
     writer.add_expert_shared_feed_forward_length(N_FF_SHEXP)
-    writer.add_vocab_size(common.vocab_size(tokenizer))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    common.copy_tokenizer(tokenizer, writer)
-    add_tensors(writer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
+                             quantize_as=quantize_as)
 
 
 if __name__ == "__main__":
