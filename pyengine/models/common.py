@@ -726,16 +726,6 @@ class ConvKernel:
 
 
 @dataclass(eq=False)
-class DtBias:
-    """The time step's bias, stored as `ssm_dt.bias` alone."""
-
-    bias: Weight
-
-    PARTS = {"bias": True}
-    F32_PARTS = ("bias",)
-
-
-@dataclass(eq=False)
 class Mamba2Mixer(Module):
     """Mamba-2's mixer: z, xBC and dt from ssm_in; xBC through the causal convolution
     (its window in the layer's recurrent rows), its bias and SiLU, split into x [P, H],
@@ -744,7 +734,7 @@ class Mamba2Mixer(Module):
 
     ssm_in: Linear = tensor("ssm_in", shape=("n_embd", "n_in_proj"))
     ssm_conv1d: ConvKernel = tensor("ssm_conv1d", shape=("conv_kernel", "n_conv"))
-    ssm_dt: DtBias = tensor("ssm_dt")
+    ssm_dt: F32Bias = tensor("ssm_dt")   # the time step's bias, stored as `ssm_dt.bias` alone
     ssm_a: BareF32Param = tensor("ssm_a", shape=(1, "n_ssm_head"))
     ssm_d: BareF32Param = tensor("ssm_d", shape=(1, "n_ssm_head"))
     ssm_norm: RMSNorm = tensor("ssm_norm", shape=("group_dim", "n_group"))

@@ -33,7 +33,7 @@ from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import F32Param, Linear, RMSNorm, Weight
+from pyengine.ml.nn import F32Bias, F32Param, Linear, RMSNorm
 from pyengine.models import common
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NORMAL, _logf, yarn_attn_factor
@@ -163,16 +163,6 @@ class MlaInputs(common.LayerInputs):
 
 
 @dataclass(eq=False)
-class ExpBias:
-    """A bare F32 vector stored as `<name>.bias` (exp_probs_b)."""
-
-    bias: Weight
-
-    PARTS = {"bias": True}
-    F32_PARTS = ("bias",)
-
-
-@dataclass(eq=False)
 class LatentAttention(Module):
     attn_q_a: Linear | None = tensor("attn_q_a", optional=True, shape=("n_embd", "q_lora_rank"))
     attn_q_a_norm: RMSNorm | None = tensor("attn_q_a_norm", optional=True, shape=("q_lora_rank",))
@@ -227,7 +217,7 @@ class SharedMLP(Module):
 class MoE(Module):
     # every tensor optional: a leading dense layer binds none of them (Block.mlp checks)
     ffn_gate_inp: Linear | None = tensor("ffn_gate_inp", optional=True, shape=("n_embd", "n_expert"))  # the router
-    exp_probs_b: ExpBias | None = tensor("exp_probs_b", optional=True)
+    exp_probs_b: F32Bias | None = tensor("exp_probs_b", optional=True)
     ffn_gate_exps: nn.Experts | None = tensor("ffn_gate_exps", optional=True, shape=("n_embd", "n_ff_exp", "n_expert"))
     ffn_up_exps: nn.Experts | None = tensor("ffn_up_exps", optional=True, shape=("n_embd", "n_ff_exp", "n_expert"))
     ffn_down_exps: nn.Experts | None = tensor("ffn_down_exps", optional=True, shape=("n_ff_exp", "n_embd", "n_expert"))
