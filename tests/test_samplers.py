@@ -647,3 +647,18 @@ def test_greedy_rewrites_only_touched_tokens_yet_picks_as_a_full_rewrite(seed):
             chain.accept(int(token))
         logits = rng.integers(-3, 4, n_vocab).astype(np.float32)   # many ties
         assert chain.sample(logits) == full_rewrite_argmax(chain, logits), (seed, trial)
+
+
+@pytest.mark.parametrize("last_n", [None, 1, 3, 64])
+def test_penalties_accept_many_leaves_the_state_one_by_one_leaves(last_n):
+    rng = np.random.default_rng(7)
+    for before, prompt in ((5, 200), (0, 2), (40, 3)):
+        one, many = (Penalties(last_n=last_n, repeat=1.3, frequency=0.2, presence=0.1) for _ in range(2))
+        for token in rng.integers(0, 50, before).tolist():
+            one.accept(token)
+            many.accept(token)
+        tokens = rng.integers(0, 50, prompt).tolist()
+        for token in tokens:
+            one.accept(token)
+        many.accept_many(tokens)
+        assert list(many.history) == list(one.history) and many.counts == one.counts

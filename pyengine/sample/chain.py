@@ -187,11 +187,10 @@ class SamplerChain:
     def accept_prompt(self, tokens: Iterable[int]) -> None:
         """Add prompt tokens to the penalty and DRY history (the grammar and mirostat are
         untouched), as llama.cpp's server does so that repeats of the prompt are penalised."""
-        for token in tokens:
-            token = _check_token(token, self.n_vocab, "token")
-            for sampler in self._samplers:
-                if isinstance(sampler, (Penalties, Dry)):
-                    sampler.accept(token)
+        ids = [_check_token(token, self.n_vocab, "token") for token in tokens]
+        for sampler in self._samplers:
+            if isinstance(sampler, (Penalties, Dry)):
+                sampler.accept_many(ids)
 
     def logprobs(self, logits: np.ndarray, token: int, n_top: int) -> tuple[float, list[tuple[int, float]]]:
         """Log-softmax of the raw logits: the token's log-probability and the n_top best."""

@@ -112,6 +112,11 @@ class Dry:
         self._size += 1
         self._note_breaker(token)
 
+    def accept_many(self, tokens: list[int]) -> None:
+        if self.enabled:
+            for token in tokens:
+                self.accept(token)
+
     def reset(self) -> None:
         self._size = 0
         self._last_break = None

@@ -81,6 +81,12 @@ class Penalties:
             if not self.counts[oldest]:
                 del self.counts[oldest]
 
+    def accept_many(self, tokens: list[int]) -> None:
+        """accept() of each token in order; only the last last_n can still be in the
+        window afterwards, so only those are fed (a long prompt costs its window)."""
+        for token in tokens[-self.last_n:] if self.last_n else tokens:
+            self.accept(token)
+
     def reset(self) -> None:
         self._sorted = None
         self.history.clear()
