@@ -9,7 +9,10 @@ registers its tower class in tower.py; `load_projector` picks it.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -18,6 +21,9 @@ from pyengine.gguf import GGUFFile
 from pyengine.vision.tower import supported_towers, tower_class
 
 PROJECTOR_KEYS = ("clip.vision.projector_type", "clip.projector_type")
+# The embeddings of recent images kept, by the sha256 of their bytes, so a second
+# question about the same image runs no tower (its cells come from the prefix cache).
+EMBED_CACHE_BYTES = 64 << 20
 
 
 def projector_type(f: GGUFFile) -> str:
@@ -38,6 +44,7 @@ class VisionProjector:
 
     def __init__(self, path: str, gguf: GGUFFile, kind: str, tower) -> None:
         self.path, self.gguf, self.kind, self.tower = path, gguf, kind, tower
+        self.recent = EmbeddingCache(EMBED_CACHE_BYTES)
 
     @property
     def n_embd(self) -> int:
@@ -65,9 +72,16 @@ class VisionProjector:
                              f"{text_model} has n_embd {n_embd_text}: they were not made for each other")
 
     def embed(self, data: bytes, backend=None) -> np.ndarray:
+        """Embeddings of an encoded image (PNG, JPEG, ...); the same bytes again are
+        answered from the recent images' cache.  The rows are read-only."""
         from pyengine.vision import image
-        rgb = image.decode(data)
-        return self.embed_pixels(rgb, backend)
+        key = hashlib.sha256(data).digest()
+        rows = self.recent.get(key)
+        if rows is None:
+            rows = self.embed_pixels(image.decode(data), backend)
+            rows.flags.writeable = False
+            self.recent.put(key, rows)
+        return rows
 
     def embed_pixels(self, rgb: np.ndarray, backend=None) -> np.ndarray:
         """Embeddings of uint8 RGB [height, width, 3]."""
@@ -77,6 +91,33 @@ class VisionProjector:
 
     def close(self) -> None:
         self.gguf.close()
+
+
+class EmbeddingCache:
+    """Least-recently-used image embeddings, at most `max_bytes` of them."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.used = max_bytes, 0
+        self.rows: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: bytes) -> np.ndarray | None:
+        with self.lock:
+            rows = self.rows.get(key)
+            if rows is not None:
+                self.rows.move_to_end(key)
+            return rows
+
+    def put(self, key: bytes, rows: np.ndarray) -> None:
+        if rows.nbytes > self.max_bytes:
+            return
+        with self.lock:
+            old = self.rows.pop(key, None)
+            self.used += rows.nbytes - (old.nbytes if old is not None else 0)
+            self.rows[key] = rows
+            while self.used > self.max_bytes:
+                _, dropped = self.rows.popitem(last=False)
+                self.used -= dropped.nbytes
 
 
 def load_projector(path: str | os.PathLike, n_embd_text: int | None = None) -> VisionProjector:
