@@ -47,7 +47,7 @@ FILLER_TOKEN_TYPE = 3       # CONTROL: never produced by tokenizing text
 class Shape:
     """A model's architecture and hyper-parameters (the GGUF keys and tensor shapes)."""
 
-    arch: str                   # general.architecture: llama, qwen2, gemma3 or qwen3moe
+    arch: str                   # general.architecture: llama, qwen2, gemma3, qwen3moe, deepseek2 or gpt-oss
     n_vocab: int
     n_embd: int
     n_layer: int
@@ -60,7 +60,7 @@ class Shape:
     rope_base: float = 10000.0
     eps: float = 1e-5
     llama3_rope_factor: float = 0.0   # Llama 3.1+'s rope scaling, stored as a rope_freqs tensor; 0 = none
-    sliding_window: int = 0           # Gemma 3's local attention window
+    sliding_window: int = 0           # Gemma 3's and gpt-oss's local attention window
     # deepseek2 (MLA; head_dim is a query head's nope + rope values, n_head_kv 1 in the file)
     q_lora_rank: int = 0              # 0: a plain attn_q (V2-Lite)
     kv_lora_rank: int = 0             # the latent's width
@@ -111,12 +111,21 @@ SHAPES["deepseek-v2-lite"] = Shape("deepseek2", 102400, 2048, 27, 10944, 16, 1, 
                                    n_expert=64, n_expert_used=6, n_ff_exp=1408, n_expert_shared=2,
                                    yarn_factor=40.0, yarn_orig_ctx=4096, yarn_log_mul=0.0707)
 
+# gpt-oss-20b (config.json): 24 layers alternating a 128-token window and full attention,
+# 64 query heads of 64 over 8 KV heads (q is 4096 wide over a 2880 stream), biases on
+# every projection and one sink logit per head, 32 experts of 2880 (4 used, a router with a
+# bias, a bias per expert), untied output; YaRN x32 over 4096, base 150000
+SHAPES["gpt-oss-20b"] = Shape("gpt-oss", 201088, 2880, 24, 2880, 64, 8, 64, tied=False, n_ctx=131072,
+                              rope_base=150000.0, sliding_window=128, n_expert=32, n_expert_used=4,
+                              n_ff_exp=2880, yarn_factor=32.0, yarn_orig_ctx=4096)
+
 # mix -> (the type of most matrices, general.file_type)
 MIXES: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
     "q4_k_m": (T.Q4_K, LlamaFileType.MOSTLY_Q4_K_M),
     "q4_0": (T.Q4_0, LlamaFileType.MOSTLY_Q4_0),
     "q8_0": (T.Q8_0, LlamaFileType.MOSTLY_Q8_0),
     "f16": (T.F16, LlamaFileType.MOSTLY_F16),
+    "mxfp4_moe": (T.Q8_0, LlamaFileType.MOSTLY_MXFP4_MOE),   # expert stacks MXFP4, the rest as q8_0
 }
 
 # llama.cpp's replacement for a type whose block does not divide a row
@@ -135,14 +144,18 @@ def block_size(qtype: GGMLQuantizationType) -> int:
     return GGML_QUANT_SIZES[qtype][0]
 
 
-def matrix_type(mix: str, role: str, n_in: int, layer: int = 0, n_layer: int = 1) -> GGMLQuantizationType:
+def matrix_type(mix: str, role: str, n_in: int, layer: int = 0, n_layer: int = 1,
+                expert: bool = False) -> GGMLQuantizationType:
     """The type llama-quantize gives a matrix of `n_in` columns for `mix`.
 
     role: "output" (output.weight, or token_embd when it is also the output), "attn_v",
-    "ffn_down" (with their layer), or anything else for the rest."""
+    "ffn_down" (with their layer), or anything else for the rest; `expert`: a MoE's
+    expert stack."""
     base = MIXES[mix][0]
     if role == "router":              # a MoE's expert router stays float32 in llama.cpp's mixes
         return T.F32
+    if expert and mix == "mxfp4_moe":
+        return T.MXFP4
     if base == T.F16:                 # llama.cpp converts every matrix alike for a float type
         return T.F16
     qtype = base
@@ -189,6 +202,10 @@ def block_header(qtype: GGMLQuantizationType, sigma: float) -> list[tuple[int, n
         # ql[128] qh[64] scales[16] d: value = d * 4 * (q - 32), q uniform in 0..63
         d = sigma / (4 * math.sqrt(4095 / 12 + 0.25))
         return [(192, np.full(16, 4, dtype=np.uint8)), (208, fp16_bytes(d))]
+    if qtype == T.MXFP4:
+        # e[1] qs[16]: value = E2M1 code (0, +-0.5 .. +-6, RMS sqrt(34.25) / 2) * 2^(e - 127)
+        e = 127 + round(math.log2(sigma / (math.sqrt(34.25) / 2)))
+        return [(0, np.array([e], dtype=np.uint8))]
     raise ValueError(f"no random blocks for {qtype.name}")
 
 
@@ -266,6 +283,7 @@ class TensorSpec:
     shape: tuple[int, ...]          # numpy order: [n_out, n_in] for a matrix, [E, n_out, n_in] for a stack
     role: str = "matrix"            # matrix type rule (see matrix_type); "norm", "zeros" or "data" for F32 vectors
     layer: int = 0
+    expert: bool = False            # a MoE's stack of expert matrices
     data: np.ndarray | None = None  # a "data" vector's values
 
 
@@ -311,15 +329,34 @@ def deepseek2_layer(s: Shape, i: int) -> Iterator[TensorSpec]:
     yield TensorSpec(p + "ffn_down_shexp.weight", (s.n_embd, n_sh), "ffn_down", layer=i)
 
 
+def gpt_oss_layer(s: Shape, i: int) -> Iterator[TensorSpec]:
+    """One gpt-oss layer: biased attention projections and sinks, then the biased router and
+    expert stacks (the expert biases are [E, n] float32)."""
+    p = f"blk.{i}."
+    yield TensorSpec(p + "attn_norm.weight", (s.n_embd,), "norm")
+    for name, n_out in (("attn_q", s.q_dim), ("attn_k", s.kv_dim), ("attn_v", s.kv_dim)):
+        yield TensorSpec(p + f"{name}.weight", (n_out, s.n_embd), "attn_v" if name == "attn_v" else "matrix", i)
+        yield TensorSpec(p + f"{name}.bias", (n_out,), "zeros")
+    yield TensorSpec(p + "attn_output.weight", (s.n_embd, s.q_dim), layer=i)
+    yield TensorSpec(p + "attn_output.bias", (s.n_embd,), "zeros")
+    yield TensorSpec(p + "attn_sinks.weight", (s.n_head,), "zeros")
+    yield TensorSpec(p + "post_attention_norm.weight", (s.n_embd,), "norm")
+    yield from expert_tensors(s, p, i)
+    yield TensorSpec(p + "ffn_gate_inp.bias", (s.n_expert,), "zeros")
+    for name, n_out in (("ffn_gate_exps", s.n_ff_exp), ("ffn_up_exps", s.n_ff_exp), ("ffn_down_exps", s.n_embd)):
+        yield TensorSpec(p + f"{name}.bias", (s.n_expert, n_out), "zeros")
+
+
 def model_tensors(shape: Shape) -> Iterator[TensorSpec]:
     """The tensors of `shape`'s architecture, in llama.cpp's usual file order."""
     s = shape
-    if s.arch == "deepseek2":
+    if s.arch in ("deepseek2", "gpt-oss"):
+        layer = deepseek2_layer if s.arch == "deepseek2" else gpt_oss_layer
         yield TensorSpec("token_embd.weight", (s.n_vocab, s.n_embd), "token_embd")
         yield TensorSpec("output_norm.weight", (s.n_embd,), "norm")
         yield TensorSpec("output.weight", (s.n_vocab, s.n_embd), "output")
         for i in range(s.n_layer):
-            yield from deepseek2_layer(s, i)
+            yield from layer(s, i)
         return
     yield TensorSpec("token_embd.weight", (s.n_vocab, s.n_embd), "output" if s.tied else "token_embd")
     if s.llama3_rope_factor:
@@ -358,9 +395,10 @@ def expert_tensors(s: Shape, p: str, i: int) -> Iterator[TensorSpec]:
     """A MoE layer's router and expert stacks (llama.cpp's names; ffn_down_exps takes
     ffn_down's type rule, as llama-quantize matches it by name)."""
     yield TensorSpec(p + "ffn_gate_inp.weight", (s.n_expert, s.n_embd), "router", layer=i)
-    yield TensorSpec(p + "ffn_gate_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i)
-    yield TensorSpec(p + "ffn_up_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i)
-    yield TensorSpec(p + "ffn_down_exps.weight", (s.n_expert, s.n_embd, s.n_ff_exp), "ffn_down", layer=i)
+    yield TensorSpec(p + "ffn_gate_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i, expert=True)
+    yield TensorSpec(p + "ffn_up_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd), layer=i, expert=True)
+    yield TensorSpec(p + "ffn_down_exps.weight", (s.n_expert, s.n_embd, s.n_ff_exp), "ffn_down", layer=i,
+                     expert=True)
 
 
 def vector_data(spec: TensorSpec) -> np.ndarray:
@@ -391,6 +429,8 @@ def add_hyper_parameters(writer: GGUFWriter, shape: Shape, name: str, mix: str) 
     writer.add_rope_dimension_count(s.rope_dims or s.head_dim)
     if s.sliding_window:
         writer.add_sliding_window(s.sliding_window)
+    if s.arch == "gpt-oss":
+        add_yarn(writer, s)
     if s.n_expert:
         writer.add_expert_count(s.n_expert)
         writer.add_expert_used_count(s.n_expert_used)
@@ -416,11 +456,16 @@ def add_mla_parameters(writer: GGUFWriter, s: Shape) -> None:
     writer.add_expert_weights_scale(1.0)
     writer.add_expert_weights_norm(False)
     writer.add_expert_gating_func(ExpertGatingFuncType.SOFTMAX)
+    add_yarn(writer, s)
+
+
+def add_yarn(writer: GGUFWriter, s: Shape) -> None:
     if s.yarn_factor:
         writer.add_rope_scaling_type(RopeScalingType.YARN)
         writer.add_rope_scaling_factor(s.yarn_factor)
         writer.add_rope_scaling_orig_ctx_len(s.yarn_orig_ctx)
-        writer.add_rope_scaling_yarn_log_mul(s.yarn_log_mul)
+        if s.yarn_log_mul:
+            writer.add_rope_scaling_yarn_log_mul(s.yarn_log_mul)
 
 
 def add_tokenizer(writer: GGUFWriter, source: Path, n_vocab: int) -> None:
@@ -462,13 +507,13 @@ def write_model(path: str | os.PathLike, shape: Shape, mix: str, *, name: str = 
     data = []
     n_layer = shape.n_layer
     for spec in model_tensors(shape):
-        if len(spec.shape) == 1:
+        if len(spec.shape) == 1 or spec.role == "zeros":
             vector = vector_data(spec)
             writer.add_tensor_info(spec.name, vector.shape, vector.dtype, vector.nbytes)
             data.append(vector)
             continue
         *stack, n_out, n_in = spec.shape        # a stack [E, n_out, n_in] is written as E * n_out rows
-        qtype = matrix_type(mix, spec.role, n_in, spec.layer, n_layer)
+        qtype = matrix_type(mix, spec.role, n_in, spec.layer, n_layer, spec.expert)
         matrix = StreamedMatrix(qtype, n_out * math.prod(stack), n_in, 1.0 / math.sqrt(n_in), random)
         writer.add_tensor_info(spec.name, (*stack, n_out, row_bytes(qtype, n_in)), np.dtype(np.uint8), matrix.nbytes,
                                raw_dtype=qtype)

@@ -214,3 +214,30 @@ def test_qwen3moe_experts_load_and_stay_finite(tmp_path):
         assert tensors[p + "ffn_down_exps.weight"].tensor_type.name == ("Q6_K" if i in more_bits else "Q4_K")
         assert p + "ffn_gate.weight" not in tensors and p + "attn_k_norm.weight" in tensors
     check_runs(path, QWEN3MOE.n_vocab)
+
+
+# gpt-oss-20b's layout, small: biased projections, sinks, alternating windows, biased experts in MXFP4
+GPT_OSS = mrm.Shape("gpt-oss", 600, 256, 4, 256, 8, 2, 64, tied=False, sliding_window=16, n_expert=8,
+                    n_expert_used=2, n_ff_exp=256, yarn_factor=32.0, yarn_orig_ctx=64)
+
+
+def test_gpt_oss_shape_runs_with_mxfp4_experts(tmp_path):
+    path = mrm.write_model(tmp_path / "gpt-oss.gguf", GPT_OSS, "mxfp4_moe")
+    types = tensor_types(path)
+    assert {types[f"blk.3.{n}_exps.weight"] for n in ("ffn_gate", "ffn_up", "ffn_down")} == {"MXFP4"}
+    assert types["blk.0.attn_q.weight"] == types["output.weight"] == "Q8_0"
+    assert types["blk.1.ffn_gate_inp.weight"] == types["blk.1.ffn_up_exps.bias"] == types["blk.1.attn_sinks.weight"] \
+        == "F32"
+    check_runs(path, GPT_OSS.n_vocab)
+    reader = GGUFReader(path)
+    w = dequantize(next(t for t in reader.tensors if t.name == "blk.0.ffn_up_exps.weight").data, T.MXFP4)
+    sigma = 1 / math.sqrt(GPT_OSS.n_embd)
+    assert abs(w.mean()) < 0.1 * sigma and 0.7 * sigma < w.std() < 1.4 * sigma   # a power-of-two scale
+
+
+def test_gpt_oss_20b_shape_holds_its_parameters():
+    s = mrm.SHAPES["gpt-oss-20b"]
+    n_params = sum(math.prod(t.shape) for t in mrm.model_tensors(s))
+    assert 20.5e9 < n_params < 21.5e9                   # "gpt-oss-20b": 20.9B parameters
+    names = {t.name for t in mrm.model_tensors(s)}
+    assert {"blk.23.attn_sinks.weight", "blk.23.ffn_down_exps.bias", "output.weight"} <= names
