@@ -552,9 +552,46 @@ class Reference:
             state = state * keep[:, None, None] + np.einsum("hn,hp->hnp", bs[t, group], xs[t] * dt[t][:, None])
             y[t] = np.einsum("hnp,hn->hp", state, cs[t, group]) + d[:, None] * xs[t]
         y = silu(z) * y.reshape(n_tok, d_inner)
-        g = y.reshape(n_tok, n_group, d_inner // n_group)
-        g = g / np.sqrt((g * g).mean(axis=-1, keepdims=True) + self.eps) * self.t(f"{p}ssm_norm.weight")
-        return self.linear(f"{p}ssm_out", g.reshape(n_tok, d_inner))
+        if self.w.has(f"{p}ssm_norm.weight"):                        # (optional in Falcon-H1)
+            g = y.reshape(n_tok, n_group, d_inner // n_group)
+            g = g / np.sqrt((g * g).mean(axis=-1, keepdims=True) + self.eps) * self.t(f"{p}ssm_norm.weight")
+            y = g.reshape(n_tok, d_inner)
+        return self.linear(f"{p}ssm_out", y)
+
+    # nemotron_h: per layer x + sublayer(norm(x)), the sublayer a Mamba-2 mixer where
+    # head_count_kv and feed_forward_length are both 0, attention without any position
+    # encoding where only the latter is, else down(relu(up h)^2).  The RMS epsilon falls
+    # back to attention.layer_norm_epsilon.  The keywords make the wrong variants the tests
+    # measure (the decay left out, the ReLU not squared).
+    def arch_nemotron_h(self, x, pos, *, decay: bool = True, squared: bool = True):
+        hp = self.w.hp
+        self.eps = hp("attention.layer_norm_rms_epsilon", hp("attention.layer_norm_epsilon"))
+        counts, ffn = ([int(n) for n in hp(k)] for k in ("attention.head_count_kv", "feed_forward_length"))
+        self.n_head_kv = max(counts)
+        for i, (n_kv, n_ff) in enumerate(zip(counts, ffn)):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            if n_ff:
+                r = np.maximum(self.linear(f"{p}ffn_up", h), 0.0)
+                h = self.linear(f"{p}ffn_down", r * r if squared else r)
+            elif n_kv:
+                h = self.self_attention(p, h, pos, lambda v, _pos: v)
+            else:
+                h = self.mamba2_mixer(p, h, decay=decay)
+            x = x + h
+        return self.logits(x)
+
+    # falcon-h1: per layer h = norm(x); x + attention(h) (NeoX RoPE) + mamba2_mixer(h), then
+    # a gated MLP after `blk.N.ffn_norm` (a bare name).  The keywords make the wrong
+    # variants the tests measure (interleaved RoPE, the decay left out).
+    def arch_falcon_h1(self, x, pos, *, neox: bool = True, decay: bool = True):
+        rope = Rope(self.rope_dims, self.rope_base, neox=neox, **self.scaling)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            x = x + self.self_attention(p, h, pos, rope) + self.mamba2_mixer(p, h, decay=decay)
+            x = x + self.gated_mlp(p, rms_norm(x, self.t(f"{p}ffn_norm"), self.eps))
+        return self.logits(x)
 
     # gpt-oss: q/k/v/o biases, a sink logit per head in every softmax, a window on
     # the even layers, NeoX RoPE with the file's scaling, a post-attention norm and
