@@ -34,7 +34,6 @@ ARCH = "nemotron_h"
 N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF = 64, 4, 2, 16, 128
 HEAD_COUNT_KV = [0, 0, 0, N_HEAD_KV, 0, 0]
 FFN_LENGTHS = [0, N_FF, 0, 0, N_FF, 0]
-N_LAYER = len(HEAD_COUNT_KV)
 SSM = dict(d_inner=128, d_state=16, n_head=8, n_group=2, d_conv=4)
 EPS, CONTEXT_LENGTH = 1e-5, 512
 SEED = 43
@@ -43,15 +42,23 @@ STD = {"token_embd": 0.35, "output": 0.15, "attn_q": 0.15, "attn_k": 0.15, "attn
        "ssm_in": 0.15, "conv": 0.4, "conv_b": 0.1, "dt_b": 0.5, "ssm_out": 0.1, "ffn_up": 0.2, "ffn_down": 0.1}
 
 
-def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
-    w = common.RandomWeights(rng, STD)
+def dense_mlp(w: common.RandomWeights, p: str, n_ff: int) -> list[tuple[str, np.ndarray]]:
+    return [(p + "attn_norm.weight", w.norm(N_EMBD)),
+            (p + "ffn_up.weight", w.matrix("ffn_up", n_ff, N_EMBD)),
+            (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, n_ff))]
+
+
+def tensors(rng: np.random.Generator, n_vocab: int, *, std: dict[str, float] = STD,
+            head_count_kv: list[int] = HEAD_COUNT_KV, ffn_lengths: list[int] = FFN_LENGTHS,
+            mlp=dense_mlp) -> list[tuple[str, np.ndarray]]:
+    """The layers head_count_kv and ffn_lengths say, each MLP layer's tensors from mlp(w, prefix, n_ff)
+    (scripts/make_synth_nemotron_h_moe.py: experts)."""
+    w = common.RandomWeights(rng, std)
     out = common.embedding_and_output(w, n_vocab, N_EMBD)
-    for i, (n_kv, n_ff) in enumerate(zip(HEAD_COUNT_KV, FFN_LENGTHS)):
+    for i, (n_kv, n_ff) in enumerate(zip(head_count_kv, ffn_lengths)):
         p = f"blk.{i}."
         if n_ff:
-            out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
-                    (p + "ffn_up.weight", w.matrix("ffn_up", n_ff, N_EMBD)),
-                    (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, n_ff))]
+            out += mlp(w, p, n_ff)
         elif n_kv:
             out += common.attention_tensors(w, p, n_embd=N_EMBD, q_dim=N_HEAD * HEAD_DIM, kv_dim=n_kv * HEAD_DIM)
         else:
@@ -60,15 +67,23 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
     return out
 
 
-def write_model(path: Path) -> None:
-    tokenizer = common.read_tokenizer_source()
-    writer = common.start_model(path, ARCH, name="synthetic-nemotron_h", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
-                                n_embd=N_EMBD, n_ff=FFN_LENGTHS, n_head=N_HEAD, n_head_kv=HEAD_COUNT_KV)
+def start(path: Path, arch: str, *, head_count_kv: list[int] = HEAD_COUNT_KV,
+          ffn_lengths: list[int] = FFN_LENGTHS):
+    """The writer with the keys up to the SSM's (the MoE script adds its experts' next)."""
+    writer = common.start_model(path, arch, name=f"synthetic-{arch}", n_layer=len(head_count_kv),
+                                n_ctx=CONTEXT_LENGTH, n_embd=N_EMBD, n_ff=ffn_lengths, n_head=N_HEAD,
+                                n_head_kv=head_count_kv)
     writer.add_key_length(HEAD_DIM)
     writer.add_value_length(HEAD_DIM)
     writer.add_layer_norm_eps(EPS)
     common.add_mamba2_keys(writer, **SSM)
-    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
+    return writer
+
+
+def write_model(path: Path) -> None:
+    tokenizer = common.read_tokenizer_source()
+    common.finish_q8_0_model(start(path, ARCH), tokenizer,
+                             tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
                              quantize_as=common.q8_0_matrices_but_mamba2_vectors)
 
 

@@ -161,6 +161,11 @@ QUANT = {
     # by the AVX-512 build (extra buffer types off); met to 5e-6 (354/354) on every ISA; the exact
     # model sits 0.074 / 96.6% from llama.cpp
     "nemotron_h-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # nemotron_h_moe (scripts/make_synth_nemotron_h_moe.py): the same kinds of layer with 8 sigmoid-routed
+    # squared-ReLU experts (2 used) and a shared expert in the MLP layers; met to 5e-6 (354/354) on every
+    # ISA; the exact model sits 0.56 / 92.7% from llama.cpp (near-tied expert choices flip under Q8_0:
+    # isolated positions 1.0 away, the rest about 0.1)
+    "nemotron_h_moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
     # falcon-h1 (scripts/make_synth_falcon_h1.py): 3 layers of attention and a Mamba-2 mixer side by
     # side (no ssm_norm in layer 1); recorded by the AVX-512 build (extra buffer types off); every ISA:
     # 5e-6 on the 12- and 41-token prompts, the 301-token one drifts to 0.019 (argmax 353/354, greedy
@@ -391,13 +396,17 @@ def test_granitehybrid_variants_are_far_from_llamacpp():
 
 @pytest.mark.parametrize(("name", "wrong"), [("nemotron_h-q8_0", {"decay": False}),
                                              ("nemotron_h-q8_0", {"squared": False}),
+                                             ("nemotron_h_moe-q8_0", {"decay": False}),
+                                             ("nemotron_h_moe-q8_0", {"squared": False}),
+                                             ("nemotron_h_moe-q8_0", {"probs_bias": False}),
                                              ("falcon-h1-q8_0", {"decay": False}),
                                              ("falcon-h1-q8_0", {"neox": False})])
 def test_nemotron_h_and_falcon_h1_variants_are_far_from_llamacpp(name, wrong):
-    """The exact Nemotron-H with its Mamba-2 decay left out or its MLP's ReLU not squared, and
-    the exact Falcon-H1 with the decay left out or interleaved instead of NeoX RoPE, are far
-    outside the bounds (measured: top-10 3.9 / 2.7 and 4.6 / 1.5 away, argmax 8% / 14% and
-    2% / 48%, where the exact models are 0.074 / 96.6% and 0.147 / 92.9%)."""
+    """The exact Nemotron-H (dense, MoE) with its Mamba-2 decay left out, its MLPs' ReLU not
+    squared or (MoE) the experts chosen without exp_probs_b, and the exact Falcon-H1 with the
+    decay left out or interleaved instead of NeoX RoPE, are far outside the bounds (measured:
+    top-10 3.9 / 2.7, 5.0 / 3.0 / 4.4 and 4.6 / 1.5 away, argmax 8% / 14%, 3% / 19% / 28% and
+    2% / 48%, where the exact models are 0.074 / 96.6%, 0.56 / 92.7% and 0.147 / 92.9%)."""
     bounds = BOUNDS[name]
     exact_top10, exact_argmax = exact_distance(name)
     top10, argmax = exact_distance(name, **wrong)
@@ -409,7 +418,7 @@ def test_nemotron_h_layers_are_what_the_per_layer_counts_say(tmp_path):
     """Mamba-2 where head_count_kv and feed_forward_length are both 0, attention where only
     the latter is, an MLP elsewhere; only the first two kinds keep cache entries.  The epsilon
     comes from attention.layer_norm_epsilon (the file has no RMS key).  A file whose counts
-    contradict its tensors, one with experts, or one without an epsilon is refused."""
+    contradict its tensors or one without an epsilon is refused."""
     model = load(DATA / "synth" / "nemotron_h-q8_0.gguf")
     assert model.cfg.kinds == ("ssm", "mlp", "ssm", "attention", "mlp", "ssm")
     assert model.cfg.cache_slots == (0, None, 1, 2, None, 3)
@@ -421,10 +430,22 @@ def test_nemotron_h_layers_are_what_the_per_layer_counts_say(tmp_path):
         every_layer_attends.cache_layout()
     with pytest.raises(ModelError, match="blk.1.ffn_up"):   # an MLP of length 0
         load(rewrite(tmp_path, "nemotron_h-q8_0", meta={"nemotron_h.feed_forward_length": DROP}))
-    with pytest.raises(UnsupportedError, match="experts"):
-        load(rewrite(tmp_path, "nemotron_h-q8_0", meta={"nemotron_h.expert_count": (4, GGUFValueType.UINT32)}))
     with pytest.raises(ModelError, match="layer_norm_epsilon"):
         load(rewrite(tmp_path, "nemotron_h-q8_0", meta={"nemotron_h.attention.layer_norm_epsilon": DROP}))
+
+
+def test_nemotron_h_moe_reads_its_experts(tmp_path):
+    """nemotron_h_moe runs through the nemotron_h model with experts in its MLP layers; the
+    latent projections of Nemotron 3 Super and expert groups are refused."""
+    model = load(DATA / "synth" / "nemotron_h_moe-q8_0.gguf")
+    c = model.cfg
+    assert c.kinds == ("ssm", "mlp", "attention", "ssm", "mlp")
+    assert (c.n_expert, c.n_expert_used, c.n_ff_exp, c.n_ff_shexp) == (8, 2, 32, 64)
+    assert c.norm_expert_weights and c.expert_weights_scale == pytest.approx(2.5)
+    assert [b.moe is not None for b in model.layers] == [False, True, False, False, True]
+    for key in ("moe_latent_size", "expert_group_count"):
+        with pytest.raises(UnsupportedError, match=key.split("_")[0]):
+            load(rewrite(tmp_path, "nemotron_h_moe-q8_0", meta={f"nemotron_h_moe.{key}": (8, GGUFValueType.UINT32)}))
 
 
 def test_falcon_h1_layers_keep_attention_and_a_state(tmp_path):

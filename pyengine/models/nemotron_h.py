@@ -6,12 +6,19 @@ the per-layer `attention.head_count_kv` and `feed_forward_length` arrays:
 * attention where only the MLP length is 0: no position encoding at all (the
   Mamba-2 layers before it carry the order), scores scaled by 1/sqrt(head_dim)
   (llama.cpp reads no `attention.scale` for it), an optional output bias;
-* an MLP where the length is > 0: down(relu(up x)^2), ungated, optional biases.
+* an MLP where the length is > 0: down(relu(up x)^2), ungated, optional biases;
+  in a file with experts (Nemotron 3's `nemotron_h_moe`, which llama.cpp builds
+  with the same graph) routed squared-ReLU experts instead, scored by
+  sigmoid(router) with a selection bias (exp_probs_b), weighted by their
+  scores (renormalised when `expert_weights_norm`, times
+  `expert_weights_scale`), plus an ungated squared-ReLU shared expert.
 
 Only the Mamba-2 and attention layers keep anything in the cache: the layout
 holds one entry per such layer, in layer order (`cache_slots`).
-GGUF `general.architecture = nemotron_h`.  The mixture-of-experts sibling
-(`nemotron_h_moe`, or `expert_count` > 0 here) is refused for now."""
+GGUF `general.architecture = nemotron_h` or `nemotron_h_moe`.  Refused for now:
+the MoE latent projections (`moe_latent_size`, Nemotron 3 Super), expert
+groups, counts that differ between layers, and the multi-token-prediction
+blocks (`nextn_predict_layers`)."""
 
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import F32Param, Linear, RMSNorm
 from pyengine.models import common
 from pyengine.models.binding import Module, blocks, module, tensor
+from pyengine.models.common import check_range
 from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
 
@@ -58,8 +66,32 @@ def norm_eps(f: GGUFFile) -> float:
                      "(nemotron_h models must set their norm epsilon)")
 
 
+def experts_from_gguf(f: GGUFFile, kw: dict) -> dict:
+    """The routed and shared experts' keys of a file with experts (expert_count > 0)."""
+    key = f.arch_key
+    for name in ("moe_latent_size", "nextn_predict_layers"):
+        if f.get_int(key(name), 0) > 0:
+            raise UnsupportedError(f"{f.path}: Nemotron-H with {name} > 0 is not supported yet")
+    if f.get_int(key("expert_group_count"), 1) > 1:
+        raise UnsupportedError(f"{f.path}: Nemotron-H with expert groups is not supported yet")
+    n_used = _uniform_int(f, "expert_used_count", kw["n_layer"])
+    n_ff_exp = _uniform_int(f, "expert_feed_forward_length", kw["n_layer"], kw["n_ff"] // max(n_used, 1))
+    out = common.ExpertsConfig.experts_from_gguf(f, n_ff_exp=n_ff_exp, norm_default=False)   # llama.cpp's default
+    out.update(n_expert_used=n_used, n_ff_shexp=f.get_int(key("expert_shared_feed_forward_length"), 0))
+    return out
+
+
+def _uniform_int(f: GGUFFile, name: str, n_layer: int, default: int = 0) -> int:
+    """A per-layer count that must be one value on the layers that set it (0: unset)."""
+    counts = {n for n in per_layer(f, name, n_layer, default) if n} or {0}
+    if len(counts) > 1:
+        raise UnsupportedError(f"{f.path}: {f.arch_key(name)} differs between layers ({sorted(counts)}); "
+                               "pyengine runs Nemotron-H models whose expert layers are alike")
+    return counts.pop()
+
+
 @dataclass(frozen=True)
-class NemotronHConfig(common.Mamba2AttentionConfig):
+class NemotronHConfig(common.Mamba2AttentionConfig, common.ExpertsConfig):
     ZERO_KV_LAYERS = True
     ZERO_FF_LAYERS = True
 
@@ -67,21 +99,22 @@ class NemotronHConfig(common.Mamba2AttentionConfig):
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "NemotronHConfig":
-        key = f.arch_key
-        if f.get_int(key("expert_count"), 0) > 0:
-            raise UnsupportedError(f"{f.path}: Nemotron-H with experts is not supported yet; "
-                                   "only the dense models (no expert_count) run")
         kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX)   # (no layer ropes)
         n_layer = kw["n_layer"]
         kinds = layer_kinds(per_layer(f, "attention.head_count_kv", n_layer, kw["n_head_kv"]),
                             per_layer(f, "feed_forward_length", n_layer, kw["n_ff"]))
         kw.update(eps=norm_eps(f), kinds=kinds, **cls.ssm_from_gguf(f))
+        if f.get_int(f.arch_key("expert_count"), 0) > 0:
+            kw.update(experts_from_gguf(f, kw))
         return cls(**kw)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if SSM in self.kinds:
             self.check_ssm()
+        if self.n_expert:
+            self.check_experts()
+            check_range("expert_shared_feed_forward_length", self.n_ff_shexp, 1, 1 << 20)
         if len(self.kinds) != self.n_layer:
             raise ModelError(f"{len(self.kinds)} layer kinds for {self.n_layer} layers")
         if not (self.eps > 0 and math.isfinite(self.eps)):
@@ -101,6 +134,11 @@ class NemotronHConfig(common.Mamba2AttentionConfig):
                 for kind in self.kinds if kind != MLP]
 
 
+def squared_relu(ctx: Context, x: Tensor) -> Tensor:
+    r = ctx.relu(x)                                                                # (ggml's sqr(relu(x)))
+    return ctx.mul(r, r)
+
+
 @dataclass(eq=False)
 class SquaredReluMLP(Module):
     """down(relu(up x)^2), each projection with an optional bias."""
@@ -109,8 +147,32 @@ class SquaredReluMLP(Module):
     ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
 
     def __call__(self, ctx: Context, x: Tensor) -> Tensor:
-        r = ctx.relu(self.ffn_up(ctx, x))                                          # [n_ff, T]
-        return self.ffn_down(ctx, ctx.mul(r, r))
+        return self.ffn_down(ctx, squared_relu(ctx, self.ffn_up(ctx, x)))
+
+
+@dataclass(eq=False)
+class SquaredReluExperts(common.SigmoidExperts):
+    """Sigmoid-routed experts with a selection bias (SigmoidExperts' routing), each
+    down(relu(up x)^2): no gate."""
+
+    ffn_gate_exps: nn.Experts | None = None
+
+    def experts(self, ctx: Context, x: Tensor, chosen: Tensor) -> Tensor:
+        x = ctx.reshape(x, (self.cfg.n_embd, 1, x.shape[-1]))                      # one input for all U
+        return self.ffn_down_exps(ctx, squared_relu(ctx, self.ffn_up_exps(ctx, x, chosen)), chosen)
+
+
+@dataclass(eq=False)
+class ExpertsMLP(Module):
+    """The routed experts plus the shared expert down(relu(up x)^2)."""
+
+    routed: SquaredReluExperts = module()
+    ffn_up_shexp: Linear = tensor("ffn_up_shexp", shape=("n_embd", "n_ff_shexp"))
+    ffn_down_shexp: Linear = tensor("ffn_down_shexp", shape=("n_ff_shexp", "n_embd"))
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        shared = self.ffn_down_shexp(ctx, squared_relu(ctx, self.ffn_up_shexp(ctx, x)))
+        return ctx.add(self.routed(ctx, x), shared)
 
 
 @dataclass(eq=False)
@@ -121,6 +183,7 @@ class Block(Module):
     mixer: common.Mamba2Mixer | None = module(present_if="ssm_in")
     attn: common.NoRopeAttention | None = module(present_if="attn_q")
     mlp: SquaredReluMLP | None = module(present_if="ffn_up")
+    moe: ExpertsMLP | None = module(present_if="ffn_gate_inp")
 
     def __call__(self, ctx: Context, x: Tensor, batch, layer: int, inputs: common.LayerInputs) -> Tensor:
         h = self.attn_norm(ctx, x, self.cfg.eps)
@@ -130,16 +193,17 @@ class Block(Module):
         elif self.attn is not None:
             h = self.attn(ctx, h, batch, slot, inputs)
         else:
-            h = self.mlp(ctx, h)
+            h = (self.moe or self.mlp)(ctx, h)
         return ctx.add(x, h)
 
     def kind(self) -> str | None:
         """The one sublayer bound, or None where the file gives none or several."""
-        bound = [k for k, m in ((SSM, self.mixer), (ATTENTION, self.attn), (MLP, self.mlp)) if m is not None]
+        bound = [k for k, m in ((SSM, self.mixer), (ATTENTION, self.attn), (MLP, self.mlp), (MLP, self.moe))
+                 if m is not None]
         return bound[0] if len(bound) == 1 else None
 
 
-@register("nemotron_h")
+@register("nemotron_h", "nemotron_h_moe")
 @dataclass(eq=False)
 class NemotronH(common.Decoder):
     Config = NemotronHConfig
