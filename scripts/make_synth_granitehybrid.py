@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 import synth_common as common
 
@@ -34,6 +35,7 @@ N_EMBD, N_HEAD, N_HEAD_KV, HEAD_DIM, N_FF = 64, 4, 2, 16, 128
 HEAD_COUNT_KV = [0, N_HEAD_KV, 0, 0]
 N_LAYER = len(HEAD_COUNT_KV)
 D_INNER, D_STATE, N_SSM_HEAD, N_GROUP, D_CONV = 128, 16, 8, 2, 4
+N_CONV = D_INNER + 2 * N_GROUP * D_STATE
 EPS, CONTEXT_LENGTH, ROPE_BASE = 1e-5, 512, 10000.0
 SCALES = {"embedding_scale": 2.0, "residual_scale": 0.5, "attention.scale": 0.1, "logit_scale": 4.0}
 SEED = 41
@@ -41,6 +43,17 @@ SEED = 41
 STD = {"token_embd": 0.35, "output": 0.3, "attn_q": 0.15, "attn_k": 0.15, "attn_v": 0.12, "attn_output": 0.1,
        "ssm_in": 0.15, "conv": 0.4, "conv_b": 0.1, "dt_b": 0.5, "ssm_out": 0.1,
        "ffn_gate": 0.15, "ffn_up": 0.15, "ffn_down": 0.08}
+
+
+def mixer(w: common.RandomWeights, rng: np.random.Generator, p: str) -> list[tuple[str, np.ndarray]]:
+    return [(p + "ssm_in.weight", w.matrix("ssm_in", D_INNER + N_CONV + N_SSM_HEAD, N_EMBD)),
+            (p + "ssm_conv1d.weight", w.matrix("conv", N_CONV, D_CONV)),
+            (p + "ssm_conv1d.bias", w.vector("conv_b", N_CONV)),
+            (p + "ssm_dt.bias", w.vector("dt_b", N_SSM_HEAD)),
+            (p + "ssm_a", -np.exp(rng.uniform(0.0, 1.6, (N_SSM_HEAD, 1))).astype(np.float32)),
+            (p + "ssm_d", (1.0 + 0.3 * rng.standard_normal((N_SSM_HEAD, 1))).astype(np.float32)),
+            (p + "ssm_norm.weight", w.norm(D_INNER).reshape(N_GROUP, D_INNER // N_GROUP)),
+            (p + "ssm_out.weight", w.matrix("ssm_out", N_EMBD, D_INNER))]
 
 
 def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
@@ -58,26 +71,43 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
                     (p + "attn_v.weight", w.matrix("attn_v", kv_dim, N_EMBD)),
                     (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, q_dim))]
         else:
-            out += common.mamba2_tensors(w, p, n_embd=N_EMBD, d_inner=D_INNER, d_state=D_STATE, n_head=N_SSM_HEAD,
-                                         n_group=N_GROUP, d_conv=D_CONV)
-        out += common.gated_mlp_tensors(w, p, n_embd=N_EMBD, n_ff=N_FF)
+            out += mixer(w, rng, p)
+        out += [(p + "ffn_norm.weight", w.norm(N_EMBD)),
+                (p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
+                (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
+                (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
     return out
+
+
+# 2-D tensors kept in F32: the 4-tap kernels and the grouped norms (rows Q8_0 cannot block)
+KEPT_F32 = ("ssm_conv1d.weight", "ssm_norm.weight", "ssm_a", "ssm_d")
+
+
+def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    return common.q8_0_matrices(name, data) if not name.endswith(KEPT_F32) else None
 
 
 def write_model(path: Path) -> None:
     tokenizer = common.read_tokenizer_source()
     writer = common.start_model(path, ARCH, name="synthetic-granitehybrid", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
                                 n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_head_kv=HEAD_COUNT_KV)
-    common.add_head_keys(writer, head_dim=HEAD_DIM, eps=EPS, rope_base=ROPE_BASE)
+    writer.add_key_length(HEAD_DIM)
+    writer.add_value_length(HEAD_DIM)
+    writer.add_layer_norm_rms_eps(EPS)
+    writer.add_rope_freq_base(ROPE_BASE)
+    writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_bool(f"{ARCH}.rope.scaling.finetuned", True)
-    common.add_mamba2_keys(writer, d_inner=D_INNER, d_state=D_STATE, n_head=N_SSM_HEAD, n_group=N_GROUP,
-                           d_conv=D_CONV)
+    writer.add_ssm_conv_kernel(D_CONV)
+    writer.add_ssm_inner_size(D_INNER)
+    writer.add_ssm_state_size(D_STATE)
+    writer.add_ssm_time_step_rank(N_SSM_HEAD)
+    writer.add_ssm_group_count(N_GROUP)
     writer.add_embedding_scale(SCALES["embedding_scale"])
     writer.add_residual_scale(SCALES["residual_scale"])
     writer.add_attention_scale(SCALES["attention.scale"])
     writer.add_logit_scale(SCALES["logit_scale"])
     common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
-                             quantize_as=common.q8_0_matrices_but_mamba2_vectors)
+                             quantize_as=quantize_as)
 
 
 record_golden = functools.partial(common.record_golden, extra_buffer_types=False)

@@ -29,7 +29,7 @@ from pyengine.models.registry import register
 
 
 @dataclass(frozen=True)
-class GraniteHybridConfig(common.Mamba2AttentionConfig):
+class GraniteHybridConfig(common.Mamba2Dims, common.AttentionConfig):
     ZERO_KV_LAYERS = True
 
     embedding_scale: float = 1.0
@@ -37,6 +37,11 @@ class GraniteHybridConfig(common.Mamba2AttentionConfig):
     logit_scale: float = 1.0
     use_rope: bool = True
     recurrent: tuple[bool, ...] = ()   # per layer: Mamba-2 (no attention)
+    d_inner: int = 0
+    d_state: int = 0
+    n_ssm_head: int = 0
+    n_group: int = 0
+    conv_kernel: int = 0
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "GraniteHybridConfig":
