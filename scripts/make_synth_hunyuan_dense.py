@@ -62,11 +62,7 @@ def write_model(path: Path) -> None:
     assert common.vocab_size(tokenizer) == N_VOCAB
     writer = common.start_model(path, ARCH, name="synthetic-hunyuan-dense", n_layer=N_LAYER, n_ctx=N_CTX,
                                 n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_head_kv=N_HEAD_KV)
-    writer.add_key_length(HEAD_DIM)
-    writer.add_value_length(HEAD_DIM)
-    writer.add_layer_norm_rms_eps(EPS)
-    writer.add_rope_freq_base(ROPE_BASE)
-    writer.add_rope_dimension_count(HEAD_DIM)
+    common.add_head_keys(writer, head_dim=HEAD_DIM, eps=EPS, rope_base=ROPE_BASE)
     writer.add_rope_scaling_type(RopeScalingType.NONE)
     writer.add_rope_scaling_factor(1.0)
     common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED)))

@@ -32,7 +32,6 @@ ARCH = "mamba2"
 N_EMBD, N_LAYER, D_INNER, D_STATE, N_HEAD, N_GROUP, D_CONV = 64, 3, 128, 16, 8, 2, 4
 EPS, CONTEXT_LENGTH = 1e-5, 512
 SEED = 37
-N_CONV = D_INNER + 2 * N_GROUP * D_STATE
 
 STD = {"token_embd": 0.35, "ssm_in": 0.15, "conv": 0.4, "conv_b": 0.1, "dt_b": 0.5, "ssm_out": 0.1}
 
@@ -43,15 +42,9 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
            ("output_norm.weight", w.norm(N_EMBD))]
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        out += [(p + "attn_norm.weight", w.norm(N_EMBD)),
-                (p + "ssm_in.weight", w.matrix("ssm_in", D_INNER + N_CONV + N_HEAD, N_EMBD)),
-                (p + "ssm_conv1d.weight", w.matrix("conv", N_CONV, D_CONV)),
-                (p + "ssm_conv1d.bias", w.vector("conv_b", N_CONV)),
-                (p + "ssm_dt.bias", w.vector("dt_b", N_HEAD)),
-                (p + "ssm_a", -np.exp(rng.uniform(0.0, 1.6, (N_HEAD, 1))).astype(np.float32)),
-                (p + "ssm_d", (1.0 + 0.3 * rng.standard_normal((N_HEAD, 1))).astype(np.float32)),
-                (p + "ssm_norm.weight", w.norm(D_INNER).reshape(N_GROUP, D_INNER // N_GROUP)),
-                (p + "ssm_out.weight", w.matrix("ssm_out", N_EMBD, D_INNER))]
+        out.append((p + "attn_norm.weight", w.norm(N_EMBD)))
+        out += common.mamba2_tensors(w, p, n_embd=N_EMBD, d_inner=D_INNER, d_state=D_STATE, n_head=N_HEAD,
+                                     n_group=N_GROUP, d_conv=D_CONV)
     return out
 
 
@@ -67,11 +60,7 @@ def write_model(path: Path) -> None:
     writer = common.start_model(path, ARCH, name="synthetic-mamba2", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
                                 n_embd=N_EMBD, n_ff=0, n_head=0, n_head_kv=0)
     writer.add_layer_norm_rms_eps(EPS)
-    writer.add_ssm_conv_kernel(D_CONV)
-    writer.add_ssm_inner_size(D_INNER)
-    writer.add_ssm_state_size(D_STATE)
-    writer.add_ssm_time_step_rank(N_HEAD)
-    writer.add_ssm_group_count(N_GROUP)
+    common.add_mamba2_keys(writer, d_inner=D_INNER, d_state=D_STATE, n_head=N_HEAD, n_group=N_GROUP, d_conv=D_CONV)
     common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
                              quantize_as=quantize_as)
 

@@ -95,6 +95,63 @@ def attention_tensors(w: RandomWeights, prefix: str, *, n_embd: int, q_dim: int,
     return out
 
 
+def mamba2_tensors(w: RandomWeights, prefix: str, *, n_embd: int, d_inner: int, d_state: int, n_head: int,
+                   n_group: int, d_conv: int, norm: bool = True) -> list[tuple[str, np.ndarray]]:
+    """A Mamba-2 mixer's tensors, drawn in this order: ssm_in, the conv taps and bias (kinds
+    conv, conv_b), the dt bias (dt_b), A = -exp(U[0, 1.6)) (decays from near 1 to near 0 over
+    a token), D around 1, the grouped norm (unless `norm` is False), ssm_out."""
+    n_conv = d_inner + 2 * n_group * d_state
+    out = [(prefix + "ssm_in.weight", w.matrix("ssm_in", d_inner + n_conv + n_head, n_embd)),
+           (prefix + "ssm_conv1d.weight", w.matrix("conv", n_conv, d_conv)),
+           (prefix + "ssm_conv1d.bias", w.vector("conv_b", n_conv)),
+           (prefix + "ssm_dt.bias", w.vector("dt_b", n_head)),
+           (prefix + "ssm_a", -np.exp(w.rng.uniform(0.0, 1.6, (n_head, 1))).astype(np.float32)),
+           (prefix + "ssm_d", (1.0 + 0.3 * w.rng.standard_normal((n_head, 1))).astype(np.float32))]
+    if norm:
+        out.append((prefix + "ssm_norm.weight", w.norm(d_inner).reshape(n_group, d_inner // n_group)))
+    out.append((prefix + "ssm_out.weight", w.matrix("ssm_out", n_embd, d_inner)))
+    return out
+
+
+def add_mamba2_keys(writer: GGUFWriter, *, d_inner: int, d_state: int, n_head: int, n_group: int,
+                    d_conv: int) -> None:
+    """Mamba-2's ssm.* keys (mamba2_tensors' dimensions), in the order the scripts write them."""
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(d_inner)
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(n_head)
+    writer.add_ssm_group_count(n_group)
+
+
+# a Mamba-2 mixer's 2-D tensors kept in F32: the 4-tap kernels and the grouped norms (rows Q8_0
+# cannot block), A and D
+MAMBA2_KEPT_F32 = ("ssm_conv1d.weight", "ssm_norm.weight", "ssm_a", "ssm_d")
+
+
+def q8_0_matrices_but_mamba2_vectors(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
+    """q8_0_matrices, except for the tensors in MAMBA2_KEPT_F32 (F32)."""
+    return q8_0_matrices(name, data) if not name.endswith(MAMBA2_KEPT_F32) else None
+
+
+def gated_mlp_tensors(w: RandomWeights, prefix: str, *, n_embd: int, n_ff: int,
+                      norm: str = "ffn_norm.weight") -> list[tuple[str, np.ndarray]]:
+    """A block's MLP norm (named `norm`: Falcon-H1's has no `.weight`), gate, up and down,
+    drawn in that order."""
+    return [(prefix + norm, w.norm(n_embd)),
+            (prefix + "ffn_gate.weight", w.matrix("ffn_gate", n_ff, n_embd)),
+            (prefix + "ffn_up.weight", w.matrix("ffn_up", n_ff, n_embd)),
+            (prefix + "ffn_down.weight", w.matrix("ffn_down", n_embd, n_ff))]
+
+
+def add_head_keys(writer: GGUFWriter, *, head_dim: int, eps: float, rope_base: float) -> None:
+    """Key and value head sizes, the RMS epsilon, the rope base and (all of a head) its dimensions."""
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(eps)
+    writer.add_rope_freq_base(rope_base)
+    writer.add_rope_dimension_count(head_dim)
+
+
 def llama_tensors(w: RandomWeights, *, n_vocab: int, n_embd: int, n_layer: int, q_dim: int, kv_dim: int, n_ff: int,
                   tied: bool = False, after_attention=None) -> list[tuple[str, np.ndarray]]:
     """Llama's tensors, (name, float32 array in numpy order [out, in]), drawn from `w` in
@@ -108,10 +165,7 @@ def llama_tensors(w: RandomWeights, *, n_vocab: int, n_embd: int, n_layer: int, 
         out += attention_tensors(w, p, n_embd=n_embd, q_dim=q_dim, kv_dim=kv_dim)
         if after_attention is not None:
             out += after_attention(p)
-        out += [(p + "ffn_norm.weight", w.norm(n_embd)),
-                (p + "ffn_gate.weight", w.matrix("ffn_gate", n_ff, n_embd)),
-                (p + "ffn_up.weight", w.matrix("ffn_up", n_ff, n_embd)),
-                (p + "ffn_down.weight", w.matrix("ffn_down", n_embd, n_ff))]
+        out += gated_mlp_tensors(w, p, n_embd=n_embd, n_ff=n_ff)
     return out
 
 

@@ -552,9 +552,73 @@ class Reference:
             state = state * keep[:, None, None] + np.einsum("hn,hp->hnp", bs[t, group], xs[t] * dt[t][:, None])
             y[t] = np.einsum("hnp,hn->hp", state, cs[t, group]) + d[:, None] * xs[t]
         y = silu(z) * y.reshape(n_tok, d_inner)
-        g = y.reshape(n_tok, n_group, d_inner // n_group)
-        g = g / np.sqrt((g * g).mean(axis=-1, keepdims=True) + self.eps) * self.t(f"{p}ssm_norm.weight")
-        return self.linear(f"{p}ssm_out", g.reshape(n_tok, d_inner))
+        if self.w.has(f"{p}ssm_norm.weight"):                        # (optional in Falcon-H1)
+            g = y.reshape(n_tok, n_group, d_inner // n_group)
+            g = g / np.sqrt((g * g).mean(axis=-1, keepdims=True) + self.eps) * self.t(f"{p}ssm_norm.weight")
+            y = g.reshape(n_tok, d_inner)
+        return self.linear(f"{p}ssm_out", y)
+
+    # nemotron_h: per layer x + sublayer(norm(x)), the sublayer a Mamba-2 mixer where
+    # head_count_kv and feed_forward_length are both 0, attention without any position
+    # encoding where only the latter is, else down(relu(up h)^2).  The RMS epsilon falls
+    # back to attention.layer_norm_epsilon.  The keywords make the wrong variants the tests
+    # measure (the decay left out, the ReLU not squared).
+    def arch_nemotron_h(self, x, pos, *, decay: bool = True, squared: bool = True, probs_bias: bool = True):
+        hp = self.w.hp
+        self.eps = hp("attention.layer_norm_rms_epsilon", hp("attention.layer_norm_epsilon"))
+        counts, ffn = ([int(n) for n in hp(k)] for k in ("attention.head_count_kv", "feed_forward_length"))
+        self.n_head_kv = max(counts)
+        for i, (n_kv, n_ff) in enumerate(zip(counts, ffn)):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            if n_ff and self.w.has(f"{p}ffn_gate_inp.weight"):
+                h = self.relu2_experts(p, h, squared=squared, probs_bias=probs_bias)
+            elif n_ff:
+                h = self.relu2_mlp(p, h, squared=squared)
+            elif n_kv:
+                h = self.self_attention(p, h, pos, lambda v, _pos: v)
+            else:
+                h = self.mamba2_mixer(p, h, decay=decay)
+            x = x + h
+        return self.logits(x)
+
+    # nemotron_h_moe: nemotron_h whose MLP layers are experts (relu2_experts)
+    arch_nemotron_h_moe = arch_nemotron_h
+
+    def relu2_mlp(self, p: str, h, *, squared: bool = True, suffix: str = ""):
+        r = np.maximum(self.linear(f"{p}ffn_up{suffix}", h), 0.0)
+        return self.linear(f"{p}ffn_down{suffix}", r * r if squared else r)
+
+    # Nemotron-H's experts: scores sigmoid(router), the expert_used_count best by score plus
+    # exp_probs_b (which only chooses), weighted by their scores, renormalised when
+    # expert_weights_norm, times expert_weights_scale; each expert down(relu(up h)^2); plus
+    # the shared expert, the same without routing.
+    def relu2_experts(self, p: str, h, *, squared: bool = True, probs_bias: bool = True):
+        hp = self.w.hp
+        n_used, scale = hp("expert_used_count"), hp("expert_weights_scale", 0.0) or 1.0
+        probs = 1.0 / (1.0 + np.exp(-self.linear(f"{p}ffn_gate_inp", h)))            # [T, E]
+        chosen_by = probs + self.t(f"{p}exp_probs_b.bias") if probs_bias else probs
+        up, down = self.t(f"{p}ffn_up_exps.weight"), self.t(f"{p}ffn_down_exps.weight")
+        out = self.relu2_mlp(p, h, squared=squared, suffix="_shexp")
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-chosen_by[t], kind="stable")[:n_used]
+            weights = probs[t, chosen] / (probs[t, chosen].sum() if hp("expert_weights_norm", False) else 1.0)
+            for e, wt in zip(chosen, weights * scale):
+                r = np.maximum(up[e] @ h[t], 0.0)
+                out[t] += wt * (down[e] @ (r * r if squared else r))
+        return out
+
+    # falcon-h1: per layer h = norm(x); x + attention(h) (NeoX RoPE) + mamba2_mixer(h), then
+    # a gated MLP after `blk.N.ffn_norm` (a bare name).  The keywords make the wrong
+    # variants the tests measure (interleaved RoPE, the decay left out).
+    def arch_falcon_h1(self, x, pos, *, neox: bool = True, decay: bool = True):
+        rope = Rope(self.rope_dims, self.rope_base, neox=neox, **self.scaling)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            h = self.norm(f"{p}attn_norm", x)
+            x = x + self.self_attention(p, h, pos, rope) + self.mamba2_mixer(p, h, decay=decay)
+            x = x + self.gated_mlp(p, rms_norm(x, self.t(f"{p}ffn_norm"), self.eps))
+        return self.logits(x)
 
     # gpt-oss: q/k/v/o biases, a sink logit per head in every softmax, a window on
     # the even layers, NeoX RoPE with the file's scaling, a post-attention norm and

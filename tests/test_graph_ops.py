@@ -132,6 +132,19 @@ def test_norms_and_activations(isa):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol / 10)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_squared_relu_is_ggmls_sqr_of_relu_bit_for_bit(isa):
+    """Nemotron-H's MLP: relu(x) then the product of it with itself, each value float32's
+    own max(x, 0) * max(x, 0) on every ISA (negatives and -0 give +0)."""
+    x = np.concatenate([f32(5, 64), np.array([[-0.0, 0.0, -1e-30, 1e19] * 16], np.float32)])
+    with forced_isa(isa):
+        ctx = ctx1()
+        r = ctx.relu(ctx.input(x, "x"))
+        got = run(ctx, ctx.mul(r, r))
+    expected = np.maximum(x, np.float32(0)) * np.maximum(x, np.float32(0))   # float32 arithmetic
+    assert got.tobytes() == np.where(x > 0, expected, np.float32(0)).tobytes()
+
+
 def test_layer_norm_is_the_rms_norm_of_the_centred_row_with_one_set_of_bits():
     """layer_norm: (x - mean) / sqrt(var + eps) * w, with and without a weight, rows
     offset far from zero (the mean must come off before the square); the same bits

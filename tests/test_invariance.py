@@ -39,7 +39,8 @@ from pyengine.tokenizer import Tokenizer
 
 SYNTH = Path(__file__).parent / "data" / "synth"
 MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0", "deepseek2-q8_0", "lfm2-q8_0", "mamba2-q8_0",
-          "granitehybrid-q8_0")
+          "granitehybrid-q8_0", "nemotron_h-q8_0", "nemotron_h_moe-q8_0",
+          "falcon-h1-q8_0")
 
 
 def model_and_tokenizer(name: str):

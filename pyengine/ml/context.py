@@ -20,6 +20,7 @@ from pyengine.errors import InvalidOptionError
 F32, F16, Q8_0, I32 = 0, 1, 8, 26
 SILU, GELU = 0, 1
 SIGMOID, SOFTPLUS = 4, 5   # pe.h's pe_unary_op: the recurrent layers' gates
+RELU = 3                   # (Nemotron-H's squared-ReLU MLP)
 ROPE_NORMAL, ROPE_NEOX = 0, 2
 
 _NUMPY_TYPES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16, np.dtype(np.int32): I32}
@@ -186,6 +187,9 @@ class Context:
 
     def gelu(self, a: Tensor) -> Tensor:
         return self._tensor(self.graph.unary(a.id, GELU))
+
+    def relu(self, a: Tensor) -> Tensor:
+        return self._tensor(self.graph.unary(a.id, RELU))
 
     def sigmoid(self, a: Tensor) -> Tensor:
         return self._tensor(self.graph.unary(a.id, SIGMOID))

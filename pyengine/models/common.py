@@ -714,6 +714,18 @@ class Mamba2Dims:
                                 state_dim=self.n_ssm_head * self.d_state * self.ssm_head_dim)
 
 
+@dataclass(frozen=True)
+class Mamba2AttentionConfig(Mamba2Dims, AttentionConfig):
+    """Attention's hyper-parameters and Mamba-2's, for the hybrids that have both kinds of
+    layer (Granite 4, Nemotron-H, Falcon-H1); from_gguf adds ssm_from_gguf's."""
+
+    d_inner: int = 0
+    d_state: int = 0
+    n_ssm_head: int = 0
+    n_group: int = 0
+    conv_kernel: int = 0
+
+
 @dataclass(eq=False)
 class ConvKernel:
     """The convolution's taps [K, channels] and its bias [channels], both float32."""
@@ -760,9 +772,14 @@ class Mamba2Mixer(Module):
         d = ctx.reshape(ctx.weight(self.ssm_d.weight), (c.n_ssm_head,))
         y = ctx.ssm_scan(x, dt, a, b, cc, rec.state, rec.seqs, D=d, dt_bias=ctx.weight(self.ssm_dt.bias))
         y = ctx.swiglu(z, ctx.reshape(y, (c.d_inner, n_tokens)))                   # silu(z) * y
+        return self.ssm_out(ctx, self.group_norm(ctx, y))
+
+    def group_norm(self, ctx: Context, y: Tensor) -> Tensor:
+        """The gated y [d_inner, T] RMS-normed per group, times ssm_norm."""
+        c, n_tokens = self.cfg, y.shape[1]
         y = ctx.rms_norm(ctx.reshape(y, (c.group_dim, c.n_group, n_tokens)), None, c.eps)   # per group
         y = ctx.mul(y, ctx.weight(self.ssm_norm.weight))                           # [gd, G, T] x [gd, G]
-        return self.ssm_out(ctx, ctx.reshape(y, (c.d_inner, n_tokens)))
+        return ctx.reshape(y, (c.d_inner, n_tokens))
 
 
 # ---- encoders ---------------------------------------------------------------------------
@@ -952,4 +969,4 @@ __all__ = ["CausalLM", "AttentionConfig", "SlidingWindowConfig", "LayerInputs", 
            "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "ExpertsConfig", "SoftmaxExperts", "SigmoidExperts",
            "SharedExpert", "PreNormBlock", "SandwichBlock", "PostNormBlock",
            "Decoder", "EmbeddingModel", "EncoderConfig", "NoRopeAttention", "GeluSeqMLP", "EncoderBlock",
-           "ClassifierHead", "Encoder", "Mamba2Dims", "Mamba2Mixer", "not_a_language_model", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]
+           "ClassifierHead", "Encoder", "Mamba2Dims", "Mamba2AttentionConfig", "Mamba2Mixer", "not_a_language_model", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]

@@ -60,6 +60,9 @@ class TransformerConfig:
     # head_count_kv per layer may say 0 for a layer without attention (a recurrent
     # one: LFM2's, the hybrids'); the count is then that of the attention layers
     ZERO_KV_LAYERS = False
+    # feed_forward_length per layer may say 0 for a layer without an MLP (Nemotron-H's);
+    # n_ff is then that of the MLP layers
+    ZERO_FF_LAYERS = False
 
     @property
     def q_dim(self) -> int:
@@ -83,6 +86,7 @@ class TransformerConfig:
             n_embd = f.get_int(key("embedding_length"))
             n_head = _uniform_int(f, key("attention.head_count"))
             n_head_kv = _uniform_int(f, key("attention.head_count_kv"), n_head, skip_zero=cls.ZERO_KV_LAYERS)
+            n_ff = _uniform_int(f, key("feed_forward_length"), 0, skip_zero=cls.ZERO_FF_LAYERS)
         except GGUFError as e:
             raise ModelError(f"{f.path}: {e}") from None
         _positive("embedding_length", n_embd, 1 << 20)
@@ -99,7 +103,7 @@ class TransformerConfig:
             n_head=n_head,
             n_head_kv=n_head_kv,
             head_dim=head_dim,
-            n_ff=f.get_int(key("feed_forward_length"), 0),
+            n_ff=n_ff,
             eps=f.get_float(eps_key, eps_default),
             rope_base=f.get_float(key("rope.freq_base"), 10000.0),
             rope_dims=f.get_int(key("rope.dimension_count"), head_dim),
@@ -222,7 +226,7 @@ def _uniform_int(f: GGUFFile, key: str, default: object = MISSING, *, skip_zero:
         counts = {int(v) for v in value if not (skip_zero and int(v) == 0)} or {0}
         if len(counts) > 1:
             raise UnsupportedError(f"{f.path}: {key} differs between layers ({sorted(counts)}); "
-                                   "pyengine runs models whose layers have the same head counts")
+                                   "pyengine runs models whose layers have the same head counts and MLP sizes")
         return counts.pop()
     return f.get_int(key, default)
 
