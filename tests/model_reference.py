@@ -672,7 +672,7 @@ class Reference:
 
     # -- Qwen3.5: gated attention and Gated DeltaNet layers -------------------------
 
-    def arch_qwen35(self, x, pos, *, decay: bool = True, tiled_heads: bool = True, ffn=None):
+    def arch_qwen35(self, x, pos, *, decay: bool = True, tiled_heads: bool = True, ffn=None, **delta):
         """decay=False: the delta rule without its per-token decay; tiled_heads=False:
         value head h reads q/k head h // (Hv / Hk) instead of h % Hk (GGUF's order)."""
         ffn = ffn or self.gated_mlp
@@ -682,7 +682,7 @@ class Reference:
             p = f"blk.{i}."
             h = self.norm(f"{p}attn_norm", x)
             if (i + 1) % interval:
-                x = x + self.gated_delta_net(p, h, decay=decay, tiled_heads=tiled_heads)
+                x = x + self.gated_delta_net(p, h, decay=decay, tiled_heads=tiled_heads, **delta)
             else:
                 x = x + self.gated_attention(p, h, pos, rope)
             x = x + ffn(p, self.norm(f"{p}post_attention_norm", x))
@@ -697,6 +697,11 @@ class Reference:
             return self.moe(p, h) + shared
         return self.arch_qwen35(x, pos, ffn=ffn, **wrong)
 
+    def arch_qwen3next(self, x, pos, *, tiled_heads: bool = False, **wrong):
+        """Qwen3.5-MoE's layers with beta and alpha from ssm_ba and value head h on q/k head
+        h // (Hv / Hk); tiled_heads=True (Qwen3.5's h % Hk) and grouped_ba=False are wrong here."""
+        return self.arch_qwen35moe(x, pos, tiled_heads=tiled_heads, **wrong)
+
     def gated_attention(self, p: str, h, pos, rope: Rope):
         """Each attn_q head is a query then a gate; the output times sigmoid(gate)."""
         n_tok, hd = h.shape[0], self.head_dim
@@ -707,7 +712,19 @@ class Reference:
         o = attend(rope(q, pos), rope(k, pos), v, pos, scale=1.0 / math.sqrt(hd))
         return self.linear(f"{p}attn_output", o / (1.0 + np.exp(-gate)))
 
-    def gated_delta_net(self, p: str, h, *, decay: bool = True, tiled_heads: bool = True):
+    def delta_gate_inputs(self, p: str, h, n_k: int, n_v: int, *, grouped_ba: bool = True):
+        """beta's and alpha's logits [T, Hv]: from ssm_beta and ssm_alpha, or from Qwen3-Next's
+        ssm_ba, per q/k head its value heads' betas then their alphas (grouped_ba=False: all
+        the betas, then all the alphas, the wrong reading)."""
+        if not self.w.has(f"{p}ssm_ba.weight"):
+            return self.linear(f"{p}ssm_beta", h), self.linear(f"{p}ssm_alpha", h)
+        ba = self.linear(f"{p}ssm_ba", h)                                       # [T, 2*Hv]
+        if not grouped_ba:
+            return ba[:, :n_v], ba[:, n_v:]
+        ba = ba.reshape(len(h), n_k, 2, n_v // n_k)
+        return ba[:, :, 0].reshape(len(h), n_v), ba[:, :, 1].reshape(len(h), n_v)
+
+    def gated_delta_net(self, p: str, h, *, decay: bool = True, tiled_heads: bool = True, grouped_ba: bool = True):
         hp = self.w.hp
         dk, n_k, n_v = hp("ssm.state_size"), hp("ssm.group_count"), hp("ssm.time_step_rank")
         dv = hp("ssm.inner_size") // n_v
@@ -723,8 +740,9 @@ class Reference:
         q = l2(conv[:, :key_dim].reshape(n_tok, n_k, dk))
         k = l2(conv[:, key_dim:2 * key_dim].reshape(n_tok, n_k, dk))
         v = conv[:, 2 * key_dim:].reshape(n_tok, n_v, dv)
-        beta = 1.0 / (1.0 + np.exp(-self.linear(f"{p}ssm_beta", h)))            # [T, Hv]
-        alpha = self.linear(f"{p}ssm_alpha", h) + self.t(f"{p}ssm_dt.bias")
+        beta, alpha = self.delta_gate_inputs(p, h, n_k, n_v, grouped_ba=grouped_ba)
+        beta = 1.0 / (1.0 + np.exp(-beta))                                      # [T, Hv]
+        alpha = alpha + self.t(f"{p}ssm_dt.bias")
         g = np.logaddexp(0.0, alpha) * self.t(f"{p}ssm_a")                      # softplus * -exp(A_log)
         kh = [hv % n_k if tiled_heads else hv // (n_v // n_k) for hv in range(n_v)]
         out = np.zeros((n_tok, n_v, dv))

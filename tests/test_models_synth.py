@@ -155,6 +155,9 @@ QUANT = {
     # avx512: 5e-6 on the 12- and 41-token prompts, the 301-token one drifts to 0.009 (argmax 298/301,
     # near-ties of <= 0.011), as close to the exact result as llama.cpp (0.024 against its 0.025)
     "granitehybrid-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # qwen3next (scripts/make_synth_qwen3next.py): qwen35moe's shapes with beta and alpha from the
+    # per-q/k-head grouped ssm_ba and each q/k head serving the value heads next to one another
+    "qwen3next-q8_0": Bounds(0.99, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -293,7 +296,9 @@ def test_gpt_oss_variants_are_far_from_llamacpp():
 
 QWEN35_VARIANTS = [("qwen35-q8_0", {"decay": False}), ("qwen35-q8_0", {"tiled_heads": False}),
                    ("qwen35moe-q8_0", {"decay": False}), ("qwen35moe-q8_0", {"tiled_heads": False}),
-                   ("qwen35moe-q8_0", {"shared_gate": False})]
+                   ("qwen35moe-q8_0", {"shared_gate": False}),
+                   ("qwen3next-q8_0", {"decay": False}), ("qwen3next-q8_0", {"tiled_heads": True}),
+                   ("qwen3next-q8_0", {"grouped_ba": False}), ("qwen3next-q8_0", {"shared_gate": False})]
 
 
 @pytest.mark.parametrize(("name", "wrong"), QWEN35_VARIANTS)
