@@ -489,7 +489,7 @@ class Reference:
     # convolution: B, C, x from in_proj, C * conv(B * x) over a causal window of l_cache
     # tokens, out_proj; SiLU-gated MLPs; token_embd_norm as the final norm.  The keywords
     # make the wrong variants the tests measure (the window a token short, the C gate dropped).
-    def arch_lfm2(self, x, pos, *, window_short: bool = False, gate_c: bool = True):
+    def arch_lfm2(self, x, pos, *, window_short: bool = False, gate_c: bool = True, ffn=None):
         counts = [int(n) for n in self.w.hp("attention.head_count_kv")]
         self.n_head_kv = max(counts)
         rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling)
@@ -500,9 +500,21 @@ class Reference:
                 x = x + self.self_attention(p, h, pos, rope)
             else:
                 x = x + self.short_conv(p, h, window_short=window_short, gate_c=gate_c)
-            x = x + self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+            x = x + (ffn or self.gated_mlp)(p, self.norm(f"{p}ffn_norm", x))
         return self.linear("output" if self.w.has("output.weight") else "token_embd",
                            self.norm("token_embd_norm", x))
+
+    def arch_lfm2moe(self, x, pos, *, selection_bias: bool = True, renormalise: bool = True, **wrong):
+        """LFM2's layers with, past the leading_dense_block_count dense ones, sigmoid-routed
+        experts chosen with the exp_probs_b bias and always renormalised; selection_bias=False
+        and renormalise=False make the wrong variants."""
+        n_dense = self.w.hp("leading_dense_block_count", 0)
+
+        def ffn(p, h):
+            if int(p.split(".")[1]) < n_dense:
+                return self.gated_mlp(p, h)
+            return self.sigmoid_moe(p, h, selection_bias=selection_bias, routed_scale=False, norm=renormalise)
+        return self.arch_lfm2(x, pos, ffn=ffn, **wrong)
 
     def short_conv(self, p: str, h, *, window_short: bool = False, gate_c: bool = True):
         n = h.shape[1]
@@ -780,7 +792,9 @@ class Reference:
                                     silu(self.linear(f"{p}ffn_gate_shexp", h)) * self.linear(f"{p}ffn_up_shexp", h))
         return self.logits(x)
 
-    def sigmoid_moe(self, p: str, h, *, selection_bias: bool = True, routed_scale: bool = True):
+    def sigmoid_moe(self, p: str, h, *, selection_bias: bool = True, routed_scale: bool = True,
+                    norm: bool | None = None):
+        """norm: renormalise the chosen weights (None: as the file's expert_weights_norm says)."""
         n_used = self.w.hp("expert_used_count")
         probs = 1.0 / (1.0 + np.exp(-self.linear(f"{p}ffn_gate_inp", h)))             # [T, E]
         select = probs + self.t(f"{p}exp_probs_b.bias") if selection_bias else probs
@@ -790,7 +804,7 @@ class Reference:
         for t in range(h.shape[0]):
             chosen = np.argsort(-select[t], kind="stable")[:n_used]
             weights = probs[t, chosen]
-            if self.w.hp("expert_weights_norm", False):
+            if self.w.hp("expert_weights_norm", False) if norm is None else norm:
                 weights = weights / max(weights.sum(), 6.103515625e-5)
             weights = weights * (scale or 1.0)
             for e, wt in zip(chosen, weights):

@@ -158,6 +158,10 @@ QUANT = {
     # qwen3next (scripts/make_synth_qwen3next.py): qwen35moe's shapes with beta and alpha from the
     # per-q/k-head grouped ssm_ba and each q/k head serving the value heads next to one another
     "qwen3next-q8_0": Bounds(0.99, 0.05),
+    # lfm2moe (scripts/make_synth_lfm2moe.py): lfm2's layers, two dense then sigmoid-routed experts
+    # (4, 2 used) chosen with exp_probs_b; recorded by the AVX-512 build (extra buffer types off);
+    # met to 5e-6 (354/354) on scalar and avx512; the exact model sits 0.14 / 90% from llama.cpp
+    "lfm2moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -344,6 +348,25 @@ def test_lfm2_variants_are_far_from_llamacpp():
         top10, argmax = distance(**wrong)
         assert top10 > 10 * exact_top10 and top10 > 20 * bounds.top10, (wrong, top10)
         assert argmax < exact_argmax - 0.5, (wrong, argmax)
+
+
+@pytest.mark.parametrize("wrong", [{"selection_bias": False}, {"renormalise": False}])
+def test_lfm2moe_variants_are_far_from_llamacpp(wrong):
+    """The exact LFM2-MoE choosing its experts without the exp_probs_b bias, or weighting
+    them by their sigmoid scores without renormalising them, is far outside the bounds
+    (measured: top-10 1.7 / 1.4 away, argmax 66% / 68%, where the exact model is 0.14 / 90%)."""
+    cases, _ = runs("lfm2moe-q8_0")
+    ref = Reference(DATA / "synth" / "lfm2moe-q8_0.gguf")
+    bounds = BOUNDS["lfm2moe-q8_0"]
+    top10, argmax = 0.0, []
+    for case in cases:
+        ids = np.asarray(case["ids"])
+        logits = ref.arch_lfm2moe(ref.t("token_embd.weight")[ids], np.arange(len(ids)), **wrong)
+        top = np.asarray(case["top_ids"][:10])
+        top10 = max(top10, float(np.abs(logits[-1][top] - np.asarray(case["top_logits"][:10])).max()))
+        argmax.append(logits.argmax(axis=1) == np.asarray(case["argmax"]))
+    rate = np.concatenate(argmax).mean()
+    assert top10 > 10 * bounds.top10 and rate < bounds.argmax - 0.2, (wrong, top10, rate)
 
 
 def test_mamba2_variants_are_far_from_llamacpp():
