@@ -312,7 +312,8 @@ class Reference:
             x = x + res * self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
         return self.logits(x) / hp("logit_scale")
 
-    def arch_granitehybrid(self, x, pos, *, decay: bool = True, residual_scale: bool = True):
+    def arch_granitehybrid(self, x, pos, *, decay: bool = True, residual_scale: bool = True,
+                           renormalise: bool = True, shared: bool = True):
         # Granite 4 hybrids: Granite's multipliers around layers that are attention where
         # head_count_kv > 0 and Mamba-2 mixers (mamba2_mixer) where it is 0, each with a
         # gated MLP.  The keywords make the wrong variants the tests measure.
@@ -332,8 +333,18 @@ class Reference:
             else:
                 h = self.mamba2_mixer(p, h, decay=decay)
             x = x + res * h
-            x = x + res * self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+            x = x + res * self.granite_ffn(p, self.norm(f"{p}ffn_norm", x), renormalise=renormalise, shared=shared)
         return self.logits(x) / (hp("logit_scale", 0.0) or 1.0)
+
+    def granite_ffn(self, p: str, h, *, renormalise: bool = True, shared: bool = True):
+        """The gated MLP, or where the layer has a router its experts (softmax, renormalised over
+        the chosen) plus the ungated shared expert where there is one."""
+        if not self.w.has(f"{p}ffn_gate_inp.weight"):
+            return self.gated_mlp(p, h)
+        out = self.moe(p, h, renormalise=renormalise)
+        if shared and self.w.has(f"{p}ffn_up_shexp.weight"):
+            out = out + self.gated_mlp(p, h, suffix="_shexp")
+        return out
 
     def arch_smollm3(self, x, pos):
         # Llama's block with interleaved ("normal") RoPE, except that every fourth

@@ -4,8 +4,8 @@ its new tokens, yet equals a cold run bit for bit; sequences decoding together g
 the tokens each gets alone.  The synthetic LFM2 (scripts/make_synth_lfm2.py: short
 convolutions beside attention; make_synth_lfm2moe.py: the same with experts) stands
 for the hybrids, the synthetic Mamba-2 (scripts/make_synth_mamba2.py) for models
-whose every layer scans, the synthetic Granite 4 hybrid for Mamba-2 layers beside
-attention."""
+whose every layer scans, the synthetic Granite 4 hybrids (dense, and with experts:
+make_synth_granitehybrid_moe.py) for Mamba-2 layers beside attention."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from pyengine.runner.engine import Engine
 from pyengine.tokenizer import Tokenizer
 
 SYNTH = Path(__file__).parent / "data" / "synth"
-HYBRIDS = ("lfm2-q8_0", "lfm2moe-q8_0", "mamba2-q8_0", "granitehybrid-q8_0")
+HYBRIDS = ("lfm2-q8_0", "lfm2moe-q8_0", "mamba2-q8_0", "granitehybrid-q8_0", "granitehybrid-moe-q8_0")
 
 
 @pytest.fixture(scope="module", params=HYBRIDS)

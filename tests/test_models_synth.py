@@ -162,6 +162,11 @@ QUANT = {
     # (4, 2 used) chosen with exp_probs_b; recorded by the AVX-512 build (extra buffer types off);
     # met to 5e-6 (354/354) on scalar and avx512; the exact model sits 0.14 / 90% from llama.cpp
     "lfm2moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
+    # granitehybrid-moe (scripts/make_synth_granitehybrid_moe.py): the Granite 4 hybrid with 4
+    # experts (2 used, softmax renormalised) and an ungated shared expert in every layer; recorded
+    # by the AVX-512 build (extra buffer types off); met to 5e-6 (354/354) on scalar and avx512;
+    # the exact model sits 0.21 / 89.5% from llama.cpp
+    "granitehybrid-moe-q8_0": Bounds(QUANT_ARGMAX, 0.05),
 }
 # The lattice types, quantized from llama-wide-bf16 and recorded with llama.cpp's
 # AVX2 build by scripts/make_iq_synth.py (llama.cpp's AVX-512 build was not at hand).
@@ -312,9 +317,17 @@ def test_qwen35_variants_are_far_from_llamacpp(name, wrong):
     expert without its gate, is far outside the bounds (measured: top-10 2.3 / 2.2 and
     4.0 / 3.0 / 0.72 away, argmax 10-15% and 56% of the rows, where the exact models are
     0.035 / 95.8% and 0.077 / 91.8%)."""
+    bounds = BOUNDS[name]
+    top10, rate = distance_over_cases(name, **wrong)
+    assert top10 > 10 * bounds.top10 and rate < bounds.argmax - 0.3, (wrong, top10, rate)
+
+
+def distance_over_cases(name: str, **wrong) -> tuple[float, float]:
+    """How far the exact model `name` (its architecture's reference, with `wrong`) is from
+    llama.cpp's record: the largest top-10 difference over the prompts and the fraction of
+    all positions whose argmax agrees."""
     cases, _ = runs(name)
     ref = Reference(DATA / "synth" / f"{name}.gguf")
-    bounds = BOUNDS[name]
     forward = getattr(ref, f"arch_{name.split('-')[0]}")
     top10, argmax = 0.0, []
     for case in cases:
@@ -323,8 +336,7 @@ def test_qwen35_variants_are_far_from_llamacpp(name, wrong):
         top = np.asarray(case["top_ids"][:10])
         top10 = max(top10, float(np.abs(logits[-1][top] - np.asarray(case["top_logits"][:10])).max()))
         argmax.append(logits.argmax(axis=1) == np.asarray(case["argmax"]))
-    rate = np.concatenate(argmax).mean()
-    assert top10 > 10 * bounds.top10 and rate < bounds.argmax - 0.3, (wrong, top10, rate)
+    return top10, float(np.concatenate(argmax).mean())
 
 
 def test_lfm2_variants_are_far_from_llamacpp():
@@ -355,17 +367,8 @@ def test_lfm2moe_variants_are_far_from_llamacpp(wrong):
     """The exact LFM2-MoE choosing its experts without the exp_probs_b bias, or weighting
     them by their sigmoid scores without renormalising them, is far outside the bounds
     (measured: top-10 1.7 / 1.4 away, argmax 66% / 68%, where the exact model is 0.14 / 90%)."""
-    cases, _ = runs("lfm2moe-q8_0")
-    ref = Reference(DATA / "synth" / "lfm2moe-q8_0.gguf")
     bounds = BOUNDS["lfm2moe-q8_0"]
-    top10, argmax = 0.0, []
-    for case in cases:
-        ids = np.asarray(case["ids"])
-        logits = ref.arch_lfm2moe(ref.t("token_embd.weight")[ids], np.arange(len(ids)), **wrong)
-        top = np.asarray(case["top_ids"][:10])
-        top10 = max(top10, float(np.abs(logits[-1][top] - np.asarray(case["top_logits"][:10])).max()))
-        argmax.append(logits.argmax(axis=1) == np.asarray(case["argmax"]))
-    rate = np.concatenate(argmax).mean()
+    top10, rate = distance_over_cases("lfm2moe-q8_0", **wrong)
     assert top10 > 10 * bounds.top10 and rate < bounds.argmax - 0.2, (wrong, top10, rate)
 
 
@@ -399,6 +402,17 @@ def test_granitehybrid_variants_are_far_from_llamacpp():
         top10 = np.abs(logits[-1][top] - np.asarray(cases[2]["top_logits"][:10])).max()
         argmax = (logits.argmax(axis=1) == np.asarray(cases[2]["argmax"])).mean()
         assert top10 > 5 * bounds.top10 and argmax < 0.5, (wrong, top10, argmax)
+
+
+@pytest.mark.parametrize("wrong", [{"renormalise": False}, {"shared": False}, {"decay": False}])
+def test_granitehybrid_moe_variants_are_far_from_llamacpp(wrong):
+    """The exact Granite 4 hybrid with experts, their weights not renormalised over the
+    chosen, the shared expert left out, or the Mamba-2 decay left out, is far outside the
+    bounds (measured: top-10 1.0 / 0.63 / 2.4+ away, argmax 61% / 47% / < 10%, where the exact
+    model is 0.21 / 89.5%)."""
+    bounds = BOUNDS["granitehybrid-moe-q8_0"]
+    top10, rate = distance_over_cases("granitehybrid-moe-q8_0", **wrong)
+    assert top10 > 10 * bounds.top10 and rate < bounds.argmax - 0.2, (wrong, top10, rate)
 
 
 def test_deepseek2_variants_are_far_from_llamacpp():

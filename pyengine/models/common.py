@@ -67,6 +67,17 @@ def check_range(name: str, value: int, low: int, high: int) -> None:
         raise ModelError(f"hyper-parameter {name} = {value} is out of range ({low}..{high})")
 
 
+def zero_kv_layers(f: GGUFFile, n_layer: int, n_head_kv: int) -> tuple[bool, ...]:
+    """Per layer, whether the file's `attention.head_count_kv` is 0 there: the recurrent
+    layers of a hybrid that marks them so (LFM2, Granite 4); one count: every layer attends."""
+    counts = f.metadata.get(f.arch_key("attention.head_count_kv"))
+    if not hasattr(counts, "__len__"):   # one count (or none): every layer attends
+        counts = [n_head_kv] * n_layer
+    if len(counts) != n_layer:
+        raise ModelError(f"{f.path}: {len(counts)} head_count_kv entries for {n_layer} layers")
+    return tuple(int(n) == 0 for n in counts)
+
+
 def gemma_query_scale(kw: dict, layers_27b: int) -> float:
     """Gemma's query factor 1/sqrt(query_pre_attn_scalar), which GGUF does not store:
     the scalar is the head size except in the 27B models (recognised, as llama.cpp

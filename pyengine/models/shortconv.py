@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
@@ -38,12 +36,7 @@ class ShortConvConfig(common.AttentionConfig):
         if f.get_int(key("attention.sliding_window"), 0) > 0:
             raise UnsupportedError(f"{f.path}: LFM2 with sliding-window attention is not supported yet")
         kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX, eps_default=None)
-        counts = f.metadata.get(key("attention.head_count_kv"))
-        if not isinstance(counts, (list, tuple, np.ndarray)):   # one count: every layer attends
-            counts = [kw["n_head_kv"]] * kw["n_layer"]
-        if len(counts) != kw["n_layer"]:
-            raise ModelError(f"{f.path}: {len(counts)} head_count_kv entries for {kw['n_layer']} layers")
-        kw["recurrent"] = tuple(int(n) == 0 for n in counts)
+        kw["recurrent"] = common.zero_kv_layers(f, kw["n_layer"], kw["n_head_kv"])
         kw["conv_kernel"] = f.get_int(key("shortconv.l_cache"))
         return kw
 
