@@ -587,6 +587,12 @@ class DeltaNetConfig(AttentionConfig):
         return [state if self.is_recurrent(i) else attn for i in range(self.n_layer)]
 
 
+def unbound_tensors(module: Module) -> list[str]:
+    """The module's tensor fields the file left unbound (optional ones absent); fields
+    without a tensor (a subclass setting one to None) do not count."""
+    return [f.name for f in dataclasses.fields(module) if "pe" in f.metadata and getattr(module, f.name) is None]
+
+
 def head_views(ctx: Context, x: Tensor, head_dim: int, n_heads: int, stride: int, offset: int) -> Tensor:
     """[head_dim, n_heads, T] contiguous: heads `stride` floats apart from `offset` in each row of x."""
     row = x.shape[0] * F32_BYTES
@@ -605,6 +611,9 @@ class GatedAttention(Module):
     attn_q_norm: RMSNorm | None = tensor("attn_q_norm", optional=True, shape=("head_dim",))
     attn_k_norm: RMSNorm | None = tensor("attn_k_norm", optional=True, shape=("head_dim",))
     attn_output: Linear | None = tensor("attn_output", optional=True, shape=("q_dim", "n_embd"))
+
+    def unbound(self) -> list[str]:
+        return unbound_tensors(self)
 
     def __call__(self, ctx: Context, x: Tensor, batch, layer: int) -> Tensor:
         c = self.cfg
@@ -649,11 +658,20 @@ class DeltaNet(Module):
         on q/k head h % Hk, is the op's own broadcast."""
         return q
 
+    def projections(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The q, k, v channels the convolution runs over [conv_channels, T] and the output
+        gate z [d_inner, T]."""
+        return self.attn_qkv(ctx, x), self.attn_gate(ctx, x)
+
+    def unbound(self) -> list[str]:
+        return unbound_tensors(self)
+
     def __call__(self, ctx: Context, x: Tensor, batch, layer: int) -> Tensor:
         c = self.cfg
         rec = batch.recurrent_inputs(layer)
         beta, g = self.gates(ctx, x)                                               # [Hv, T] each
-        mixed = ctx.ssm_conv(self.attn_qkv(ctx, x), ctx.weight(self.ssm_conv1d.weight), rec.conv, rec.seqs)
+        qkv, z = self.projections(ctx, x)
+        mixed = ctx.ssm_conv(qkv, ctx.weight(self.ssm_conv1d.weight), rec.conv, rec.seqs)
         mixed = ctx.silu(mixed)                                                    # [conv_channels, T]
         dk, dv = c.head_k_dim, c.head_v_dim
         q = ctx.l2_norm(head_views(ctx, mixed, dk, c.n_k_heads, dk, 0), c.eps)     # [Dk, Hk, T]
@@ -661,7 +679,7 @@ class DeltaNet(Module):
         v = head_views(ctx, mixed, dv, c.n_v_heads, dv, 2 * c.key_dim)             # [Dv, Hv, T]
         q, k = self.key_heads(ctx, q), self.key_heads(ctx, k)
         o = ctx.delta_net(q, k, v, g, beta, rec.state, rec.seqs, scale=1.0 / math.sqrt(dk))   # [Dv, Hv, T]
-        z = split_heads(ctx, self.attn_gate(ctx, x), dv)                    # [Dv, Hv, T]
+        z = split_heads(ctx, z, dv)                                                # [Dv, Hv, T]
         o = ctx.mul(self.ssm_norm(ctx, o, c.eps), ctx.silu(z))
         return self.ssm_out(ctx, ctx.reshape(o, (c.d_inner, -1)))
 
@@ -678,8 +696,7 @@ class DeltaNetHybridBlock(Module):
 
     def mixer(self, layer: int):
         mixer = self.linear if self.cfg.is_recurrent(layer) else self.attn
-        # only bound tensor fields count: a subclass may set a field it has no tensor for to None
-        missing = [f.name for f in dataclasses.fields(mixer) if "pe" in f.metadata and getattr(mixer, f.name) is None]
+        missing = mixer.unbound()
         if missing:
             raise ModelError(f"layer {layer} ({type(mixer).__name__}) is missing tensors: {', '.join(missing)}")
         return mixer

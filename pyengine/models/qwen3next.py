@@ -13,8 +13,10 @@ GatedSharedExpertMoE) but for how the linear layers lay out their heads:
 The layer pattern is `full_attention_interval`'s, or the file's
 `attention.recurrent_layers` where it has one; the trailing `nextn_predict_layers`
 blocks (multi-token prediction) are in the file but never run.  Files from the
-converter's first Qwen3-Next version, whose linear layers have one fused `ssm_in`
-(q, k, v and z grouped per q/k head) in place of attn_qkv and attn_gate, are refused."""
+converter's first Qwen3-Next version have in each linear layer one `ssm_in` in place
+of attn_qkv and attn_gate: q, k, v and z grouped per q/k head (its query, its key,
+then the values and the gates of its Hv/Hk value heads), regrouped here into the
+channels the convolution runs over, as llama.cpp does."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine.errors import ModelError, UnsupportedError
+from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import Linear
@@ -39,9 +41,6 @@ class Qwen3NextConfig(common.DeltaNetMoeConfig):
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Qwen3NextConfig":
-        if "blk.0.ssm_in.weight" in f.tensors:
-            raise UnsupportedError(f"{f.path}: a qwen3next file with the fused ssm_in projection (the converter's "
-                                   "first layout) is not supported: convert it again (attn_qkv and attn_gate)")
         base = super().from_gguf(f)
         key = f.arch_key
         nextn = f.get_int(key("nextn_predict_layers"), 0)
@@ -71,6 +70,11 @@ class Qwen3NextConfig(common.DeltaNetMoeConfig):
         return 2 * self.n_v_heads
 
     @property
+    def qkvz_dim(self) -> int:
+        """Rows of the first converter's fused ssm_in: q, k, v and z."""
+        return 2 * self.key_dim + 2 * self.d_inner
+
+    @property
     def heads_per_key(self) -> int:
         """Value heads per q/k head."""
         return self.n_v_heads // self.n_k_heads
@@ -84,6 +88,28 @@ class GroupedDeltaNet(common.DeltaNet):
     ssm_beta: None = None
     ssm_alpha: None = None
     ssm_ba: Linear | None = tensor("ssm_ba", optional=True, shape=("n_embd", "n_ba"))
+    ssm_in: Linear | None = tensor("ssm_in", optional=True, shape=("n_embd", "qkvz_dim"))   # the first layout
+
+    def unbound(self) -> list[str]:
+        """ssm_in stands for attn_qkv and attn_gate, or is not there."""
+        replaced = ("attn_qkv", "attn_gate") if self.ssm_in is not None else ("ssm_in",)
+        return [name for name in super().unbound() if name not in replaced]
+
+    def projections(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor]:
+        if self.ssm_in is None:
+            return super().projections(ctx, x)
+        c = self.cfg
+        dk, group_v = c.head_k_dim, c.head_v_dim * c.heads_per_key
+        per_group = 2 * dk + 2 * group_v                                           # one q/k head's q, k, v, z
+        qkvz = self.ssm_in(ctx, x)                                                 # [Hk * per_group, T]
+
+        def part(size: int, offset: int) -> Tensor:
+            """[size * Hk, T]: `size` rows at `offset` of every q/k head's group, head after head."""
+            rows = common.head_views(ctx, qkvz, size, c.n_k_heads, per_group, offset)
+            return ctx.reshape(rows, (size * c.n_k_heads, -1))
+
+        qkv = ctx.concat(ctx.concat(part(dk, 0), part(dk, dk)), part(group_v, 2 * dk))
+        return qkv, part(group_v, 2 * dk + group_v)
 
     def gates(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor]:
         c = self.cfg
