@@ -156,7 +156,11 @@ QUANT = {
     # near-ties of <= 0.011), as close to the exact result as llama.cpp (0.024 against its 0.025)
     "granitehybrid-q8_0": Bounds(QUANT_ARGMAX, 0.05),
     # qwen3next (scripts/make_synth_qwen3next.py): qwen35moe's shapes with beta and alpha from the
-    # per-q/k-head grouped ssm_ba and each q/k head serving the value heads next to one another
+    # per-q/k-head grouped ssm_ba and each q/k head serving the value heads next to one another;
+    # recorded by the AVX-512 build (extra buffer types off); met to 5e-6 (354/354) on scalar, avx2
+    # and avx512; the exact model sits 0.16 / 91% from llama.cpp.  (Seeds 3080 and 3083 gave files
+    # where both engines agree to 5e-6 but for sudden 0.04-0.6 jumps at a few late positions of the
+    # 301-token prompt, as qwen35moe shows live; not an expert near-tie by the exact router's gaps)
     "qwen3next-q8_0": Bounds(0.99, 0.05),
     # lfm2moe (scripts/make_synth_lfm2moe.py): lfm2's layers, two dense then sigmoid-routed experts
     # (4, 2 used) chosen with exp_probs_b; recorded by the AVX-512 build (extra buffer types off);
@@ -316,7 +320,9 @@ def test_qwen35_variants_are_far_from_llamacpp(name, wrong):
     head h reading q/k head h // 2 instead of GGUF's tiled h % 2, or (MoE) the shared
     expert without its gate, is far outside the bounds (measured: top-10 2.3 / 2.2 and
     4.0 / 3.0 / 0.72 away, argmax 10-15% and 56% of the rows, where the exact models are
-    0.035 / 95.8% and 0.077 / 91.8%)."""
+    0.035 / 95.8% and 0.077 / 91.8%).  Qwen3-Next the other way round (tiled h % 2 is wrong
+    there), or with ssm_ba read as all betas then all alphas: top-10 3.6 / 2.7 / 1.5 / 2.8,
+    argmax 8-57%, the exact model 0.16 / 91%."""
     bounds = BOUNDS[name]
     top10, rate = distance_over_cases(name, **wrong)
     assert top10 > 10 * bounds.top10 and rate < bounds.argmax - 0.3, (wrong, top10, rate)
