@@ -114,7 +114,7 @@ class GroupedDeltaNet(common.DeltaNet):
     def gates(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor]:
         c = self.cfg
         r = c.heads_per_key
-        ba = self.ssm_ba(ctx, x)                                                   # [2*Hv, T]: per q/k head r betas, r alphas
+        ba = self.ssm_ba(ctx, x)                                                   # [2*Hv, T]: per q/k head, r of each
         beta = ctx.reshape(common.head_views(ctx, ba, r, c.n_k_heads, 2 * r, 0), (c.n_v_heads, -1))
         alpha = ctx.reshape(common.head_views(ctx, ba, r, c.n_k_heads, 2 * r, r), (c.n_v_heads, -1))
         return ctx.sigmoid(beta), self.log_decay(ctx, alpha)
