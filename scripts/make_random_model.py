@@ -47,7 +47,8 @@ FILLER_TOKEN_TYPE = 3       # CONTROL: never produced by tokenizing text
 class Shape:
     """A model's architecture and hyper-parameters (the GGUF keys and tensor shapes)."""
 
-    arch: str                   # general.architecture: llama, qwen2, gemma3, qwen3moe, deepseek2 or gpt-oss
+    arch: str                   # general.architecture: llama, qwen2, gemma3, qwen3moe, deepseek2, gpt-oss,
+                                #   lfm2, qwen35
     n_vocab: int
     n_embd: int
     n_layer: int
@@ -74,6 +75,14 @@ class Shape:
     yarn_factor: float = 0.0          # YaRN scaling over yarn_orig_ctx (0 = none)
     yarn_orig_ctx: int = 0
     yarn_log_mul: float = 0.0         # rope.scaling.yarn_log_multiplier as the converter writes it
+    # hybrids: lfm2 (short convolutions beside attention), qwen35 (Gated DeltaNet beside gated attention)
+    attn_layers: tuple[int, ...] = ()   # lfm2: the layers that attend (head_count_kv 0 in the others)
+    conv_kernel: int = 0                # lfm2's shortconv.l_cache, qwen35's ssm.conv_kernel
+    full_attention_interval: int = 0    # qwen35: every n-th layer attends, the others run the delta rule
+    ssm_state: int = 0                  # qwen35: the linear layers' q/k (and value) head size
+    ssm_groups: int = 0                 # qwen35: their q/k heads
+    ssm_v_heads: int = 0                # qwen35: their value heads
+    rope_sections: tuple[int, ...] = ()  # qwen35's M-RoPE sections
 
     @property
     def q_dim(self) -> int:
@@ -82,6 +91,17 @@ class Shape:
     @property
     def kv_dim(self) -> int:
         return self.n_head_kv * self.head_dim
+
+    def is_recurrent(self, layer: int) -> bool:
+        """A hybrid's layer without attention (a short convolution or the delta rule)."""
+        if self.arch == "lfm2":
+            return layer not in self.attn_layers
+        return self.arch == "qwen35" and (layer + 1) % self.full_attention_interval != 0
+
+    @property
+    def d_inner(self) -> int:
+        """qwen35: the linear layers' value channels."""
+        return self.ssm_v_heads * self.ssm_state
 
 
 SHAPES: dict[str, Shape] = {
@@ -118,6 +138,17 @@ SHAPES["deepseek-v2-lite"] = Shape("deepseek2", 102400, 2048, 27, 10944, 16, 1, 
 SHAPES["gpt-oss-20b"] = Shape("gpt-oss", 201088, 2880, 24, 2880, 64, 8, 64, tied=False, n_ctx=131072,
                               rope_base=150000.0, sliding_window=128, n_expert=32, n_expert_used=4,
                               n_ff_exp=2880, yarn_factor=32.0, yarn_orig_ctx=4096)
+# LFM2-1.2B (config.json): 16 layers, attention in 6 (32 heads over 8 of 64), gated short convolutions
+# over 3 tokens in the others, an MLP of 8192 (block_ff_dim 12288 auto-adjusted), tied output
+SHAPES["lfm2-1.2b"] = Shape("lfm2", 65536, 2048, 16, 8192, 32, 8, 64, tied=True, n_ctx=128000,
+                            rope_base=1000000.0, attn_layers=(2, 5, 8, 10, 12, 14), conv_kernel=3)
+# Qwen3.5-2B (its text config as we read it): 24 layers, every 4th gated attention (8 heads over 2
+# of 256, RoPE over 64 dims), the others Gated DeltaNet (16 q/k and 16 value heads of 128, a 4-tap
+# convolution), an MLP of 6144, tied output
+SHAPES["qwen3.5-2b"] = Shape("qwen35", 248320, 2048, 24, 6144, 8, 2, 256, tied=True, n_ctx=262144,
+                             rope_base=10000000.0, eps=1e-6, rope_dims=64, full_attention_interval=4,
+                             conv_kernel=4, ssm_state=128, ssm_groups=16, ssm_v_heads=16,
+                             rope_sections=(11, 11, 10, 0))
 
 # mix -> (the type of most matrices, general.file_type)
 MIXES: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
@@ -149,10 +180,10 @@ def matrix_type(mix: str, role: str, n_in: int, layer: int = 0, n_layer: int = 1
     """The type llama-quantize gives a matrix of `n_in` columns for `mix`.
 
     role: "output" (output.weight, or token_embd when it is also the output), "attn_v",
-    "ffn_down" (with their layer), or anything else for the rest; `expert`: a MoE's
-    expert stack."""
+    "ffn_down" (with their layer), "router" and "f32" (kept float32), or anything else for the
+    rest; `expert`: a MoE's expert stack."""
     base = MIXES[mix][0]
-    if role == "router":              # a MoE's expert router stays float32 in llama.cpp's mixes
+    if role in ("router", "f32"):     # routers and convolution taps stay float32 in llama.cpp's mixes
         return T.F32
     if expert and mix == "mxfp4_moe":
         return T.MXFP4
@@ -345,11 +376,68 @@ def gpt_oss_layer(s: Shape, i: int) -> Iterator[TensorSpec]:
     yield TensorSpec(p + "ffn_gate_inp.bias", (s.n_expert,), "zeros")
     for name, n_out in (("ffn_gate_exps", s.n_ff_exp), ("ffn_up_exps", s.n_ff_exp), ("ffn_down_exps", s.n_embd)):
         yield TensorSpec(p + f"{name}.bias", (s.n_expert, n_out), "zeros")
+def lfm2_mixer(s: Shape, i: int) -> Iterator[TensorSpec]:
+    """An LFM2 layer's attention (q/k head norms) or short convolution (B, C, x; taps F32)."""
+    p = f"blk.{i}."
+    if s.is_recurrent(i):
+        yield TensorSpec(p + "shortconv.conv.weight", (s.n_embd, s.conv_kernel), "f32", layer=i)
+        yield TensorSpec(p + "shortconv.in_proj.weight", (3 * s.n_embd, s.n_embd), layer=i)
+        yield TensorSpec(p + "shortconv.out_proj.weight", (s.n_embd, s.n_embd), layer=i)
+        return
+    yield TensorSpec(p + "attn_q.weight", (s.q_dim, s.n_embd), layer=i)
+    yield TensorSpec(p + "attn_k.weight", (s.kv_dim, s.n_embd), layer=i)
+    yield TensorSpec(p + "attn_v.weight", (s.kv_dim, s.n_embd), "attn_v", layer=i)
+    yield TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "norm")
+    yield TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "norm")
+    yield TensorSpec(p + "attn_output.weight", (s.n_embd, s.q_dim), layer=i)
+
+
+def qwen35_mixer(s: Shape, i: int) -> Iterator[TensorSpec]:
+    """A Qwen3.5 layer's gated attention (each query head then its gate) or Gated DeltaNet
+    (q, k, v through the F32 conv taps; decays -1, dt biases 0)."""
+    p = f"blk.{i}."
+    if not s.is_recurrent(i):
+        yield TensorSpec(p + "attn_q.weight", (2 * s.q_dim, s.n_embd), layer=i)
+        yield TensorSpec(p + "attn_k.weight", (s.kv_dim, s.n_embd), layer=i)
+        yield TensorSpec(p + "attn_v.weight", (s.kv_dim, s.n_embd), "attn_v", layer=i)
+        yield TensorSpec(p + "attn_output.weight", (s.n_embd, s.q_dim), layer=i)
+        yield TensorSpec(p + "attn_q_norm.weight", (s.head_dim,), "norm")
+        yield TensorSpec(p + "attn_k_norm.weight", (s.head_dim,), "norm")
+        return
+    channels = 2 * s.ssm_groups * s.ssm_state + s.d_inner
+    yield TensorSpec(p + "attn_qkv.weight", (channels, s.n_embd), layer=i)
+    yield TensorSpec(p + "attn_gate.weight", (s.d_inner, s.n_embd), layer=i)
+    yield TensorSpec(p + "ssm_conv1d.weight", (channels, s.conv_kernel), "f32", layer=i)
+    yield TensorSpec(p + "ssm_dt.bias", (s.ssm_v_heads,), "zeros")
+    yield TensorSpec(p + "ssm_a", (s.ssm_v_heads,), "data", data=np.full(s.ssm_v_heads, -1.0, np.float32))
+    yield TensorSpec(p + "ssm_beta.weight", (s.ssm_v_heads, s.n_embd), layer=i)
+    yield TensorSpec(p + "ssm_alpha.weight", (s.ssm_v_heads, s.n_embd), layer=i)
+    yield TensorSpec(p + "ssm_norm.weight", (s.ssm_state,), "norm")
+    yield TensorSpec(p + "ssm_out.weight", (s.n_embd, s.d_inner), layer=i)
+
+
+def hybrid_tensors(s: Shape) -> Iterator[TensorSpec]:
+    """lfm2's and qwen35's tensors: each layer's mixer, then its norm and MLP (LFM2's final
+    norm is token_embd_norm; Qwen3.5 names its second norm post_attention_norm)."""
+    yield TensorSpec("token_embd.weight", (s.n_vocab, s.n_embd), "output" if s.tied else "token_embd")
+    yield TensorSpec("token_embd_norm.weight" if s.arch == "lfm2" else "output_norm.weight", (s.n_embd,), "norm")
+    mixer, second_norm = (lfm2_mixer, "ffn_norm") if s.arch == "lfm2" else (qwen35_mixer, "post_attention_norm")
+    for i in range(s.n_layer):
+        p = f"blk.{i}."
+        yield TensorSpec(p + "attn_norm.weight", (s.n_embd,), "norm")
+        yield from mixer(s, i)
+        yield TensorSpec(p + f"{second_norm}.weight", (s.n_embd,), "norm")
+        yield TensorSpec(p + "ffn_gate.weight", (s.n_ff, s.n_embd), layer=i)
+        yield TensorSpec(p + "ffn_up.weight", (s.n_ff, s.n_embd), layer=i)
+        yield TensorSpec(p + "ffn_down.weight", (s.n_embd, s.n_ff), "ffn_down", layer=i)
 
 
 def model_tensors(shape: Shape) -> Iterator[TensorSpec]:
     """The tensors of `shape`'s architecture, in llama.cpp's usual file order."""
     s = shape
+    if s.arch in ("lfm2", "qwen35"):
+        yield from hybrid_tensors(s)
+        return
     if s.arch in ("deepseek2", "gpt-oss"):
         layer = deepseek2_layer if s.arch == "deepseek2" else gpt_oss_layer
         yield TensorSpec("token_embd.weight", (s.n_vocab, s.n_embd), "token_embd")
@@ -418,7 +506,10 @@ def add_hyper_parameters(writer: GGUFWriter, shape: Shape, name: str, mix: str) 
     writer.add_embedding_length(s.n_embd)
     writer.add_feed_forward_length(s.n_ff)
     writer.add_head_count(s.n_head)
-    writer.add_head_count_kv(s.n_head_kv)
+    if s.arch == "lfm2":     # per layer: 0 marks a short convolution
+        writer.add_head_count_kv([0 if s.is_recurrent(i) else s.n_head_kv for i in range(s.n_layer)])
+    else:
+        writer.add_head_count_kv(s.n_head_kv)
     if s.arch == "deepseek2":
         add_mla_parameters(writer, s)
     else:
@@ -431,6 +522,7 @@ def add_hyper_parameters(writer: GGUFWriter, shape: Shape, name: str, mix: str) 
         writer.add_sliding_window(s.sliding_window)
     if s.arch == "gpt-oss":
         add_yarn(writer, s)
+    add_hybrid_parameters(writer, s)
     if s.n_expert:
         writer.add_expert_count(s.n_expert)
         writer.add_expert_used_count(s.n_expert_used)
@@ -438,6 +530,20 @@ def add_hyper_parameters(writer: GGUFWriter, shape: Shape, name: str, mix: str) 
     writer.add_vocab_size(s.n_vocab)
     writer.add_file_type(int(MIXES[mix][1]))
     writer.add_quantization_version(2)
+
+
+def add_hybrid_parameters(writer: GGUFWriter, s: Shape) -> None:
+    """lfm2's convolution window; qwen35's layer pattern, delta-rule sizes and rope sections."""
+    if s.arch == "lfm2":
+        writer.add_shortconv_l_cache(s.conv_kernel)
+    elif s.arch == "qwen35":
+        writer.add_full_attention_interval(s.full_attention_interval)
+        writer.add_ssm_conv_kernel(s.conv_kernel)
+        writer.add_ssm_inner_size(s.d_inner)
+        writer.add_ssm_state_size(s.ssm_state)
+        writer.add_ssm_time_step_rank(s.ssm_v_heads)
+        writer.add_ssm_group_count(s.ssm_groups)
+        writer.add_rope_dimension_sections(list(s.rope_sections))
 
 
 def add_mla_parameters(writer: GGUFWriter, s: Shape) -> None:

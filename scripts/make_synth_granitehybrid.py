@@ -56,8 +56,16 @@ def mixer(w: common.RandomWeights, rng: np.random.Generator, p: str) -> list[tup
             (p + "ssm_out.weight", w.matrix("ssm_out", N_EMBD, D_INNER))]
 
 
-def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
-    w = common.RandomWeights(rng, STD)
+def dense_mlp(w: common.RandomWeights, p: str) -> list[tuple[str, np.ndarray]]:
+    """A layer's SiLU-gated MLP (after its ffn_norm)."""
+    return [(p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
+            (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
+            (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
+
+
+def tensors(rng: np.random.Generator, n_vocab: int, mlp=dense_mlp, std=None) -> list[tuple[str, np.ndarray]]:
+    """mlp(w, prefix): a layer's feed-forward tensors (the MoE variant's script passes its experts)."""
+    w = common.RandomWeights(rng, std or STD)
     q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
     out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
            ("output_norm.weight", w.norm(N_EMBD)),
@@ -72,10 +80,8 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
                     (p + "attn_output.weight", w.matrix("attn_output", N_EMBD, q_dim))]
         else:
             out += mixer(w, rng, p)
-        out += [(p + "ffn_norm.weight", w.norm(N_EMBD)),
-                (p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
-                (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
-                (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
+        out.append((p + "ffn_norm.weight", w.norm(N_EMBD)))
+        out += mlp(w, p)
     return out
 
 
@@ -87,10 +93,13 @@ def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
     return common.q8_0_matrices(name, data) if not name.endswith(KEPT_F32) else None
 
 
-def write_model(path: Path) -> None:
+def write_model(path: Path, *, name: str = "synthetic-granitehybrid", seed: int = SEED, n_ff: int = N_FF,
+                mlp=dense_mlp, std=None, add_keys=None, quantize=quantize_as) -> None:
+    """The model, weights from `seed`, each layer's MLP from mlp(w, prefix); add_keys(writer):
+    keys of a variant (the MoE variant's experts)."""
     tokenizer = common.read_tokenizer_source()
-    writer = common.start_model(path, ARCH, name="synthetic-granitehybrid", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
-                                n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_head_kv=HEAD_COUNT_KV)
+    writer = common.start_model(path, ARCH, name=name, n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
+                                n_embd=N_EMBD, n_ff=n_ff, n_head=N_HEAD, n_head_kv=HEAD_COUNT_KV)
     writer.add_key_length(HEAD_DIM)
     writer.add_value_length(HEAD_DIM)
     writer.add_layer_norm_rms_eps(EPS)
@@ -106,8 +115,10 @@ def write_model(path: Path) -> None:
     writer.add_residual_scale(SCALES["residual_scale"])
     writer.add_attention_scale(SCALES["attention.scale"])
     writer.add_logit_scale(SCALES["logit_scale"])
-    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
-                             quantize_as=quantize_as)
+    if add_keys is not None:
+        add_keys(writer)
+    weights = tensors(np.random.default_rng(seed), common.vocab_size(tokenizer), mlp, std)
+    common.finish_q8_0_model(writer, tokenizer, weights, quantize_as=quantize)
 
 
 record_golden = functools.partial(common.record_golden, extra_buffer_types=False)

@@ -43,9 +43,17 @@ STD = {"token_embd": 0.35, "attn_q": 0.12, "attn_k": 0.12, "attn_v": 0.12, "attn
        "in_proj": 0.18, "conv": 0.5, "out_proj": 0.1, "ffn_gate": 0.15, "ffn_up": 0.15, "ffn_down": 0.08}
 
 
-def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
-    """(name, float32 array in numpy order [out, in]), in the converter's order."""
-    w = common.RandomWeights(rng, STD)
+def dense_mlp(w: common.RandomWeights, p: str, layer: int) -> list[tuple[str, np.ndarray]]:
+    """A layer's SiLU-gated MLP (after its ffn_norm)."""
+    return [(p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
+            (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
+            (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
+
+
+def tensors(rng: np.random.Generator, n_vocab: int, mlp=dense_mlp, std=None) -> list[tuple[str, np.ndarray]]:
+    """(name, float32 array in numpy order [out, in]), in the converter's order; mlp(w, prefix,
+    layer) gives a layer's feed-forward tensors (LFM2-MoE's script passes its own)."""
+    w = common.RandomWeights(rng, std or STD)
     q_dim, kv_dim = N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM
     out = [("token_embd.weight", w.matrix("token_embd", n_vocab, N_EMBD)),
            ("token_embd_norm.weight", w.norm(N_EMBD))]
@@ -63,10 +71,8 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
             out += [(p + "shortconv.in_proj.weight", w.matrix("in_proj", 3 * N_EMBD, N_EMBD)),
                     (p + "shortconv.conv.weight", w.matrix("conv", N_EMBD, L_CACHE)),
                     (p + "shortconv.out_proj.weight", w.matrix("out_proj", N_EMBD, N_EMBD))]
-        out += [(p + "ffn_norm.weight", w.norm(N_EMBD)),
-                (p + "ffn_gate.weight", w.matrix("ffn_gate", N_FF, N_EMBD)),
-                (p + "ffn_up.weight", w.matrix("ffn_up", N_FF, N_EMBD)),
-                (p + "ffn_down.weight", w.matrix("ffn_down", N_EMBD, N_FF))]
+        out.append((p + "ffn_norm.weight", w.norm(N_EMBD)))
+        out += mlp(w, p, i)
     return out
 
 
@@ -75,17 +81,22 @@ def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
     return common.q8_0_matrices(name, data) if not name.endswith("shortconv.conv.weight") else None
 
 
-def write_model(path: Path) -> None:
+def write_model(path: Path, arch: str = ARCH, *, seed: int = SEED, mlp=dense_mlp, std=None,
+                add_keys=None, quantize=quantize_as) -> None:
+    """The model as `arch`, weights from `seed`, each layer's MLP from mlp(w, prefix, layer),
+    add_keys(writer): the architecture's own keys (LFM2-MoE's script passes its experts)."""
     tokenizer = common.read_tokenizer_source()
-    writer = common.start_model(path, ARCH, name="synthetic-lfm2", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
+    writer = common.start_model(path, arch, name=f"synthetic-{arch}", n_layer=N_LAYER, n_ctx=CONTEXT_LENGTH,
                                 n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_head_kv=HEAD_COUNT_KV)
     writer.add_key_length(HEAD_DIM)
     writer.add_value_length(HEAD_DIM)
     writer.add_layer_norm_rms_eps(EPS)
     writer.add_rope_freq_base(ROPE_BASE)
-    writer.add_uint32(f"{ARCH}.shortconv.l_cache", L_CACHE)
-    named = tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer))
-    common.finish_q8_0_model(writer, tokenizer, named, quantize_as=quantize_as)
+    writer.add_uint32(f"{arch}.shortconv.l_cache", L_CACHE)
+    if add_keys is not None:
+        add_keys(writer)
+    named = tensors(np.random.default_rng(seed), common.vocab_size(tokenizer), mlp, std)
+    common.finish_q8_0_model(writer, tokenizer, named, quantize_as=quantize)
 
 
 # AVX-512 build, llama.cpp's extra buffer types off

@@ -38,7 +38,8 @@ def experts(w: common.RandomWeights, kind: str, n_out: int, n_in: int) -> np.nda
     return np.stack([w.matrix(kind, n_out, n_in) for _ in range(N_EXPERT)])
 
 
-def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
+def tensors(rng: np.random.Generator, n_vocab: int, linear_layer=dense.linear_layer) -> list[tuple[str, np.ndarray]]:
+    """linear_layer(w, prefix): a Gated DeltaNet layer's tensors (Qwen3-Next lays them out otherwise)."""
     w = common.RandomWeights(rng, STD)
     out = [("token_embd.weight", w.matrix("token_embd", n_vocab, dense.N_EMBD)),
            ("output_norm.weight", w.norm(dense.N_EMBD)),
@@ -46,7 +47,7 @@ def tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarra
     for i in range(dense.N_LAYER):
         p = f"blk.{i}."
         out.append((p + "attn_norm.weight", w.norm(dense.N_EMBD)))
-        out += dense.linear_layer(w, p) if dense.is_recurrent(i) else dense.attention_layer(w, p)
+        out += linear_layer(w, p) if dense.is_recurrent(i) else dense.attention_layer(w, p)
         out += [(p + "post_attention_norm.weight", w.norm(dense.N_EMBD)),
                 (p + "ffn_gate_inp.weight", w.matrix("router", N_EXPERT, dense.N_EMBD)),
                 (p + "ffn_gate_exps.weight", experts(w, "exp", N_FF_EXP, dense.N_EMBD)),
@@ -64,9 +65,11 @@ def quantize_as(name: str, data: np.ndarray) -> GGMLQuantizationType | None:
     return common.q8_0_matrices_and_stacks(name, data) if "ssm_conv1d" not in name else None
 
 
-def write_model(path: Path) -> None:
+def write_model(path: Path, arch: str = ARCH, *, seed: int = SEED, linear_layer=dense.linear_layer,
+                rope_sections: bool = True) -> None:
+    """The model as `arch` (Qwen3-Next's script passes its own), its weights from `seed`."""
     tokenizer = common.read_tokenizer_source()
-    writer = common.start_model(path, ARCH, name="synthetic-qwen35moe", n_layer=dense.N_LAYER,
+    writer = common.start_model(path, arch, name=f"synthetic-{arch}", n_layer=dense.N_LAYER,
                                 n_ctx=dense.CONTEXT_LENGTH, n_embd=dense.N_EMBD, n_ff=N_FF_EXP,
                                 n_head=dense.N_HEAD, n_head_kv=dense.N_HEAD_KV)
     writer.add_key_length(dense.HEAD_DIM)
@@ -74,8 +77,9 @@ def write_model(path: Path) -> None:
     writer.add_layer_norm_rms_eps(dense.EPS)
     writer.add_rope_freq_base(dense.ROPE_BASE)
     writer.add_rope_dimension_count(dense.ROPE_DIMS)
-    writer.add_rope_dimension_sections(dense.ROPE_SECTIONS)
-    writer.add_uint32(f"{ARCH}.full_attention_interval", dense.FULL_ATTENTION_INTERVAL)
+    if rope_sections:
+        writer.add_rope_dimension_sections(dense.ROPE_SECTIONS)
+    writer.add_uint32(f"{arch}.full_attention_interval", dense.FULL_ATTENTION_INTERVAL)
     writer.add_ssm_conv_kernel(dense.CONV_KERNEL)
     writer.add_ssm_inner_size(dense.D_INNER)
     writer.add_ssm_state_size(dense.HEAD_K_DIM)
@@ -85,8 +89,8 @@ def write_model(path: Path) -> None:
     writer.add_expert_used_count(N_EXPERT_USED)
     writer.add_expert_feed_forward_length(N_FF_EXP)
     writer.add_expert_shared_feed_forward_length(N_FF_SHEXP)
-    common.finish_q8_0_model(writer, tokenizer, tensors(np.random.default_rng(SEED), common.vocab_size(tokenizer)),
-                             quantize_as=quantize_as)
+    weights = tensors(np.random.default_rng(seed), common.vocab_size(tokenizer), linear_layer)
+    common.finish_q8_0_model(writer, tokenizer, weights, quantize_as=quantize_as)
 
 
 if __name__ == "__main__":

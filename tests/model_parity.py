@@ -126,7 +126,7 @@ def rewrite(tmp_path: Path, model: str, *, meta: dict | None = None, drop: tuple
             retype: dict[str, GGMLQuantizationType] | None = None) -> Path:
     """A copy of synthetic `model` with metadata `meta` ({key: (value, type) or DROP})
     applied, the tensors named in `drop` left out, the float32 tensors in `add`
-    added, given `arch`, the architecture (and the prefix of its keys) renamed, and
+    (or (raw rows, block type) pairs) added, given `arch`, the architecture (and the prefix of its keys) renamed, and
     the tensors in `retype` given another block type of the same bytes per row."""
     meta = dict(meta or {})
     src = reader(model)
@@ -148,7 +148,10 @@ def rewrite(tmp_path: Path, model: str, *, meta: dict | None = None, drop: tuple
         if t.name not in drop:
             writer.add_tensor(t.name, t.data, raw_dtype=(retype or {}).get(t.name, t.tensor_type))
     for name, values in (add or {}).items():
-        writer.add_tensor(name, np.asarray(values, np.float32))
+        if isinstance(values, tuple):      # (raw rows, their block type): quantized as they are
+            writer.add_tensor(name, values[0], raw_dtype=values[1])
+        else:
+            writer.add_tensor(name, np.asarray(values, np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

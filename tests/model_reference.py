@@ -312,7 +312,8 @@ class Reference:
             x = x + res * self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
         return self.logits(x) / hp("logit_scale")
 
-    def arch_granitehybrid(self, x, pos, *, decay: bool = True, residual_scale: bool = True):
+    def arch_granitehybrid(self, x, pos, *, decay: bool = True, residual_scale: bool = True,
+                           renormalise: bool = True, shared: bool = True):
         # Granite 4 hybrids: Granite's multipliers around layers that are attention where
         # head_count_kv > 0 and Mamba-2 mixers (mamba2_mixer) where it is 0, each with a
         # gated MLP.  The keywords make the wrong variants the tests measure.
@@ -332,8 +333,18 @@ class Reference:
             else:
                 h = self.mamba2_mixer(p, h, decay=decay)
             x = x + res * h
-            x = x + res * self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+            x = x + res * self.granite_ffn(p, self.norm(f"{p}ffn_norm", x), renormalise=renormalise, shared=shared)
         return self.logits(x) / (hp("logit_scale", 0.0) or 1.0)
+
+    def granite_ffn(self, p: str, h, *, renormalise: bool = True, shared: bool = True):
+        """The gated MLP, or where the layer has a router its experts (softmax, renormalised over
+        the chosen) plus the ungated shared expert where there is one."""
+        if not self.w.has(f"{p}ffn_gate_inp.weight"):
+            return self.gated_mlp(p, h)
+        out = self.moe(p, h, renormalise=renormalise)
+        if shared and self.w.has(f"{p}ffn_up_shexp.weight"):
+            out = out + self.gated_mlp(p, h, suffix="_shexp")
+        return out
 
     def arch_smollm3(self, x, pos):
         # Llama's block with interleaved ("normal") RoPE, except that every fourth
@@ -489,7 +500,7 @@ class Reference:
     # convolution: B, C, x from in_proj, C * conv(B * x) over a causal window of l_cache
     # tokens, out_proj; SiLU-gated MLPs; token_embd_norm as the final norm.  The keywords
     # make the wrong variants the tests measure (the window a token short, the C gate dropped).
-    def arch_lfm2(self, x, pos, *, window_short: bool = False, gate_c: bool = True):
+    def arch_lfm2(self, x, pos, *, window_short: bool = False, gate_c: bool = True, ffn=None):
         counts = [int(n) for n in self.w.hp("attention.head_count_kv")]
         self.n_head_kv = max(counts)
         rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling)
@@ -500,9 +511,21 @@ class Reference:
                 x = x + self.self_attention(p, h, pos, rope)
             else:
                 x = x + self.short_conv(p, h, window_short=window_short, gate_c=gate_c)
-            x = x + self.gated_mlp(p, self.norm(f"{p}ffn_norm", x))
+            x = x + (ffn or self.gated_mlp)(p, self.norm(f"{p}ffn_norm", x))
         return self.linear("output" if self.w.has("output.weight") else "token_embd",
                            self.norm("token_embd_norm", x))
+
+    def arch_lfm2moe(self, x, pos, *, selection_bias: bool = True, renormalise: bool = True, **wrong):
+        """LFM2's layers with, past the leading_dense_block_count dense ones, sigmoid-routed
+        experts chosen with the exp_probs_b bias and always renormalised; selection_bias=False
+        and renormalise=False make the wrong variants."""
+        n_dense = self.w.hp("leading_dense_block_count", 0)
+
+        def ffn(p, h):
+            if int(p.split(".")[1]) < n_dense:
+                return self.gated_mlp(p, h)
+            return self.sigmoid_moe(p, h, selection_bias=selection_bias, routed_scale=False, norm=renormalise)
+        return self.arch_lfm2(x, pos, ffn=ffn, **wrong)
 
     def short_conv(self, p: str, h, *, window_short: bool = False, gate_c: bool = True):
         n = h.shape[1]
@@ -736,7 +759,7 @@ class Reference:
 
     # -- Qwen3.5: gated attention and Gated DeltaNet layers -------------------------
 
-    def arch_qwen35(self, x, pos, *, decay: bool = True, tiled_heads: bool = True, ffn=None):
+    def arch_qwen35(self, x, pos, *, decay: bool = True, tiled_heads: bool = True, ffn=None, **delta):
         """decay=False: the delta rule without its per-token decay; tiled_heads=False:
         value head h reads q/k head h // (Hv / Hk) instead of h % Hk (GGUF's order)."""
         ffn = ffn or self.gated_mlp
@@ -746,7 +769,7 @@ class Reference:
             p = f"blk.{i}."
             h = self.norm(f"{p}attn_norm", x)
             if (i + 1) % interval:
-                x = x + self.gated_delta_net(p, h, decay=decay, tiled_heads=tiled_heads)
+                x = x + self.gated_delta_net(p, h, decay=decay, tiled_heads=tiled_heads, **delta)
             else:
                 x = x + self.gated_attention(p, h, pos, rope)
             x = x + ffn(p, self.norm(f"{p}post_attention_norm", x))
@@ -761,6 +784,11 @@ class Reference:
             return self.moe(p, h) + shared
         return self.arch_qwen35(x, pos, ffn=ffn, **wrong)
 
+    def arch_qwen3next(self, x, pos, *, tiled_heads: bool = False, **wrong):
+        """Qwen3.5-MoE's layers with beta and alpha from ssm_ba and value head h on q/k head
+        h // (Hv / Hk); tiled_heads=True (Qwen3.5's h % Hk) and grouped_ba=False are wrong here."""
+        return self.arch_qwen35moe(x, pos, tiled_heads=tiled_heads, **wrong)
+
     def gated_attention(self, p: str, h, pos, rope: Rope):
         """Each attn_q head is a query then a gate; the output times sigmoid(gate)."""
         n_tok, hd = h.shape[0], self.head_dim
@@ -771,7 +799,19 @@ class Reference:
         o = attend(rope(q, pos), rope(k, pos), v, pos, scale=1.0 / math.sqrt(hd))
         return self.linear(f"{p}attn_output", o / (1.0 + np.exp(-gate)))
 
-    def gated_delta_net(self, p: str, h, *, decay: bool = True, tiled_heads: bool = True):
+    def delta_gate_inputs(self, p: str, h, n_k: int, n_v: int, *, grouped_ba: bool = True):
+        """beta's and alpha's logits [T, Hv]: from ssm_beta and ssm_alpha, or from Qwen3-Next's
+        ssm_ba, per q/k head its value heads' betas then their alphas (grouped_ba=False: all
+        the betas, then all the alphas, the wrong reading)."""
+        if not self.w.has(f"{p}ssm_ba.weight"):
+            return self.linear(f"{p}ssm_beta", h), self.linear(f"{p}ssm_alpha", h)
+        ba = self.linear(f"{p}ssm_ba", h)                                       # [T, 2*Hv]
+        if not grouped_ba:
+            return ba[:, :n_v], ba[:, n_v:]
+        ba = ba.reshape(len(h), n_k, 2, n_v // n_k)
+        return ba[:, :, 0].reshape(len(h), n_v), ba[:, :, 1].reshape(len(h), n_v)
+
+    def gated_delta_net(self, p: str, h, *, decay: bool = True, tiled_heads: bool = True, grouped_ba: bool = True):
         hp = self.w.hp
         dk, n_k, n_v = hp("ssm.state_size"), hp("ssm.group_count"), hp("ssm.time_step_rank")
         dv = hp("ssm.inner_size") // n_v
@@ -787,8 +827,9 @@ class Reference:
         q = l2(conv[:, :key_dim].reshape(n_tok, n_k, dk))
         k = l2(conv[:, key_dim:2 * key_dim].reshape(n_tok, n_k, dk))
         v = conv[:, 2 * key_dim:].reshape(n_tok, n_v, dv)
-        beta = 1.0 / (1.0 + np.exp(-self.linear(f"{p}ssm_beta", h)))            # [T, Hv]
-        alpha = self.linear(f"{p}ssm_alpha", h) + self.t(f"{p}ssm_dt.bias")
+        beta, alpha = self.delta_gate_inputs(p, h, n_k, n_v, grouped_ba=grouped_ba)
+        beta = 1.0 / (1.0 + np.exp(-beta))                                      # [T, Hv]
+        alpha = alpha + self.t(f"{p}ssm_dt.bias")
         g = np.logaddexp(0.0, alpha) * self.t(f"{p}ssm_a")                      # softplus * -exp(A_log)
         kh = [hv % n_k if tiled_heads else hv // (n_v // n_k) for hv in range(n_v)]
         out = np.zeros((n_tok, n_v, dv))
@@ -826,7 +867,9 @@ class Reference:
                                     silu(self.linear(f"{p}ffn_gate_shexp", h)) * self.linear(f"{p}ffn_up_shexp", h))
         return self.logits(x)
 
-    def sigmoid_moe(self, p: str, h, *, selection_bias: bool = True, routed_scale: bool = True):
+    def sigmoid_moe(self, p: str, h, *, selection_bias: bool = True, routed_scale: bool = True,
+                    norm: bool | None = None):
+        """norm: renormalise the chosen weights (None: as the file's expert_weights_norm says)."""
         n_used = self.w.hp("expert_used_count")
         probs = 1.0 / (1.0 + np.exp(-self.linear(f"{p}ffn_gate_inp", h)))             # [T, E]
         select = probs + self.t(f"{p}exp_probs_b.bias") if selection_bias else probs
@@ -836,7 +879,7 @@ class Reference:
         for t in range(h.shape[0]):
             chosen = np.argsort(-select[t], kind="stable")[:n_used]
             weights = probs[t, chosen]
-            if self.w.hp("expert_weights_norm", False):
+            if self.w.hp("expert_weights_norm", False) if norm is None else norm:
                 weights = weights / max(weights.sum(), 6.103515625e-5)
             weights = weights * (scale or 1.0)
             for e, wt in zip(chosen, weights):

@@ -2,11 +2,12 @@
 second turn resumes from the state checkpoint its first turn left and computes only
 its new tokens, yet equals a cold run bit for bit; sequences decoding together get
 the tokens each gets alone.  The synthetic LFM2 (scripts/make_synth_lfm2.py: short
-convolutions beside attention) stands for the hybrids, the synthetic Mamba-2
-(scripts/make_synth_mamba2.py) for models whose every layer scans, the synthetic
-Granite 4 hybrid and Nemotron-H (dense and MoE) for Mamba-2 layers beside attention
-(Nemotron-H's MLP-only layers keep nothing), the synthetic Falcon-H1 for layers that keep both
-an attention K/V and a Mamba-2 state."""
+convolutions beside attention; make_synth_lfm2moe.py: the same with experts) stands
+for the hybrids, the synthetic Mamba-2 (scripts/make_synth_mamba2.py) for models
+whose every layer scans, the synthetic Granite 4 hybrids (dense, and with experts:
+make_synth_granitehybrid_moe.py) and Nemotron-H (dense and MoE) for Mamba-2 layers
+beside attention (Nemotron-H's MLP-only layers keep nothing), the synthetic Falcon-H1
+for layers that keep both an attention K/V and a Mamba-2 state."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from pyengine.runner.engine import Engine
 from pyengine.tokenizer import Tokenizer
 
 SYNTH = Path(__file__).parent / "data" / "synth"
-HYBRIDS = ("lfm2-q8_0", "mamba2-q8_0", "granitehybrid-q8_0", "nemotron_h-q8_0", "nemotron_h_moe-q8_0",
-           "falcon-h1-q8_0")
+HYBRIDS = ("lfm2-q8_0", "lfm2moe-q8_0", "mamba2-q8_0", "granitehybrid-q8_0", "granitehybrid-moe-q8_0",
+           "nemotron_h-q8_0", "nemotron_h_moe-q8_0", "falcon-h1-q8_0")
 
 
 @pytest.fixture(scope="module", params=HYBRIDS)

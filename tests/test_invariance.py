@@ -40,7 +40,7 @@ from pyengine.tokenizer import Tokenizer
 SYNTH = Path(__file__).parent / "data" / "synth"
 MODELS = ("smollm2", "llama-wide-q4_k_s", "gpt-oss-q8_0", "deepseek2-q8_0", "lfm2-q8_0", "mamba2-q8_0",
           "granitehybrid-q8_0", "nemotron_h-q8_0", "nemotron_h_moe-q8_0",
-          "falcon-h1-q8_0")
+          "falcon-h1-q8_0", "lfm2moe-q8_0", "granitehybrid-moe-q8_0")
 
 
 def model_and_tokenizer(name: str):
@@ -122,7 +122,7 @@ def test_a_prompt_in_chunks_equals_it_whole(loaded):
 
 # ---- a model with recurrent layers ---------------------------------------------------
 
-RECURRENT = ("qwen35-q8_0", "qwen35moe-q8_0")
+RECURRENT = ("qwen35-q8_0", "qwen35moe-q8_0", "qwen3next-q8_0")
 DELTA_CHUNK = 32   # the delta rule's piece boundaries (Context.delta_net's default)
 
 

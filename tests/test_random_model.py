@@ -241,3 +241,32 @@ def test_gpt_oss_20b_shape_holds_its_parameters():
     assert 20.5e9 < n_params < 21.5e9                   # "gpt-oss-20b": 20.9B parameters
     names = {t.name for t in mrm.model_tensors(s)}
     assert {"blk.23.attn_sinks.weight", "blk.23.ffn_down_exps.bias", "output.weight"} <= names
+# the hybrids, small: LFM2 (short convolutions in layers 0 and 2), Qwen3.5 (the delta rule in 0-2)
+LFM2 = mrm.Shape("lfm2", 600, 256, 4, 512, 4, 2, 64, tied=True, attn_layers=(1, 3), conv_kernel=3)
+QWEN35 = mrm.Shape("qwen35", 600, 256, 4, 512, 2, 1, 128, tied=True, eps=1e-6, rope_dims=32,
+                   full_attention_interval=4, conv_kernel=4, ssm_state=64, ssm_groups=2, ssm_v_heads=4,
+                   rope_sections=(4, 4, 4, 4))
+
+
+@pytest.mark.parametrize("shape", [LFM2, QWEN35], ids=["lfm2", "qwen35"])
+def test_hybrid_shapes_run(tmp_path, shape):
+    """The convolution taps stay F32 (rows of 3-4 taps), the other matrices take the mix,
+    and the model runs with finite, unshrunk activations."""
+    path = mrm.write_model(tmp_path / f"{shape.arch}.gguf", shape, "q4_k_m")
+    types = tensor_types(path)
+    taps = "blk.0.shortconv.conv.weight" if shape.arch == "lfm2" else "blk.0.ssm_conv1d.weight"
+    assert types[taps] == "F32"
+    assert ("blk.1.attn_q.weight" in types) == (shape.arch == "lfm2")     # layer 1 attends in LFM2 only
+    check_runs(path, shape.n_vocab)
+
+
+def test_hybrid_real_shapes():
+    """LFM2-1.2B attends in 6 of its 16 layers; Qwen3.5-2B in every 4th of 24, with a gate per
+    query head."""
+    lfm2 = {t.name: t.shape for t in mrm.model_tensors(mrm.SHAPES["lfm2-1.2b"])}
+    assert sum(f"blk.{i}.attn_q.weight" in lfm2 for i in range(16)) == 6
+    assert lfm2["blk.0.shortconv.in_proj.weight"] == (3 * 2048, 2048)
+    qwen = {t.name: t.shape for t in mrm.model_tensors(mrm.SHAPES["qwen3.5-2b"])}
+    assert [i for i in range(24) if f"blk.{i}.attn_q.weight" in qwen] == [3, 7, 11, 15, 19, 23]
+    assert qwen["blk.3.attn_q.weight"] == (2 * 8 * 256, 2048)
+    assert qwen["blk.0.attn_qkv.weight"] == (2 * 16 * 128 + 16 * 128, 2048)

@@ -12,6 +12,7 @@ k [head_dim, n_head_kv, T]; v [head_dim * n_head_kv, T]."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -20,7 +21,7 @@ from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import BareF32Param, Embedding, F32Bias, F32Param, LayerNorm, Linear, RMSNorm, Weight
+from pyengine.ml.nn import BareF32Param, Embedding, F32Bias, F32Param, LayerNorm, Linear, Param, RMSNorm, Weight
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX, TransformerConfig
 
@@ -64,6 +65,17 @@ def check_range(name: str, value: int, low: int, high: int) -> None:
     """A hyper-parameter outside [low, high] is a broken model, not a crash later."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ModelError(f"hyper-parameter {name} = {value} is out of range ({low}..{high})")
+
+
+def zero_kv_layers(f: GGUFFile, n_layer: int, n_head_kv: int) -> tuple[bool, ...]:
+    """Per layer, whether the file's `attention.head_count_kv` is 0 there: the recurrent
+    layers of a hybrid that marks them so (LFM2, Granite 4); one count: every layer attends."""
+    counts = f.metadata.get(f.arch_key("attention.head_count_kv"))
+    if not hasattr(counts, "__len__"):   # one count (or none): every layer attends
+        counts = [n_head_kv] * n_layer
+    if len(counts) != n_layer:
+        raise ModelError(f"{f.path}: {len(counts)} head_count_kv entries for {n_layer} layers")
+    return tuple(int(n) == 0 for n in counts)
 
 
 def gemma_query_scale(kw: dict, layers_27b: int) -> float:
@@ -575,6 +587,12 @@ class DeltaNetConfig(AttentionConfig):
         return [state if self.is_recurrent(i) else attn for i in range(self.n_layer)]
 
 
+def unbound_tensors(module: Module) -> list[str]:
+    """The module's tensor fields the file left unbound (optional ones absent); fields
+    without a tensor (a subclass setting one to None) do not count."""
+    return [f.name for f in dataclasses.fields(module) if "pe" in f.metadata and getattr(module, f.name) is None]
+
+
 def head_views(ctx: Context, x: Tensor, head_dim: int, n_heads: int, stride: int, offset: int) -> Tensor:
     """[head_dim, n_heads, T] contiguous: heads `stride` floats apart from `offset` in each row of x."""
     row = x.shape[0] * F32_BYTES
@@ -593,6 +611,9 @@ class GatedAttention(Module):
     attn_q_norm: RMSNorm | None = tensor("attn_q_norm", optional=True, shape=("head_dim",))
     attn_k_norm: RMSNorm | None = tensor("attn_k_norm", optional=True, shape=("head_dim",))
     attn_output: Linear | None = tensor("attn_output", optional=True, shape=("q_dim", "n_embd"))
+
+    def unbound(self) -> list[str]:
+        return unbound_tensors(self)
 
     def __call__(self, ctx: Context, x: Tensor, batch, layer: int) -> Tensor:
         c = self.cfg
@@ -623,24 +644,42 @@ class DeltaNet(Module):
     ssm_norm: RMSNorm | None = tensor("ssm_norm", optional=True, shape=("head_v_dim",))
     ssm_out: Linear | None = tensor("ssm_out", optional=True, shape=("d_inner", "n_embd"))
 
-    def log_decay(self, ctx: Context, x: Tensor) -> Tensor:
-        """g [Hv, T] = softplus(alpha x + dt_bias) * ssm_a (ssm_a = -exp(A_log) <= 0)."""
-        alpha = ctx.add(self.ssm_alpha(ctx, x), ctx.weight(self.ssm_dt.bias))
+    def log_decay(self, ctx: Context, alpha: Tensor) -> Tensor:
+        """g [Hv, T] = softplus(alpha + dt_bias) * ssm_a (ssm_a = -exp(A_log) <= 0), alpha = ssm_alpha x."""
+        alpha = ctx.add(alpha, ctx.weight(self.ssm_dt.bias))
         return ctx.mul(ctx.softplus(alpha), ctx.weight(self.ssm_a.weight))
+
+    def gates(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor]:
+        """beta and the log decay g, both [Hv, T]."""
+        return ctx.sigmoid(self.ssm_beta(ctx, x)), self.log_decay(ctx, self.ssm_alpha(ctx, x))
+
+    def key_heads(self, ctx: Context, q: Tensor) -> Tensor:
+        """q or k [Dk, Hk, T] as the delta rule reads them: GGUF's tiled order, value head h
+        on q/k head h % Hk, is the op's own broadcast."""
+        return q
+
+    def projections(self, ctx: Context, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The q, k, v channels the convolution runs over [conv_channels, T] and the output
+        gate z [d_inner, T]."""
+        return self.attn_qkv(ctx, x), self.attn_gate(ctx, x)
+
+    def unbound(self) -> list[str]:
+        return unbound_tensors(self)
 
     def __call__(self, ctx: Context, x: Tensor, batch, layer: int) -> Tensor:
         c = self.cfg
         rec = batch.recurrent_inputs(layer)
-        beta = ctx.sigmoid(self.ssm_beta(ctx, x))                                  # [Hv, T]
-        g = self.log_decay(ctx, x)                                                 # [Hv, T]
-        mixed = ctx.ssm_conv(self.attn_qkv(ctx, x), ctx.weight(self.ssm_conv1d.weight), rec.conv, rec.seqs)
+        beta, g = self.gates(ctx, x)                                               # [Hv, T] each
+        qkv, z = self.projections(ctx, x)
+        mixed = ctx.ssm_conv(qkv, ctx.weight(self.ssm_conv1d.weight), rec.conv, rec.seqs)
         mixed = ctx.silu(mixed)                                                    # [conv_channels, T]
         dk, dv = c.head_k_dim, c.head_v_dim
         q = ctx.l2_norm(head_views(ctx, mixed, dk, c.n_k_heads, dk, 0), c.eps)     # [Dk, Hk, T]
         k = ctx.l2_norm(head_views(ctx, mixed, dk, c.n_k_heads, dk, c.key_dim), c.eps)
         v = head_views(ctx, mixed, dv, c.n_v_heads, dv, 2 * c.key_dim)             # [Dv, Hv, T]
+        q, k = self.key_heads(ctx, q), self.key_heads(ctx, k)
         o = ctx.delta_net(q, k, v, g, beta, rec.state, rec.seqs, scale=1.0 / math.sqrt(dk))   # [Dv, Hv, T]
-        z = split_heads(ctx, self.attn_gate(ctx, x), dv)                    # [Dv, Hv, T]
+        z = split_heads(ctx, z, dv)                                                # [Dv, Hv, T]
         o = ctx.mul(self.ssm_norm(ctx, o, c.eps), ctx.silu(z))
         return self.ssm_out(ctx, ctx.reshape(o, (c.d_inner, -1)))
 
@@ -657,7 +696,7 @@ class DeltaNetHybridBlock(Module):
 
     def mixer(self, layer: int):
         mixer = self.linear if self.cfg.is_recurrent(layer) else self.attn
-        missing = [n for n, v in vars(mixer).items() if v is None]
+        missing = mixer.unbound()
         if missing:
             raise ModelError(f"layer {layer} ({type(mixer).__name__}) is missing tensors: {', '.join(missing)}")
         return mixer
@@ -666,6 +705,68 @@ class DeltaNetHybridBlock(Module):
         eps = self.cfg.eps
         x = ctx.add(x, self.mixer(layer)(ctx, self.attn_norm(ctx, x, eps), batch, layer))
         return ctx.add(x, self.mlp(ctx, self.post_attention_norm(ctx, x, eps)))
+
+@dataclass(frozen=True)
+class DeltaNetMoeConfig(DeltaNetConfig):
+    """DeltaNetConfig plus the experts of Qwen3.5-MoE and Qwen3-Next: `n_expert` routed
+    experts of `n_ff_exp`, `n_expert_used` run per token, and a shared expert of `n_ff_shexp`."""
+
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0       # hidden size of one routed expert
+    n_ff_shexp: int = 0     # hidden size of the shared expert
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "DeltaNetMoeConfig":
+        key = f.arch_key
+        kw = cls.delta_from_gguf(f)
+        n_used = f.get_int(key("expert_used_count"), 0)
+        n_ff_exp = f.get_int(key("expert_feed_forward_length"), kw["n_ff"] // n_used if n_used > 0 else 0)
+        return cls(**kw, n_expert=f.get_int(key("expert_count"), 0), n_expert_used=n_used, n_ff_exp=n_ff_exp,
+                   n_ff_shexp=f.get_int(key("expert_shared_feed_forward_length"), kw["n_ff"]))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("expert_count", self.n_expert, 1, MAX_EXPERTS)
+        check_range("expert_used_count", self.n_expert_used, 1, self.n_expert)
+        check_range("expert_feed_forward_length", self.n_ff_exp, 1, 1 << 20)
+        check_range("expert_shared_feed_forward_length", self.n_ff_shexp, 1, 1 << 20)
+
+
+@dataclass(eq=False)
+class GatedSharedExpertMoE(Module):
+    """A router's softmax over the experts, the `n_expert_used` best run their SiLU-gated
+    MLPs, weighted by their probabilities renormalised over the chosen; beside them a
+    shared expert, its output times sigmoid(ffn_gate_inp_shexp . x) (Qwen3.5-MoE's, Qwen3-Next's)."""
+
+    ffn_gate_inp: Linear = tensor("ffn_gate_inp", shape=("n_embd", "n_expert"))          # the router
+    ffn_gate_exps: Param = tensor("ffn_gate_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
+    ffn_up_exps: Param = tensor("ffn_up_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
+    ffn_down_exps: Param = tensor("ffn_down_exps", shape=("n_ff_exp", "n_embd", "n_expert"))
+    ffn_gate_inp_shexp: Linear = tensor("ffn_gate_inp_shexp", shape=("n_embd",))          # the shared gate
+    ffn_gate_shexp: Linear = tensor("ffn_gate_shexp", shape=("n_embd", "n_ff_shexp"))
+    ffn_up_shexp: Linear = tensor("ffn_up_shexp", shape=("n_embd", "n_ff_shexp"))
+    ffn_down_shexp: Linear = tensor("ffn_down_shexp", shape=("n_ff_shexp", "n_embd"))
+
+    def routed(self, ctx: Context, x: Tensor) -> Tensor:
+        c, n_tokens = self.cfg, x.shape[1]
+        scores = self.ffn_gate_inp(ctx, x)                                          # [E, T]
+        chosen = ctx.topk(scores, c.n_expert_used)                                  # i32 [U, T]
+        weights = ctx.moe_weights(scores, chosen, True)                             # [U, T]
+        x = ctx.reshape(x, (c.n_embd, 1, n_tokens))
+        gate = ctx.mul_mat_id(ctx.weight(self.ffn_gate_exps.weight), x, chosen)     # [F, U, T]
+        up = ctx.mul_mat_id(ctx.weight(self.ffn_up_exps.weight), x, chosen)
+        down = ctx.mul_mat_id(ctx.weight(self.ffn_down_exps.weight), ctx.swiglu(gate, up), chosen)
+        return ctx.weighted_sum(down, weights)                                      # [n_embd, T]
+
+    def shared(self, ctx: Context, x: Tensor) -> Tensor:
+        h = ctx.swiglu(self.ffn_gate_shexp(ctx, x), self.ffn_up_shexp(ctx, x))
+        gate = ctx.sigmoid(self.ffn_gate_inp_shexp(ctx, x))                         # [1, T]
+        return ctx.mul(self.ffn_down_shexp(ctx, h), gate)
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        return ctx.add(self.routed(ctx, x), self.shared(ctx, x))
+
 
 # ---- Mamba-2 ----------------------------------------------------------------------------
 

@@ -8,16 +8,19 @@ logits divided by `logit_scale`); interleaved RoPE unless
 GGUF `general.architecture = granitehybrid`.
 
 The mixture-of-experts variants (`expert_count` > 0: Granite 4 tiny / small)
-are refused for now."""
+have experts in place of every layer's MLP: the router's softmax, the
+`expert_used_count` best run SiLU-gated MLPs of `feed_forward_length`, weighted
+by their probabilities renormalised over the chosen (llama.cpp always
+renormalises and never scales them here), plus, where
+`expert_shared_feed_forward_length` is set, an ungated shared expert."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-import numpy as np
 
-from pyengine.errors import ModelError, UnsupportedError
+from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
@@ -29,7 +32,7 @@ from pyengine.models.registry import register
 
 
 @dataclass(frozen=True)
-class GraniteHybridConfig(common.Mamba2Dims, common.AttentionConfig):
+class GraniteHybridConfig(common.Mamba2Dims, common.ExpertsConfig):
     ZERO_KV_LAYERS = True
 
     embedding_scale: float = 1.0
@@ -46,26 +49,25 @@ class GraniteHybridConfig(common.Mamba2Dims, common.AttentionConfig):
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "GraniteHybridConfig":
         key = f.arch_key
-        if f.get_int(key("expert_count"), 0) > 0:
-            raise UnsupportedError(f"{f.path}: Granite 4 hybrids with experts are not supported yet; "
-                                   "only the dense ones (no expert_count) run")
         kw = cls.common_from_gguf(f, rope_mode=ROPE_NORMAL, eps_default=None)
-        counts = f.metadata.get(key("attention.head_count_kv"))
-        if not isinstance(counts, (list, tuple, np.ndarray)):   # one count: every layer attends
-            counts = [kw["n_head_kv"]] * kw["n_layer"]
-        if len(counts) != kw["n_layer"]:
-            raise ModelError(f"{f.path}: {len(counts)} head_count_kv entries for {kw['n_layer']} layers")
+        if f.get_int(key("expert_count"), 0) > 0:   # an expert is as wide as the dense MLP would be
+            experts = cls.experts_from_gguf(f, n_ff_exp=kw["n_ff"])
+            kw.update(experts, norm_expert_weights=True, expert_weights_scale=1.0,
+                      n_ff_shexp=f.get_int(key("expert_shared_feed_forward_length"), 0))
         kw.update(embedding_scale=f.get_float(key("embedding_scale"), 0.0) or 1.0,   # 0: not scaled
                   residual_scale=f.get_float(key("residual_scale"), 0.0) or 1.0,
                   logit_scale=f.get_float(key("logit_scale"), 0.0) or 1.0,
                   use_rope=f.get_bool(key("rope.scaling.finetuned"), True),
-                  recurrent=tuple(int(n) == 0 for n in counts), **cls.ssm_from_gguf(f))
+                  recurrent=common.zero_kv_layers(f, kw["n_layer"], kw["n_head_kv"]), **cls.ssm_from_gguf(f))
         kw["attn_scale"] = f.get_float(key("attention.scale"), 0.0) or kw["attn_scale"]
         return cls(**kw)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.check_ssm()
+        if self.n_expert:
+            self.check_experts()
+            common.check_range("expert_shared_feed_forward_length", self.n_ff_shexp, 0, 1 << 20)
         for name in ("embedding_scale", "residual_scale", "logit_scale"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
@@ -80,6 +82,18 @@ class GraniteHybridConfig(common.Mamba2Dims, common.AttentionConfig):
     def cache_layout(self) -> list[nn.LayerCache]:
         return [self.mamba2_cache() if rec else nn.CacheSpec(k_dim=self.kv_dim, v_dim=self.kv_dim)
                 for rec in self.recurrent]
+
+
+@dataclass(eq=False)
+class Experts(Module):
+    """The routed experts, plus the shared expert where the file has one."""
+
+    routed: common.SoftmaxExperts = module()
+    shared: common.SharedExpert | None = module(present_if="ffn_up_shexp")
+
+    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
+        out = self.routed(ctx, x)
+        return out if self.shared is None else ctx.add(out, self.shared(ctx, x))
 
 
 @dataclass(eq=False)
@@ -100,13 +114,22 @@ class Block(Module):
         return ctx.add(x, common.scaled(ctx, self.mlp(ctx, self.ffn_norm(ctx, x, eps)), s))
 
 
+@dataclass(eq=False)
+class MoeBlock(Block):
+    mlp: Experts = module()
+
+
+def block_kind(cfg: GraniteHybridConfig, layer: int) -> type:
+    return MoeBlock if cfg.n_expert else Block
+
+
 @register("granitehybrid")
 @dataclass(eq=False)
 class GraniteHybrid(common.Decoder):
     Config = GraniteHybridConfig
 
     rope_freqs: F32Param | None = None
-    layers: list[Block] = blocks("blk")
+    layers: list[Block] = blocks("blk", kind=block_kind)
 
     def embed(self, ctx: Context, tokens: Tensor) -> Tensor:
         return common.scaled(ctx, self.token_embd(ctx, tokens), self.cfg.embedding_scale)   # [n_embd, T]
