@@ -95,12 +95,12 @@ def start_encoder(path: Path, arch: str, *, name: str, n_layer: int, n_ctx: int,
 
 def finish(writer: GGUFWriter, tokens: list[str], tensors: Iterable[tuple[str, np.ndarray]],
            f32: frozenset[str] = frozenset({"token_types.weight"})) -> None:
-    """The tokenizer, then the tensors: matrices Q8_0 (except those named in f32),
-    vectors F32."""
+    """The tokenizer, then the tensors: matrices and expert stacks Q8_0 (except those
+    named in f32), vectors F32."""
     add_wordpiece_tokenizer(writer, tokens)
     for name, data in tensors:
         data = np.ascontiguousarray(data, dtype=np.float32)
-        if data.ndim == 2 and name not in f32 and data.shape[1] % 32 == 0:
+        if data.ndim >= 2 and name not in f32 and data.shape[-1] % 32 == 0:
             q8_0 = quants.quantize(data, GGMLQuantizationType.Q8_0)
             writer.add_tensor(name, q8_0, raw_shape=q8_0.shape, raw_dtype=GGMLQuantizationType.Q8_0)
         else:

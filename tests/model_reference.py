@@ -895,16 +895,17 @@ class EncoderReference(Reference):
     """An encoder's final hidden states [T, n_embd] of one whole sequence (positions
     0..T-1, token type 0), and its classification head.
 
-    causal / swap_norms / global_only / no_alibi build wrong variants (a causal
+    causal / swap_norms / global_only / no_alibi / renormalise build wrong variants (a causal
     mask; the LayerNorms before each sublayer where the model has them after each
-    residual add, or the other way round; no sliding window; no ALiBi), for the tests that show such a
-    mistake is caught."""
+    residual add, or the other way round; no sliding window; no ALiBi; the chosen
+    experts' weights renormalised), for the tests that show such a mistake is caught."""
 
     def __init__(self, path, *, causal: bool = False, swap_norms: bool = False, global_only: bool = False,
-                 no_alibi: bool = False) -> None:
+                 no_alibi: bool = False, renormalise: bool = False) -> None:
         super().__init__(path)
         self.eps = self.w.hp("attention.layer_norm_epsilon")
         self.causal, self.swap_norms, self.global_only, self.no_alibi = causal, swap_norms, global_only, no_alibi
+        self.renormalise = renormalise
 
     def layer_norm(self, name: str, x: np.ndarray) -> np.ndarray:
         bias = self.t(f"{name}.bias") if self.w.has(f"{name}.bias") else 0.0
@@ -970,6 +971,30 @@ class EncoderReference(Reference):
 
     def encoder_nomic_bert(self, x, pos):
         return self.post_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.gated_mlp)
+
+    def encoder_nomic_bert_moe(self, x, pos):
+        """nomic-bert's stack with BERT's GELU MLP; layer i with i % moe_every_n_layers == 1
+        routes to ungated GELU experts instead."""
+        every = self.w.hp("moe_every_n_layers", 0)
+
+        def ffn(p, h):
+            layer = int(p.split(".")[1])
+            return self.gelu_experts(p, h) if every and layer % every == 1 else self.gelu_mlp(p, h)
+        return self.post_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), ffn)
+
+    def gelu_experts(self, p: str, h):
+        """Softmax router; the expert_used_count most probable run down(gelu(up x)),
+        weighted by their probabilities as they are (llama.cpp's nomic-bert-moe)."""
+        n_used = self.w.hp("expert_used_count")
+        probs = softmax(self.linear(f"{p}ffn_gate_inp", h))          # [T, E]
+        up, down = self.t(f"{p}ffn_up_exps.weight"), self.t(f"{p}ffn_down_exps.weight")
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-probs[t], kind="stable")[:n_used]
+            weights = probs[t, chosen] / (probs[t, chosen].sum() if self.renormalise else 1.0)
+            for e, wt in zip(chosen, weights):
+                out[t] += wt * (down[e] @ gelu_tanh(up[e] @ h[t]))
+        return out
 
     def encoder_modern_bert(self, x, pos):
         """Pre-norm blocks (no norm before layer 0's attention), bias-free LayerNorms,
