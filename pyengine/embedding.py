@@ -169,15 +169,15 @@ def rank_order(scores: Sequence[float], top_n: int | None = None) -> list[dict]:
 
 def _rank_in_engine(engine, prompts: Sequence[list[int]]) -> list[np.ndarray]:
     """Each prompt's rank output: the model's classification head on its pooled state
-    (the first token's of an encoder, the last one's of a causal model, as llama.cpp
-    reads them), or [p(yes)] from a decoder's yes/no logits.  In the engine thread."""
+    (the first token's of an encoder, the mean of ModernBERT's, the last one's of a
+    causal model, as llama.cpp reads them), or [p(yes)] from a decoder's yes/no logits.  In the engine thread."""
     if not prompts:
         return []
     model = engine.model
     if hasattr(model, "classify"):
         row = _rank_row(model)
         rows = run_rows(engine, prompts, lambda n: np.arange(n), hidden=True)
-        pooled = np.stack([r[0] if row == "cls" else r[-1] for r in rows]).astype(np.float32)
+        pooled = np.stack([pool(r, row) for r in rows]).astype(np.float32)
         return list(classify(model, engine.backend, pooled))
     yes, no = yes_no_ids(engine.tokenizer)
     last = run_rows(engine, prompts, lambda n: np.array([n - 1]), hidden=False)
@@ -185,9 +185,12 @@ def _rank_in_engine(engine, prompts: Sequence[list[int]]) -> list[np.ndarray]:
 
 
 def _rank_row(model) -> str:
-    """Which token's state a classification head reads: the last of a causal model."""
+    """Which pooling a classification head reads: the model's own where it says
+    (ModernBERT's mean), else the last token's of a causal model, the first of an encoder."""
     from pyengine.models.common import Decoder
 
+    if hasattr(model, "rank_pooling"):
+        return model.rank_pooling()
     return "last" if isinstance(model, Decoder) else "cls"
 
 

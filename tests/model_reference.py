@@ -920,12 +920,22 @@ class EncoderReference(Reference):
         return getattr(self, f"encoder_{self.w.arch.replace('-', '_')}")(x, pos)
 
     def classify(self, pooled: np.ndarray) -> np.ndarray:
+        """The head: BERT's tanh(cls x); ModernBERT's GELU then its bias-free cls.norm."""
         x = pooled
         if self.w.has("cls.weight"):
-            x = np.tanh(self.linear("cls", x))
+            if self.w.arch == "modern-bert":
+                x = self.layer_norm("cls.norm", gelu_tanh(self.linear("cls", x)))
+            else:
+                x = np.tanh(self.linear("cls", x))
         if self.w.has("cls.output.weight"):
             x = self.linear("cls.output", x)
         return x
+
+    def rank(self, ids, *, first_row: bool = False) -> np.ndarray:
+        """A pair's score: the head over the rows' mean (ModernBERT's default) or the
+        first row (BERT's; first_row: the wrong variant for ModernBERT)."""
+        h = self.hidden(ids)
+        return self.classify(h[0] if first_row or self.w.arch != "modern-bert" else h.mean(axis=0))
 
     def attention(self, p: str, h, pos, rope: Rope | None, alibi: float = 0.0):
         if self.w.has(f"{p}attn_q_norm.weight"):   # Jina's: LayerNorms over the whole q and k

@@ -260,3 +260,53 @@ def test_the_bidirectional_mask():
     np.testing.assert_array_equal(out[:, :7], np.where(causal, 0, -np.inf))
     cells.fill_mask(out, positions, seqs, 7, alibi=True)   # a causal ALiBi mask (numpy's) agrees with it
     np.testing.assert_array_equal(out[:, :7], np.where(causal, -distance, -np.inf))
+
+
+RANK_STEM = "modern-bert-rank-q8_0"   # a ModernBERT cross-encoder: mean-pooled, GELU head with cls.norm
+RANK_SCORE_ATOL = 0.01
+
+
+def test_the_modern_bert_reranker_rows_and_mean_match_llama_cpp():
+    fw, ref = forward(RANK_STEM), EncoderReference(model_path(RANK_STEM))
+    for case in cases(RANK_STEM):
+        h = hidden(fw, case["tokens"])
+        assert cosines(h, case["hidden"]).min() >= COSINE, case["text"]
+        assert cosines(h.mean(axis=0), case["pooled"]).min() >= COSINE, case["text"]
+        assert cosines(ref.hidden(case["tokens"]), case["hidden"]).min() >= COSINE, case["text"]
+
+
+def test_the_modern_bert_head_reads_the_mean_as_llama_cpp():
+    """Each recorded text's rank score: the engine's (through embedding.py's rank
+    pooling) and the float64 reference's near llama.cpp's; read from the first row
+    instead (BERT's head input) the reference is far off.  Measured: the reference
+    within 0.008 of llama.cpp, the first row off by 0.17 to 0.79; the engine carries
+    its own rounding (a 5-token text's mean the most of it), hence its wider bound."""
+    from pyengine import LLM, embedding
+
+    ref = EncoderReference(model_path(RANK_STEM))
+    recorded = np.array([c["rank"][0] for c in cases(RANK_STEM)])
+    exact = np.array([ref.rank(c["tokens"])[0] for c in cases(RANK_STEM)])
+    first_row = np.array([ref.rank(c["tokens"], first_row=True)[0] for c in cases(RANK_STEM)])
+    with LLM(str(model_path(RANK_STEM)), n_ctx=256, n_batch=256, n_parallel=2) as llm:
+        assert llm.model.has_classifier() and llm.model.rank_pooling() == "mean"
+        got = np.array([s[0] for s in embedding.embed_prompts(llm.engine, [c["tokens"] for c in cases(RANK_STEM)],
+                                                              "rank")])
+    np.testing.assert_allclose(got, recorded, atol=0.025)
+    np.testing.assert_allclose(exact, recorded, atol=RANK_SCORE_ATOL)
+    assert np.abs(first_row - recorded).max() > 20 * RANK_SCORE_ATOL
+
+
+def test_a_modern_bert_reranker_orders_eight_documents_as_llama_cpp():
+    """llm.rerank on the recorded query and eight documents: the pairs laid out as
+    llama-server lays them out, every score within 0.01 of llama.cpp's, the same order."""
+    from pyengine import LLM, embedding
+
+    rec = golden(RANK_STEM)["rerank"]
+    with LLM(str(model_path(RANK_STEM)), n_ctx=256, n_batch=256, n_parallel=4) as llm:
+        prompts = embedding.rerank_prompts(llm.tokenizer, llm.gguf.metadata, llm.model, rec["query"], rec["documents"])
+        ranked = llm.rerank(rec["query"], rec["documents"])
+    assert prompts == rec["tokens"]
+    expected = sorted(range(len(rec["scores"])), key=lambda i: -rec["scores"][i])
+    assert [r["index"] for r in ranked] == expected
+    for r in ranked:
+        assert abs(r["relevance_score"] - rec["scores"][r["index"]]) <= RANK_SCORE_ATOL, r

@@ -917,6 +917,10 @@ class Encoder(Module):
         rotary or ALiBi positions have no table to run past (the cache bounds them)."""
         return None
 
+    def rank_pooling(self) -> str:
+        """The rows the classification head reads: the first ([CLS]) token's (BERT's)."""
+        return "cls"
+
     def classify(self, ctx: Context, pooled: Tensor) -> Tensor:
         if not self.has_classifier():
             raise ModelError(f"{type(self).__name__} has no classification head (cls / cls.output): "
