@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import LayerNorm, Linear
+from pyengine.ml.nn import LayerNorm
 from pyengine.models import common
 from pyengine.models.binding import Module, blocks, module, tensor
 from pyengine.models.config import ROPE_NEOX
@@ -74,16 +74,11 @@ def rank_pooling(f: GGUFFile) -> str:
 
 
 @dataclass(eq=False)
-class ClassifierHead(Module):
+class ClassifierHead(common.ClassifierHead):
     """cls.output(norm(gelu(cls x))): a ModernBERT cross-encoder's head (GELU, not BERT's
     tanh, then a bias-free LayerNorm); each part may be absent, as llama.cpp allows."""
 
-    cls: Linear | None = tensor("cls", optional=True, shape=("n_embd", "n_embd"))
     cls_norm: LayerNorm | None = tensor("cls.norm", optional=True, shape=("n_embd",))
-    cls_output: Linear | None = tensor("cls.output", optional=True, shape=("n_embd", None))
-
-    def present(self) -> bool:
-        return self.cls is not None or self.cls_output is not None
 
     def __call__(self, ctx: Context, pooled: Tensor) -> Tensor:
         x = pooled                                                                 # [n_embd, n_seq]

@@ -12,11 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyengine.gguf import GGUFFile
-from pyengine.ml import nn
 from pyengine.ml.context import Context, Tensor
-from pyengine.ml.nn import Linear
 from pyengine.models import common
-from pyengine.models.binding import Module, blocks, module, tensor
+from pyengine.models.binding import blocks, module
 from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
 
@@ -45,22 +43,16 @@ class NomicBertMoeConfig(common.EncoderConfig, common.ExpertsConfig):
 
 
 @dataclass(eq=False)
-class GeluExperts(Module):
-    """Routed ungated experts: softmax router, the best n_expert_used run
-    down(gelu(up x)), weighted by their (unrenormalised) probabilities."""
+class GeluExperts(common.SoftmaxExperts):
+    """SoftmaxExperts' routing (weights as they are: the config neither renormalises nor
+    scales them) over ungated experts: down(gelu(up x))."""
 
-    ffn_gate_inp: Linear = tensor("ffn_gate_inp", shape=("n_embd", "n_expert"))          # the router
-    ffn_up_exps: nn.Experts = tensor("ffn_up_exps", shape=("n_embd", "n_ff_exp", "n_expert"))
-    ffn_down_exps: nn.Experts = tensor("ffn_down_exps", shape=("n_ff_exp", "n_embd", "n_expert"))
+    ffn_gate_exps: None = None
 
-    def __call__(self, ctx: Context, x: Tensor) -> Tensor:
-        c = self.cfg
-        scores = self.ffn_gate_inp(ctx, x)                                          # [E, T]
-        chosen = ctx.topk(scores, c.n_expert_used)                                  # i32 [U, T]
-        weights = ctx.moe_weights(scores, chosen, c.norm_expert_weights)            # [U, T]
-        x = ctx.reshape(x, (c.n_embd, 1, x.shape[-1]))                              # one input for all U
+    def experts(self, ctx: Context, x: Tensor, chosen: Tensor) -> Tensor:
+        x = ctx.reshape(x, (self.cfg.n_embd, 1, x.shape[-1]))                      # one input for all U
         up = ctx.gelu(self.ffn_up_exps(ctx, x, chosen))                             # [F, U, T]
-        return ctx.weighted_sum(self.ffn_down_exps(ctx, up, chosen), weights)      # [n_embd, T]
+        return self.ffn_down_exps(ctx, up, chosen)                                  # [n_embd, U, T]
 
 
 @dataclass(eq=False)
