@@ -895,17 +895,19 @@ class EncoderReference(Reference):
     """An encoder's final hidden states [T, n_embd] of one whole sequence (positions
     0..T-1, token type 0), and its classification head.
 
-    causal / swap_norms / global_only / no_alibi / renormalise build wrong variants (a causal
-    mask; the LayerNorms before each sublayer where the model has them after each
-    residual add, or the other way round; no sliding window; no ALiBi; the chosen
-    experts' weights renormalised), for the tests that show such a mistake is caught."""
+    causal / swap_norms / global_only / no_alibi / renormalise / no_dense build wrong
+    variants (a causal mask; the LayerNorms before each sublayer where the model has
+    them after each residual add, or the other way round; no sliding window; no ALiBi;
+    the chosen experts' weights renormalised; EmbeddingGemma without its dense
+    projections), for the tests that show such a mistake is caught."""
 
     def __init__(self, path, *, causal: bool = False, swap_norms: bool = False, global_only: bool = False,
-                 no_alibi: bool = False, renormalise: bool = False) -> None:
+                 no_alibi: bool = False, renormalise: bool = False, no_dense: bool = False) -> None:
         super().__init__(path)
-        self.eps = self.w.hp("attention.layer_norm_epsilon")
+        if self.w.arch != "gemma-embedding":   # (its norms are RMS norms: the base's epsilon)
+            self.eps = self.w.hp("attention.layer_norm_epsilon")
         self.causal, self.swap_norms, self.global_only, self.no_alibi = causal, swap_norms, global_only, no_alibi
-        self.renormalise = renormalise
+        self.renormalise, self.no_dense = renormalise, no_dense
 
     def layer_norm(self, name: str, x: np.ndarray) -> np.ndarray:
         bias = self.t(f"{name}.bias") if self.w.has(f"{name}.bias") else 0.0
@@ -1005,6 +1007,33 @@ class EncoderReference(Reference):
             for e, wt in zip(chosen, weights):
                 out[t] += wt * (down[e] @ gelu_tanh(up[e] @ h[t]))
         return out
+
+    def encoder_gemma_embedding(self, x, pos):
+        """Gemma 3's sandwich blocks, bidirectional: embeddings times sqrt(n_embd), queries
+        times 1/sqrt(head size); in each group of sliding_window_pattern layers all but
+        the last see |distance| <= window // 2 (rope.freq_base_swa); the final RMS norm,
+        then dense_2 and dense_3 on every row (linear: the same as after pooling)."""
+        window = 0 if self.global_only else self.w.hp("attention.sliding_window")
+        pattern = self.w.hp("attention.sliding_window_pattern", 6)
+        base_local = self.w.hp("rope.freq_base_swa", 10000.0)
+        x = x * math.sqrt(self.n_embd)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            local = i % pattern < pattern - 1
+            rope = Rope(self.rope_dims, base_local if local else self.rope_base, neox=True)
+            q, k, v = self.qkv(p, self.norm(f"{p}attn_norm", x))
+            q, k = rope(q, pos), rope(k, pos)
+            scale = 1.0 / math.sqrt(self.head_dim)
+            o = (attend(q, k, v, pos, scale=scale) if self.causal
+                 else attend_bidirectional(q, k, v, pos, scale=scale, window=window if local else 0))
+            x = x + self.norm(f"{p}post_attention_norm", self.linear(f"{p}attn_output", o))
+            h = self.gated_mlp(p, self.norm(f"{p}ffn_norm", x), act=gelu_tanh)
+            x = x + self.norm(f"{p}post_ffw_norm", h)
+        x = self.norm("output_norm", x)
+        for dense in ("dense_2", "dense_3"):
+            if self.w.has(f"{dense}.weight") and not self.no_dense:
+                x = self.linear(dense, x)
+        return x
 
     def encoder_modern_bert(self, x, pos):
         """Pre-norm blocks (no norm before layer 0's attention), bias-free LayerNorms,

@@ -144,7 +144,7 @@ def test_bound_encoders_are_embedding_models(stem):
 def test_every_encoder_architecture_has_a_synthetic_model():
     encoders = {arch for arch in architectures() if getattr(model_for_arch(arch), "EMBEDDING_ONLY", False)}
     assert encoders == {file_arch(p) for p in ENCODERS.values()} == {"bert", "nomic-bert", "jina-bert-v2", "modern-bert",
-                                                                     "nomic-bert-moe"}
+                                                                     "nomic-bert-moe", "gemma-embedding"}
 
 
 def _state(obj, path: str = "model") -> dict[str, object]:

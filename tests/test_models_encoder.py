@@ -1,5 +1,6 @@
 """Encoder (embedding) models against llama.cpp's recorded embeddings and the float64
-reference: bert, nomic-bert, jina-bert-v2, modern-bert and nomic-bert-moe, synthetic (tests/data/synth/encoders, made by
+reference: bert, nomic-bert, jina-bert-v2, modern-bert, nomic-bert-moe and gemma-embedding
+(with its dense projections), synthetic (tests/data/synth/encoders, made by
 scripts/make_synth_<arch>.py, recorded by scripts/synth_encoders.py).
 
 Every token's final hidden state and the pooled vector (the file's pooling type,
@@ -30,7 +31,9 @@ from pyengine.runner.forward import Forward
 from pyengine.tokenizer import Tokenizer
 
 DATA = Path(__file__).parent / "data"
-STEMS = ["bert-q8_0", "nomic-bert-q8_0", "jina-bert-v2-q8_0", "modern-bert-q8_0", "nomic-bert-moe-q8_0"]
+STEMS = ["bert-q8_0", "nomic-bert-q8_0", "jina-bert-v2-q8_0", "modern-bert-q8_0", "nomic-bert-moe-q8_0",
+         "gemma-embedding-q8_0"]
+SANDWICH = {"gemma-embedding-q8_0"}   # (norms on both sides of each sublayer: none to swap)
 COSINE = 0.999
 WRONG_BELOW = 0.99   # what a wrong variant must fall under on some text (measured: see the tests)
 
@@ -124,16 +127,19 @@ def test_a_causal_mask_is_caught(stem):
     assert right >= COSINE and wrong < WRONG_BELOW, (right, wrong)
 
 
-WRONG_VARIANTS = [(stem, "causal") for stem in STEMS] + [(stem, "swap_norms") for stem in STEMS] \
+WRONG_VARIANTS = [(stem, "causal") for stem in STEMS] + [(stem, "swap_norms") for stem in STEMS if stem not in SANDWICH] \
     + [("modern-bert-q8_0", "global_only"), ("jina-bert-v2-q8_0", "no_alibi"),
-       ("nomic-bert-moe-q8_0", "renormalise")]
+       ("nomic-bert-moe-q8_0", "renormalise"), ("gemma-embedding-q8_0", "global_only"),
+       ("gemma-embedding-q8_0", "no_dense")]
 
 
 @pytest.mark.parametrize("stem, variant", WRONG_VARIANTS)
 def test_a_wrong_reference_is_caught(stem, variant):
     """Measured: causal 0.09 to 0.88, norms swapped 0.57 to 0.90, no window 0.68; no
     ALiBi 0.995 (its slopes are gentle over short texts): under the bound all the same;
-    nomic-bert-moe's experts renormalised over the chosen two (as Qwen's are) 0.980."""
+    nomic-bert-moe's experts renormalised over the chosen two (as Qwen's are) 0.980;
+    EmbeddingGemma causal -0.21, without its window -0.05, without dense_2 and dense_3
+    -0.23."""
     wrong = EncoderReference(model_path(stem), **{variant: True})
     worst = min(cosines(wrong.hidden(c["tokens"]), c["hidden"]).min() for c in cases(stem))
     assert worst < (COSINE if variant == "no_alibi" else WRONG_BELOW)
