@@ -143,6 +143,20 @@ class Random:
         return 0.1 * self.rng.standard_normal(n)
 
 
+def bert_embeddings(r: Random, n_vocab: int, n_embd: int) -> dict:
+    """Token and token-type embeddings and the LayerNorm after them (BERT's and its kin's)."""
+    return {"token_embd.weight": r.embedding(n_vocab, n_embd),
+            "token_types.weight": r.embedding(2, n_embd),
+            "token_embd_norm.weight": r.norm(n_embd), "token_embd_norm.bias": r.bias(n_embd)}
+
+
+def fused_qkv(r: Random, n_embd: int, qk_gain: float = 2.0) -> np.ndarray:
+    """A fused q/k/v projection [3 n_embd, n_embd]; q and k `qk_gain` times larger, so that
+    attention is sharper than uniform over short texts."""
+    return np.concatenate([r.matrix(n_embd, n_embd, qk_gain), r.matrix(n_embd, n_embd, qk_gain),
+                           r.matrix(n_embd, n_embd)])
+
+
 def record(model: Path, out: Path, pooling: str, rank: bool, texts: list[str] = TEXTS) -> None:
     """llama.cpp's embeddings of `texts` (see the module's docstring)."""
     from llama_cpp import LLAMA_POOLING_TYPE_CLS, LLAMA_POOLING_TYPE_MEAN, LLAMA_POOLING_TYPE_NONE, \
