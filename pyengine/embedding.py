@@ -5,7 +5,8 @@
 
 Many inputs of one request go through the model together: their tokens are packed
 into forward passes of up to n_batch tokens, each input in a sequence slot of its own
-(as many slots at once as are free), a long input carried over to the next pass.  The
+(as many slots at once as are free), a long input carried over to the next pass (an
+encoder's input never is: it waits for a pass it fits in whole).  The
 whole request runs in the engine thread between two generation steps (Engine.call),
 so it never races a generation for the cache, and it gives its slots and cells back
 before the next step.  An input's rows are the same bits whatever shares its passes
@@ -287,7 +288,7 @@ def _plan(engine, waiting: deque, active: list[_Input]) -> _Pass:
         count = min(budget, len(item.ids) - item.fed)
         step.chunks.append((item, item.fed, count))
         budget -= count
-    while budget > 0 and waiting and _has_free_slot(engine):
+    while budget > 0 and waiting and _has_free_slot(engine) and _fits(engine, waiting[0], budget):
         item = waiting.popleft()
         item.slot = engine.slots.free_slot()
         item.slot.seq = item                 # live while it runs: no one evicts or reuses it
@@ -296,9 +297,22 @@ def _plan(engine, waiting: deque, active: list[_Input]) -> _Pass:
         step.chunks.append((item, 0, count))
         budget -= count
     if not step.chunks:
-        what = "sequence slot" if budget else "KV cache cell"
+        short_of_cells = budget == 0 or (waiting and not _fits(engine, waiting[0], budget))
+        what = "KV cache cell" if short_of_cells else "sequence slot"
         raise ContextLengthError(f"every {what} is in use by running requests; retry the embedding later")
     return step
+
+
+def _fits(engine, item: _Input, budget: int) -> bool:
+    """Whether `item` may start in a pass with `budget` tokens to spare: any part of it
+    may, except in an encoder, which reads each input whole in one pass (so it waits for
+    the next pass; one longer than n_batch never fits: a typed error)."""
+    if getattr(engine.forward, "causal", True):
+        return True
+    if len(item.ids) > engine.n_batch:
+        raise ContextLengthError(f"an input of {len(item.ids)} tokens is longer than n_batch ({engine.n_batch}): "
+                                 "an encoder reads each input in one batch; raise n_batch or truncate the input")
+    return len(item.ids) <= budget
 
 
 def _has_free_slot(engine) -> bool:

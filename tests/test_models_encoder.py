@@ -316,3 +316,21 @@ def test_a_modern_bert_reranker_orders_eight_documents_as_llama_cpp():
     assert [r["index"] for r in ranked] == expected
     for r in ranked:
         assert abs(r["relevance_score"] - rec["scores"][r["index"]]) <= RANK_SCORE_ATOL, r
+
+
+def test_an_encoder_request_packs_whole_inputs_into_small_batches():
+    """Inputs that together overrun n_batch each go whole into some pass (an encoder
+    cannot carry one over), their vectors the bits each gets alone; an input longer
+    than n_batch is a typed error, not a crash."""
+    from pyengine import LLM
+
+    stem = "nomic-bert-q8_0"
+    texts = [c["text"] for c in cases(stem)]
+    with LLM(str(model_path(stem)), n_ctx=256, n_batch=32, n_parallel=4) as llm:
+        together = llm.embed(texts)
+        alone = [llm.embed(t) for t in texts]
+        with pytest.raises(ContextLengthError, match="n_batch"):
+            llm.embed(" ".join(texts))
+    assert sum(len(c["tokens"]) for c in cases(stem)) > 32
+    for got, one in zip(together, alone):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(one).reshape(np.shape(got)))
