@@ -5,7 +5,8 @@
 
 Many inputs of one request go through the model together: their tokens are packed
 into forward passes of up to n_batch tokens, each input in a sequence slot of its own
-(as many slots at once as are free), a long input carried over to the next pass.  The
+(as many slots at once as are free), a long input carried over to the next pass (an
+encoder's input never is: it waits for a pass it fits in whole).  The
 whole request runs in the engine thread between two generation steps (Engine.call),
 so it never races a generation for the cache, and it gives its slots and cells back
 before the next step.  An input's rows are the same bits whatever shares its passes
@@ -169,15 +170,15 @@ def rank_order(scores: Sequence[float], top_n: int | None = None) -> list[dict]:
 
 def _rank_in_engine(engine, prompts: Sequence[list[int]]) -> list[np.ndarray]:
     """Each prompt's rank output: the model's classification head on its pooled state
-    (the first token's of an encoder, the last one's of a causal model, as llama.cpp
-    reads them), or [p(yes)] from a decoder's yes/no logits.  In the engine thread."""
+    (the first token's of an encoder, the mean of ModernBERT's, the last one's of a
+    causal model, as llama.cpp reads them), or [p(yes)] from a decoder's yes/no logits.  In the engine thread."""
     if not prompts:
         return []
     model = engine.model
     if hasattr(model, "classify"):
         row = _rank_row(model)
         rows = run_rows(engine, prompts, lambda n: np.arange(n), hidden=True)
-        pooled = np.stack([r[0] if row == "cls" else r[-1] for r in rows]).astype(np.float32)
+        pooled = np.stack([pool(r, row) for r in rows]).astype(np.float32)
         return list(classify(model, engine.backend, pooled))
     yes, no = yes_no_ids(engine.tokenizer)
     last = run_rows(engine, prompts, lambda n: np.array([n - 1]), hidden=False)
@@ -185,9 +186,12 @@ def _rank_in_engine(engine, prompts: Sequence[list[int]]) -> list[np.ndarray]:
 
 
 def _rank_row(model) -> str:
-    """Which token's state a classification head reads: the last of a causal model."""
+    """Which pooling a classification head reads: the model's own where it says
+    (ModernBERT's mean), else the last token's of a causal model, the first of an encoder."""
     from pyengine.models.common import Decoder
 
+    if hasattr(model, "rank_pooling"):
+        return model.rank_pooling()
     return "last" if isinstance(model, Decoder) else "cls"
 
 
@@ -284,7 +288,7 @@ def _plan(engine, waiting: deque, active: list[_Input]) -> _Pass:
         count = min(budget, len(item.ids) - item.fed)
         step.chunks.append((item, item.fed, count))
         budget -= count
-    while budget > 0 and waiting and _has_free_slot(engine):
+    while budget > 0 and waiting and _has_free_slot(engine) and _fits(engine, waiting[0], budget):
         item = waiting.popleft()
         item.slot = engine.slots.free_slot()
         item.slot.seq = item                 # live while it runs: no one evicts or reuses it
@@ -293,9 +297,22 @@ def _plan(engine, waiting: deque, active: list[_Input]) -> _Pass:
         step.chunks.append((item, 0, count))
         budget -= count
     if not step.chunks:
-        what = "sequence slot" if budget else "KV cache cell"
+        short_of_cells = budget == 0 or (waiting and not _fits(engine, waiting[0], budget))
+        what = "KV cache cell" if short_of_cells else "sequence slot"
         raise ContextLengthError(f"every {what} is in use by running requests; retry the embedding later")
     return step
+
+
+def _fits(engine, item: _Input, budget: int) -> bool:
+    """Whether `item` may start in a pass with `budget` tokens to spare: any part of it
+    may, except in an encoder, which reads each input whole in one pass (so it waits for
+    the next pass; one longer than n_batch never fits: a typed error)."""
+    if getattr(engine.forward, "causal", True):
+        return True
+    if len(item.ids) > engine.n_batch:
+        raise ContextLengthError(f"an input of {len(item.ids)} tokens is longer than n_batch ({engine.n_batch}): "
+                                 "an encoder reads each input in one batch; raise n_batch or truncate the input")
+    return len(item.ids) <= budget
 
 
 def _has_free_slot(engine) -> bool:

@@ -30,9 +30,7 @@ SEED = 20261205
 
 def weights(n_vocab: int) -> dict:
     r = enc.Random(SEED)
-    w = {"token_embd.weight": r.embedding(n_vocab, N_EMBD),
-         "token_types.weight": r.embedding(2, N_EMBD),
-         "token_embd_norm.weight": r.norm(N_EMBD), "token_embd_norm.bias": r.bias(N_EMBD)}
+    w = enc.bert_embeddings(r, n_vocab, N_EMBD)
     for i in range(N_LAYER):
         p = f"blk.{i}."
         for proj in ("attn_q", "attn_k", "attn_v"):

@@ -30,8 +30,8 @@ WINDOW, PERIOD, ROPE_BASE, ROPE_BASE_LOCAL = 8, 3, 160000.0, 10000.0
 SEED = 20261204
 
 
-def weights(n_vocab: int) -> dict:
-    r = enc.Random(SEED)
+def weights(n_vocab: int, seed: int = SEED) -> dict:
+    r = enc.Random(seed)
     w = {"token_embd.weight": r.embedding(n_vocab, N_EMBD), "token_embd_norm.weight": r.norm(N_EMBD)}
     for i in range(N_LAYER):
         p = f"blk.{i}."
@@ -47,14 +47,20 @@ def weights(n_vocab: int) -> dict:
     return w
 
 
-def write_model(path) -> None:
-    tokens = enc.vocab()
-    writer = enc.start_encoder(path, ARCH, name="synthetic-modern-bert", n_layer=N_LAYER, n_ctx=N_CTX, n_embd=N_EMBD,
-                               n_ff=N_FF, n_head=N_HEAD, eps=EPS, pooling=PoolingType.MEAN)
+def start(path, name: str, pooling: PoolingType):
+    """The writer with this model's hyper-parameters (the reranker's script shares them)."""
+    writer = enc.start_encoder(path, ARCH, name=name, n_layer=N_LAYER, n_ctx=N_CTX, n_embd=N_EMBD,
+                               n_ff=N_FF, n_head=N_HEAD, eps=EPS, pooling=pooling)
     writer.add_sliding_window(WINDOW)
     writer.add_uint32(f"{ARCH}.attention.sliding_window_pattern", PERIOD)
     writer.add_rope_freq_base(ROPE_BASE)
     writer.add_float32(f"{ARCH}.rope.freq_base_swa", ROPE_BASE_LOCAL)
+    return writer
+
+
+def write_model(path) -> None:
+    tokens = enc.vocab()
+    writer = start(path, "synthetic-modern-bert", PoolingType.MEAN)
     enc.finish(writer, tokens, weights(len(tokens)).items())
 
 

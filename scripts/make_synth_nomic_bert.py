@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 from gguf import PoolingType
 
 import synth_encoders as enc
@@ -29,13 +28,10 @@ SEED = 20261203
 
 def weights(n_vocab: int) -> dict:
     r = enc.Random(SEED)
-    w = {"token_embd.weight": r.embedding(n_vocab, N_EMBD),
-         "token_types.weight": r.embedding(2, N_EMBD),
-         "token_embd_norm.weight": r.norm(N_EMBD), "token_embd_norm.bias": r.bias(N_EMBD)}
+    w = enc.bert_embeddings(r, n_vocab, N_EMBD)
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        w.update({p + "attn_qkv.weight": np.concatenate([r.matrix(N_EMBD, N_EMBD, 2.0), r.matrix(N_EMBD, N_EMBD, 2.0),
-                                                         r.matrix(N_EMBD, N_EMBD)]),
+        w.update({p + "attn_qkv.weight": enc.fused_qkv(r, N_EMBD),
                   p + "attn_output.weight": r.matrix(N_EMBD, N_EMBD),
                   p + "attn_output_norm.weight": r.norm(N_EMBD), p + "attn_output_norm.bias": r.bias(N_EMBD),
                   p + "ffn_up.weight": r.matrix(N_FF, N_EMBD),

@@ -50,6 +50,19 @@ TEXTS = [
 ]
 N_CTX_RECORD = 128
 
+# a reranker's recorded query and documents (its live check ranks others)
+RERANK_QUERY = "what does the quick brown fox jump over?"
+RERANK_DOCUMENTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A cat sat on the mat.",
+    "Rain and snow in the mountain city.",
+    "The fox is quick and brown.",
+    "Hello world!",
+    "The lazy dog sleeps at night.",
+    "Search the document for a word.",
+    "Jumping over the dog, the fox ran to the river.",
+]
+
 
 def vocab() -> list[str]:
     """Specials, then every ASCII letter/digit and punctuation as a word start and as a
@@ -95,12 +108,12 @@ def start_encoder(path: Path, arch: str, *, name: str, n_layer: int, n_ctx: int,
 
 def finish(writer: GGUFWriter, tokens: list[str], tensors: Iterable[tuple[str, np.ndarray]],
            f32: frozenset[str] = frozenset({"token_types.weight"})) -> None:
-    """The tokenizer, then the tensors: matrices Q8_0 (except those named in f32),
-    vectors F32."""
+    """The tokenizer, then the tensors: matrices and expert stacks Q8_0 (except those
+    named in f32), vectors F32."""
     add_wordpiece_tokenizer(writer, tokens)
     for name, data in tensors:
         data = np.ascontiguousarray(data, dtype=np.float32)
-        if data.ndim == 2 and name not in f32 and data.shape[1] % 32 == 0:
+        if data.ndim >= 2 and name not in f32 and data.shape[-1] % 32 == 0:
             q8_0 = quants.quantize(data, GGMLQuantizationType.Q8_0)
             writer.add_tensor(name, q8_0, raw_shape=q8_0.shape, raw_dtype=GGMLQuantizationType.Q8_0)
         else:
@@ -130,6 +143,20 @@ class Random:
         return 0.1 * self.rng.standard_normal(n)
 
 
+def bert_embeddings(r: Random, n_vocab: int, n_embd: int) -> dict:
+    """Token and token-type embeddings and the LayerNorm after them (BERT's and its kin's)."""
+    return {"token_embd.weight": r.embedding(n_vocab, n_embd),
+            "token_types.weight": r.embedding(2, n_embd),
+            "token_embd_norm.weight": r.norm(n_embd), "token_embd_norm.bias": r.bias(n_embd)}
+
+
+def fused_qkv(r: Random, n_embd: int, qk_gain: float = 2.0) -> np.ndarray:
+    """A fused q/k/v projection [3 n_embd, n_embd]; q and k `qk_gain` times larger, so that
+    attention is sharper than uniform over short texts."""
+    return np.concatenate([r.matrix(n_embd, n_embd, qk_gain), r.matrix(n_embd, n_embd, qk_gain),
+                           r.matrix(n_embd, n_embd)])
+
+
 def record(model: Path, out: Path, pooling: str, rank: bool, texts: list[str] = TEXTS) -> None:
     """llama.cpp's embeddings of `texts` (see the module's docstring)."""
     from llama_cpp import LLAMA_POOLING_TYPE_CLS, LLAMA_POOLING_TYPE_MEAN, LLAMA_POOLING_TYPE_NONE, \
@@ -149,13 +176,47 @@ def record(model: Path, out: Path, pooling: str, rank: bool, texts: list[str] = 
         case = {"text": text, "tokens": per_token.tokenize(text.encode("utf-8")),
                 "hidden": per_token.embed(text), "pooled": pooled.embed(text)}
         cases.append(case)
+    golden = {"model": model.name, "pooling": pooling, "recorder": "llama-cpp-python " + _llama_cpp_version(),
+              "cases": cases}
     if rank:
         ranker = load("rank")
         for case in cases:
             case["rank"] = ranker.embed(case["text"])[:1]
-    golden = {"model": model.name, "pooling": pooling, "recorder": "llama-cpp-python " + _llama_cpp_version(),
-              "cases": cases}
+        golden["rerank"] = record_rerank(ranker, RERANK_QUERY, RERANK_DOCUMENTS)
     out.write_text(json.dumps(_rounded(golden)) + "\n")
+
+
+def record_rerank(ranker, query: str, documents: list[str]) -> dict:
+    """llama.cpp's scores of `query` against each of `documents`, every pair's
+    tokens laid out as llama-server lays them out for a model without a rerank template
+    ([BOS] query [EOS] [SEP] document [EOS], each marker where the vocabulary adds it)."""
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(ranker._model.model)
+    bos = [llama_cpp.llama_vocab_bos(vocab)] if llama_cpp.llama_vocab_get_add_bos(vocab) else []
+    eos = [llama_cpp.llama_vocab_eos(vocab)] if llama_cpp.llama_vocab_get_add_eos(vocab) else []
+    sep = [llama_cpp.llama_vocab_sep(vocab)] if llama_cpp.llama_vocab_get_add_sep(vocab) else []
+
+    def pieces(text: str) -> list[int]:
+        return ranker.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+    pairs = [bos + pieces(query) + eos + sep + pieces(doc) + eos for doc in documents]
+    return {"query": query, "documents": documents, "tokens": pairs,
+            "scores": [_rank_score(ranker, ids) for ids in pairs]}
+
+
+def _rank_score(ranker, ids: list[int]) -> float:
+    """The rank output of one sequence of token ids (Llama.embed takes only text)."""
+    import llama_cpp
+
+    ranker._ctx.kv_cache_clear()
+    ranker._batch.reset()
+    ranker._batch.add_sequence(ids, 0, True)
+    ranker._ctx.decode(ranker._batch)
+    score = float(llama_cpp.llama_get_embeddings_seq(ranker._ctx.ctx, 0)[0])
+    ranker._batch.reset()
+    ranker._ctx.kv_cache_clear()
+    return score
 
 
 def _rounded(value):

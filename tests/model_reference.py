@@ -1002,16 +1002,19 @@ class EncoderReference(Reference):
     """An encoder's final hidden states [T, n_embd] of one whole sequence (positions
     0..T-1, token type 0), and its classification head.
 
-    causal / swap_norms / global_only / no_alibi build wrong variants (a causal
-    mask; the LayerNorms before each sublayer where the model has them after each
-    residual add, or the other way round; no sliding window; no ALiBi), for the tests that show such a
-    mistake is caught."""
+    causal / swap_norms / global_only / no_alibi / renormalise / no_dense build wrong
+    variants (a causal mask; the LayerNorms before each sublayer where the model has
+    them after each residual add, or the other way round; no sliding window; no ALiBi;
+    the chosen experts' weights renormalised; EmbeddingGemma without its dense
+    projections), for the tests that show such a mistake is caught."""
 
     def __init__(self, path, *, causal: bool = False, swap_norms: bool = False, global_only: bool = False,
-                 no_alibi: bool = False) -> None:
+                 no_alibi: bool = False, renormalise: bool = False, no_dense: bool = False) -> None:
         super().__init__(path)
-        self.eps = self.w.hp("attention.layer_norm_epsilon")
+        if self.w.arch != "gemma-embedding":   # (its norms are RMS norms: the base's epsilon)
+            self.eps = self.w.hp("attention.layer_norm_epsilon")
         self.causal, self.swap_norms, self.global_only, self.no_alibi = causal, swap_norms, global_only, no_alibi
+        self.renormalise, self.no_dense = renormalise, no_dense
 
     def layer_norm(self, name: str, x: np.ndarray) -> np.ndarray:
         bias = self.t(f"{name}.bias") if self.w.has(f"{name}.bias") else 0.0
@@ -1026,12 +1029,22 @@ class EncoderReference(Reference):
         return getattr(self, f"encoder_{self.w.arch.replace('-', '_')}")(x, pos)
 
     def classify(self, pooled: np.ndarray) -> np.ndarray:
+        """The head: BERT's tanh(cls x); ModernBERT's GELU then its bias-free cls.norm."""
         x = pooled
         if self.w.has("cls.weight"):
-            x = np.tanh(self.linear("cls", x))
+            if self.w.arch == "modern-bert":
+                x = self.layer_norm("cls.norm", gelu_tanh(self.linear("cls", x)))
+            else:
+                x = np.tanh(self.linear("cls", x))
         if self.w.has("cls.output.weight"):
             x = self.linear("cls.output", x)
         return x
+
+    def rank(self, ids, *, first_row: bool = False) -> np.ndarray:
+        """A pair's score: the head over the rows' mean (ModernBERT's default) or the
+        first row (BERT's; first_row: the wrong variant for ModernBERT)."""
+        h = self.hidden(ids)
+        return self.classify(h[0] if first_row or self.w.arch != "modern-bert" else h.mean(axis=0))
 
     def attention(self, p: str, h, pos, rope: Rope | None, alibi: float = 0.0):
         if self.w.has(f"{p}attn_q_norm.weight"):   # Jina's: LayerNorms over the whole q and k
@@ -1077,6 +1090,57 @@ class EncoderReference(Reference):
 
     def encoder_nomic_bert(self, x, pos):
         return self.post_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), self.gated_mlp)
+
+    def encoder_nomic_bert_moe(self, x, pos):
+        """nomic-bert's stack with BERT's GELU MLP; layer i with i % moe_every_n_layers == 1
+        routes to ungated GELU experts instead."""
+        every = self.w.hp("moe_every_n_layers", 0)
+
+        def ffn(p, h):
+            layer = int(p.split(".")[1])
+            return self.gelu_experts(p, h) if every and layer % every == 1 else self.gelu_mlp(p, h)
+        return self.post_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True), ffn)
+
+    def gelu_experts(self, p: str, h):
+        """Softmax router; the expert_used_count most probable run down(gelu(up x)),
+        weighted by their probabilities as they are (llama.cpp's nomic-bert-moe)."""
+        n_used = self.w.hp("expert_used_count")
+        probs = softmax(self.linear(f"{p}ffn_gate_inp", h))          # [T, E]
+        up, down = self.t(f"{p}ffn_up_exps.weight"), self.t(f"{p}ffn_down_exps.weight")
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-probs[t], kind="stable")[:n_used]
+            weights = probs[t, chosen] / (probs[t, chosen].sum() if self.renormalise else 1.0)
+            for e, wt in zip(chosen, weights):
+                out[t] += wt * (down[e] @ gelu_tanh(up[e] @ h[t]))
+        return out
+
+    def encoder_gemma_embedding(self, x, pos):
+        """Gemma 3's sandwich blocks, bidirectional: embeddings times sqrt(n_embd), queries
+        times 1/sqrt(head size); in each group of sliding_window_pattern layers all but
+        the last see |distance| <= window // 2 (rope.freq_base_swa); the final RMS norm,
+        then dense_2 and dense_3 on every row (linear: the same as after pooling)."""
+        window = 0 if self.global_only else self.w.hp("attention.sliding_window")
+        pattern = self.w.hp("attention.sliding_window_pattern", 6)
+        base_local = self.w.hp("rope.freq_base_swa", 10000.0)
+        x = x * math.sqrt(self.n_embd)
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            local = i % pattern < pattern - 1
+            rope = Rope(self.rope_dims, base_local if local else self.rope_base, neox=True)
+            q, k, v = self.qkv(p, self.norm(f"{p}attn_norm", x))
+            q, k = rope(q, pos), rope(k, pos)
+            scale = 1.0 / math.sqrt(self.head_dim)
+            o = (attend(q, k, v, pos, scale=scale) if self.causal
+                 else attend_bidirectional(q, k, v, pos, scale=scale, window=window if local else 0))
+            x = x + self.norm(f"{p}post_attention_norm", self.linear(f"{p}attn_output", o))
+            h = self.gated_mlp(p, self.norm(f"{p}ffn_norm", x), act=gelu_tanh)
+            x = x + self.norm(f"{p}post_ffw_norm", h)
+        x = self.norm("output_norm", x)
+        for dense in ("dense_2", "dense_3"):
+            if self.w.has(f"{dense}.weight") and not self.no_dense:
+                x = self.linear(dense, x)
+        return x
 
     def encoder_modern_bert(self, x, pos):
         """Pre-norm blocks (no norm before layer 0's attention), bias-free LayerNorms,

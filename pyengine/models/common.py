@@ -448,6 +448,15 @@ class SandwichBlock(Module):
 
 
 @dataclass(eq=False)
+class GemmaBlock(SandwichBlock):
+    """Gemma 3's block: the sandwich with RMS-normed q and k heads and the GELU MLP
+    (models/gemma3.py; models/gemma_embedding.py reads it bidirectionally)."""
+
+    attn: HeadNormAttention = module()
+    mlp: GeluMLP = module()
+
+
+@dataclass(eq=False)
 class PostNormBlock(Module):
     """x + norm(attn(x)), then + norm(mlp(.)): no norm on the way in (OLMo 2's)."""
 
@@ -1017,7 +1026,8 @@ class Encoder(Module):
 
     def hidden(self, ctx: Context, batch) -> Tensor:
         x = self.embed(ctx, batch)                                                 # [n_embd, T]
-        x = self.token_embd_norm(ctx, x, self.cfg.eps)
+        if self.token_embd_norm is not None:   # (EmbeddingGemma has none)
+            x = self.token_embd_norm(ctx, x, self.cfg.eps)
         inputs = LayerInputs()
         for i, block in enumerate(self.layers):
             x = block(ctx, x, batch, i, inputs)
@@ -1034,6 +1044,10 @@ class Encoder(Module):
         """Positions a sequence may reach (learned position embeddings' rows), or None:
         rotary or ALiBi positions have no table to run past (the cache bounds them)."""
         return None
+
+    def rank_pooling(self) -> str:
+        """The rows the classification head reads: the first ([CLS]) token's (BERT's)."""
+        return "cls"
 
     def classify(self, ctx: Context, pooled: Tensor) -> Tensor:
         if not self.has_classifier():
@@ -1068,6 +1082,6 @@ def scaled(ctx: Context, x: Tensor, s: float) -> Tensor:
 
 __all__ = ["CausalLM", "AttentionConfig", "SlidingWindowConfig", "LayerInputs", "SelfAttention", "Attention", "FusedAttention",
            "HeadNormAttention", "MLP", "GeluMLP", "FusedMLP", "ExpertsConfig", "SoftmaxExperts", "SigmoidExperts",
-           "SharedExpert", "PreNormBlock", "SandwichBlock", "PostNormBlock",
+           "SharedExpert", "PreNormBlock", "SandwichBlock", "GemmaBlock", "PostNormBlock",
            "Decoder", "EmbeddingModel", "EncoderConfig", "NoRopeAttention", "GeluSeqMLP", "EncoderBlock",
            "ClassifierHead", "Encoder", "Mamba2Dims", "Mamba2AttentionConfig", "Mamba2Mixer", "not_a_language_model", "check_range", "gemma_query_scale", "context_per_sequence", "split_heads", "project_separate", "project_fused", "scaled"]

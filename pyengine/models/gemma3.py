@@ -14,7 +14,7 @@ from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import F32Param
 from pyengine.models import common
-from pyengine.models.binding import blocks, module
+from pyengine.models.binding import blocks
 from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
 
@@ -36,12 +36,6 @@ class Gemma3Config(common.SlidingWindowConfig):
         return cls(**kw)
 
 
-@dataclass(eq=False)
-class Block(common.SandwichBlock):
-    attn: common.HeadNormAttention = module()
-    mlp: common.GeluMLP = module()
-
-
 @register("gemma3")
 @dataclass(eq=False)
 class Gemma3(common.Decoder):
@@ -50,7 +44,7 @@ class Gemma3(common.Decoder):
     Config = Gemma3Config
 
     rope_freqs: F32Param | None = None
-    layers: list[Block] = blocks("blk")
+    layers: list[common.GemmaBlock] = blocks("blk")
 
     def embed(self, ctx: Context, tokens: Tensor) -> Tensor:
         return ctx.scale(self.token_embd(ctx, tokens), math.sqrt(self.cfg.n_embd))   # [n_embd, T]

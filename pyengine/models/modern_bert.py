@@ -5,12 +5,15 @@ down), no biases anywhere, and a final LayerNorm.  Attention is bidirectional an
 alternates: in every group of `attention.sliding_window_pattern` layers (3) the first
 is global, roped with `rope.freq_base`, the others see only the tokens at most
 sliding_window / 2 positions away on either side, roped with `rope.freq_base_swa`
-(llama.cpp's symmetric window).  GGUF `general.architecture = modern-bert`."""
+(llama.cpp's symmetric window).  A cross-encoder (gte-reranker-modernbert) adds the
+head: over the mean of the sequence's rows (`classifier.pooling_type`: mean unless the
+file says cls), cls.output(norm(gelu(cls x))).  GGUF `general.architecture = modern-bert`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import LayerNorm
@@ -20,6 +23,7 @@ from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
 
 SWA_PERIOD = 3   # llama.cpp's default: one global layer, then two local ones
+RANK_POOLINGS = {1: "mean", 2: "cls"}   # classifier.pooling_type, in GGUF's numbering
 
 
 @dataclass(frozen=True)
@@ -27,11 +31,13 @@ class ModernBertConfig(common.EncoderConfig):
     sliding_window: int = 0        # 0: every layer global
     swa_period: int = SWA_PERIOD
     rope_base_local: float = 10000.0
+    rank_pooling: str = "mean"     # the rows the classification head reads
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "ModernBertConfig":
         key = f.arch_key
         kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX)
+        kw["rank_pooling"] = rank_pooling(f)
         window = f.get_int(key("attention.sliding_window"), 0)
         if window > 0:
             kw.update(sliding_window=window, swa_period=f.get_int(key("attention.sliding_window_pattern"), SWA_PERIOD),
@@ -53,6 +59,36 @@ class ModernBertConfig(common.EncoderConfig):
                    freq_factors: Tensor | None = None) -> Tensor:
         base = self.rope_base_local if self.is_local(layer) else self.rope_base
         return self.rope(ctx, x, positions, base=base, freq_factors=freq_factors)
+
+
+def rank_pooling(f: GGUFFile) -> str:
+    """What the head pools: the file's classifier.pooling_type, mean where it has none
+    (as llama.cpp reads gte-reranker-modernbert, whose file has none)."""
+    value = f.get_int(f.arch_key("classifier.pooling_type"), 1)
+    if value == -1:   # llama.cpp's "unspecified"
+        value = 1
+    if value not in RANK_POOLINGS:
+        raise ModelError(f"{f.path}: classifier.pooling_type {value} is not one a ModernBERT head reads "
+                         "(1 mean, 2 cls)")
+    return RANK_POOLINGS[value]
+
+
+@dataclass(eq=False)
+class ClassifierHead(common.ClassifierHead):
+    """cls.output(norm(gelu(cls x))): a ModernBERT cross-encoder's head (GELU, not BERT's
+    tanh, then a bias-free LayerNorm); each part may be absent, as llama.cpp allows."""
+
+    cls_norm: LayerNorm | None = tensor("cls.norm", optional=True, shape=("n_embd",))
+
+    def __call__(self, ctx: Context, pooled: Tensor) -> Tensor:
+        x = pooled                                                                 # [n_embd, n_seq]
+        if self.cls is not None:
+            x = ctx.gelu(self.cls(ctx, x))
+            if self.cls_norm is not None:   # (llama.cpp norms only after cls)
+                x = self.cls_norm(ctx, x, self.cfg.eps)
+        if self.cls_output is not None:
+            x = self.cls_output(ctx, x)                                            # [n_cls_out, n_seq]
+        return x
 
 
 @dataclass(eq=False)
@@ -83,9 +119,12 @@ class ModernBert(common.Encoder):
     Config = ModernBertConfig
 
     token_types: None = None
-    head_cls: None = None   # (a ModernBERT reranker's head, with its cls_norm and GELU, is not read yet)
+    head_cls: ClassifierHead = module()
     layers: list[Block] = blocks("blk")
     output_norm: LayerNorm = tensor("output_norm", shape=("n_embd",))
 
     def final(self, ctx: Context, x: Tensor) -> Tensor:
         return self.output_norm(ctx, x, self.cfg.eps)
+
+    def rank_pooling(self) -> str:
+        return self.cfg.rank_pooling
