@@ -107,10 +107,11 @@ def test_seeded_sampling_is_identical_with_speculation(make, parts):
     engine = make(draft=_draft(parts))
     options = SamplingOptions(temperature=0.9, top_k=40, top_p=0.95, repeat_penalty=1.1, seed=7,
                               logit_bias={t: False for t in engine.eog_ids})
-    plain = _run(engine, REPEATS, options, max_tokens=48)
+    plain = _run(engine, REPEATS, options, max_tokens=48, logprobs=True, top_logprobs=3)
     for mode in ("ngram", "draft"):
-        fast = _run(engine, REPEATS, options, max_tokens=48, speculative=mode)
+        fast = _run(engine, REPEATS, options, max_tokens=48, speculative=mode, logprobs=True, top_logprobs=3)
         assert fast.tokens == plain.tokens, mode
+        assert fast.logprobs == plain.logprobs, mode   # each from its own verified row
     assert fast.draft_accepted > 0   # the target drafting for itself with sampling still hits
 
 
@@ -290,3 +291,56 @@ def test_server_bad_speculative_options_are_400(server, path, body):
     reply = httpx.post(server.url + path, json={"model": TARGET.stem, **body}, timeout=60)
     assert reply.status_code == 400, reply.text
     assert "draft" in reply.text or "speculative" in reply.text
+
+
+def test_a_context_shift_with_speculation_matches_plain(make, parts):
+    """A shift drops cells in the middle: the n-gram context and the draft model's cache
+    follow the sequence's tokens, and the output stays plain decoding's."""
+    engine = make(n_ctx=48, draft=_draft(parts, OTHER))
+    plain = _run(engine, REPEATS, _greedy(engine), max_tokens=70)
+    assert plain.context_shifts > 0
+    for mode in ("ngram", "draft"):
+        fast = _run(engine, REPEATS, _greedy(engine), max_tokens=70, speculative=mode)
+        assert fast.tokens == plain.tokens and fast.context_shifts > 0, mode
+
+
+# ---- the LLM, the bench and the CLI ---------------------------------------------------------
+
+
+def test_llm_draft_model_and_its_vocabulary_check():
+    from pyengine import LLM
+
+    with pytest.raises(TokenizerError, match="draft model's token 0"):
+        LLM(str(TARGET), n_ctx=128, n_threads=1, draft_model=str(SYNTH / "llama-spm-q4_0.gguf"))
+    with LLM(str(TARGET), n_ctx=128, n_threads=1, n_parallel=1, draft_model=str(TARGET)) as llm:
+        plain = llm.generate(REPEATS, max_tokens=24, temperature=0)
+        assert llm.generate(REPEATS, max_tokens=24, temperature=0, speculative="draft") == plain
+        completion = llm.create_completion(REPEATS, max_tokens=24, temperature=0, speculative="ngram")
+        assert completion["choices"][0]["text"] == plain
+        assert completion["usage"]["draft_tokens"] >= completion["usage"]["draft_accepted_tokens"] > 0
+
+
+def test_bench_measures_speculative_generation():
+    from pyengine.bench import run_bench
+
+    result = run_bench(str(TARGET), n_threads=1, n_prompt=16, n_gen=16, repeat=1, speculative="ngram")
+    assert result["speculative"] == "ngram" and result["spec_tg_tps"] > 0 and result["plain_tg_tps"] > 0
+    assert 0.0 <= result["spec_acceptance"] <= 1.0
+
+
+def test_cli_speculative_flags(capsys):
+    from pyengine import cli
+
+    def run(*argv):
+        try:
+            return cli.main(list(argv))
+        except SystemExit as exc:
+            return exc.code
+
+    assert run("run", str(TARGET), "hi", "--speculative", "draft") == cli.EXIT_ERROR
+    assert "--draft-model" in capsys.readouterr().err
+    assert run("bench", str(TARGET), "--prompt-tokens", "8", "--gen-tokens", "8", "--repeat", "1",
+               "--threads", "1", "--speculative", "ngram") == cli.EXIT_OK
+    assert "drafts accepted" in capsys.readouterr().out
+    assert run("serve", "--speculative", "draft", "--model", str(TARGET)) == cli.EXIT_ERROR
+    assert "--draft-model" in capsys.readouterr().err
