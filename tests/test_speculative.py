@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from engine_support import drive, engine_factory
 
-from pyengine.errors import InvalidOptionError, TokenizerError, UnsupportedError
+from pyengine.errors import ContextLengthError, InvalidOptionError, TokenizerError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Backend
 from pyengine.models import load_model
@@ -344,3 +344,36 @@ def test_cli_speculative_flags(capsys):
     assert "drafts accepted" in capsys.readouterr().out
     assert run("serve", "--speculative", "draft", "--model", str(TARGET)) == cli.EXIT_ERROR
     assert "--draft-model" in capsys.readouterr().err
+
+
+def test_a_failing_draft_model_falls_back_to_plain_steps(make, parts, monkeypatch):
+    draft = _draft(parts)
+    engine = make(draft=draft)
+    plain = _run(engine, REPEATS, _greedy(engine), max_tokens=20)
+
+    def broken(*args):
+        raise ContextLengthError("the draft's cache is full")
+
+    monkeypatch.setattr(draft, "_feed", broken)
+    fast = _run(engine, REPEATS, _greedy(engine), max_tokens=20, speculative="draft")
+    assert fast.tokens == plain.tokens and fast.draft_tokens == 0 and fast.finish_reason == "length"
+
+
+def test_wrong_verifiers_are_caught(make, parts, monkeypatch):
+    """The checks above can fail: a verifier that keeps every draft changes the tokens, and
+    one that keeps the rejected drafts' cells is refused by the cache."""
+    from pyengine.runner import engine as engine_module
+
+    engine = make(draft=_draft(parts, OTHER))
+    plain = _run(engine, REPEATS, _greedy(engine), max_tokens=40)
+
+    def keep_every_draft(pick, rows, draft, stops, limit):
+        picked = [pick(row) for row in rows[:min(len(rows), limit)]]
+        return [(d, extra) for d, (_, extra) in zip(draft, picked)] + picked[len(draft):]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine_module, "verify", keep_every_draft)
+        assert _run(engine, REPEATS, _greedy(engine), max_tokens=40, speculative="draft").tokens != plain.tokens
+    monkeypatch.setattr(engine.cache, "remove", lambda *args: None)
+    with pytest.raises(InvalidOptionError, match="remove the tail first"):
+        _run(engine, REPEATS, _greedy(engine), max_tokens=40, speculative="draft")

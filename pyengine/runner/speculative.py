@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pyengine.errors import InvalidOptionError, TokenizerError, UnsupportedError
+from pyengine.errors import InvalidOptionError, PyEngineError, TokenizerError, UnsupportedError
 from pyengine.kvcache import MAX_SEQUENCES, Cache
 from pyengine.ml.nn import CacheSpec
 from pyengine.options import RequestOptions
@@ -80,7 +80,11 @@ class Speculator:
         if mode == "ngram":
             tokens = ngram_draft(context, options.ngram_max, options.ngram_min, limit)
         else:
-            tokens = self.draft_model.propose(seq_id, context, limit)
+            try:
+                tokens = self.draft_model.propose(seq_id, context, limit)
+            except PyEngineError:   # the draft's own cache or model failed: a plain step, not an error
+                self.draft_model.forget(seq_id)
+                tokens = []
         tokens = tokens[:power_of_two_floor(len(tokens))]
         return tokens if len(tokens) >= max(options.draft_min, 1) else []
 
