@@ -26,6 +26,10 @@ with the same image reuses its cells and one with another image does not; a reus
 prefix never ends inside an image.  Such prompts are not shifted (a shift could cut
 an image).
 
+A generating sequence that speculates (runner/speculative.py) feeds its next token and a
+draft after it; its chain picks from each of those rows in turn while the picks equal the
+draft, and the cache drops what follows the first rejected draft (_advance_verified).
+
 Batch invariance: a sequence's tokens do not depend on what shares its batch
 or on how its prompt is chunked.  The native matmul treats each row alike
 whatever the batch size, attention visits only the sequence's own cells and
