@@ -46,6 +46,7 @@ from pyengine.options import REQUEST_OPTIONS, RequestOptions, sampling_options
 from pyengine.runner.engine import DEFAULT_BATCH, DEFAULT_PARALLEL, Engine
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.sequence import Chunk, Completion, TokenLogprob
+from pyengine.runner.speculative import DraftModel, check_same_vocab
 from pyengine.sample import SamplingOptions
 from pyengine.sample.options import model_sampling
 from pyengine.tokenizer import Tokenizer
@@ -59,8 +60,12 @@ class LLM:
 
     def __init__(self, model: str | os.PathLike, *, n_ctx: int | None = None, n_threads: int | None = None,
                  n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str | None = None,
-                 swa_full: bool = False, mmproj: str | os.PathLike | None = None) -> None:
-        """mmproj: a vision projector (llama.cpp's mmproj GGUF) for images in chats."""
+                 swa_full: bool = False, mmproj: str | os.PathLike | None = None,
+                 draft_model: str | os.PathLike | None = None, speculative: str | None = None) -> None:
+        """mmproj: a vision projector (llama.cpp's mmproj GGUF) for images in chats.
+        draft_model: a small model with this one's vocabulary, for requests with
+        speculative="draft" (runner/speculative.py); speculative: the speculation of
+        requests that name none ("ngram", "draft"; None: off)."""
         from pyengine.store import resolve_model
 
         self.path = resolve_model(model)
@@ -79,8 +84,10 @@ class LLM:
 
             self.projector = load_projector(mmproj)
             self.projector.check_fits(cfg.n_embd, text_model=str(self.path))
+        draft = None if draft_model is None else load_draft_model(draft_model, self, n_parallel)
         self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
-                             n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full)
+                             n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full, draft=draft,
+                             speculative=speculative)
         self._closer = weakref.finalize(self, self.engine.close)
 
     # ---- properties ----------------------------------------------------------
@@ -354,8 +361,24 @@ def _wait(handle: RequestHandle) -> Completion:
 
 
 def _usage(result: Completion) -> dict:
-    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "total_tokens": result.prompt_tokens + result.completion_tokens}
+    usage = {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+             "total_tokens": result.prompt_tokens + result.completion_tokens}
+    if result.speculative:
+        usage.update(draft_tokens=result.draft_tokens, draft_accepted_tokens=result.draft_accepted)
+    return usage
+
+
+def load_draft_model(path: str | os.PathLike, target: LLM, n_parallel: int) -> DraftModel:
+    """The draft model of `target`: same vocabulary (TokenizerError naming what differs),
+    the target's context and thread pool."""
+    from pyengine.store import resolve_model
+
+    gguf = GGUFFile(resolve_model(path))
+    model = load_model(gguf)
+    tokenizer = Tokenizer.from_gguf(gguf)
+    check_same_vocab(target.tokenizer, target.n_vocab, tokenizer, model.cfg.n_vocab)
+    return DraftModel(model, tokenizer, target.backend, n_ctx=target.n_ctx, n_parallel=n_parallel,
+                      n_batch=target.n_batch)
 
 
 def _embedding_inputs(inputs: object) -> list[str | list[int]]:

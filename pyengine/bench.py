@@ -5,7 +5,12 @@ generation speed decodes `n_gen` tokens one at a time (tg128); with `n_depth`
 both start after that many tokens of context already in the cache (llama-bench's
 -d: "pp512 @ d1024").  The Python time per generated token is the wall time of a
 step minus the time spent in the native core: it must stay flat however many
-layers the model has."""
+layers the model has.
+
+With `speculative` ("ngram", or "draft" with a `draft_model`), generation is also
+measured through the engine's requests, greedy, with and without that speculation
+(the same tokens come out): its tokens/s and the share of drafts accepted.  On random
+prompts little is accepted; benchmarks/speculative.py measures text that repeats."""
 
 from __future__ import annotations
 
@@ -20,13 +25,14 @@ _FILL_BATCH = 512
 
 
 def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: int = 128,
-              repeat: int = 3, n_depth: int = 0) -> dict:
+              repeat: int = 3, n_depth: int = 0, speculative: str | None = None,
+              draft_model: str | None = None) -> dict:
     from pyengine.api import LLM
 
     t0 = time.perf_counter()
     # one sequence, as llama-bench runs: the cache holds n_ctx cells, not n_ctx per parallel slot
-    llm = LLM(model, n_ctx=n_depth + max(n_prompt, n_gen) + 16, n_threads=n_threads, n_batch=max(n_prompt, 1),
-              n_parallel=1)
+    llm = LLM(model, n_ctx=n_depth + n_prompt + n_gen + 16, n_threads=n_threads, n_batch=max(n_prompt, 1),
+              n_parallel=1, draft_model=draft_model)
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, llm.n_vocab, n_prompt)
@@ -60,7 +66,9 @@ def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: i
             tg.append(n_gen / tg_s)
             py.append((tg_s - core_s) / n_gen * 1e6)
     llm.cache.clear()
+    spec = _speculative_generation(llm, prompt, n_gen, repeat, speculative) if speculative else {}
     return {
+        **spec,
         "model": str(llm.path.name),
         "n_threads": llm.n_threads,
         "isa": llm.backend.isa,
@@ -75,6 +83,24 @@ def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: i
         "n_gen": n_gen,
         "n_depth": n_depth,
     }
+
+
+def _speculative_generation(llm, prompt: np.ndarray, n_gen: int, repeat: int, mode: str) -> dict:
+    """Greedy generation of n_gen tokens after `prompt` through requests, plain and
+    speculative in alternation (median tokens/s of each), and the drafts' acceptance."""
+    ids = [int(t) for t in prompt]
+    never_end = {t: False for t in llm.engine.eog_ids}
+    plain, fast, acceptance = [], [], []
+    for rep in range(repeat + 1):
+        for speculative, into in (("off", plain), (mode, fast)):
+            result = llm.submit(ids, max_tokens=n_gen, temperature=0.0, repeat_penalty=1.0, logit_bias=never_end,
+                                speculative=speculative, cache_prompt=False).result()
+            if rep:
+                into.append((len(result.tokens) - 1) / result.generation_seconds)   # the first from the prompt
+                if into is fast:
+                    acceptance.append(result.draft_acceptance)
+    return {"speculative": mode, "plain_tg_tps": float(np.median(plain)), "spec_tg_tps": float(np.median(fast)),
+            "spec_acceptance": float(np.median(acceptance))}
 
 
 def peak_rss_mb() -> float:

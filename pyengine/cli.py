@@ -259,8 +259,32 @@ def _add_run(commands) -> None:
                      help="an image for the prompt (PNG, JPEG, WebP or GIF; repeat for more); needs a projector")
     sub.add_argument("--mmproj", metavar="PATH", default=None,
                      help="vision projector (mmproj GGUF); default: MODEL.mmproj.gguf beside the model")
+    _add_speculative(sub)
     _add_kv_type(sub)
     sub.set_defaults(handler=_cmd_run)
+
+
+def _add_speculative(sub) -> None:
+    sub.add_argument("--speculative", choices=("ngram", "draft"), default=None,
+                     help="speculative decoding: drafts from the context's n-grams or from --draft-model, "
+                          "verified in one batch (same output, faster where the text repeats)")
+    sub.add_argument("--draft-model", metavar="NAME|PATH", default=None,
+                     help="a small model with the same vocabulary, drafting for --speculative draft")
+
+
+def _speculation(args) -> dict:
+    """The LLM keywords of --speculative / --draft-model (a draft model alone means draft)."""
+    from pyengine.errors import InvalidOptionError
+
+    if args.speculative == "draft" and args.draft_model is None:
+        raise InvalidOptionError("--speculative draft needs --draft-model")
+    kwargs = {}
+    if args.draft_model is not None:
+        kwargs["draft_model"] = args.draft_model
+    mode = args.speculative or ("draft" if args.draft_model else None)
+    if mode is not None:
+        kwargs["speculative"] = mode
+    return kwargs
 
 
 def _interactive(args) -> bool:
@@ -311,7 +335,8 @@ def _cmd_run(args) -> int:
 
     _use_kv_type(args)
     mmproj = _projector(args, path)
-    llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads, **({"mmproj": mmproj} if mmproj else {}))
+    llm = LLM(str(path), n_ctx=args.ctx, n_threads=args.threads, **({"mmproj": mmproj} if mmproj else {}),
+              **_speculation(args))
     if interactive:
         return _chat_loop(args, llm, path)
     stop, extra = None, {}
@@ -387,6 +412,11 @@ def _add_serve(commands) -> None:
     sub.add_argument("--mmproj", metavar="PATH", default=None,
                      help="vision projector (mmproj GGUF) of the first --model; otherwise a model's "
                           "MODEL.mmproj.gguf beside it is used")
+    sub.add_argument("--speculative", choices=("ngram", "draft"), default=None,
+                     help="speculative decoding for requests that name none (their 'speculative' option); "
+                          "draft applies to the model that has --draft-model")
+    sub.add_argument("--draft-model", metavar="NAME|PATH", default=None,
+                     help="draft model of the first --model (same vocabulary), for speculative=draft")
     sub.add_argument("--allow-remote-images", action="store_true",
                      help="fetch http(s) image URLs in requests (at most 32 MiB and 10 s each); "
                           "refused with 400 otherwise")
@@ -418,9 +448,14 @@ def _cmd_serve(args) -> int:
         cors_origins=tuple(args.cors_origins), n_ctx=args.ctx, n_threads=args.threads,
         keep_alive_s=keep_alive, max_body_bytes=args.max_body_mb * 1024 * 1024,
         mmproj=args.mmproj, remote_images=args.allow_remote_images,
+        draft_model=args.draft_model, speculative=args.speculative,
     )
     if args.mmproj and not args.models:
         raise InvalidOptionError("--mmproj goes with --model: it is the first model's projector")
+    if args.draft_model and not args.models:
+        raise InvalidOptionError("--draft-model goes with --model: it drafts for the first model")
+    if args.speculative == "draft" and not args.draft_model:
+        raise InvalidOptionError("--speculative draft needs --draft-model")
     check_bind(config)  # before pulling anything
     _use_kv_type(args)
     if args.ray:
@@ -463,6 +498,7 @@ def _add_bench(commands) -> None:
                      help="runs per measurement, best kept (default 3)")
     sub.add_argument("--depth", type=_int_at_least(0), default=0,
                      help="tokens of context in the cache before each measurement (llama-bench's -d; default 0)")
+    _add_speculative(sub)
     _add_kv_type(sub)
     sub.set_defaults(handler=_cmd_bench)
 
@@ -476,7 +512,7 @@ def _cmd_bench(args) -> int:
     _use_kv_type(args)
     result = run_bench(
         str(path), n_threads=args.threads, n_prompt=args.prompt_tokens,
-        n_gen=args.gen_tokens, repeat=args.repeat, n_depth=args.depth,
+        n_gen=args.gen_tokens, repeat=args.repeat, n_depth=args.depth, **_speculation(args),
     )
     at = f" @ d{args.depth}" if args.depth else ""
     _print_table(None, [
@@ -486,11 +522,19 @@ def _cmd_bench(args) -> int:
         (f"prompt (pp{args.prompt_tokens}{at})", f"{result['pp_tps']:.1f} tokens/s"),
         (f"generation (tg{args.gen_tokens}{at})", f"{result['tg_tps']:.1f} tokens/s"),
         ("python per token", f"{result['py_us_per_token']:.1f} us"),
+        *_speculative_rows(result),
         ("load time", f"{result['load_s']:.2f} s"),
         ("first token", f"{result['first_token_s']:.2f} s after load started"),
         ("peak memory", f"{result['peak_rss_mb']:.0f} MiB (model file {result['model_mb']:.0f} MiB)"),
     ])
     return EXIT_OK
+
+
+def _speculative_rows(result: dict) -> list[tuple[str, str]]:
+    if not result.get("speculative"):
+        return []
+    return [(f"speculative ({result['speculative']}, tg{result['n_gen']})",
+             f"{result['spec_tg_tps']:.1f} tokens/s, {result['spec_acceptance']:.0%} of drafts accepted")]
 
 
 # --------------------------------------------------------------------------------------

@@ -34,9 +34,21 @@ FILL_CONTEXT = -2     # Ollama's num_predict -2: generate until the context is f
 
 # Options (Ollama's names) that shape the request rather than the sampler chain.
 REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "stop", "grammar", "format", "logprobs",
-                             "top_logprobs", "shift", "truncate", "cache_prompt"})
+                             "top_logprobs", "shift", "truncate", "cache_prompt", "speculative", "draft_max",
+                             "draft_min", "ngram_min", "ngram_max"})
 # Those of them that Ollama's `options` object holds (the others are top-level fields there).
-OLLAMA_REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "stop", "shift"})
+OLLAMA_REQUEST_OPTIONS = frozenset({"num_predict", "num_ctx", "num_keep", "stop", "shift", "speculative",
+                                    "draft_max", "draft_min", "ngram_min", "ngram_max"})
+
+# Speculative decoding (runner/speculative.py): the modes, and the draft sizes' defaults
+# (llama.cpp's server drafts up to 16 tokens; n-grams of 4 down to 2 tokens are looked up).
+SPECULATIVE_MODES = ("ngram", "draft")
+DEFAULT_DRAFT_MAX = 16
+DEFAULT_NGRAM_MIN = 2
+DEFAULT_NGRAM_MAX = 4
+MAX_DRAFT = 64
+
+_SPECULATIVE_OPTIONS = ("speculative", "draft_max", "draft_min", "ngram_min", "ngram_max")
 
 # OpenAI body fields that are no option (the route reads them itself).
 _OPENAI_NON_OPTIONS = frozenset({"model", "messages", "prompt", "n", "stream", "stream_options", "user",
@@ -65,6 +77,11 @@ class RequestOptions:
     top_logprobs: int = 0
     cache_prompt: bool = True                     # reuse cached prefixes and leave this one cached
     all_logits: bool = False                      # report every prompt position's logits (scoring)
+    speculative: str | None = None                # "ngram", "draft" or "off" (None: the engine's default)
+    draft_max: int = DEFAULT_DRAFT_MAX            # tokens drafted per step at most
+    draft_min: int = 0                            # a shorter draft is not verified (a plain step instead)
+    ngram_min: int = DEFAULT_NGRAM_MIN            # n-gram sizes prompt lookup tries, longest first
+    ngram_max: int = DEFAULT_NGRAM_MAX
 
     def __post_init__(self) -> None:
         if not isinstance(self.sampling, SamplingOptions):
@@ -84,6 +101,10 @@ class RequestOptions:
         set_(self, "logprobs", want)
         set_(self, "top_logprobs", n_top)
         set_(self, "cache_prompt", bool(self.cache_prompt) and not self.all_logits)
+        set_(self, "speculative", speculative_mode(self.speculative))
+        for name, low, high in (("draft_max", 1, MAX_DRAFT), ("draft_min", 0, self.draft_max),
+                                ("ngram_min", 1, MAX_DRAFT), ("ngram_max", self.ngram_min, MAX_DRAFT)):
+            set_(self, name, _int_in(name, getattr(self, name), low, high))
 
     # ---- one constructor per dialect ------------------------------------------------
 
@@ -113,7 +134,8 @@ class RequestOptions:
                    shift=request.get("shift", True), truncate=request.get("truncate", False),
                    grammar=_grammar(request.get("grammar"), request.get("format")),
                    logprobs=request.get("logprobs", False), top_logprobs=top,
-                   cache_prompt=request.get("cache_prompt", True))
+                   cache_prompt=request.get("cache_prompt", True),
+                   **{name: request[name] for name in _SPECULATIVE_OPTIONS if name in request})
 
     @classmethod
     def from_openai(cls, body: Mapping[str, Any], *, model: Mapping[str, Any] | None = None,
@@ -158,6 +180,19 @@ def sampling_options(surface: str, request: Mapping[str, Any], *, model: Mapping
     return SamplingOptions.from_dict(layered_options(surface, model=model, created=created, request=request))
 
 
+def speculative_mode(value: object) -> str | None:
+    """The speculation a request names: "ngram", "draft", "off" (false, "", "off", "none"),
+    or None (not named: the engine's default)."""
+    if value is None:
+        return None
+    if value is False or value in ("", "off", "none"):
+        return "off"
+    if not isinstance(value, str) or value not in SPECULATIVE_MODES:
+        raise InvalidOptionError(f"option 'speculative' must be one of {', '.join(SPECULATIVE_MODES)} or off, "
+                                 f"got {value!r}")
+    return value
+
+
 def context_limit(engine_ctx: int, num_ctx: object = None) -> int:
     """The context a request may use: `num_ctx` when given (at most `engine_ctx`, the
     context the model was loaded with), else `engine_ctx`."""
@@ -186,6 +221,13 @@ def _int(name: str, value: object, low: int) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InvalidOptionError(f"option {name!r} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _int_in(name: str, value: object, low: int, high: int) -> int:
+    value = _int(name, value, low)
+    if value > high:
+        raise InvalidOptionError(f"option {name!r} must be an integer in {low}..{high}, got {value!r}")
     return value
 
 
@@ -245,4 +287,4 @@ def _grammar(grammar: object, fmt: object) -> Grammar | None:
 
 
 __all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_NUM_KEEP", "FILL_CONTEXT", "OLLAMA_REQUEST_OPTIONS", "REQUEST_OPTIONS",
-           "RequestOptions", "context_limit", "sampling_options"]
+           "SPECULATIVE_MODES", "RequestOptions", "context_limit", "sampling_options", "speculative_mode"]

@@ -236,6 +236,9 @@ class ChatResult:
     prompt_ids: list[int] = field(default_factory=list)
     stop_string: str | None = None     # the stop text that ended the reply, if one did
     forced_call: bool = False          # a forced tool call (cut off, it has neither content nor a call)
+    speculative: str | None = None     # the request's speculative decoding ("ngram", "draft"), if any
+    draft_tokens: int = 0              # drafted tokens verified, and those kept (runner/speculative.py)
+    draft_accepted: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -323,7 +326,8 @@ class ChatStream:
             generation_seconds=completion.generation_seconds, total_seconds=time.perf_counter() - self._t0,
             tokens=list(completion.tokens), logprobs=getattr(completion, "logprobs", None),
             prompt_ids=list(self.prepared.ids), stop_string=getattr(completion, "stop_string", None),
-            forced_call=self.prepared.forced_call,
+            forced_call=self.prepared.forced_call, speculative=getattr(completion, "speculative", None),
+            draft_tokens=getattr(completion, "draft_tokens", 0), draft_accepted=getattr(completion, "draft_accepted", 0),
         )
 
 

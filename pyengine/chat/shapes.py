@@ -90,6 +90,7 @@ class OllamaShaper:
             eval_count=result.completion_tokens,
             eval_duration=int(result.generation_seconds * _NS),
         )
+        out.update(speculation_counts(result))
         return out
 
     def _body(self, content: str, thinking: str | None, calls: list[dict]) -> dict:
@@ -126,6 +127,29 @@ def openai_usage(result: Any) -> dict:
             "total_tokens": result.prompt_tokens + result.completion_tokens}
 
 
+def speculation_counts(result: Any) -> dict:
+    """A speculative request's drafting, for Ollama's final chunk: the draft tokens the
+    model verified, how many it kept, and their ratio (nothing when it did not speculate)."""
+    if not getattr(result, "speculative", None):
+        return {}
+    drafted, accepted = result.draft_tokens, result.draft_accepted
+    return {"speculative": result.speculative, "draft_count": drafted, "draft_accepted_count": accepted,
+            "draft_acceptance": accepted / drafted if drafted else 0.0}
+
+
+def openai_timings(result: Any) -> dict:
+    """llama-server's `timings` object (with its draft counts) for a speculative request;
+    nothing for the others, whose replies stay as OpenAI's."""
+    if not getattr(result, "speculative", None):
+        return {}
+    prompt_ms, predicted_ms = result.prompt_seconds * 1e3, result.generation_seconds * 1e3
+    n = result.completion_tokens
+    return {"timings": {"prompt_n": result.prompt_tokens, "prompt_ms": prompt_ms, "predicted_n": n,
+                        "predicted_ms": predicted_ms,
+                        "predicted_per_second": n / result.generation_seconds if result.generation_seconds else 0.0,
+                        "draft_n": result.draft_tokens, "draft_n_accepted": result.draft_accepted}}
+
+
 def _finish_reason(result: Any) -> str:
     return result.finish_reason if result.finish_reason in ("stop", "length", "tool_calls") else "stop"
 
@@ -157,7 +181,8 @@ class OpenAIChatShaper:
             message["content"] = result.content or None   # a forced call cut off: null, as OpenAI's
         choice = {"index": self.index, "message": message, "logprobs": self._logprobs(result.logprobs),
                   "finish_reason": _finish_reason(result)}
-        return {**self.head, "object": "chat.completion", "choices": [choice], "usage": openai_usage(result)}
+        return {**self.head, "object": "chat.completion", "choices": [choice], "usage": openai_usage(result),
+                **openai_timings(result)}
 
     def first_chunk(self) -> dict:
         return self._chunk({"role": "assistant", "content": ""}, None)
@@ -177,7 +202,7 @@ class OpenAIChatShaper:
         return self._chunk(delta, None, self._logprobs(piece.logprobs))
 
     def final_chunks(self, result: Any, include_usage: bool) -> list[dict]:
-        chunks = [self._chunk({}, _finish_reason(result))]
+        chunks = [{**self._chunk({}, _finish_reason(result)), **openai_timings(result)}]
         if include_usage:
             chunks.append(self.usage_chunk(openai_usage(result)))
         return chunks
@@ -230,7 +255,7 @@ class OpenAICompletionShaper:
         self._offset = len(self.echo_text)
         choice = {"text": self.echo_text + result.content, "index": self.index,
                   "logprobs": self._logprobs(result.logprobs), "finish_reason": _finish_reason(result)}
-        return {**self.head, "choices": [choice], "usage": openai_usage(result)}
+        return {**self.head, "choices": [choice], "usage": openai_usage(result), **openai_timings(result)}
 
     def first_chunk(self) -> dict | None:
         if not self.echo_text:
@@ -248,7 +273,7 @@ class OpenAICompletionShaper:
 
     def final_chunks(self, result: Any, include_usage: bool) -> list[dict]:
         chunk = {**self.head, "choices": [{"text": "", "index": self.index, "logprobs": None,
-                                           "finish_reason": _finish_reason(result)}]}
+                                           "finish_reason": _finish_reason(result)}], **openai_timings(result)}
         if include_usage:
             return [chunk, self.usage_chunk(openai_usage(result))]
         return [chunk]

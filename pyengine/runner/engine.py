@@ -26,6 +26,10 @@ with the same image reuses its cells and one with another image does not; a reus
 prefix never ends inside an image.  Such prompts are not shifted (a shift could cut
 an image).
 
+A generating sequence that speculates (runner/speculative.py) feeds its next token and a
+draft after it; its chain picks from each of those rows in turn while the picks equal the
+draft, and the cache drops what follows the first rejected draft (_advance_verified).
+
 Batch invariance: a sequence's tokens do not depend on what shares its batch
 or on how its prompt is chunked.  The native matmul treats each row alike
 whatever the batch size, attention visits only the sequence's own cells and
@@ -53,6 +57,7 @@ from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import Request, make_request
 from pyengine.runner.sequence import Chunk, Completion, StopMatcher, TokenLogprob
 from pyengine.runner.slots import Slot, SlotTable
+from pyengine.runner.speculative import DraftModel, Speculator, verify
 from pyengine.sample import SamplerChain, SamplingOptions
 from pyengine.tokenizer import StreamDecoder, Tokenizer
 
@@ -80,6 +85,8 @@ class _Seq:
     prompt_row: np.ndarray | None = None   # the logits of the prompt's last token, while live
     images: dict[int, np.ndarray] = field(default_factory=dict)   # prompt position -> rows [n, n_embd]
     keys: list[int] | None = None   # the prompt as the cache is keyed: images' positions by content
+    speculative: str | None = None  # "ngram" / "draft": drafts verified with each step (runner/speculative.py)
+    options: RequestOptions | None = None   # the request's options (the draft sizes)
     t_submit: float = 0.0
     t_start: float = 0.0
     t_first: float = 0.0
@@ -97,9 +104,10 @@ class Engine:
     def __init__(self, model, tokenizer: Tokenizer, backend: Backend, *, n_ctx: int,
                  n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str | None = None,
                  swa_margin: int = SWA_MARGIN, swa_full: bool = False, state_checkpoints: int = DEFAULT_CHECKPOINTS,
-                 background: bool = True) -> None:
+                 background: bool = True, draft: DraftModel | None = None, speculative: str | None = None) -> None:
         """state_checkpoints: recurrent states kept per sequence for prefix reuse (models with
-        recurrent layers only; kvcache/recurrent.py)."""
+        recurrent layers only; kvcache/recurrent.py).  draft: a draft model for
+        speculative="draft" requests; speculative: the mode of requests that name none."""
         _check_int("n_ctx", n_ctx, 1, 1 << 24)
         _check_int("n_batch", n_batch, 1, 1 << 16)
         _check_int("n_parallel", n_parallel, 1, MAX_SEQUENCES)
@@ -127,6 +135,7 @@ class Engine:
         self._step_logits = [step_logits[:n] for n in range(n_parallel + 1)]
         self.rotator = KeyRotator(model, backend, n_ctx_seq=n_ctx)
         self.slots = SlotTable(self.cache)
+        self.speculator = Speculator(draft, speculative)
         self.eog_ids = frozenset(t for t in tokenizer.eog_ids if 0 <= t < self.n_vocab)
         self._pieces: list[bytes] | None = None
         self._cv = threading.Condition()
@@ -163,6 +172,7 @@ class Engine:
                 raise InvalidOptionError("a prompt with images cannot be truncated or scored")
             options = replace(options, shift=False)
         req = make_request(prompt, options, n_vocab=self.n_vocab, engine_ctx=self.n_ctx)
+        mode = self.speculator.mode(options, can_roll_back=self.cache.recurrent is None)
         spans = self._image_spans(images, len(req.prompt))
         chain = SamplerChain(req.sampling, self.n_vocab, token_pieces=self.token_pieces(),
                              eog_ids=self.eog_ids, grammar=req.grammar, n_ctx=req.n_ctx)
@@ -175,7 +185,8 @@ class Engine:
                                 logprobs=[] if req.logprobs else None)
             seq = _Seq(req, handle, chain, StreamDecoder(self.tokenizer), StopMatcher(req.stop), result,
                        t_submit=time.perf_counter(), images=spans,
-                       keys=image_keyed(req.prompt, spans) if spans else None)
+                       keys=image_keyed(req.prompt, spans) if spans else None, speculative=mode, options=options)
+            result.speculative = mode
             self._queue.append(seq)
             self._cv.notify_all()
         return handle
@@ -470,8 +481,9 @@ class Engine:
             if full:
                 self._finish(seq, "length")
                 continue
-            batch.append((seq, seq.pending[:1]))
-            budget -= 1
+            toks = seq.pending[:1] + self._draft(seq, budget - 1)
+            batch.append((seq, toks))
+            budget -= len(toks)
         for seq in [s for s in self._live if s.prefill]:
             if budget == 0:
                 break
@@ -480,6 +492,16 @@ class Engine:
                 batch.append((seq, chunk))
                 budget -= len(chunk)
         return batch
+
+    def _draft(self, seq: _Seq, budget: int) -> list[int]:
+        """Draft tokens to verify after the sequence's next token (none unless it
+        speculates): within the batch's budget, the context and max_tokens."""
+        if seq.speculative is None:
+            return []
+        room = min(budget, seq.req.n_ctx - len(seq.cache_tokens) - 1)
+        if seq.req.max_tokens is not None:
+            room = min(room, seq.req.max_tokens - len(seq.result.tokens) - 1)
+        return self.speculator.draft(seq.speculative, seq.options, seq.slot.id, seq.cache_tokens + seq.pending[:1], room)
 
     def _rows_wanted(self, seq: _Seq, n: int) -> range:
         if not seq.prefill:
@@ -498,6 +520,9 @@ class Engine:
 
     def _advance(self, seq: _Seq, toks: list[int], logits: np.ndarray | None) -> None:
         """Book the tokens just fed; sample when the sequence got its logits."""
+        if not seq.prefill and len(toks) > 1:
+            self._advance_verified(seq, toks, logits)
+            return
         n_before = len(seq.cache_tokens)
         seq.cache_tokens.extend(toks)
         del seq.pending[:len(toks)]
@@ -521,14 +546,48 @@ class Engine:
         except PyEngineError as error:
             self._finish(seq, "error", error)
 
-    def _sample(self, seq: _Seq, row: np.ndarray) -> None:
+    def _advance_verified(self, seq: _Seq, toks: list[int], logits: np.ndarray) -> None:
+        """A generating sequence's token and its draft were fed: the chain picks from each
+        row in turn while its pick equals the next draft (runner/speculative.py); the
+        cache drops what follows the first rejected draft; the picks stream."""
         req, result = seq.req, seq.result
+        left = len(toks) if req.max_tokens is None else req.max_tokens - len(result.tokens)
+        try:
+            picked = verify(lambda row: self._pick(seq, row), logits, toks[1:], self.eog_ids.__contains__, left)
+        except PyEngineError as error:
+            self._finish(seq, "error", error)
+            return
+        n_fed = len(picked)   # the fed tokens whose cells stay: the next token and the accepted drafts
+        self.cache.remove(seq.slot.id, len(seq.cache_tokens) + n_fed)
+        seq.cache_tokens.extend(toks[:n_fed])
+        del seq.pending[:]
+        self.cache.slide(seq.slot.id, len(seq.cache_tokens), self.swa_margin)
+        result.draft_tokens += len(toks) - 1
+        result.draft_accepted += sum(1 for (token, _), draft in zip(picked, toks[1:]) if token == draft)
+        for token, lp in picked:
+            self._emit(seq, token, lp)
+            if seq.slot is None:   # finished: a stop string, EOG or max_tokens
+                return
+
+    def _sample(self, seq: _Seq, row: np.ndarray) -> None:
+        token, lp = self._pick(seq, row)
+        self._emit(seq, token, lp)
+
+    def _pick(self, seq: _Seq, row: np.ndarray) -> tuple[int, TokenLogprob | None]:
+        """The chain's token from a row (and its log-probabilities when asked), accepted
+        into the chain's history."""
+        req = seq.req
         token = seq.chain.sample(row)
         lp = None
         if req.logprobs:
             value, top = seq.chain.logprobs(row, token, req.top_logprobs)
             lp = TokenLogprob(token, value, tuple(top))
         seq.chain.accept(token)
+        return token, lp
+
+    def _emit(self, seq: _Seq, token: int, lp: TokenLogprob | None) -> None:
+        """A picked token: the end (EOG, a stop string, max_tokens) or text to stream."""
+        req, result = seq.req, seq.result
         if token in self.eog_ids:
             self._finish(seq, "stop")
             return

@@ -89,6 +89,14 @@ class Completion:
     stop_string: str | None = None    # the stop string that ended the text, if one did
     logprobs: list[TokenLogprob] | None = None
     logits: np.ndarray | None = None  # every prompt position's logits, for scoring requests
+    speculative: str | None = None    # "ngram" or "draft" when the request speculated
+    draft_tokens: int = 0             # drafted tokens verified by the model
+    draft_accepted: int = 0           # of those, the ones that were kept
+
+    @property
+    def draft_acceptance(self) -> float:
+        """The share of verified drafts that were kept (0 when none was drafted)."""
+        return self.draft_accepted / self.draft_tokens if self.draft_tokens else 0.0
 
     @property
     def completion_tokens(self) -> int:

@@ -36,6 +36,8 @@ class ServerConfig:
     retry_after_s: int = 1                  # the Retry-After of a 503 when the queue is full
     sweep_interval_s: float = 1.0           # how often idle models are checked for expiry
     mmproj: str | None = None               # vision projector of the first of `models` (else one beside a model)
+    draft_model: str | None = None          # draft model of the first of `models` (speculative="draft")
+    speculative: str | None = None          # requests naming no speculation: "ngram", "draft" or None (off)
     remote_images: bool = False             # fetch http(s) image URLs in requests (bounded below)
     remote_image_bytes: int = 32 * 1024 * 1024
     remote_image_timeout_s: float = 10.0

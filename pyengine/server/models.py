@@ -146,6 +146,17 @@ def projector_for(path: Path, config: ServerConfig) -> Path | None:
     return projector_beside(path)
 
 
+def speculation_for(path: Path, config: ServerConfig) -> dict[str, Any]:
+    """The LLM's draft model and default speculation: --draft-model goes with the first
+    --model; a default of "draft" applies only to a model that has one."""
+    kwargs: dict[str, Any] = {}
+    if config.draft_model and config.models and _same_file(config.models[0], path):
+        kwargs["draft_model"] = config.draft_model
+    if config.speculative == "ngram" or (config.speculative == "draft" and kwargs):
+        kwargs["speculative"] = config.speculative
+    return kwargs
+
+
 def _same_file(name: str, path: Path) -> bool:
     try:
         return Path(name).resolve() == Path(path).resolve() or store.resolve_model(name, pull=False) == Path(path)
@@ -172,6 +183,7 @@ class ModelAdapter:
         projector = projector_for(path, config)
         if projector is not None:
             kwargs["mmproj"] = str(projector)
+        kwargs.update(speculation_for(path, config))
         llm = LLM(str(path), **kwargs)
         created = store.created_model(name)
         if created is not None and created.template and created.file == Path(path):

@@ -33,7 +33,7 @@ MAX_TOKENS = 1 << 31
 EXTRA_OPTIONS = ("top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "num_ctx", "mirostat",
                  "mirostat_tau", "mirostat_eta", "top_n_sigma", "xtc_probability", "xtc_threshold",
                  "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
-                 "num_keep")
+                 "num_keep", "speculative", "draft_max", "draft_min", "ngram_min", "ngram_max")
 COMMON_FIELDS = frozenset({"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop",
                            "seed", "presence_penalty", "frequency_penalty", "logit_bias", "user", "keep_alive",
                            *EXTRA_OPTIONS})
