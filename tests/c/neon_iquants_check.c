@@ -8,7 +8,7 @@
  * bytes, size}), in a folder passed with -I.  Build from the repository root:
  *
  *   aarch64-linux-gnu-gcc -O2 -march=armv8.2-a+dotprod+fp16 -DPE_ARCH_ARM=1 \
- *       -ffp-contract=off -static -Icsrc/include -Icsrc/core -Icsrc/quant -I<dir> \
+ *       -ffp-contract=off -static -Icsrc/include -Icsrc/core -Icsrc/cpu -Icsrc/quant -I<dir> \
  *       tests/c/neon_iquants_check.c csrc/cpu/arm/neon_iquants.c \
  *       csrc/cpu/arm/neon_iq_gemm.c \
  *       csrc/quant/ref_iquants.c csrc/core/error.c -lm -o neon_iq_check
