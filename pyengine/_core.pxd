@@ -44,6 +44,9 @@ cdef extern from "pe.h" nogil:
     void pe_pool_free(pe_pool *pool)
     int pe_pool_n_threads(const pe_pool *pool)
     int pe_physical_cores()
+    int pe_backend_count()
+    const char *pe_backend_name(int i)
+    int pe_backend_devices(int i)
 
     ctypedef struct pe_graph:
         pass

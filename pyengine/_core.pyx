@@ -181,6 +181,16 @@ def physical_cores() -> int:
     return pe_physical_cores()
 
 
+def backends() -> list:
+    """The backends this build computes with, the CPU's first: (name, devices it finds) each."""
+    found = []
+    for i in range(pe_backend_count()):
+        n = pe_backend_devices(i)
+        _check(n)
+        found.append((pe_backend_name(i).decode(), n))
+    return found
+
+
 # ---- row kernels (tests, tools) -----------------------------------------
 
 cdef int64_t _row_len(int type_id, int64_t n) except -1:

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from pyengine.ml import device
+
 
 # tokens of context filled per forward pass before a deep measurement
 _FILL_BATCH = 512
@@ -72,6 +74,7 @@ def run_bench(model, n_threads: int | None = None, n_prompt: int = 512, n_gen: i
         "model": str(llm.path.name),
         "n_threads": llm.n_threads,
         "isa": llm.backend.isa,
+        "devices": [d.describe() for d in device.devices()],
         "pp_tps": float(np.median(pp)),
         "tg_tps": float(np.median(tg)),
         "py_us_per_token": float(np.median(py)),

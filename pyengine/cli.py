@@ -519,6 +519,7 @@ def _cmd_bench(args) -> int:
         ("model", str(result["model"])),
         ("threads", str(result["n_threads"])),
         ("isa", str(result["isa"])),
+        ("devices", "; ".join(result["devices"])),
         (f"prompt (pp{args.prompt_tokens}{at})", f"{result['pp_tps']:.1f} tokens/s"),
         (f"generation (tg{args.gen_tokens}{at})", f"{result['tg_tps']:.1f} tokens/s"),
         ("python per token", f"{result['py_us_per_token']:.1f} us"),

@@ -340,7 +340,7 @@ def test_bench_prints_the_results(capsys, monkeypatch):
                     repeat=repeat, n_depth=n_depth)
         return dict(model=model, n_threads=n_threads or 2, isa="avx2", pp_tps=512.25,
                     tg_tps=181.04, py_us_per_token=41.5, load_s=0.123, first_token_s=0.5,
-                    peak_rss_mb=150.4, model_mb=94.0)
+                    peak_rss_mb=150.4, model_mb=94.0, devices=["Zen 4: avx2 of scalar, avx2; 2 cores, 4 threads"])
 
     module = types.ModuleType("pyengine.bench")
     module.run_bench = run_bench
@@ -351,6 +351,7 @@ def test_bench_prints_the_results(capsys, monkeypatch):
     assert seen == dict(model=MODEL, n_threads=2, n_prompt=64, n_gen=16, repeat=1, n_depth=0)
     rows = _rows(out)
     assert rows["isa"] == "avx2" and rows["threads"] == "2"
+    assert rows["devices"] == "Zen 4: avx2 of scalar, avx2; 2 cores, 4 threads"
     assert rows["prompt (pp64)"] == "512.2 tokens/s"
     assert rows["generation (tg16)"] == "181.0 tokens/s"
     assert rows["python per token"] == "41.5 us"

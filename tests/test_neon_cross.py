@@ -19,7 +19,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CC = "aarch64-linux-gnu-gcc"
-COMMON = ["-O2", "-DPE_ARCH_ARM=1", "-static", "-Icsrc/include", "-Icsrc/core", "-Icsrc/quant"]
+COMMON = ["-O2", "-DPE_ARCH_ARM=1", "-static", "-Icsrc/include", "-Icsrc/core", "-Icsrc/cpu", "-Icsrc/quant"]
 FLAGS = [*COMMON, "-march=armv8.2-a+dotprod+fp16"]
 # The second NEON build (CMakeLists.txt): plain armv8-a, for CPUs without the dot product.
 NODOT_FLAGS = [*COMMON, "-march=armv8-a", "-DPE_NEON_NODOT=1"]

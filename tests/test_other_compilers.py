@@ -17,7 +17,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMMON = ["-std=c11", "-O2", "-c", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
           "-Wno-missing-field-initializers", "-ffp-contract=off",
-          "-Icsrc/include", "-Icsrc", "-Icsrc/core", "-Icsrc/quant"]
+          "-Icsrc/include", "-Icsrc", "-Icsrc/core", "-Icsrc/cpu", "-Icsrc/quant"]
 # CMakeLists.txt's per-file instruction sets, by file name prefix
 X86_FLAGS = {
     "avx2": ["-mavx2", "-mfma", "-mf16c", "-mbmi2"],

@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "graph.h"
 
 #if defined(_MSC_VER)
 #define PE_THREAD_LOCAL __declspec(thread)

@@ -1,4 +1,5 @@
-/* graph.c - graph storage, views, memory planning and the executor.
+/* graph.c - graph storage, views and memory planning; computing goes
+ * through a backend's table (backend.h).
  *
  * Nodes are kept in creation order, which is a valid execution order because
  * an op can only take tensors that already exist.  Planning gives every
@@ -9,26 +10,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "backend.h"
 
 #define PE_ALIGN 64
 
 pe_graph *pe_graph_new(void) {
-    pe_init();
+    if (pe_backend_host()->init() < 0) return NULL;
     pe_graph *g = calloc(1, sizeof *g);
     if (!g) pe_fail("out of memory");
     return g;
 }
 
 static void free_buffers(pe_graph *g) {
-    free(g->arena);
-    free(g->work);
-    free(g->chunks);
-    free(g->ranges);
+    if (g->backend) {
+        g->backend->free(g->arena);
+        g->backend->free(g->work);
+        g->backend->release(g);
+    }
     g->arena = NULL;
     g->work = NULL;
-    g->chunks = NULL;
-    g->ranges = NULL;
+    g->exec = NULL;
+    g->backend = NULL;
     g->planned = false;
 }
 
@@ -243,21 +245,32 @@ static int alloc_give(allocator *a, size_t off, size_t size) {
 
 static bool computed(const pe_tensor *t) { return t->op != PE_OP_NONE && t->op != PE_OP_VIEW; }
 
-/* Which computed nodes run on without a barrier before them (pe_op_joins),
- * hence which are followed by one. */
-static void mark_joins(pe_graph *g) {
+/* Which computed nodes run on without a barrier before them (the backend's
+ * joins), hence which are followed by one. */
+static void mark_joins(pe_graph *g, const pe_backend *be) {
     pe_tensor *prev = NULL;
     for (int i = 0; i < g->n; i++) {
         pe_tensor *t = &g->t[i];
         if (!computed(t)) continue;
-        t->joins_prev = prev && pe_op_joins(g, prev, t);
+        t->joins_prev = prev && be->joins(g, prev, t);
         t->barrier_after = true;
         if (prev) prev->barrier_after = !t->joins_prev;
         prev = t;
     }
 }
 
-static int plan(pe_graph *g, int n_threads) {
+/* The first node the backend has no kernel for, or -1. */
+static int first_unsupported(const pe_graph *g, const pe_backend *be) {
+    for (int i = 0; i < g->n; i++)
+        if (computed(&g->t[i]) && !be->supports_op(g, &g->t[i])) return i;
+    return -1;
+}
+
+static int plan(pe_graph *g, const pe_backend *be, int n_threads) {
+    const int missing = first_unsupported(g, be);
+    if (missing >= 0)
+        return pe_fail("backend %s has no kernel for node %d (op %d, '%s')", be->name, missing, g->t[missing].op,
+                       g->t[missing].name);
     int *last_use = malloc((size_t)g->n * sizeof *last_use);
     if (!last_use) return pe_fail("out of memory");
     for (int i = 0; i < g->n; i++) last_use[i] = g->t[i].is_output ? INT_MAX : i;
@@ -283,7 +296,7 @@ static int plan(pe_graph *g, int n_threads) {
         pe_tensor *t = &g->t[i];
         if (t->op != PE_OP_NONE && t->view_of < 0) {
             alloc_take(&a, t->nbytes, &t->arena_offset);
-            const size_t w = pe_op_work_bytes(g, t, n_threads);
+            const size_t w = be->work_bytes(g, t, n_threads);
             if (w > work) work = w;
         }
         for (int s = 0; s < PE_MAX_SRC && rc == 0; s++) {
@@ -300,14 +313,13 @@ static int plan(pe_graph *g, int n_threads) {
     free(last_use);
     free(a.free);
     if (rc) return rc;
-    mark_joins(g);
+    mark_joins(g, be);
+    g->backend = be;
     g->arena_bytes = a.peak;
     g->work_bytes = work;
-    g->arena = a.peak ? malloc(a.peak) : NULL;
-    g->work = work ? malloc(work) : NULL;
-    g->chunks = malloc((size_t)(g->n + 1) * sizeof *g->chunks);
-    g->ranges = malloc((size_t)n_threads * sizeof *g->ranges);
-    if ((a.peak && !g->arena) || (work && !g->work) || !g->chunks || !g->ranges) {
+    g->arena = a.peak ? be->alloc(a.peak) : NULL;
+    g->work = work ? be->alloc(work) : NULL;
+    if ((a.peak && !g->arena) || (work && !g->work)) {
         free_buffers(g);
         return pe_fail("out of memory planning %zu + %zu bytes", a.peak, work);
     }
@@ -316,107 +328,19 @@ static int plan(pe_graph *g, int n_threads) {
         if (t->op != PE_OP_NONE && t->view_of < 0) t->data = t->bound ? t->bound : g->arena + t->arena_offset;
     }
     place_views(g);
-    for (int i = 0; i < n_threads; i++) atomic_init(&g->ranges[i].word, 0);
-    g->gen_base = 1;   /* generation 0: the slots' start, no node's */
     g->planned = true;
     g->planned_threads = n_threads;
     return 0;
 }
 
-/* ---- execution ------------------------------------------------------------- */
-
-typedef struct {
-    pe_graph *g;
-    pe_pool  *pool;
-} run_ctx;
-
-static void run_nodes(void *arg, int ith, int nth) {
-    run_ctx *rc = arg;
-    pe_graph *g = rc->g;
-    pe_exec ex = {.ith = ith, .nth = nth, .g = g, .work = g->work, .work_bytes = g->work_bytes,
-                  .pool = rc->pool, .ranges = g->ranges, .error = &g->error};
-    const int timed = ith == 0 && pe_profile_on();
-    for (int i = 0; i < g->n; i++) {
-        pe_tensor *t = &g->t[i];
-        if (!computed(t)) continue;
-        const double t0 = timed ? pe_profile_now() : 0;
-        ex.chunk = &g->chunks[i];
-        ex.gen = g->gen_base + (uint32_t)i;
-        pe_op_compute(&ex, t);
-        /* no early exit on a data error: every thread must reach every
-         * barrier; ops skip the work an error makes meaningless */
-        if (t->barrier_after) pe_pool_barrier(rc->pool);
-        if (timed) pe_profile_add(g, t, pe_profile_now() - t0);
-    }
-}
-
-/* ---- ranges (internal.h) ------------------------------------------------------ */
-
-static uint64_t range_word(uint32_t gen, int64_t front, int64_t back) {
-    return (uint64_t)gen << 32 | (uint64_t)front << 16 | (uint64_t)back;
-}
-
-/* The slot's value for this node: one an earlier node left stands for the
- * owner's whole range (whichever thread gets there first writes it). */
-static uint64_t range_now(const pe_exec *ex, int owner, int64_t n_tasks, uint64_t word) {
-    const uint32_t gen = (uint32_t)(word >> 32);
-    if (gen == ex->gen) return word;
-    /* the owner is on a later node (no barrier between, pe_op_joins): it left
-     * this one only when every task of it was taken */
-    if (gen > ex->gen) return range_word(ex->gen, 0, 0);
-    return range_word(ex->gen, owner * n_tasks / ex->nth, (owner + 1) * n_tasks / ex->nth);
-}
-
-/* Tasks of `owner`'s range, a quarter of those left (at least one): from
- * its front for the owner, its back for others; the first is returned and
- * the rest kept in ex's claim. */
-static int64_t range_take(pe_exec *ex, int owner, int64_t n_tasks) {
-    atomic_ullong *slot = &ex->ranges[owner].word;
-    const int from_back = owner != ex->ith;
-    unsigned long long seen = atomic_load_explicit(slot, memory_order_relaxed);   /* the slot's type */
-    for (;;) {
-        const uint64_t now = range_now(ex, owner, n_tasks, seen);
-        const int64_t front = (int64_t)(now >> 16 & 0xFFFF), back = (int64_t)(now & 0xFFFF);
-        if (front >= back) return -1;
-        const int64_t count = (back - front + 3) / 4;
-        const int64_t first = from_back ? back - count : front;
-        const uint64_t next = from_back ? now - (uint64_t)count : now + ((uint64_t)count << 16);
-        if (atomic_compare_exchange_weak_explicit(slot, &seen, next, memory_order_relaxed, memory_order_relaxed)) {
-            ex->claim_gen = ex->gen;
-            ex->claim_next = first + 1;
-            ex->claim_end = first + count;
-            return first;
-        }
-    }
-}
-
-int64_t pe_range_next(pe_exec *ex, int64_t n_tasks) {
-    if (ex->claim_gen == ex->gen && ex->claim_next < ex->claim_end) return ex->claim_next++;
-    int64_t task = range_take(ex, ex->ith, n_tasks);
-    for (int v = 1; task < 0 && v < ex->nth; v++) task = range_take(ex, (ex->ith + v) % ex->nth, n_tasks);
-    return task;
-}
-
-void pe_exec_fail(pe_exec *ex, const char *msg) {
-    int expected = 0;
-    if (atomic_compare_exchange_strong(ex->error, &expected, 1))
-        snprintf(ex->g->error_msg, sizeof ex->g->error_msg, "%s", msg);
-}
-
-int pe_graph_compute(pe_graph *g, pe_pool *pool) {
+int pe_graph_compute_on(pe_graph *g, const pe_backend *be, void *ctx) {
     if (!g) return pe_fail("no graph");
-    const int nth = pe_pool_n_threads(pool);
-    if (g->planned && g->planned_threads < nth) free_buffers(g);  /* scratch is sized per thread */
-    if (!g->planned && plan(g, nth) < 0) return -1;
-    for (int i = 0; i <= g->n; i++) atomic_init(&g->chunks[i], nth);
-    if (g->gen_base > UINT32_MAX - (uint32_t)g->n - 1) {   /* generations wrap: start the slots over */
-        for (int i = 0; i < g->planned_threads; i++) atomic_store(&g->ranges[i].word, 0);
-        g->gen_base = 1;
-    }
+    const int workers = be->workers(ctx);
+    /* scratch is sized per worker, and buffers belong to the backend that planned them */
+    if (g->planned && (g->planned_threads < workers || g->backend != be)) free_buffers(g);
+    if (!g->planned && plan(g, be, workers) < 0) return -1;
     atomic_store(&g->error, 0);
-    run_ctx rc = {g, pool};
-    pe_pool_run(pool, run_nodes, &rc);
-    g->gen_base += (uint32_t)g->n + 1;
+    if (be->compute(ctx, g) < 0 || be->sync(ctx) < 0) return -1;
     if (atomic_load(&g->error)) return pe_fail("%s", g->error_msg);
     return 0;
 }

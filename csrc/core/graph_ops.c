@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "backend.h"
 
 static pe_tensor *get(pe_graph *g, int id, const char *op, const char *what) {
     pe_tensor *t = pe_graph_get(g, id);
@@ -48,11 +48,20 @@ static int require_i32(const char *op, const pe_tensor *t) {
     return 0;
 }
 
+/* Whether the host's backend can read the rows of this table (before the
+ * node exists: a failed check leaves the graph as it was). */
+static int host_reads_rows(const pe_graph *g, int table) {
+    pe_tensor probe = {.op = PE_OP_GET_ROWS};
+    for (int i = 0; i < PE_MAX_SRC; i++) probe.src[i] = -1;
+    probe.src[0] = table;
+    return pe_backend_host()->supports_op(g, &probe);
+}
+
 int pe_op_get_rows(pe_graph *g, int table, int ids) {
     pe_tensor *a = get(g, table, "get_rows", "table"), *b = get(g, ids, "get_rows", "ids");
     if (!a || !b || require_i32("get_rows", b)) return -1;
     if (a->ne[2] != 1 || a->ne[3] != 1) return fail_shapes("get_rows", a, b, "table must be 2-D");
-    if (!pe_get_rows_readable(a)) return fail_shapes("get_rows", a, NULL, "no kernel to read this type");
+    if (!host_reads_rows(g, table)) return fail_shapes("get_rows", a, NULL, "no kernel to read this type");
     if (pe_type_rows8_base(a->type) >= 0 && a->ne[1] % 8) return fail_shapes("get_rows", a, NULL, "an interleaved table needs rows in 8s");
     const int64_t ne[2] = {a->ne[0], pe_nelements(b)};
     return node(g, PE_OP_GET_ROWS, PE_TYPE_F32, 2, ne, table, ids, -1, -1, -1);

@@ -2,8 +2,7 @@
 #include <stddef.h>
 
 #include "blocks.h"
-#include "internal.h"
-#include "iquants.h"
+#include "graph.h"
 
 typedef struct pe_type_traits {
     const char *name;
@@ -76,27 +75,14 @@ int pe_type_vec_dot_type(int type) {
     return t ? t->vec_dot_type : -1;
 }
 
-int pe_type_supported(int type) {
+int pe_type_is_weight(int type) {
     const pe_type_traits *t = traits_of(type);
-    if (!t || !t->weight) return 0;
-    /* a weight type is usable once its kernels exist in the reference table
-     * (and its grid, for the lattice types, has been handed over) */
-    const pe_type_kernels *k = &pe_kernels_ref()->type[type];
-    return k->to_float != NULL && k->vec_dot != NULL && pe_iq_type_ready(type);
+    return t && t->weight;
 }
 
 int pe_type_rows8_base(int type) {
     const pe_type_traits *t = traits_of(type);
     return t && t->rows8_base ? t->rows8_base : -1;
-}
-
-/* Interleaving pays where the ISA has a decoding kernel for the layout;
- * elsewhere the weight stays as the file has it. */
-int pe_type_rows8(int type) {
-    for (int t = 0; t < PE_TYPE_COUNT; t++)
-        if (traits[t].rows8_base == type && type > 0 && pe_kern->type[t].gemm8)
-            return t;
-    return -1;
 }
 
 size_t pe_row_bytes(int type, int64_t n) {

@@ -30,7 +30,7 @@
 /* Activation rows a product of w takes through the decoding kernel (gemm8). */
 static int64_t decode_cols(const pe_tensor *w) {
     if (pe_type_rows8_base(w->type) < 0) return PE_GEMM8_MAX_COLS;
-    const int cols = pe_kern->type[w->type].gemm8_cols;
+    const int cols = pe_kern->type[w->type].rows8.cols;
     return cols ? cols : ROWS8_DECODE_COLS;
 }
 
@@ -63,21 +63,21 @@ static const pe_type_kernels *plain_kernels(const pe_tensor *w) {
 }
 
 static size_t unpacked_bytes(const pe_tensor *w) {
-    return pe_kern->type[w->type].unpack8 ? round64((size_t)TILE_ROWS * w->nb[1]) : 0;
+    return pe_kern->type[w->type].rows8.unpack8 ? round64((size_t)TILE_ROWS * w->nb[1]) : 0;
 }
 
 /* Whether the activation rows of w's product carry their block scales as
  * floats too (Q8_0 rows with the starts of pe_q8_0_scales): for a decoding
- * kernel that takes them (gemm8_scales), which then needs no conversions or
+ * kernel that takes them (rows8.scales), which then needs no conversions or
  * sums per block, activation row and group of weight rows; and for a prompt
- * tile kernel that takes them (gemm16_scales, on any batch that may reach
+ * tile kernel that takes them (packed.scales, on any batch that may reach
  * it), which would otherwise sum each activation block's groups again for
  * every 16 weight rows. */
 static int with_scales(const pe_tensor *w, const pe_tensor *x) {
     const int vdt = pe_type_vec_dot_type(w->type);
     if (vdt != PE_TYPE_Q8_1 && vdt != PE_TYPE_Q8_0) return 0;
-    if (pe_kern->type[w->type].gemm8_scales && pe_nrows(x) <= decode_cols(w)) return 1;
-    return vdt == PE_TYPE_Q8_0 && plain_kernels(w)->gemm16_scales;
+    if (pe_kern->type[w->type].rows8.scales && pe_nrows(x) <= decode_cols(w)) return 1;
+    return vdt == PE_TYPE_Q8_0 && plain_kernels(w)->packed.scales;
 }
 
 static size_t scales_bytes(int vdt, int64_t n) {
@@ -96,7 +96,7 @@ static size_t activations_bytes(const pe_tensor *w, const pe_tensor *x, int vdt,
 }
 
 static size_t pack_bytes(const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
-    const pe_pack16_fn pack = plain_kernels(w)->pack16;
+    const pe_pack16_fn pack = plain_kernels(w)->packed.pack16;
     if (t->op != PE_OP_MUL_MAT || !pack || pe_nrows(x) < PACK_MIN_COLS) return 0;
     return round64(pack(x->ne[0], NULL, 0, NULL));
 }
@@ -212,10 +212,10 @@ int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tenso
  * tile. */
 static void tile_packed(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
                         const uint8_t *q, size_t qstride, int64_t i0, int64_t j0, int64_t j1, void *packed) {
-    k->pack16(kdim, (const uint8_t *)w->data + i0 * w->nb[1], w->nb[1], packed);
+    k->packed.pack16(kdim, (const uint8_t *)w->data + i0 * w->nb[1], w->nb[1], packed);
     for (int64_t j = j0; j < j1; j += PE_GEMM_COLS) {
         const int nc = (int)(j1 - j < PE_GEMM_COLS ? j1 - j : PE_GEMM_COLS);
-        k->gemm16(kdim, dst + j * n + i0, (size_t)n, packed, q + j * qstride, qstride, nc);
+        k->packed.gemm16(kdim, dst + j * n + i0, (size_t)n, packed, q + j * qstride, qstride, nc);
     }
 }
 
@@ -231,9 +231,9 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
         tile_packed(k, kdim, dst, n, w, q, qstride, i0, j0, j1, packed);
         return;
     }
-    if (k->gemm8 && q && j1 - j0 <= PE_GEMM8_MAX_COLS) {   /* decoding: 8 rows at a time, the tile for the rest */
+    if (k->rows8.gemm8 && q && j1 - j0 <= PE_GEMM8_MAX_COLS) {   /* decoding: 8 rows at a time, the tile for the rest */
         for (; i0 + PE_GEMM8_ROWS <= i1; i0 += PE_GEMM8_ROWS)
-            k->gemm8(kdim, dst + j0 * n + i0, (size_t)n, wd + i0 * wstride, wstride, q + j0 * qstride, qstride,
+            k->rows8.gemm8(kdim, dst + j0 * n + i0, (size_t)n, wd + i0 * wstride, wstride, q + j0 * qstride, qstride,
                      (int)(j1 - j0));
         if (i0 == i1) return;
     }
@@ -256,7 +256,7 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
 
 /* Whether a batch of m activation rows takes w's decoding kernel. */
 static int takes_gemm8(const pe_type_kernels *k, const pe_tensor *w, int64_t m) {
-    return k->gemm8 && m <= decode_cols(w);
+    return k->rows8.gemm8 && m <= decode_cols(w);
 }
 
 /* A tile of a weight interleaved by 8 rows: decoding's few activation rows
@@ -272,11 +272,11 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
     const uint8_t *wd = w->data;
     const size_t bw = w->nb[1];
     /* (a prompt's last few columns are no decoding batch: their activation rows lack
-     * the float scales a gemm8_scales kernel reads) */
+     * the float scales a rows8.scales kernel reads) */
     if (takes_gemm8(k, w, m)) {
         for (int64_t i = i0; i < i1;) {
             const int two = i + 2 * PE_GEMM8_ROWS <= i1;   /* two groups left: their pair kernel if there is one */
-            const pe_gemm8_fn gemm8 = k->gemm8, pair = two ? k->gemm8_pair : NULL;
+            const pe_gemm8_fn gemm8 = k->rows8.gemm8, pair = two ? k->rows8.gemm8_pair : NULL;
             for (int64_t j = j0; j < j1;) {
                 const int nc = (int)(j1 - j < PE_GEMM8_MAX_COLS ? j1 - j : PE_GEMM8_MAX_COLS);
                 float *out = dst + j * n + i;
@@ -299,7 +299,7 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
     plain.data = rows;
     for (int64_t r0 = i0; r0 < i1; r0 += TILE_ROWS) {
         const int64_t r1 = r0 + TILE_ROWS < i1 ? r0 + TILE_ROWS : i1;
-        for (int64_t i = r0; i < r1; i += PE_GEMM8_ROWS) k->unpack8(kdim, wd + i * bw, rows + (i - r0) * bw, bw);
+        for (int64_t i = r0; i < r1; i += PE_GEMM8_ROWS) k->rows8.unpack8(kdim, wd + i * bw, rows + (i - r0) * bw, bw);
         tile(plain_kernels(w), kdim, dst + r0, n, &plain, x, q, qstride, 0, r1 - r0, j0, j1, packed);
     }
 }
@@ -319,7 +319,7 @@ static void decode_rows(pe_exec *ex, const pe_type_kernels *kern, int64_t k, flo
     const int64_t n_tasks = (n + per_task - 1) / per_task;
     for (int64_t task = pe_range_next(ex, n_tasks); task >= 0; task = pe_range_next(ex, n_tasks)) {
         const int64_t i0 = task * per_task, i1 = i0 + per_task < n ? i0 + per_task : n;
-        if (kern->unpack8)
+        if (kern->rows8.unpack8)
             tile_rows8(kern, k, dst, n, w, x, q, qstride, m, i0, i1, 0, m, NULL, rows);
         else
             tile(kern, k, dst, n, w, x, q, qstride, i0, i1, 0, m, NULL);
@@ -336,24 +336,24 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     const int64_t k = x->ne[0], n = w->ne[1], m = pe_nrows(x);
     float *dst = t->data;
     uint8_t *rows = unpacked_scratch(ex, t, w, x);
-    if (kern->unpack8 && !rows) { pe_exec_fail(ex, "mul_mat: no scratch planned for an interleaved weight"); return; }
+    if (kern->rows8.unpack8 && !rows) { pe_exec_fail(ex, "mul_mat: no scratch planned for an interleaved weight"); return; }
     if (m <= PE_GEMM8_MAX_COLS || (m <= ROWS8_DECODE_COLS && takes_gemm8(kern, w, m))) {
         decode_rows(ex, kern, k, dst, n, w, x, q, qstride, m, rows);
         return;
     }
     /* a prompt batch: tiles of TILE_ROWS x TILE_COLS (TILE_COLS_ROWS8) dealt from the
      * shared counter (also where a type's decoding kernel takes batches past
-     * ROWS8_DECODE_COLS, gemm8_cols: tile_rows8 gives each tile to it, and there
+     * ROWS8_DECODE_COLS, rows8.cols: tile_rows8 gives each tile to it, and there
      * are tasks for more threads than whole rows would give) */
     void *packed = pack_scratch(ex, t, w, x);
-    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS, cols = kern->unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
+    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS, cols = kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
     const int64_t n_cb = (m + cols - 1) / cols;
     int first = 1;
     for (int64_t task = next_task(ex, &first); task < n_rb * n_cb; task = next_task(ex, &first)) {
         const int64_t rb = task / n_cb, cb = task % n_cb;
         const int64_t i0 = rb * TILE_ROWS, i1 = i0 + TILE_ROWS < n ? i0 + TILE_ROWS : n;
         const int64_t j0 = cb * cols, j1 = j0 + cols < m ? j0 + cols : m;
-        if (kern->unpack8)
+        if (kern->rows8.unpack8)
             tile_rows8(kern, k, dst, n, w, x, q, qstride, m, i0, i1, j0, j1, packed, rows);
         else
             tile(kern, k, dst, n, w, x, q, qstride, i0, i1, j0, j1, packed);
@@ -409,7 +409,7 @@ static size_t groups_bytes(int64_t n_pairs, int64_t n_exp) {
 }
 
 static size_t id_pack_bytes(const pe_tensor *w, const pe_tensor *ids) {
-    const pe_pack16_fn pack = plain_kernels(w)->pack16;
+    const pe_pack16_fn pack = plain_kernels(w)->packed.pack16;
     return pack && !id_direct(w, ids) ? round64(pack(w->ne[0], NULL, 0, NULL)) : 0;
 }
 
@@ -436,7 +436,7 @@ static void expert_tile(const pe_type_kernels *kern, int64_t k, float *dst, cons
                         const uint8_t *q, size_t qstride, int64_t m, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                         void *packed, uint8_t *rows) {
     const int64_t n = we->ne[1];
-    if (kern->unpack8)
+    if (kern->rows8.unpack8)
         tile_rows8(kern, k, dst, n, we, x, q, qstride, m, i0, i1, j0, j1, packed, rows);
     else
         tile(kern, k, dst, n, we, x, q, qstride, i0, i1, j0, j1, packed);
@@ -452,7 +452,7 @@ static pe_tensor expert_view(const pe_tensor *w, int64_t e) {
 /* Whether the decoding kernels may take a group of m columns: a kernel that
  * reads the activations' float scales only where the rows carry them. */
 static int64_t group_decode_cols(const pe_type_kernels *kern, const pe_tensor *w, const pe_tensor *x, int64_t m) {
-    return kern->gemm8_scales && !with_scales(w, x) ? INT64_MAX : m;
+    return kern->rows8.scales && !with_scales(w, x) ? INT64_MAX : m;
 }
 
 /* One pair at a time, tasks of (pair, row range) in ranges per thread. */
@@ -540,7 +540,7 @@ static void id_grouped_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const 
                            const uint8_t *q, size_t qstride) {
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], n_exp = w->ne[2], n_pairs = ids->ne[0] * ids->ne[1];
-    const int64_t cols = kern->unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
+    const int64_t cols = kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
     const size_t acts = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth);
     uint8_t *grouped = ex->work + acts + groups_bytes(n_pairs, n_exp);
     float *out = (float *)(grouped + round64((size_t)n_pairs * qstride));
@@ -584,7 +584,7 @@ void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
         const pe_type_kernels *kern = &pe_kern->type[w->type];
         id_groups gr = id_groups_at(ex->work + activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth),
                                     ids->ne[0] * ids->ne[1], w->ne[2], ids->ne[0]);
-        group_pairs(ids->data, (w->ne[1] + TILE_ROWS - 1) / TILE_ROWS, kern->unpack8 ? TILE_COLS_ROWS8 : TILE_COLS,
+        group_pairs(ids->data, (w->ne[1] + TILE_ROWS - 1) / TILE_ROWS, kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS,
                     &gr);
     }
     size_t qstride;
@@ -606,7 +606,7 @@ void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
 int pe_get_rows_readable(const pe_tensor *table) {
     const int base = pe_type_rows8_base(table->type);
     if (base < 0) return pe_kern->type[table->type].to_float != NULL;
-    return pe_kern->type[table->type].unpack8 && pe_kern->type[base].to_float;
+    return pe_kern->type[table->type].rows8.unpack8 && pe_kern->type[base].to_float;
 }
 
 static size_t get_rows_group_bytes(const pe_tensor *table) {
@@ -632,7 +632,7 @@ void pe_op_get_rows_run(pe_exec *ex, pe_tensor *t) {
         const uint8_t *row = (const uint8_t *)table->data + (int64_t)id[r] * bw;
         if (rows) {   /* the row's group of 8, unpacked; the row from it */
             const int64_t first = id[r] - id[r] % PE_GEMM8_ROWS;
-            pe_kern->type[table->type].unpack8(table->ne[0], (const uint8_t *)table->data + first * bw, rows, bw);
+            pe_kern->type[table->type].rows8.unpack8(table->ne[0], (const uint8_t *)table->data + first * bw, rows, bw);
             row = rows + (id[r] - first) * bw;
         }
         to_float(row, (float *)((uint8_t *)t->data + r * t->nb[1]), table->ne[0]);

@@ -182,6 +182,15 @@ void     pe_pool_free(pe_pool *pool);
 int      pe_pool_n_threads(const pe_pool *pool);
 int      pe_physical_cores(void);
 
+/* ---- backends (device discovery) ------------------------------------------ */
+
+/* The backends this build computes with (the CPU's first, always there), by
+ * index: the name ("cpu"), and how many devices it finds (-1 with
+ * pe_last_error() when it cannot start). */
+int         pe_backend_count(void);
+const char *pe_backend_name(int i);
+int         pe_backend_devices(int i);
+
 /* ---- graph ----------------------------------------------------------------- */
 
 typedef struct pe_graph pe_graph;

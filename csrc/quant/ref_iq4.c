@@ -305,6 +305,6 @@ static void quantize_mxfp4(const float *x, void *vy, int64_t n) {
 void pe_fill_ref_iq4(pe_kernels *k) {
     k->type[PE_TYPE_IQ4_NL] = (pe_type_kernels){dequantize_iq4_nl, quantize_iq4_nl, vec_dot_iq4_nl};
     k->type[PE_TYPE_IQ4_XS] = (pe_type_kernels){dequantize_iq4_xs, quantize_iq4_xs, vec_dot_iq4_xs};
-    k->type[PE_TYPE_MXFP4] = (pe_type_kernels){dequantize_mxfp4, quantize_mxfp4, vec_dot_mxfp4, .pack16 = pe_mxfp4_pack16,
-                                               .gemm16 = gemm16_mxfp4};
+    k->type[PE_TYPE_MXFP4] = (pe_type_kernels){dequantize_mxfp4, quantize_mxfp4, vec_dot_mxfp4, .packed.pack16 = pe_mxfp4_pack16,
+                                               .packed.gemm16 = gemm16_mxfp4};
 }

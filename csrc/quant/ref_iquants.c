@@ -563,7 +563,7 @@ void pe_fill_ref_iquants(pe_kernels *k) {
         {PE_TYPE_IQ1_M, pack16_iq1_m},
     };
     for (size_t i = 0; i < sizeof packs / sizeof packs[0]; i++) {
-        k->type[packs[i].type].pack16 = packs[i].pack16;
-        k->type[packs[i].type].gemm16 = lattice_gemm16;
+        k->type[packs[i].type].packed.pack16 = packs[i].pack16;
+        k->type[packs[i].type].packed.gemm16 = lattice_gemm16;
     }
 }

@@ -135,10 +135,10 @@ int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nro
 /* Every table can read the layout back; the decoding kernels (gemm8) come
  * with the ISAs that have them, and only those interleave (pe_type_rows8). */
 void pe_fill_ref_rows8(pe_kernels *k) {
-    k->type[PE_TYPE_Q4_1_X8].unpack8 = unpack8_q4_1;
-    k->type[PE_TYPE_Q4_0_X8].unpack8 = unpack8_q4_0;
-    k->type[PE_TYPE_Q4_K_X8].unpack8 = unpack8_q4_k;
-    k->type[PE_TYPE_IQ4_NL_X8].unpack8 = unpack8_iq4_nl;
-    k->type[PE_TYPE_Q8_0_X8].unpack8 = unpack8_q8_0;
-    k->type[PE_TYPE_Q5_0_X8].unpack8 = unpack8_q5_0;
+    k->type[PE_TYPE_Q4_1_X8].rows8.unpack8 = unpack8_q4_1;
+    k->type[PE_TYPE_Q4_0_X8].rows8.unpack8 = unpack8_q4_0;
+    k->type[PE_TYPE_Q4_K_X8].rows8.unpack8 = unpack8_q4_k;
+    k->type[PE_TYPE_IQ4_NL_X8].rows8.unpack8 = unpack8_iq4_nl;
+    k->type[PE_TYPE_Q8_0_X8].rows8.unpack8 = unpack8_q8_0;
+    k->type[PE_TYPE_Q5_0_X8].rows8.unpack8 = unpack8_q5_0;
 }

@@ -8,7 +8,7 @@
  * bytes, size}), in a folder passed with -I.  Build from the repository root:
  *
  *   aarch64-linux-gnu-gcc -O2 -march=armv8.2-a+dotprod+fp16 -DPE_ARCH_ARM=1 \
- *       -ffp-contract=off -static -Icsrc/include -Icsrc/core -Icsrc/quant -I<dir> \
+ *       -ffp-contract=off -static -Icsrc/include -Icsrc/core -Icsrc/cpu -Icsrc/quant -I<dir> \
  *       tests/c/neon_iquants_check.c csrc/cpu/arm/neon_iquants.c \
  *       csrc/cpu/arm/neon_iq_gemm.c \
  *       csrc/quant/ref_iquants.c csrc/core/error.c -lm -o neon_iq_check
@@ -192,8 +192,8 @@ static void check_gemm_call(const pe_kernels *ref, const pe_kernels *neon, const
     float s_ref[PE_GEMM_COLS * TILE_BS], s_neon[PE_GEMM_COLS * TILE_BS];
     memset(s_ref, 0xA5, sizeof s_ref);
     memset(s_neon, 0x5A, sizeof s_neon);
-    ref->type[l->type].gemm16(n, s_ref, TILE_BS, packed, a, ba, nc);
-    neon->type[l->type].gemm16(n, s_neon, TILE_BS, packed, a, ba, nc);
+    ref->type[l->type].packed.gemm16(n, s_ref, TILE_BS, packed, a, ba, nc);
+    neon->type[l->type].packed.gemm16(n, s_neon, TILE_BS, packed, a, ba, nc);
     cases++;
     for (int j = 0; j < nc; j++)
         for (int r = 0; r < PE_PACK_ROWS; r++) {
@@ -221,11 +221,11 @@ static void check_tile(const pe_kernels *ref, const pe_kernels *neon, const layo
     block_q8_K *a = malloc(PE_GEMM_COLS * ba);
     for (int r = 0; r < PE_PACK_ROWS; r++) make_weights(l, w + r * bw, nb, wk, sk);
     for (int j = 0; j < PE_GEMM_COLS; j++) make_activations(a + j * nb, nb, row_kind(p, j, rep));
-    const size_t bytes = ref->type[l->type].pack16(n, w, bw, NULL);
+    const size_t bytes = ref->type[l->type].packed.pack16(n, w, bw, NULL);
     CHECK(bytes >= PE_LATTICE_HEADER + (size_t)nb * PE_PACK_ROWS * sizeof(pe_lattice_row), "%s pack16 size %zu",
           l->name, bytes);
     void *packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK(neon->type[l->type].pack16(n, w, bw, packed) == bytes, "%s pack16 bytes", l->name);
+    CHECK(neon->type[l->type].packed.pack16(n, w, bw, packed) == bytes, "%s pack16 bytes", l->name);
     char what[96];
     snprintf(what, sizeof what, "weights %s, scales %s, activations %s", w_names[wk], s_names[sk], p_names[p]);
     for (int nc = 1; nc <= PE_GEMM_COLS; nc++) check_gemm_call(ref, neon, l, w, bw, packed, a, ba, n, nc, what);
@@ -236,10 +236,10 @@ static void check_tile(const pe_kernels *ref, const pe_kernels *neon, const layo
 
 static void check_gemm(const pe_kernels *ref, const pe_kernels *neon, const layout *l) {
     static const int64_t lengths[] = {256, 512, 1024, 2048};
-    CHECK(ref->type[l->type].pack16 && neon->type[l->type].pack16, "%s: no pack16", l->name);
-    CHECK(neon->type[l->type].gemm16 && neon->type[l->type].gemm16 != ref->type[l->type].gemm16,
+    CHECK(ref->type[l->type].packed.pack16 && neon->type[l->type].packed.pack16, "%s: no pack16", l->name);
+    CHECK(neon->type[l->type].packed.gemm16 && neon->type[l->type].packed.gemm16 != ref->type[l->type].packed.gemm16,
           "%s: no NEON gemm16 installed", l->name);
-    if (!neon->type[l->type].pack16 || !neon->type[l->type].gemm16) return;
+    if (!neon->type[l->type].packed.pack16 || !neon->type[l->type].packed.gemm16) return;
     for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
         for (int wk = 0; wk < W_KINDS; wk++)
             for (int rep = 0; rep < (wk == W_RANDOM ? 3 : 1); rep++)

@@ -54,7 +54,7 @@ int main(void) {
     neon = ref;
     PE_NEON_NAME(pe_fill_neon_mxfp4)(&neon);
     const pe_type_kernels *r = &ref.type[PE_TYPE_MXFP4], *k = &neon.type[PE_TYPE_MXFP4];
-    if (k->vec_dot == r->vec_dot || k->gemm16 == r->gemm16 || k->pack16 == r->pack16) {
+    if (k->vec_dot == r->vec_dot || k->packed.gemm16 == r->packed.gemm16 || k->packed.pack16 == r->packed.pack16) {
         printf("FAILED: the NEON table has no MXFP4 kernels\n");
         return 1;
     }
@@ -77,17 +77,17 @@ int main(void) {
                     if (failures++ < 10) printf("FAIL vec_dot nb=%d any=%d: %g != %g\n", nb, any, got, want);
                 }
             }
-            const size_t bytes = k->pack16(n, NULL, 0, NULL);
+            const size_t bytes = k->packed.pack16(n, NULL, 0, NULL);
             uint8_t *packed = malloc(bytes), *packed_ref = malloc(bytes);
-            k->pack16(n, w, sizeof w[0], packed);
-            r->pack16(n, w, sizeof w[0], packed_ref);
+            k->packed.pack16(n, w, sizeof w[0], packed);
+            r->packed.pack16(n, w, sizeof w[0], packed_ref);
             checks++;
-            if (bytes != r->pack16(n, NULL, 0, NULL) || memcmp(packed, packed_ref, bytes) != 0) {
+            if (bytes != r->packed.pack16(n, NULL, 0, NULL) || memcmp(packed, packed_ref, bytes) != 0) {
                 if (failures++ < 10) printf("FAIL pack16 nb=%d any=%d\n", nb, any);
             }
             for (int nc = 1; nc <= COLS; nc++) {   /* gemm16 */
-                r->gemm16(n, s_ref, PE_PACK_ROWS, packed, a, sizeof a[0], nc);
-                k->gemm16(n, s_neon, PE_PACK_ROWS, packed, a, sizeof a[0], nc);
+                r->packed.gemm16(n, s_ref, PE_PACK_ROWS, packed, a, sizeof a[0], nc);
+                k->packed.gemm16(n, s_neon, PE_PACK_ROWS, packed, a, sizeof a[0], nc);
                 for (int c = 0; c < nc; c++)
                     for (int row = 0; row < PE_PACK_ROWS; row++) {
                         float alone;

@@ -106,8 +106,8 @@ static void gemm16_mxfp4(int64_t n, float *s, size_t bs, const void *packed, con
 
 void PE_NEON_NAME(pe_fill_neon_mxfp4)(pe_kernels *k) {
     k->type[PE_TYPE_MXFP4].vec_dot = vec_dot_mxfp4;
-    k->type[PE_TYPE_MXFP4].pack16 = pack16_mxfp4;
-    k->type[PE_TYPE_MXFP4].gemm16 = gemm16_mxfp4;
+    k->type[PE_TYPE_MXFP4].packed.pack16 = pack16_mxfp4;
+    k->type[PE_TYPE_MXFP4].packed.gemm16 = gemm16_mxfp4;
 }
 
 #else /* no NEON: the reference kernels stay */

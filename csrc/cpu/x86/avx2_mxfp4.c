@@ -136,6 +136,6 @@ static void gemm16_mxfp4(int64_t n, float *s, size_t bs, const void *packed, con
 void pe_fill_avx2_mxfp4(pe_kernels *k) {
     for (int e = 0; e < 256; e++) scale_of[e] = pe_mxfp4_scale((uint8_t)e);
     k->type[PE_TYPE_MXFP4].vec_dot = vec_dot_mxfp4;
-    k->type[PE_TYPE_MXFP4].pack16 = pack16_mxfp4;
-    k->type[PE_TYPE_MXFP4].gemm16 = gemm16_mxfp4;
+    k->type[PE_TYPE_MXFP4].packed.pack16 = pack16_mxfp4;
+    k->type[PE_TYPE_MXFP4].packed.gemm16 = gemm16_mxfp4;
 }

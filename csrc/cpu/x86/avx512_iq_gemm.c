@@ -38,5 +38,5 @@ static void lattice_gemm16(int64_t n, float *s, size_t bs, const void *packed, c
 void pe_fill_avx512_iq_gemm(pe_kernels *k) {
     const int types[] = {PE_TYPE_IQ2_XXS, PE_TYPE_IQ2_XS, PE_TYPE_IQ2_S, PE_TYPE_IQ3_XXS, PE_TYPE_IQ3_S,
                          PE_TYPE_IQ1_S, PE_TYPE_IQ1_M};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) k->type[types[i]].gemm16 = lattice_gemm16;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) k->type[types[i]].packed.gemm16 = lattice_gemm16;
 }

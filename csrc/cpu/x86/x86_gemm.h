@@ -192,7 +192,7 @@ static inline void gm_rows(const void *w, size_t bw, int nr, const uint8_t *rows
 }
 
 /* The pe_q8_0_scales after a Q8_0 activation row of n elements (a product's
- * rows carry them for the kernels that take them: gemm8_scales, gemm16_scales). */
+ * rows carry them for the kernels that take them: rows8.scales, packed.scales). */
 static inline const pe_q8_0_scales *gm_q8_0_scales(const void *row, int64_t n) {
     return (const pe_q8_0_scales *)((const uint8_t *)row + PE_Q8_0_SCALES_AT(n));
 }
@@ -585,7 +585,7 @@ static inline void gm_scales_acts8(const uint8_t *a, size_t ba, size_t block_byt
 #define GM_LEGACY_GEMM8(NAME, WB, AB, ROW, KIND, WITH_MIN) \
     GM_DEFINE_LEGACY_GEMM8(NAME, WB, AB, ROW, KIND, WITH_MIN)
 #endif
-#define GM_INSTALL_GEMM8(k, TYPE, NAME) ((k)->type[TYPE].gemm8 = gemm8_##NAME)
+#define GM_INSTALL_GEMM8(k, TYPE, NAME) ((k)->type[TYPE].rows8.gemm8 = gemm8_##NAME)
 
 #define GM_DEFINE_LEGACY(NAME, WB, AB, ROW, KIND, WITH_MIN)      \
     GM_DEFINE_LEGACY_VEC_DOT(NAME, WB, AB, ROW, KIND, WITH_MIN) \

@@ -338,7 +338,7 @@ typedef struct {
 
 /* The starts of block ib's groups (-shift x each 4-code group's sum) in an
  * activation row of nb Q8_0 blocks, from the pe_q8_0_scales after it (the
- * product quantized it with them: gemm16_scales) for the shifts that have
+ * product quantized it with them: packed.scales) for the shifts that have
  * them, 8 (Q4_0), 16 (Q5_0) and 128 (Q8_0); zeros for unshifted codes.  Summed in
  * the kernel instead, per block and 16 weight rows, they cost a fifth of
  * Gemma-3's prompt products. */
@@ -462,8 +462,8 @@ GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_Q8_0_SHIFT, 0)
 
 #define GML_INSTALL_ONE(k, TYPE, NAME)                      \
     do {                                                    \
-        (k)->type[TYPE].pack16 = gml_##NAME##_pack16;       \
-        (k)->type[TYPE].gemm16 = gml_##NAME##_gemm16;       \
+        (k)->type[TYPE].packed.pack16 = gml_##NAME##_pack16; \
+        (k)->type[TYPE].packed.gemm16 = gml_##NAME##_gemm16; \
     } while (0)
 /* the types whose gemm16 adds starts (a shift above 0) read them after each activation row */
 #define GML_PACK16_INSTALL(k)                               \
@@ -473,17 +473,17 @@ GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_Q8_0_SHIFT, 0)
         GML_INSTALL_ONE(k, PE_TYPE_Q5_0, q5_0);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q5_1, q5_1);             \
         GML_INSTALL_ONE(k, PE_TYPE_Q8_0, q8_0);             \
-        (k)->type[PE_TYPE_Q4_0].gemm16_scales = 1;          \
-        (k)->type[PE_TYPE_Q5_0].gemm16_scales = 1;          \
-        (k)->type[PE_TYPE_Q8_0].gemm16_scales = GML_Q8_0_SHIFT > 0; \
+        (k)->type[PE_TYPE_Q4_0].packed.scales = 1;          \
+        (k)->type[PE_TYPE_Q5_0].packed.scales = 1;          \
+        (k)->type[PE_TYPE_Q8_0].packed.scales = GML_Q8_0_SHIFT > 0; \
     } while (0)
 
 #define GMK_PACK16_INSTALL(k)                                \
     do {                                                     \
-        (k)->type[PE_TYPE_Q4_K].pack16 = gmk_q4k_pack16;     \
-        (k)->type[PE_TYPE_Q4_K].gemm16 = gmk_q4k_gemm16;     \
-        (k)->type[PE_TYPE_Q6_K].pack16 = gmk_q6k_pack16;     \
-        (k)->type[PE_TYPE_Q6_K].gemm16 = gmk_q6k_gemm16;     \
+        (k)->type[PE_TYPE_Q4_K].packed.pack16 = gmk_q4k_pack16; \
+        (k)->type[PE_TYPE_Q4_K].packed.gemm16 = gmk_q4k_gemm16; \
+        (k)->type[PE_TYPE_Q6_K].packed.pack16 = gmk_q6k_pack16; \
+        (k)->type[PE_TYPE_Q6_K].packed.gemm16 = gmk_q6k_gemm16; \
         GML_PACK16_INSTALL(k);                               \
     } while (0)
 

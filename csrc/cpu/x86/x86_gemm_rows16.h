@@ -242,7 +242,7 @@ GR_DEFINE_GEMM8_BY_PAIRS(pair_q5_0x8, block_q8_0)
 GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_pair_q4_Kx8, pair_q4_Kx8, block_q4_Kx8, )
 
 /* The pair kernels, and how many activation rows each type's takes before
- * unpacked tiles win (gemm8_cols).  One thread pair, products of 1536 x 576
+ * unpacked tiles win (rows8.cols).  One thread pair, products of 1536 x 576
  * to 12288 x 576 (4096 x 640, x 1024 for Q5_0, Q4_K), pairs against tiles:
  * Q4_1 and Q8_0 ahead at every batch up to 300 rows (75-84 multiply-adds/ns
  * a thread against 57-76); Q5_0 ahead at 64 rows (10%), behind from 128;
@@ -250,14 +250,14 @@ GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_pair_q4_Kx8, pair_q4_Kx8, block_q4_Kx8, )
  * tokens took 20-25% less time, of 256 and 384 7-10%, of 512 the same. */
 #define GP_INSTALL_ALL(k)                                                      \
     do {                                                                       \
-        (k)->type[PE_TYPE_Q4_1_X8].gemm8_pair = gemm8_pair_q4_1x8;             \
-        (k)->type[PE_TYPE_Q4_1_X8].gemm8_cols = 512;                           \
-        (k)->type[PE_TYPE_Q8_0_X8].gemm8_pair = gemm8_pair_q8_0x8;             \
-        (k)->type[PE_TYPE_Q8_0_X8].gemm8_cols = 512;                           \
-        (k)->type[PE_TYPE_Q5_0_X8].gemm8_pair = gemm8_pair_q5_0x8;             \
-        (k)->type[PE_TYPE_Q5_0_X8].gemm8_cols = 96;                            \
-        (k)->type[PE_TYPE_Q4_K_X8].gemm8_pair = gemm8_pair_q4_Kx8;             \
-        (k)->type[PE_TYPE_Q4_K_X8].gemm8_cols = 128;                           \
+        (k)->type[PE_TYPE_Q4_1_X8].rows8.gemm8_pair = gemm8_pair_q4_1x8;       \
+        (k)->type[PE_TYPE_Q4_1_X8].rows8.cols = 512;                           \
+        (k)->type[PE_TYPE_Q8_0_X8].rows8.gemm8_pair = gemm8_pair_q8_0x8;       \
+        (k)->type[PE_TYPE_Q8_0_X8].rows8.cols = 512;                           \
+        (k)->type[PE_TYPE_Q5_0_X8].rows8.gemm8_pair = gemm8_pair_q5_0x8;       \
+        (k)->type[PE_TYPE_Q5_0_X8].rows8.cols = 96;                            \
+        (k)->type[PE_TYPE_Q4_K_X8].rows8.gemm8_pair = gemm8_pair_q4_Kx8;       \
+        (k)->type[PE_TYPE_Q4_K_X8].rows8.cols = 128;                           \
     } while (0)
 
 #endif /* PE_X86_GEMM_ROWS16_H */

@@ -79,7 +79,7 @@ static inline void gr_prefetch(const void *x, size_t size, int64_t b, int64_t nb
 
 /* 8 rows against activation rows y[0..nc) (nc <= 2: 16 accumulators and the
  * 8 code vectors fill the registers); each row's blocks are followed by
- * their scales d and s as floats (gemm8_scales), broadcast from memory */
+ * their scales d and s as floats (rows8.scales), broadcast from memory */
 GM_INLINE void gemm8_q4_1x8_cols(int64_t n, float *s, size_t bs, const block_q4_1x8 *x,
                                  const block_q8_1 *const y[2], const int nc, int pass, int passes) {
     const int64_t nb = n / QK4_1;
@@ -193,7 +193,7 @@ GR_DEFINE_GEMM8_BY_PAIRS(q8_0x8, block_q8_0)
  * start, -16 x the activation's 4-element sums (pe_q8_0_scales).  The fifth
  * bits are stored by lane (block_q5_0x8): each lane's word is the byte mask
  * of its codes, as a file row's qh is of its (gm_fifth_row).  They cost
- * enough that unpacked tiles win past 32 activation rows (gemm8_cols; one
+ * enough that unpacked tiles win past 32 activation rows (rows8.cols; one
  * thread, 1024 x 1536, 48 rows: 1308 us here, ~1140 unpacked). */
 GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_0x8 *x,
                                  const block_q8_0 *const y[2], const int nc, int pass, int passes) {
@@ -252,7 +252,7 @@ static inline __m256i gr_q4k_six_bits(int k, __m256i word01, __m256i word2, int 
  * dminw * da), the result 0 + (whole - mins), added per super-block (its
  * row product, GEMV).  Past 16 activation rows the
  * unpacked tiles, decoding a super-block once for many rows, win
- * (gemm8_cols): one thread, a 1024 x 1536 product, this kernel against
+ * (rows8.cols): one thread, a 1024 x 1536 product, this kernel against
  * unpacking: 4 rows 76 against 130 us, 8 151 / 175, 16 303 / 327, 24 ~440 /
  * ~420, 32 ~590 / ~515. */
 GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8 *x, const uint8_t *a,
@@ -313,7 +313,7 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
 
 GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
 
-/* Q4_K's limit (gemm8_cols), measured as above on Zen 4 for AVX2.  AVX-VNNI's
+/* Q4_K's limit (rows8.cols), measured as above on Zen 4 for AVX2.  AVX-VNNI's
  * (Intel's cores) keeps up with the unpacked tiles to ~64 rows: Intel VM, two
  * threads, a 1536 x 1024 product, 32 rows 382 against 512 us, 48 572 / 654,
  * 64 795 / 808 (640 x 2048 alike). */
@@ -325,15 +325,15 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
 
 #define GR_INSTALL_ALL(k)                                   \
     do {                                                    \
-        (k)->type[PE_TYPE_Q4_1_X8].gemm8 = gemm8_q4_1x8;    \
-        (k)->type[PE_TYPE_Q4_1_X8].gemm8_scales = 1;        \
-        (k)->type[PE_TYPE_Q4_K_X8].gemm8 = gemm8_q4_Kx8;    \
-        (k)->type[PE_TYPE_Q4_K_X8].gemm8_cols = GR_Q4_K_COLS; \
-        (k)->type[PE_TYPE_Q8_0_X8].gemm8 = gemm8_q8_0x8;    \
-        (k)->type[PE_TYPE_Q8_0_X8].gemm8_scales = 1;        \
-        (k)->type[PE_TYPE_Q5_0_X8].gemm8 = gemm8_q5_0x8;    \
-        (k)->type[PE_TYPE_Q5_0_X8].gemm8_scales = 1;        \
-        (k)->type[PE_TYPE_Q5_0_X8].gemm8_cols = 32;          \
+        (k)->type[PE_TYPE_Q4_1_X8].rows8.gemm8 = gemm8_q4_1x8; \
+        (k)->type[PE_TYPE_Q4_1_X8].rows8.scales = 1;        \
+        (k)->type[PE_TYPE_Q4_K_X8].rows8.gemm8 = gemm8_q4_Kx8; \
+        (k)->type[PE_TYPE_Q4_K_X8].rows8.cols = GR_Q4_K_COLS; \
+        (k)->type[PE_TYPE_Q8_0_X8].rows8.gemm8 = gemm8_q8_0x8; \
+        (k)->type[PE_TYPE_Q8_0_X8].rows8.scales = 1;        \
+        (k)->type[PE_TYPE_Q5_0_X8].rows8.gemm8 = gemm8_q5_0x8; \
+        (k)->type[PE_TYPE_Q5_0_X8].rows8.scales = 1;        \
+        (k)->type[PE_TYPE_Q5_0_X8].rows8.cols = 32;          \
     } while (0)
 
 #endif /* PE_X86_GEMM_ROWS8_H */

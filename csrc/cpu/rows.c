@@ -1,8 +1,27 @@
 /* rows.c - single-row entry points over the kernel tables (tests, the KV
- * cache, tools).  The graph's ops call the tables directly. */
+ * cache, tools), and what the tables say of a type.  The graph's ops call the
+ * tables directly. */
 #include <stdlib.h>
 
 #include "internal.h"
+#include "iquants.h"
+
+int pe_type_supported(int type) {
+    if (!pe_type_is_weight(type)) return 0;
+    /* a weight type is usable once its kernels exist in the reference table
+     * (and its grid, for the lattice types, has been handed over) */
+    const pe_type_kernels *k = &pe_kernels_ref()->type[type];
+    return k->to_float != NULL && k->vec_dot != NULL && pe_iq_type_ready(type);
+}
+
+/* Interleaving pays where the ISA has a decoding kernel for the layout;
+ * elsewhere the weight stays as the file has it. */
+int pe_type_rows8(int type) {
+    for (int t = 0; t < PE_TYPE_COUNT; t++)
+        if (pe_type_rows8_base(t) == type && type > 0 && pe_kern->type[t].rows8.gemm8)
+            return t;
+    return -1;
+}
 
 static const pe_type_kernels *kernels_for(const pe_kernels *table, int type, int64_t n) {
     if (type < 0 || type >= PE_TYPE_COUNT || pe_type_block_size(type) == 0) {

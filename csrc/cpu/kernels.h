@@ -44,9 +44,9 @@ typedef void (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed,
  * dot(w_i, a_j), each bit-identical to vec_dot. */
 #define PE_GEMM8_ROWS 8
 #define PE_GEMM8_MAX_COLS 4
-/* the floats after a Q8_1 row of n elements for a gemm8 with gemm8_scales */
+/* the floats after a Q8_1 row of n elements for a gemm8 with rows8.scales */
 #define PE_Q8_1_SCALES_BYTES(n) ((size_t)(n) / 32 * 2 * sizeof(float))
-/* what follows a Q8_0 row for a gemm8 with gemm8_scales, from the first
+/* what follows a Q8_0 row for a gemm8 with rows8.scales, from the first
  * 4-byte boundary after its blocks: per block its d as a float and the sums
  * of its codes 4 by 4 times the offset that the weight's codes carry in the
  * decoding kernel's integer product, negated (the start that takes the
@@ -68,24 +68,39 @@ typedef void (*pe_gemm8_fn)(int64_t n, float *s, size_t bs, const void *w, size_
  * result bit-identical to the base type's vec_dot. */
 typedef void (*pe_unpack8_fn)(int64_t n, const void *group, void *rows, size_t bw);
 
+/* A prompt batch's tiles over weights packed once per tile (pack16 and
+ * gemm16 above), for the types whose products pay for it. */
+typedef struct pe_packed_kernels {
+    pe_pack16_fn pack16;   /* optional, with gemm16 */
+    pe_gemm16_fn gemm16;
+    int          scales;   /* gemm16 takes its Q8_0 activation rows followed by pe_q8_0_scales (its
+                              groups' starts made once per row, not once per tile) */
+} pe_packed_kernels;
+
+/* The interleaved types' kernels (rows by 8, pe_type_rows8): the repack's
+ * way back, and the decoding kernels that read the groups as they are. */
+typedef struct pe_rows8_kernels {
+    pe_unpack8_fn unpack8;     /* every interleaved type */
+    pe_gemm8_fn   gemm8;       /* optional */
+    pe_gemm8_fn   gemm8_pair;  /* optional: gemm8 over two adjacent groups, 16 rows (the second group at
+                                  w + 8 bw), same bits */
+    int           cols;        /* the most activation rows gemm8 takes before unpacked tiles win (0: the
+                                  default, ROWS8_DECODE_COLS) */
+    int           scales;      /* gemm8 takes each activation row followed by its blocks' scales as floats:
+                                  Q8_1 rows their d, then s (PE_Q8_1_SCALES_BYTES more per row), Q8_0 rows
+                                  pe_q8_0_scales (PE_Q8_0_SCALES_BYTES) */
+} pe_rows8_kernels;
+
+/* What a type needs, as ggml's type traits: from_float to its vec_dot
+ * partner (the partner type is a trait, pe_type_vec_dot_type), the dot
+ * product, a GEMM tile, and the optional repacks. */
 typedef struct pe_type_kernels {
-    pe_to_float_fn   to_float;
-    pe_from_float_fn from_float;
-    pe_vec_dot_fn    vec_dot;
-    pe_gemm_fn       gemm;     /* optional; NULL -> vec_dot pair by pair */
-    pe_pack16_fn     pack16;   /* optional, with gemm16 */
-    pe_gemm16_fn     gemm16;
-    pe_gemm8_fn      gemm8;    /* optional */
-    pe_unpack8_fn    unpack8;      /* interleaved types only */
-    pe_gemm8_fn      gemm8_pair;   /* optional, interleaved types: gemm8 over two adjacent groups, 16 rows (the
-                                      second group at w + 8 bw), same bits */
-    int              gemm8_cols;   /* interleaved types: the most activation rows gemm8 takes before
-                                      unpacked tiles win (0: the default, ROWS8_DECODE_COLS) */
-    int              gemm8_scales; /* gemm8 takes each activation row followed by its blocks' scales as floats:
-                                      Q8_1 rows their d, then s (PE_Q8_1_SCALES_BYTES more per row), Q8_0 rows
-                                      pe_q8_0_scales (PE_Q8_0_SCALES_BYTES) */
-    int              gemm16_scales; /* gemm16 takes its Q8_0 activation rows followed by pe_q8_0_scales (its
-                                       groups' starts made once per row, not once per tile) */
+    pe_to_float_fn    to_float;
+    pe_from_float_fn  from_float;
+    pe_vec_dot_fn     vec_dot;
+    pe_gemm_fn        gemm;     /* optional; NULL -> vec_dot pair by pair */
+    pe_packed_kernels packed;   /* optional */
+    pe_rows8_kernels  rows8;    /* interleaved types only */
 } pe_type_kernels;
 
 /* Float loops shared by the ops (attention over an F16 cache, norms, ...).
