@@ -80,7 +80,8 @@ class LLM:
             self.projector = load_projector(mmproj)
             self.projector.check_fits(cfg.n_embd, text_model=str(self.path))
         self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
-                             n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full)
+                             n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full,
+                             images_both_ways=self.projector is None or self.projector.attends_both_ways)
         self._closer = weakref.finalize(self, self.engine.close)
 
     # ---- properties ----------------------------------------------------------

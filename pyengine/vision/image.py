@@ -59,11 +59,25 @@ def _check_size(size: tuple[int, int], max_pixels: int) -> None:
 def resize_square(rgb: np.ndarray, size: int) -> np.ndarray:
     """`rgb` stretched to size x size with Pillow's bilinear filter (as Gemma 3's Hugging
     Face processor does: no padding, the aspect ratio not kept); unchanged if already so."""
+    return resize(rgb, size, size, "bilinear")
+
+
+def resize(rgb: np.ndarray, width: int, height: int, method: str) -> np.ndarray:
+    """`rgb` resized to width x height with Pillow's `method` filter ("bilinear" or
+    "lanczos"), the width first and then the height, as llama.cpp's mtmd resamples (in
+    Pillow's fixed-point steps; Pillow itself may do the height first, which rounds
+    differently when both shrink); unchanged if already that size."""
     from PIL import Image
 
-    if rgb.shape[0] == size and rgb.shape[1] == size:
+    if rgb.shape[0] == height and rgb.shape[1] == width:
         return rgb
-    return np.asarray(Image.fromarray(rgb, "RGB").resize((size, size), Image.BILINEAR), dtype=np.uint8)
+    resample = {"bilinear": Image.BILINEAR, "lanczos": Image.LANCZOS}[method]
+    img = Image.fromarray(rgb, "RGB")
+    if img.width != width:
+        img = img.resize((width, img.height), resample)
+    if img.height != height:
+        img = img.resize((width, height), resample)
+    return np.asarray(img, dtype=np.uint8)
 
 
 def normalize(rgb: np.ndarray, mean, std) -> np.ndarray:

@@ -48,40 +48,46 @@ class VisionProjector:
     def n_image_tokens(self) -> int:
         return self.tower.n_tokens
 
-    @property
-    def image_begin(self) -> str:
-        """The text the prompt has before an image's rows."""
-        return self.tower.IMAGE_BEGIN
-
-    @property
-    def image_end(self) -> str:
-        """The text the prompt has after them."""
-        return self.tower.IMAGE_END
-
     def check_fits(self, n_embd_text: int, text_model: str = "the text model") -> None:
         """Fail unless the embeddings are as wide as the text model's."""
         if self.n_embd != n_embd_text:
             raise ModelError(f"vision projector {self.path} makes embeddings of width {self.n_embd}, but "
                              f"{text_model} has n_embd {n_embd_text}: they were not made for each other")
 
+    @property
+    def attends_both_ways(self) -> bool:
+        """Whether an image's rows see each other both ways in the text model."""
+        return self.tower.ATTENDS_BOTH_WAYS
+
     def embed(self, data: bytes, backend=None) -> np.ndarray:
-        from pyengine.vision import image
-        rgb = image.decode(data)
-        return self.embed_pixels(rgb, backend)
+        """All the image's rows, in prompt order: float32 [n, n_embd]."""
+        return _rows(self.embed_pieces(data, backend))
 
     def embed_pixels(self, rgb: np.ndarray, backend=None) -> np.ndarray:
-        """Embeddings of uint8 RGB [height, width, 3]."""
+        """All the rows of uint8 RGB [height, width, 3]."""
+        return _rows(self.pieces_of_pixels(rgb, backend))
+
+    def embed_pieces(self, data: bytes, backend=None) -> list:
+        """The image as the prompt holds it: text and row blocks in order (Tower.image_pieces)."""
+        from pyengine.vision import image
+        return self.pieces_of_pixels(image.decode(data), backend)
+
+    def pieces_of_pixels(self, rgb: np.ndarray, backend=None) -> list:
         if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
             raise ImageError(f"pixels must be uint8 [height, width, 3], got {rgb.dtype} {rgb.shape}")
-        return self.tower.encode(self.tower.preprocess(rgb), backend)
+        return self.tower.image_pieces(rgb, backend)
 
     def close(self) -> None:
         self.gguf.close()
 
 
+def _rows(pieces: list) -> np.ndarray:
+    return np.concatenate([p for p in pieces if isinstance(p, np.ndarray)])
+
+
 def load_projector(path: str | os.PathLike, n_embd_text: int | None = None) -> VisionProjector:
     """Open and bind an mmproj; with `n_embd_text`, also check it fits that text model."""
-    from pyengine.vision import siglip  # noqa: F401  (registers the towers)
+    from pyengine.vision import idefics3, siglip  # noqa: F401  (register the towers)
 
     path = os.fspath(path)
     try:
