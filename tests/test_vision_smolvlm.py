@@ -23,6 +23,7 @@ from pyengine.api import LLM
 from pyengine.errors import ImageError, ModelError, UnsupportedError
 from pyengine.ml.context import Backend
 from pyengine.sample import SamplingOptions
+from pyengine.session import prepare_chat
 from pyengine.vision import image
 from pyengine.vision.idefics3 import tiled
 from pyengine.vision.projector import load_projector
@@ -244,3 +245,30 @@ def test_tiles_in_another_order_land_far_from_llama_cpp(llm):
     rows = [r for _, r in spans]
     shuffled = [(s, r) for (s, _), r in zip(spans, rows[::-1])]   # the global image first, the tiles reversed
     assert distance_to_recorded(first_top(llm, ids, shuffled)) > 0.1
+
+
+# ---------------------------------------------------------------- in a chat
+
+def ask(llm, png: bytes, question: str):
+    """(the first token's log-probabilities, the completion, the prepared prompt)."""
+    prepared = prepare_chat(llm, [{"role": "user", "content": question, "images": [png]}])
+    result = llm.engine.submit(prepared.ids, SamplingOptions(temperature=0), max_tokens=1, logprobs=True,
+                               top_logprobs=8, images=prepared.images).result()
+    return dict(result.logprobs[0].top), result, prepared
+
+
+def test_a_chat_places_every_tile_and_reuses_them_for_the_same_image(llm):
+    first, _, prepared = ask(llm, PNG.read_bytes(), "What is it?")
+    assert [len(rows) for _, rows in prepared.images] == [16] * 7
+    starts = [start for start, _ in prepared.images]
+    assert all(b - a > 16 for a, b in zip(starts, starts[1:]))        # text between the tiles
+    again, done, _ = ask(llm, PNG.read_bytes(), "What is it?")
+    assert done.cached_tokens > starts[-1] + 16 and again == first  # all seven blocks reused, the same bits
+    other, done, _ = ask(llm, SHRUNK_PNG.read_bytes(), "What is it?")
+    assert done.cached_tokens <= starts[0] and other != first
+
+
+def test_the_chat_api_answers_with_a_split_image(llm):
+    reply = llm.chat([{"role": "user", "content": "Describe it.", "images": [SHRUNK_PNG.read_bytes()]}],
+                     max_tokens=3, temperature=0)
+    assert reply["prompt_eval_count"] > 10 * 16 and reply["eval_count"] >= 1
