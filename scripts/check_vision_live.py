@@ -30,9 +30,11 @@ TOP = 20   # our best logits read (the most a request gets): llama.cpp's 10 best
 WORDS = ["the", "cat", "picture", "what", "is", "in", "this", "look", "at", "colour", "shape", "describe"]
 
 
-def case_image(rng: np.random.Generator, i: int, count: int) -> np.ndarray:
-    shapes = [(40, 100), (90, 30), (64, 64), (17, 23), (120, 45), (33, 70), (96, 96), (50, 20)]
-    h, w = shapes[i % len(shapes)]
+SHAPES = [(40, 100), (90, 30), (64, 64), (17, 23), (120, 45), (33, 70), (96, 96), (50, 20)]   # (height, width)
+
+
+def case_image(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    h, w = shape
     y, x = np.mgrid[0:h, 0:w]
     base = np.stack([x * rng.uniform(1, 5), y * rng.uniform(1, 5), (x + y) * rng.uniform(0.5, 3)], axis=-1)
     return np.clip(base + rng.integers(0, 90, base.shape), 0, 255).astype(np.uint8)
@@ -66,7 +68,7 @@ def compare(llm, text: Path, mmproj: Path, rgb: np.ndarray, prompt: str) -> tupl
     buf = io.BytesIO()
     Image.fromarray(rgb).save(buf, format="PNG")
     png = buf.getvalue()
-    theirs = make_synth_vision.mtmd_run(text, mmproj, png, prompt, llm.projector.n_embd)
+    theirs = make_synth_vision.mtmd_run(text, mmproj, png, prompt, llm.projector.n_embd, n_ctx=llm.n_ctx)
     ids, spans, top = ours(llm, png, prompt)
     expected = [t for seg in theirs["segments"] for t in seg.get("tokens", [0] * seg.get("image", 0))]
     same_cut = ids == expected and [len(r) for _, r in spans] == [len(b) for b in theirs["blocks"]]
@@ -86,13 +88,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("mmproj", type=Path)
     parser.add_argument("--count", type=int, default=8)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--n-ctx", type=int, default=512)
+    parser.add_argument("--shapes", default=None, help="image sizes WxH,WxH,... in place of the default spread")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     worst_embd = worst_logits = 0.0
     all_cut, n_best = True, 0
-    with LLM(args.text, n_ctx=512, n_threads=2, mmproj=args.mmproj) as llm:
+    shapes = [tuple(int(v) for v in s.split("x"))[::-1] for s in args.shapes.split(",")] if args.shapes else SHAPES
+    with LLM(args.text, n_ctx=args.n_ctx, n_threads=2, mmproj=args.mmproj) as llm:
         for i in range(args.count):
-            rgb, prompt = case_image(rng, i, args.count), case_prompt(rng)
+            rgb, prompt = case_image(rng, shapes[i % len(shapes)]), case_prompt(rng)
             same_cut, same_best, embd, logits = compare(llm, args.text, args.mmproj, rgb, prompt)
             all_cut, n_best = all_cut and same_cut, n_best + same_best
             worst_embd, worst_logits = max(worst_embd, embd), max(worst_logits, logits)

@@ -32,7 +32,6 @@ Writes
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -52,7 +51,6 @@ N_EMBD_TEXT, N_LAYER_TEXT, N_HEAD_TEXT, N_HEAD_KV_TEXT, N_FF_TEXT = 64, 2, 2, 1,
 SHUFFLE, LONGEST_EDGE = 2, 96
 MEAN, STD = (0.5, 0.45, 0.4), (0.26, 0.27, 0.29)
 IMAGE_WIDTH, IMAGE_HEIGHT = 60, 40
-CONTROL = 3   # llama.cpp's token type of a special token
 EXTRA_CONTROL_TOKENS = ["<fake_token_around_image>", "<global-img>",
                         *(f"<row_{r}_col_{c}>" for r in range(1, 4) for c in range(1, 4))]
 PROMPT = "<|im_start|>User: {marker} What is in the picture?<|im_end|>\nAssistant:"
@@ -60,48 +58,21 @@ PROMPT = "<|im_start|>User: {marker} What is in the picture?<|im_end|>\nAssistan
 
 def write_text_model() -> None:
     import synth_common as sc
-    from gguf import LlamaFileType
 
     rng = np.random.default_rng(40)
     w = sc.RandomWeights(rng, {k: 0.08 for k in ("token_embd", "attn_q", "attn_k", "attn_v", "attn_output",
                                                    "ffn_gate", "ffn_up", "ffn_down", "output")})
     tok = sc.read_tokenizer_source()
-    tokens, types, merges = extended_vocab(tok)
+    vocab = msv.extended_vocab(tok, [("ĊĊ", "Ċ Ċ")], EXTRA_CONTROL_TOKENS)
     head_dim = N_EMBD_TEXT // N_HEAD_TEXT
-    tensors = sc.llama_tensors(w, n_vocab=len(tokens), n_embd=N_EMBD_TEXT, n_layer=N_LAYER_TEXT,
+    tensors = sc.llama_tensors(w, n_vocab=len(vocab[0]), n_embd=N_EMBD_TEXT, n_layer=N_LAYER_TEXT,
                                q_dim=N_EMBD_TEXT, kv_dim=N_HEAD_KV_TEXT * head_dim, n_ff=N_FF_TEXT, tied=True)
     writer = sc.start_model(TEXT, "llama", name=STEM, n_layer=N_LAYER_TEXT, n_ctx=512, n_embd=N_EMBD_TEXT,
                             n_ff=N_FF_TEXT, n_head=N_HEAD_TEXT, n_head_kv=N_HEAD_KV_TEXT)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(10000.0)
     writer.add_rope_dimension_count(head_dim)
-    writer.add_vocab_size(len(tokens))
-    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
-    changed = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges}
-    for key, field in tok.fields.items():   # the source's keys in its order, three of them extended
-        if key.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub = field.types[1] if len(field.types) > 1 else None
-            writer.add_key_value(key, changed.get(key, field.contents()), vtype, sub_type=sub)
-    sc.add_q8_0_tensors(writer, tensors)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def extended_vocab(tok) -> tuple[list[str], list[int], list[str]]:
-    """The source vocabulary with "\\n\\n" (a normal token, made by one more merge) and
-    Idefics3's image tokens (control tokens) appended."""
-    tokens = list(tok.fields["tokenizer.ggml.tokens"].contents())
-    types = list(tok.fields["tokenizer.ggml.token_type"].contents())
-    merges = list(tok.fields["tokenizer.ggml.merges"].contents())
-    tokens.append("ĊĊ")
-    types.append(1)
-    merges.append("Ċ Ċ")
-    tokens += EXTRA_CONTROL_TOKENS
-    types += [CONTROL] * len(EXTRA_CONTROL_TOKENS)
-    return tokens, types, merges
+    msv.finish_with_vocab(writer, tok, vocab, tensors)
 
 
 def mmproj_tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
@@ -133,15 +104,7 @@ def write_images() -> None:
 
 def record() -> None:
     for png, out in ((IMAGE, EMBD), (SHRUNK_IMAGE, SHRUNK_EMBD)):
-        run = msv.mtmd_run(TEXT, MMPROJ, png.read_bytes(), PROMPT, N_EMBD_TEXT)
-        blocks = run.pop("blocks")
-        rows = np.concatenate(blocks)
-        head = json.dumps({**run, "image": png.name, "prompt": PROMPT, "blocks": [len(b) for b in blocks],
-                           "n_tokens": len(rows), "n_embd": N_EMBD_TEXT})
-        # one image token a line, each value in the 9 digits that give its float32 back
-        body = ",\n".join("[" + ", ".join(f"{v:.9g}" for v in row) + "]" for row in rows)
-        out.write_text(f'{head[:-1]}, "embeddings": [\n{body}]}}\n')
-        print(f"recorded {len(blocks)} blocks, {len(rows)} x {N_EMBD_TEXT} embeddings into {out}")
+        msv.record_blocks(TEXT, MMPROJ, png, PROMPT, N_EMBD_TEXT, out)
 
 
 def make() -> None:

@@ -52,9 +52,9 @@ class PatchAttention:
     Each head's output is written into its rows of one F32 scratch [n_embd, n] (set_rows,
     the writes chained), which the output projection then reads whole."""
 
-    def __init__(self, ctx: Context, cfg: VisionConfig) -> None:
-        n, hd = cfg.n_patches, cfg.head_dim
-        self.cfg = cfg
+    def __init__(self, ctx: Context, cfg: VisionConfig, n_patches: int | None = None) -> None:
+        n, hd = n_patches or cfg.n_patches, cfg.head_dim
+        self.cfg, self.n = cfg, n
         self.heads = np.zeros((n * cfg.n_head, hd), np.float32)   # [n_embd, n] as rows of head_dim
         self.out = ctx.cache(self.heads, F32, (hd, n * cfg.n_head), "patch_heads")
         # head h of patch j is row j * n_head + h of the scratch
@@ -63,7 +63,7 @@ class PatchAttention:
 
     def __call__(self, ctx: Context, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         c = self.cfg
-        n, d, hd = c.n_patches, c.n_embd, c.head_dim
+        n, d, hd = self.n, c.n_embd, c.head_dim
         scale = 1.0 / math.sqrt(hd)
         out = self.out
         for h in range(c.n_head):
@@ -119,13 +119,16 @@ class SiglipTower(Module, Tower):
     def n_tokens(self) -> int:
         return self.cfg.n_tokens
 
-    def vit(self, ctx: Context, patches: Tensor) -> Tensor:
-        """The ViT over one image's patches: [n_embd, n_patches] after the post LN (if any)."""
+    def vit(self, ctx: Context, patches: Tensor, positions: Tensor | None = None) -> Tensor:
+        """The ViT over one image's patches: [n_embd, n_patches] after the post LN (if any);
+        `positions` [n_embd, n_patches] in place of the file's (an image of another size)."""
         c = self.cfg
-        x = ctx.add(self.patch_embd(ctx, patches), ctx.weight(self.position_embd.weight))   # [n_embd, n_patches]
+        if positions is None:
+            positions = ctx.weight(self.position_embd.weight)
+        x = ctx.add(self.patch_embd(ctx, patches), positions)                       # [n_embd, n_patches]
         if self.pre_ln is not None:
             x = self.pre_ln(ctx, x, c.eps)
-        attend = PatchAttention(ctx, c)
+        attend = PatchAttention(ctx, c, patches.shape[1])
         for layer in self.layers:
             x = layer(ctx, x, attend)
         return x if self.post_ln is None else self.post_ln(ctx, x, c.eps)
