@@ -191,3 +191,22 @@ def test_llama_cpps_rows_give_its_logits_and_both_ways_does_not(recorded):
     with LLM(TEXT, n_ctx=512, n_threads=2, mmproj=MMPROJ) as fresh:   # nothing cached from a causal feed
         fresh.engine.images_both_ways = True
         assert distance_to_recorded(first_top(fresh, ids, theirs)) > 0.01
+
+
+def test_a_chat_reuses_the_image_in_the_hybrid_text_model(llm):
+    """LFM2's convolution layers keep a state: a second question about the same image
+    resumes from a checkpoint past it and gives the bits of computing it afresh."""
+    from pyengine.session import prepare_chat
+
+    def ask(png: bytes, question: str):
+        prepared = prepare_chat(llm, [{"role": "user", "content": question, "images": [png]}])
+        result = llm.engine.submit(prepared.ids, SamplingOptions(temperature=0), max_tokens=1, logprobs=True,
+                                   top_logprobs=8, images=prepared.images).result()
+        return dict(result.logprobs[0].top), result, prepared
+
+    first, _, prepared = ask(PNG.read_bytes(), "What is it?")
+    (start, rows), = prepared.images
+    again, done, _ = ask(PNG.read_bytes(), "What is it?")
+    assert done.cached_tokens >= start + len(rows) and again == first
+    other, done, _ = ask(image_png(gradient(200, 300, seed=3)), "What is it?")
+    assert done.cached_tokens <= start and other != first
