@@ -87,7 +87,8 @@ class LLM:
         draft = None if draft_model is None else load_draft_model(draft_model, self, n_parallel)
         self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
                              n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full, draft=draft,
-                             speculative=speculative)
+                             speculative=speculative,
+                             images_both_ways=self.projector is None or self.projector.attends_both_ways)
         self._closer = weakref.finalize(self, self.engine.close)
 
     # ---- properties ----------------------------------------------------------

@@ -145,7 +145,7 @@ def prepare_chat(llm: Any, messages: Any, tools: Any = None, think: bool | str |
     spans = []
     if blobs:
         def embed(data: bytes):   # in the engine's thread: the tower computes on the model's thread pool
-            return llm.engine.call(lambda: projector.embed(data, llm.backend))
+            return llm.engine.call(lambda: projector.embed_pieces(data, llm.backend))
 
         ids, spans = vision_prompt.encode_with_images(
             llm.tokenizer, lambda piece: encode_rendered(llm.tokenizer, template, piece), text, blobs, projector,

@@ -76,8 +76,10 @@ def write_text_model() -> None:
     sc.finish_q8_0_model(writer, tok, tensors)
 
 
-def mmproj_tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
-    """(name, array in numpy order), drawn in this order from `rng`."""
+def mmproj_tensors(rng: np.random.Generator, image_size: int = IMAGE_SIZE,
+                   patch: int = PATCH) -> list[tuple[str, np.ndarray]]:
+    """(name, array in numpy order), drawn in this order from `rng`: the SigLIP tower
+    (images of image_size cut into patch-pixel squares), then Gemma 3's mm.* tensors."""
     def mat(n_out, n_in, std=0.15):
         return (rng.standard_normal((n_out, n_in)) * std).astype(np.float16)
 
@@ -87,8 +89,8 @@ def mmproj_tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
-    n_patches = (IMAGE_SIZE // PATCH) ** 2
-    out = [("v.patch_embd.weight", (rng.standard_normal((N_EMBD_V, 3, PATCH, PATCH)) * 0.2).astype(np.float16)),
+    n_patches = (image_size // patch) ** 2
+    out = [("v.patch_embd.weight", (rng.standard_normal((N_EMBD_V, 3, patch, patch)) * 0.2).astype(np.float16)),
            ("v.patch_embd.bias", vec(N_EMBD_V)),
            ("v.position_embd.weight", (rng.standard_normal((n_patches, N_EMBD_V)) * 0.3).astype(np.float32))]
     for i in range(N_LAYER_V):
@@ -107,26 +109,36 @@ def mmproj_tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
 
 
 def write_mmproj() -> None:
+    write_siglip_mmproj(MMPROJ, "gemma3", mmproj_tensors(np.random.default_rng(31)), n_embd_text=N_EMBD_TEXT,
+                        mean=MEAN, std=STD, scale_factor=POOL)
+
+
+def write_siglip_mmproj(path: Path, kind: str, tensors, *, n_embd_text: int, mean, std, scale_factor: int,
+                        more_keys=None, image_size: int = IMAGE_SIZE, patch: int = PATCH) -> None:
+    """An mmproj of projector type `kind` for this script's SigLIP tower (its sizes), its
+    keys in this order (more_keys(writer) adds any after them), then `tensors`."""
     from gguf import GGUFWriter
 
-    writer = GGUFWriter(MMPROJ, "clip")
-    writer.add_name(f"{STEM} vision")
+    writer = GGUFWriter(path, "clip")
+    writer.add_name(f"{path.name.removesuffix('.mmproj.gguf')} vision")
     writer.add_clip_has_vision_encoder(True)
-    writer.add_clip_projector_type("gemma3")
-    writer.add_clip_vision_projector_type("gemma3")
-    writer.add_vision_image_size(IMAGE_SIZE)
-    writer.add_vision_patch_size(PATCH)
+    writer.add_clip_projector_type(kind)
+    writer.add_clip_vision_projector_type(kind)
+    writer.add_vision_image_size(image_size)
+    writer.add_vision_patch_size(patch)
     writer.add_vision_embedding_length(N_EMBD_V)
     writer.add_vision_feed_forward_length(N_FF_V)
     writer.add_vision_block_count(N_LAYER_V)
     writer.add_vision_head_count(N_HEAD_V)
     writer.add_vision_attention_layernorm_eps(1e-6)
-    writer.add_vision_projection_dim(N_EMBD_TEXT)
-    writer.add_vision_image_mean(list(MEAN))
-    writer.add_vision_image_std(list(STD))
+    writer.add_vision_projection_dim(n_embd_text)
+    writer.add_vision_image_mean(list(mean))
+    writer.add_vision_image_std(list(std))
     writer.add_vision_use_gelu(True)
-    writer.add_vision_projector_scale_factor(POOL)
-    for name, data in mmproj_tensors(np.random.default_rng(31)):
+    writer.add_vision_projector_scale_factor(scale_factor)
+    if more_keys is not None:
+        more_keys(writer)
+    for name, data in tensors:
         writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -153,6 +165,19 @@ PROMPT = "Look at this: {marker} What is in the picture?"   # {marker}: where th
 def record() -> None:
     """llama.cpp's embeddings of IMAGE through libmtmd, and the logits after PROMPT with
     the image in it (mtmd_helper_eval_chunks: the image attended both ways), into EMBD."""
+    run = mtmd_run(TEXT, MMPROJ, IMAGE.read_bytes(), PROMPT, N_EMBD_TEXT)
+    (rows,) = run["blocks"]
+    head = json.dumps({"source": run["source"], "image": IMAGE.name, "prompt": PROMPT, "segments": run["segments"],
+                       "top_logits": run["top_logits"], "n_tokens": len(rows), "n_embd": N_EMBD_TEXT})
+    body = ",\n".join(json.dumps([float(v) for v in row]) for row in rows)   # one image token a line
+    EMBD.write_text(f'{head[:-1]}, "embeddings": [\n{body}]}}\n')
+    print(f"recorded {len(rows)} x {N_EMBD_TEXT} embeddings and {len(run['top_logits'])} logits into {EMBD}")
+
+
+def mtmd_run(text: Path, mmproj: Path, image: bytes, prompt: str, n_embd: int, n_ctx: int = 512) -> dict:
+    """libmtmd's cut of `prompt` with `image` at its {marker} ({"tokens": ids} and
+    {"image": n} segments), every image chunk's embeddings in order (mtmd_encode_chunk,
+    mtmd_get_output_embd: "blocks") and the top-10 logits after the prompt, on 2 threads."""
     import ctypes
 
     import llama_cpp
@@ -160,22 +185,20 @@ def record() -> None:
 
     params = llama_cpp.llama_model_default_params()
     params.use_extra_bufts = False
-    model = llama_cpp.llama_model_load_from_file(str(TEXT).encode(), params)
+    model = llama_cpp.llama_model_load_from_file(str(text).encode(), params)
     cparams = mtmd.mtmd_context_params_default()
     cparams.use_gpu, cparams.n_threads, cparams.warmup, cparams.print_timings = False, 2, False, False
-    ctx = mtmd.mtmd_init_from_file(str(MMPROJ).encode(), model, cparams)
+    ctx = mtmd.mtmd_init_from_file(str(mmproj).encode(), model, cparams)
     if not ctx:
         raise SystemExit("mtmd_init_from_file failed")
-    data = IMAGE.read_bytes()
-    buf = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
-    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(data), False)
+    buf = (ctypes.c_ubyte * len(image)).from_buffer_copy(image)
+    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(image), False)
     chunks = mtmd.mtmd_input_chunks_init()
-    prompt = PROMPT.format(marker=mtmd.mtmd_get_marker(ctx).decode()).encode()
-    text = mtmd.mtmd_input_text(text=prompt, text_len=len(prompt), add_special=True, parse_special=True)
-    bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
-    if mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
+    full = prompt.format(marker=mtmd.mtmd_get_marker(ctx).decode()).encode()
+    inp = mtmd.mtmd_input_text(text=full, text_len=len(full), add_special=True, parse_special=True)
+    if mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap), 1) != 0:
         raise SystemExit("mtmd_tokenize failed")
-    segments, rows = [], None
+    segments, blocks = [], []
     for i in range(mtmd.mtmd_input_chunks_size(chunks)):
         chunk = mtmd.mtmd_input_chunks_get(chunks, i)
         if mtmd.mtmd_input_chunk_get_type(chunk) == 0:   # text
@@ -186,28 +209,38 @@ def record() -> None:
         n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
         if mtmd.mtmd_encode_chunk(ctx, chunk) != 0:
             raise SystemExit("mtmd_encode_chunk failed")
-        out = mtmd.mtmd_get_output_embd(ctx)
-        rows = np.ctypeslib.as_array(out, shape=(n_tokens * N_EMBD_TEXT,)).astype(np.float32).reshape(n_tokens, -1)
+        out = np.ctypeslib.as_array(mtmd.mtmd_get_output_embd(ctx), shape=(n_tokens * n_embd,))
+        blocks.append(out.astype(np.float32).reshape(n_tokens, n_embd).copy())
         segments.append({"image": int(n_tokens)})
-    top = top_logits_after(llama_cpp, mtmd, ctx, model, chunks)
-    head = json.dumps({"source": f"llama-cpp-python {llama_cpp.__version__} libmtmd, 2 threads",
-                       "image": IMAGE.name, "prompt": PROMPT, "segments": segments, "top_logits": top,
-                       "n_tokens": len(rows), "n_embd": N_EMBD_TEXT})
-    body = ",\n".join(json.dumps([float(v) for v in row]) for row in rows)   # one image token a line
-    EMBD.write_text(f'{head[:-1]}, "embeddings": [\n{body}]}}\n')
-    print(f"recorded {len(rows)} x {N_EMBD_TEXT} embeddings and {len(top)} logits into {EMBD}")
+    top = top_logits_after(llama_cpp, mtmd, ctx, model, chunks, n_ctx=n_ctx)
+    return {"source": f"llama-cpp-python {llama_cpp.__version__} libmtmd, 2 threads",
+            "segments": segments, "blocks": blocks, "top_logits": top}
 
 
-def top_logits_after(llama_cpp, mtmd, ctx, model, chunks, k: int = 10) -> list[list[float]]:
+def record_blocks(text: Path, mmproj: Path, png: Path, prompt: str, n_embd: int, out: Path) -> None:
+    """mtmd_run's results for `png` in `prompt` into `out` as JSON: its segments, the
+    block sizes, the top logits, and every image token's row on a line of its own, each
+    value in the 9 digits that give its float32 back."""
+    run = mtmd_run(text, mmproj, png.read_bytes(), prompt, n_embd)
+    blocks = run.pop("blocks")
+    rows = np.concatenate(blocks)
+    head = json.dumps({**run, "image": png.name, "prompt": prompt, "blocks": [len(b) for b in blocks],
+                       "n_tokens": len(rows), "n_embd": n_embd})
+    body = ",\n".join("[" + ", ".join(f"{v:.9g}" for v in row) + "]" for row in rows)
+    out.write_text(f'{head[:-1]}, "embeddings": [\n{body}]}}\n')
+    print(f"recorded {len(blocks)} blocks, {len(rows)} x {n_embd} embeddings into {out}")
+
+
+def top_logits_after(llama_cpp, mtmd, ctx, model, chunks, k: int = 10, n_ctx: int = 512) -> list[list[float]]:
     """[[token, logit], ...] the k largest logits after every chunk (mtmd_helper_eval_chunks)."""
     import ctypes
 
     cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = 512, 512, 512, 2, 2
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = n_ctx, 512, 512, 2, 2
     cp.flash_attn_type = 0   # plain attention, as the text golden files are recorded
     lctx = llama_cpp.llama_init_from_model(model, cp)
     n_past = llama_cpp.llama_pos(0)
-    if mtmd.mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) != 0:
+    if mtmd.mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) != 0:   # n_batch 512
         raise SystemExit("mtmd_helper_eval_chunks failed")
     n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
     logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(lctx, -1), shape=(n_vocab,)).astype(np.float64)
@@ -215,14 +248,54 @@ def top_logits_after(llama_cpp, mtmd, ctx, model, chunks, k: int = 10) -> list[l
     return [[int(t), float(logits[t])] for t in order]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def extended_vocab(tok, normal: list[tuple[str, str]], control: list[str]) -> tuple[list, list, list]:
+    """(tokens, token types, merges) of the GGUF tokenizer `tok` with `normal` tokens
+    (piece, the merge that makes it) and `control` tokens (the special tokens llama.cpp's
+    mtmd looks up or parses in an image's text) appended."""
+    tokens = list(tok.fields["tokenizer.ggml.tokens"].contents())
+    types = list(tok.fields["tokenizer.ggml.token_type"].contents())
+    merges = list(tok.fields["tokenizer.ggml.merges"].contents())
+    for piece, merge in normal:
+        tokens.append(piece)
+        types.append(1)
+        merges.append(merge)
+    tokens += control
+    types += [3] * len(control)   # llama.cpp's CONTROL
+    return tokens, types, merges
+
+
+def finish_with_vocab(writer, tok, vocab: tuple[list, list, list], tensors, quantize_as=None) -> None:
+    """synth_common.finish_q8_0_model with the tokenizer's tokens, types and merges replaced by `vocab`."""
+    import synth_common as sc
+    from gguf import LlamaFileType
+
+    tokens, types, merges = vocab
+    writer.add_vocab_size(len(tokens))
+    writer.add_file_type(int(LlamaFileType.MOSTLY_Q8_0))
+    changed = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges}
+    for key, field in tok.fields.items():   # the source's keys in its order
+        if key.startswith("tokenizer."):
+            sub = field.types[1] if len(field.types) > 1 else None
+            writer.add_key_value(key, changed.get(key, field.contents()), field.types[0], sub_type=sub)
+    sc.add_q8_0_tensors(writer, tensors, quantize_as or sc.q8_0_matrices)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def run_script(doc: str, record_them, make_them) -> None:
+    """A vision synth script's command line: --record runs record_them(), else make_them()."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--record", action="store_true", help="record llama.cpp's embeddings (needs llama_cpp)")
-    args = parser.parse_args()
-    if args.record:
-        record()
+    if parser.parse_args().record:
+        record_them()
         return
     VISION_DIR.mkdir(parents=True, exist_ok=True)
+    make_them()
+
+
+def make() -> None:
     write_text_model()
     write_mmproj()
     write_image()
@@ -230,4 +303,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(__doc__, record, make)

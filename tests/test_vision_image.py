@@ -96,3 +96,14 @@ def test_resize_normalize_and_patches():
     assert cut.shape == (64, 48)
     # patch (row 1, column 2), channel 2, pixel (3, 1) inside it
     assert cut[1 * 8 + 2, 2 * 16 + 3 * 4 + 1] == planes[2, 4 + 3, 8 + 1]
+
+
+def test_a_non_square_image_is_fitted_and_padded_as_mtmd_does_for_gemma3():
+    """llama.cpp's mtmd keeps Gemma 3's image aspect: 48x64 (w x h) -> 24x32 centred on black."""
+    rgb = np.full((64, 48, 3), 200, np.uint8)
+    square = image.resize_square(rgb, 32)
+    assert square.shape == (32, 32, 3)
+    assert (square[:, :4] == 0).all() and (square[:, 28:] == 0).all()       # the bars: (32 - 24) / 2 each
+    assert (square[:, 4:28] == 200).all()                                   # the image, flat: still 200
+    odd = image.resize_square(np.full((10, 30, 3), 9, np.uint8), 32)        # 30x10 -> 32x11 (10.67 up)
+    assert (odd[10:21] == 9).all() and (odd[:10] == 0).all() and (odd[21:] == 0).all()

@@ -99,9 +99,9 @@ def test_recent_images_cache_is_bounded_and_least_recently_used_goes_first():
     cache = EmbeddingCache(3 * 400)
     rows = {k: np.full((10, 10), i, np.float32) for i, k in enumerate([b"a", b"b", b"c", b"d"])}   # 400 bytes each
     for key in (b"a", b"b", b"c"):
-        cache.put(key, rows[key])
-    assert cache.get(b"a") is rows[b"a"]                 # a is now the most recent
-    cache.put(b"d", rows[b"d"])
+        cache.put(key, ["text", rows[key]])
+    assert cache.get(b"a")[1] is rows[b"a"]              # a is now the most recent
+    cache.put(b"d", [rows[b"d"]])
     assert cache.get(b"b") is None and cache.get(b"a") is not None and cache.used == 1200
-    cache.put(b"huge", np.zeros((100, 100), np.float32))  # larger than the whole cache: not kept
+    cache.put(b"huge", [np.zeros((100, 100), np.float32)])  # larger than the whole cache: not kept
     assert cache.get(b"huge") is None and cache.used == 1200

@@ -37,27 +37,27 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def gemma3_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np.ndarray:
-    """float64 [n_tokens, n_embd_text] of uint8 RGB [S, S, 3] (already the tower's size)."""
-    t, k = read_tensors(mmproj)
+def _siglip(t: dict, k: dict, rgb: np.ndarray, variant: str | None, positions: np.ndarray | None = None) -> np.ndarray:
+    """float64 [n_patches, n_embd] after the post LN: the SigLIP ViT over uint8 RGB [S, S, 3]
+    (or [h, w, 3] with its `positions` [n_patches, n_embd])."""
     size, p = int(k["clip.vision.image_size"]), int(k["clip.vision.patch_size"])
     n_head, eps = int(k["clip.vision.attention.head_count"]), float(k["clip.vision.attention.layer_norm_epsilon"])
-    n_layer, pool = int(k["clip.vision.block_count"]), int(k.get("clip.vision.projector.scale_factor", 4))
+    n_layer = int(k["clip.vision.block_count"])
     mean, std = np.array(k["clip.vision.image_mean"]), np.array(k["clip.vision.image_std"])
     if variant == "mean_std_swapped":
         mean, std = std, mean
-    assert rgb.shape == (size, size, 3)
-    img = (rgb.astype(np.float64) / 255.0 - mean) / std                         # [S, S, 3]
-    n_side = size // p
+    assert positions is not None or rgb.shape == (size, size, 3)
+    img = (rgb.astype(np.float64) / 255.0 - mean) / std                         # [h, w, 3]
+    n_y, n_x = rgb.shape[0] // p, rgb.shape[1] // p
     kernel = t["v.patch_embd.weight"]                                          # [n_embd, 3, p, p]
-    x = np.empty((n_side * n_side, kernel.shape[0]))
-    for py in range(n_side):
-        for px in range(n_side):
+    x = np.empty((n_y * n_x, kernel.shape[0]))
+    for py in range(n_y):
+        for px in range(n_x):
             window = img[py * p:(py + 1) * p, px * p:(px + 1) * p, :].transpose(2, 0, 1)   # [3, p, p]
-            x[py * n_side + px] = np.tensordot(kernel, window, axes=3)
+            x[py * n_x + px] = np.tensordot(kernel, window, axes=3)
     x += t["v.patch_embd.bias"]
     if variant != "no_position_embd":
-        x += t["v.position_embd.weight"]                                       # [n_patches, n_embd]
+        x += t["v.position_embd.weight"] if positions is None else positions   # [n_patches, n_embd]
     n, d = x.shape
     hd = d // n_head
     for i in range(n_layer):
@@ -76,7 +76,17 @@ def gemma3_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np
         x = x + lin("attn_out", attn.transpose(1, 0, 2).reshape(n, d))
         h = _layer_norm(x, t[b + "ln2.weight"], t[b + "ln2.bias"], eps)
         x = x + lin("ffn_down", _gelu(lin("ffn_up", h)))
-    x = _layer_norm(x, t["v.post_ln.weight"], t["v.post_ln.bias"], eps)
+    return _layer_norm(x, t["v.post_ln.weight"], t["v.post_ln.bias"], eps)
+
+
+def gemma3_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np.ndarray:
+    """float64 [n_tokens, n_embd_text] of uint8 RGB [S, S, 3] (already the tower's size)."""
+    t, k = read_tensors(mmproj)
+    eps = float(k["clip.vision.attention.layer_norm_epsilon"])
+    pool = int(k.get("clip.vision.projector.scale_factor", 4))
+    x = _siglip(t, k, rgb, variant)
+    n_side = int(k["clip.vision.image_size"]) // int(k["clip.vision.patch_size"])
+    d = x.shape[1]
     m = n_side // pool
     grid = x.reshape(m, pool, m, pool, d)
     pooled = grid.mean(axis=(1, 3)).reshape(m * m, d)                          # tokens row by row
@@ -86,3 +96,109 @@ def gemma3_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np
     if variant == "projection_transposed":   # the reading that forgets llama.cpp's transpose
         proj = proj.reshape(proj.shape[1], proj.shape[0]).T
     return pooled @ proj
+
+
+# and "height_first" (the resampling passes in Pillow's order), which shows on a shrunk image only
+IDEFICS3_VARIANTS = ("causal", "no_position_embd", "mean_std_swapped", "shuffle_transposed", "bilinear")
+
+
+def idefics3_tiles(rgb: np.ndarray, tile: int, longest_edge: int, variant: str | None = None):
+    """([tile images row by row], rows, columns, the global image) of uint8 RGB [h, w, 3],
+    as Hugging Face's Idefics3 processor resizes and splits it (Lanczos, each pass as
+    Pillow computes it, the width first as llama.cpp's mtmd does): the longer side
+    to longest_edge keeping the aspect (the other truncated, then rounded up to even),
+    both sides up to whole tiles, the global image the tiled one at tile x tile."""
+    from PIL import Image
+
+    h, w = rgb.shape[:2]
+    if w >= h:
+        size = (longest_edge, int(longest_edge / (w / h)))
+        size = (size[0], size[1] + size[1] % 2)
+    else:
+        size = (int(longest_edge * (w / h)), longest_edge)
+        size = (size[0] + size[0] % 2, size[1])
+    cols, rows = math.ceil(size[0] / tile), math.ceil(size[1] / tile)
+    method = Image.BILINEAR if variant == "bilinear" else Image.LANCZOS
+
+    def resize(img, size):   # the width, then the height: llama.cpp's order (Pillow may take the other)
+        if variant == "height_first":
+            return img.resize((img.width, size[1]), method).resize(size, method)
+        return img.resize((size[0], img.height), method).resize(size, method)
+
+    img = resize(resize(Image.fromarray(rgb), size), (cols * tile, rows * tile))
+    pixels = np.asarray(img)
+    tiles = [pixels[r * tile:(r + 1) * tile, c * tile:(c + 1) * tile] for r in range(rows) for c in range(cols)]
+    return tiles, rows, cols, np.asarray(resize(img, (tile, tile)))
+
+
+def idefics3_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> list[np.ndarray]:
+    """float64 [n_tokens, n_embd_text] of each tile of uint8 RGB [h, w, 3], row by row, then
+    of the global image: the SigLIP ViT, the pixel shuffle (each s x s square of patches,
+    row by row, concatenated into one token), mm.model.fc."""
+    t, k = read_tensors(mmproj)
+    tile, s = int(k["clip.vision.image_size"]), int(k["clip.vision.projector.scale_factor"])
+    tiles, _, _, overview = idefics3_tiles(rgb, tile, int(k["clip.vision.preproc_image_size"]), variant)
+    n_side = tile // int(k["clip.vision.patch_size"])
+    out = []
+    for pixels in [*tiles, overview]:
+        x = _siglip(t, k, pixels, variant)
+        grid = x.reshape(n_side // s, s, n_side // s, s, -1)                  # Y, dy, X, dx, e
+        order = (0, 2, 3, 1, 4) if variant == "shuffle_transposed" else (0, 2, 1, 3, 4)
+        merged = grid.transpose(order).reshape((n_side // s) ** 2, -1)         # tokens row by row
+        out.append(merged @ t["mm.model.fc.weight"].T)
+    return out
+
+
+def _antialiased_bilinear(n_in: int, n_out: int) -> np.ndarray:
+    """[n_out, n_in]: PyTorch's interpolate(mode="bilinear", antialias=True) along one
+    axis - a triangle filter over the input widened by the shrink factor, centred on
+    each output's centre mapped back, its weights normalised to sum to one."""
+    scale = n_in / n_out
+    support = max(scale, 1.0)
+    m = np.zeros((n_out, n_in))
+    for o in range(n_out):
+        centre = (o + 0.5) * scale
+        for i in range(n_in):
+            m[o, i] = max(0.0, 1.0 - abs((i + 0.5 - centre) / support))
+        m[o] /= m[o].sum()
+    return m
+
+
+def lfm2_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np.ndarray:
+    """float64 [n_tokens, n_embd_text] of uint8 RGB [h, w, 3] already at a size of whole
+    tokens: the SigLIP2 ViT with its position grid resized to the patch grid, the pixel
+    unshuffle (each s x s square of patches, row by row, into one token), LayerNorm,
+    mm.1, GELU(tanh), mm.2."""
+    t, k = read_tensors(mmproj)
+    p, s = int(k["clip.vision.patch_size"]), int(k["clip.vision.projector.scale_factor"])
+    n_y, n_x = rgb.shape[0] // p, rgb.shape[1] // p
+    table = t["v.position_embd.weight"]                                       # [side^2, n_embd]
+    side = math.isqrt(table.shape[0])
+    grid = table.reshape(side, side, -1)
+    if variant == "positions_stretched":   # plain bilinear, no antialias: what a shrink must not do
+        grid = np.einsum("Yy,yxe,Xx->YXe", _plain_bilinear(side, n_y), grid, _plain_bilinear(side, n_x))
+    else:
+        grid = np.einsum("Yy,yxe,Xx->YXe", _antialiased_bilinear(side, n_y), grid, _antialiased_bilinear(side, n_x))
+    x = _siglip(t, k, rgb, variant, grid.reshape(n_y * n_x, -1))
+    d = x.shape[1]
+    order = (0, 2, 3, 1, 4) if variant == "shuffle_transposed" else (0, 2, 1, 3, 4)
+    x = x.reshape(n_y // s, s, n_x // s, s, d).transpose(order).reshape((n_y // s) * (n_x // s), -1)
+    if "mm.input_norm.weight" in t and variant != "no_input_norm":
+        x = _layer_norm(x, t["mm.input_norm.weight"], t.get("mm.input_norm.bias", 0.0), 1e-5)
+    h = _gelu(x @ t["mm.1.weight"].T + t["mm.1.bias"])
+    return h @ t["mm.2.weight"].T + t["mm.2.bias"]
+
+
+def _plain_bilinear(n_in: int, n_out: int) -> np.ndarray:
+    m = np.zeros((n_out, n_in))
+    for o in range(n_out):
+        c = min(max((o + 0.5) * n_in / n_out - 0.5, 0.0), n_in - 1.0)
+        lo = int(math.floor(c))
+        hi = min(lo + 1, n_in - 1)
+        m[o, lo] += 1.0 - (c - lo)
+        m[o, hi] += c - lo
+    return m
+
+
+LFM2_VARIANTS = ("causal", "no_position_embd", "mean_std_swapped", "shuffle_transposed", "no_input_norm",
+                 "positions_stretched")

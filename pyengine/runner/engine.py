@@ -104,10 +104,13 @@ class Engine:
     def __init__(self, model, tokenizer: Tokenizer, backend: Backend, *, n_ctx: int,
                  n_batch: int = DEFAULT_BATCH, n_parallel: int = DEFAULT_PARALLEL, kv_type: str | None = None,
                  swa_margin: int = SWA_MARGIN, swa_full: bool = False, state_checkpoints: int = DEFAULT_CHECKPOINTS,
-                 background: bool = True, draft: DraftModel | None = None, speculative: str | None = None) -> None:
+                 background: bool = True, draft: DraftModel | None = None, speculative: str | None = None,
+                 images_both_ways: bool = True) -> None:
         """state_checkpoints: recurrent states kept per sequence for prefix reuse (models with
         recurrent layers only; kvcache/recurrent.py).  draft: a draft model for
-        speculative="draft" requests; speculative: the mode of requests that name none."""
+        speculative="draft" requests; speculative: the mode of requests that name none.
+        images_both_ways: an image's rows see each other both ways (Gemma 3's projector), else
+        causally (the projector says)."""
         _check_int("n_ctx", n_ctx, 1, 1 << 24)
         _check_int("n_batch", n_batch, 1, 1 << 16)
         _check_int("n_parallel", n_parallel, 1, MAX_SEQUENCES)
@@ -117,6 +120,7 @@ class Engine:
         self.n_ctx, self.n_batch, self.n_parallel = n_ctx, n_batch, n_parallel
         self.n_vocab = model.cfg.n_vocab
         self.swa_margin = swa_margin
+        self.images_both_ways = images_both_ways
         layout = model.cache_layout()
         n_cells = n_ctx * n_parallel
         # a sliding layer keeps window + margin cells per sequence, plus room for a batch
@@ -369,7 +373,7 @@ class Engine:
 
     def _feed_images(self) -> None:
         """Each prefilling sequence whose next prompt positions are an image feeds it now,
-        alone: its rows as one batch, attended both ways."""
+        alone: its rows as one batch, attended both ways where the projector wants it."""
         for seq in [s for s in self._live if s.prefill and len(s.cache_tokens) in s.images]:
             pos = len(seq.cache_tokens)
             rows = seq.images[pos]
@@ -379,7 +383,7 @@ class Engine:
                 self._make_room([(seq, toks)])
                 logits = self.forward.embedded(rows, np.arange(pos, pos + n, dtype=np.int32),
                                                np.full(n, seq.slot.id, np.int64), np.array([n - 1], np.int32),
-                                               both_ways=True)
+                                               both_ways=self.images_both_ways)
             except BaseException as error:
                 self._finish(seq, "error", error)
                 continue

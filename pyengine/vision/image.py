@@ -57,13 +57,45 @@ def _check_size(size: tuple[int, int], max_pixels: int) -> None:
 
 
 def resize_square(rgb: np.ndarray, size: int) -> np.ndarray:
-    """`rgb` stretched to size x size with Pillow's bilinear filter (as Gemma 3's Hugging
-    Face processor does: no padding, the aspect ratio not kept); unchanged if already so."""
+    """`rgb` fitted into size x size as llama.cpp's mtmd does for Gemma 3: scaled (Pillow's
+    bilinear filter) until its longer side fills the square, the aspect ratio kept (the
+    other side rounded up), centred on black; unchanged if already so."""
+    return resize_padded(rgb, size, size, "bilinear")
+
+
+def resize_padded(rgb: np.ndarray, width: int, height: int, method: str,
+                  pad: tuple[int, int, int] = (0, 0, 0)) -> np.ndarray:
+    """`rgb` scaled to fit width x height keeping its aspect ratio (each side times the
+    smaller ratio, rounded up, in float32 as mtmd computes it), centred on `pad`."""
+    h, w = rgb.shape[:2]
+    if (h, w) == (height, width):
+        return rgb
+    scale = min(np.float32(width) / np.float32(w), np.float32(height) / np.float32(h))
+    new_w = min(int(np.ceil(np.float32(w) * scale)), width)
+    new_h = min(int(np.ceil(np.float32(h) * scale)), height)
+    out = np.empty((height, width, 3), np.uint8)
+    out[:] = pad
+    top, left = (height - new_h) // 2, (width - new_w) // 2
+    out[top:top + new_h, left:left + new_w] = resize(rgb, new_w, new_h, method)
+    return out
+
+
+def resize(rgb: np.ndarray, width: int, height: int, method: str) -> np.ndarray:
+    """`rgb` resized to width x height with Pillow's `method` filter ("bilinear" or
+    "lanczos"), the width first and then the height, as llama.cpp's mtmd resamples (in
+    Pillow's fixed-point steps; Pillow itself may do the height first, which rounds
+    differently when both shrink); unchanged if already that size."""
     from PIL import Image
 
-    if rgb.shape[0] == size and rgb.shape[1] == size:
+    if rgb.shape[0] == height and rgb.shape[1] == width:
         return rgb
-    return np.asarray(Image.fromarray(rgb, "RGB").resize((size, size), Image.BILINEAR), dtype=np.uint8)
+    resample = {"bilinear": Image.BILINEAR, "lanczos": Image.LANCZOS}[method]
+    img = Image.fromarray(rgb, "RGB")
+    if img.width != width:
+        img = img.resize((width, img.height), resample)
+    if img.height != height:
+        img = img.resize((width, height), resample)
+    return np.asarray(img, dtype=np.uint8)
 
 
 def normalize(rgb: np.ndarray, mean, std) -> np.ndarray:

@@ -55,74 +55,87 @@ class VisionProjector:
     def n_image_tokens(self) -> int:
         return self.tower.n_tokens
 
-    @property
-    def image_begin(self) -> str:
-        """The text the prompt has before an image's rows."""
-        return self.tower.IMAGE_BEGIN
-
-    @property
-    def image_end(self) -> str:
-        """The text the prompt has after them."""
-        return self.tower.IMAGE_END
-
     def check_fits(self, n_embd_text: int, text_model: str = "the text model") -> None:
         """Fail unless the embeddings are as wide as the text model's."""
         if self.n_embd != n_embd_text:
             raise ModelError(f"vision projector {self.path} makes embeddings of width {self.n_embd}, but "
                              f"{text_model} has n_embd {n_embd_text}: they were not made for each other")
 
+    @property
+    def attends_both_ways(self) -> bool:
+        """Whether an image's rows see each other both ways in the text model."""
+        return self.tower.ATTENDS_BOTH_WAYS
+
     def embed(self, data: bytes, backend=None) -> np.ndarray:
-        """Embeddings of an encoded image (PNG, JPEG, ...); the same bytes again are
-        answered from the recent images' cache.  The rows are read-only."""
-        from pyengine.vision import image
-        key = hashlib.sha256(data).digest()
-        rows = self.recent.get(key)
-        if rows is None:
-            rows = self.embed_pixels(image.decode(data), backend)
-            rows.flags.writeable = False
-            self.recent.put(key, rows)
-        return rows
+        """All the image's rows, in prompt order: float32 [n, n_embd]."""
+        return _rows(self.embed_pieces(data, backend))
 
     def embed_pixels(self, rgb: np.ndarray, backend=None) -> np.ndarray:
-        """Embeddings of uint8 RGB [height, width, 3]."""
+        """All the rows of uint8 RGB [height, width, 3]."""
+        return _rows(self.pieces_of_pixels(rgb, backend))
+
+    def embed_pieces(self, data: bytes, backend=None) -> list:
+        """The image as the prompt holds it: text and row blocks in order (Tower.image_pieces);
+        the same bytes again are answered from the recent images' cache (its rows read-only)."""
+        from pyengine.vision import image
+        key = hashlib.sha256(data).digest()
+        pieces = self.recent.get(key)
+        if pieces is None:
+            pieces = self.pieces_of_pixels(image.decode(data), backend)
+            for piece in pieces:
+                if isinstance(piece, np.ndarray):
+                    piece.flags.writeable = False
+            self.recent.put(key, pieces)
+        return list(pieces)
+
+    def pieces_of_pixels(self, rgb: np.ndarray, backend=None) -> list:
         if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
             raise ImageError(f"pixels must be uint8 [height, width, 3], got {rgb.dtype} {rgb.shape}")
-        return self.tower.encode(self.tower.preprocess(rgb), backend)
+        return self.tower.image_pieces(rgb, backend)
 
     def close(self) -> None:
         self.gguf.close()
 
 
 class EmbeddingCache:
-    """Least-recently-used image embeddings, at most `max_bytes` of them."""
+    """Least-recently-used image pieces (Tower.image_pieces), at most `max_bytes` of rows."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes, self.used = max_bytes, 0
-        self.rows: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self.entries: OrderedDict[bytes, list] = OrderedDict()
         self.lock = threading.Lock()
 
-    def get(self, key: bytes) -> np.ndarray | None:
+    def get(self, key: bytes) -> list | None:
         with self.lock:
-            rows = self.rows.get(key)
-            if rows is not None:
-                self.rows.move_to_end(key)
-            return rows
+            pieces = self.entries.get(key)
+            if pieces is not None:
+                self.entries.move_to_end(key)
+            return pieces
 
-    def put(self, key: bytes, rows: np.ndarray) -> None:
-        if rows.nbytes > self.max_bytes:
+    def put(self, key: bytes, pieces: list) -> None:
+        size = _size(pieces)
+        if size > self.max_bytes:
             return
         with self.lock:
-            old = self.rows.pop(key, None)
-            self.used += rows.nbytes - (old.nbytes if old is not None else 0)
-            self.rows[key] = rows
+            old = self.entries.pop(key, None)
+            self.used += size - (_size(old) if old is not None else 0)
+            self.entries[key] = pieces
             while self.used > self.max_bytes:
-                _, dropped = self.rows.popitem(last=False)
-                self.used -= dropped.nbytes
+                _, dropped = self.entries.popitem(last=False)
+                self.used -= _size(dropped)
+
+
+def _size(pieces: list) -> int:
+    return sum(p.nbytes for p in pieces if isinstance(p, np.ndarray))
+
+
+def _rows(pieces: list) -> np.ndarray:
+    return np.concatenate([p for p in pieces if isinstance(p, np.ndarray)])
 
 
 def load_projector(path: str | os.PathLike, n_embd_text: int | None = None) -> VisionProjector:
     """Open and bind an mmproj; with `n_embd_text`, also check it fits that text model."""
-    from pyengine.vision import siglip  # noqa: F401  (registers the towers)
+    from pyengine.vision import idefics3, lfm2, siglip  # noqa: F401  (register the towers)
 
     path = os.fspath(path)
     try:

@@ -7,8 +7,9 @@ or as OpenAI does (content parts `{"type": "image_url", "image_url": {"url":
 user turn.  Each image becomes MARKER in the text the template renders (Ollama's
 images before the turn's text, OpenAI's where the part was); the rendered prompt is
 cut at the markers, each piece tokenized alone (as llama.cpp's mtmd does), and
-each image put in as its projector's opening text, one placeholder position per
-image token, and its closing text (Gemma 3: <start_of_image> ... <end_of_image>).
+each image put in as its tower's pieces: text, and one placeholder position per
+image token of each row block (Gemma 3: <start_of_image> ... <end_of_image>; a
+tiling tower such as Idefics3's has a block per tile with text between them).
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def encode_with_images(tokenizer, encode_first, text: str, blobs: list, projecto
     """(token ids with placeholders, [(start, rows)]) of a rendered prompt whose MARKERs
     stand for `blobs` (as take_images gives them) in order; `encode_first(piece)`
     tokenizes the first piece (BOS as the template wants), later pieces go without it.
-    `embed(image bytes) -> rows` runs the projector (default: projector.embed here)."""
+    `embed(image bytes) -> pieces` runs the projector (default: projector.embed_pieces
+    here): the image's text and row blocks in prompt order, each block its own span."""
     pieces = text.split(MARKER)
     if len(pieces) - 1 != len(blobs):
         raise InvalidOptionError(f"the chat template dropped images: {len(blobs)} given, "
@@ -112,9 +114,11 @@ def encode_with_images(tokenizer, encode_first, text: str, blobs: list, projecto
     ids = list(encode_first(pieces[0]))
     spans = []
     for blob, piece in zip(blobs, pieces[1:]):
-        rows = (embed or projector.embed)(_image_bytes(blob))
-        ids += encode(projector.image_begin)
-        spans.append((len(ids), rows))
-        ids += [PLACEHOLDER] * len(rows)
-        ids += encode(projector.image_end) + encode(piece)
+        for part in (embed or projector.embed_pieces)(_image_bytes(blob)):
+            if isinstance(part, str):
+                ids += encode(part)
+            else:
+                spans.append((len(ids), part))
+                ids += [PLACEHOLDER] * len(part)
+        ids += encode(piece)
     return ids, spans

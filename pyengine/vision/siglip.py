@@ -6,28 +6,24 @@ the text model's embedding space.  mmproj `clip.vision.projector_type = gemma3`.
     -> post LN -> average pool k x k over the patch grid -> RMS norm (soft-embedding
     norm) -> projection [n_embd_text, (S/p/k)^2]
 
-Attention inside the image is not causal: every patch sees every patch; it is
-composed of products and a softmax per head (PatchAttention), in F32.  The
-convolution is a product over patches cut out in numpy; the pool is a product
-with a constant [n_patches, n_tokens] matrix of 1/k^2.  The graph is built once per
-backend and computed again for every image.
+The ViT is vit.py's (shared with the other SigLIP towers); the pool is a product
+with a constant [n_patches, n_tokens] matrix of 1/k^2.
 """
 
 from __future__ import annotations
 
-import math
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from pyengine.errors import ModelError, UnsupportedError
+from pyengine.errors import ModelError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import F16, F32, Backend, Context, Tensor
-from pyengine.ml.nn import F32Param, LayerNorm, Linear, Param, RMSNorm, Weight, linears
-from pyengine.models.binding import Module, bind, blocks, tensor
+from pyengine.ml.nn import Param, RMSNorm, Weight
+from pyengine.models.binding import tensor
 from pyengine.vision import image
-from pyengine.vision.tower import VisionConfig, register_tower
+from pyengine.vision.tower import VisionConfig, register_tower, require_gelu
+from pyengine.vision.vit import SiglipTower
 
 POOL_DEFAULT = 4   # Gemma 3's pool side when the file does not say (clip.vision.projector.scale_factor)
 
@@ -47,9 +43,7 @@ class Gemma3VisionConfig(VisionConfig):
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Gemma3VisionConfig":
         kw = cls.common_from_gguf(f)
-        if not f.get_bool("clip.use_gelu", False) or f.get_bool("clip.use_silu", False):
-            raise UnsupportedError(f"{f.path}: a Gemma 3 tower with an MLP other than GELU (clip.use_gelu) "
-                                   "is not supported")
+        require_gelu(f, "a Gemma 3")
         pool = f.get_int("clip.vision.projector.scale_factor", POOL_DEFAULT)
         per_side = kw["image_size"] // kw["patch_size"]
         if pool < 1 or per_side % pool:
@@ -57,99 +51,17 @@ class Gemma3VisionConfig(VisionConfig):
         return cls(pool=pool, **kw)
 
 
-@dataclass(eq=False)
-class PatchEmbedding:
-    """A convolution with stride = kernel = the patch side: weight [p, p, 3, n_embd]."""
-
-    weight: Weight
-    bias: Weight
-
-    PARTS = {"weight": True, "bias": True}
-    F32_PARTS = ("bias",)
-
-    def __call__(self, ctx: Context, patches: Tensor) -> Tensor:
-        p, _, c, n_embd = self.weight.shape
-        kernel = Weight(self.weight.name, self.weight.type, (p * p * c, n_embd), self.weight.data)
-        return ctx.add(ctx.mul_mat(ctx.weight(kernel), patches), ctx.weight(self.bias))   # [n_embd, n_patches]
-
-
-class PatchAttention:
-    """Non-causal multi-head attention over one image's patches, head by head in products
-    (the text models' attention op walks cells token by token: fine for a prompt, slow
-    over the 4096 x 4096 pairs of one 896-pixel image - 85 s a block against about 40 s
-    for the whole block this way, on a busy 2-core host where llama.cpp takes 20 s):
-
-        scores_h = softmax(k_h^T q_h * scale)      [n keys, n queries]
-        out_h    = v_h scores_h                    [head_dim, n queries]
-
-    Each head's output is written into its rows of one F32 scratch [n_embd, n] (set_rows,
-    the writes chained), which the output projection then reads whole."""
-
-    def __init__(self, ctx: Context, cfg: VisionConfig) -> None:
-        n, hd = cfg.n_patches, cfg.head_dim
-        self.cfg = cfg
-        self.heads = np.zeros((n * cfg.n_head, hd), np.float32)   # [n_embd, n] as rows of head_dim
-        self.out = ctx.cache(self.heads, F32, (hd, n * cfg.n_head), "patch_heads")
-        # head h of patch j is row j * n_head + h of the scratch
-        self.slots = [ctx.input(np.arange(n, dtype=np.int32) * cfg.n_head + h, f"head_slots.{h}")
-                      for h in range(cfg.n_head)]
-
-    def __call__(self, ctx: Context, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        c = self.cfg
-        n, d, hd = c.n_patches, c.n_embd, c.head_dim
-        scale = 1.0 / math.sqrt(hd)
-        out = self.out
-        for h in range(c.n_head):
-            def head(x: Tensor, h: int = h) -> Tensor:                               # [hd, n]
-                return ctx.cont(ctx.view(x, (hd, n), (4, 4 * d), 4 * hd * h))
-            scores = ctx.softmax(ctx.scale(ctx.mul_mat(head(k), head(q)), scale))     # [n keys, n queries]
-            out = ctx.set_rows(out, ctx.mul_mat(ctx.transpose(head(v)), scores), self.slots[h])
-        return ctx.reshape(ctx.cont(out), (d, n))                                     # [n_embd, n]
-
-
-@dataclass(eq=False)
-class Block(Module):
-    ln1: LayerNorm = tensor("ln1", shape=("n_embd",))
-    attn_q: Linear = tensor("attn_q", shape=("n_embd", "n_embd"))
-    attn_k: Linear = tensor("attn_k", shape=("n_embd", "n_embd"))
-    attn_v: Linear = tensor("attn_v", shape=("n_embd", "n_embd"))
-    attn_out: Linear = tensor("attn_out", shape=("n_embd", "n_embd"))
-    ln2: LayerNorm = tensor("ln2", shape=("n_embd",))
-    ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff"))
-    ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
-
-    def __call__(self, ctx: Context, x: Tensor, attend: PatchAttention) -> Tensor:
-        eps = self.cfg.eps
-        q, k, v = linears(ctx, (self.attn_q, self.attn_k, self.attn_v), self.ln1(ctx, x, eps))
-        x = ctx.add(x, self.attn_out(ctx, attend(ctx, q, k, v)))
-        return ctx.add(x, self.ffn_down(ctx, ctx.gelu(self.ffn_up(ctx, self.ln2(ctx, x, eps)))))
-
-
 @register_tower("gemma3")
 @dataclass(eq=False)
-class Gemma3Tower(Module):
+class Gemma3Tower(SiglipTower):
     Config = Gemma3VisionConfig
     IMAGE_BEGIN, IMAGE_END = "<start_of_image>", "<end_of_image>"   # the text around an image (llama.cpp's)
 
-    patch_embd: PatchEmbedding = tensor("v.patch_embd", shape=("patch_size", "patch_size", 3, "n_embd"))
-    position_embd: F32Param = tensor("v.position_embd", shape=("n_embd", "n_patches"))
-    pre_ln: LayerNorm | None = tensor("v.pre_ln", optional=True, shape=("n_embd",))
-    layers: list[Block] = blocks("v.blk")
-    post_ln: LayerNorm = tensor("v.post_ln", shape=("n_embd",))
     soft_emb_norm: RMSNorm = tensor("mm.soft_emb_norm", shape=("n_embd",))
     input_projection: Param = tensor("mm.input_projection", shape=("n_embd_text", "n_embd"))
 
-    @classmethod
-    def from_gguf(cls, f: GGUFFile) -> "Gemma3Tower":
-        tower = bind(cls, f, Gemma3VisionConfig.from_gguf(f))
-        tower.input_projection.weight = _transposed(tower.input_projection.weight)
-        tower._graphs = {}
-        tower._lock = threading.Lock()
-        return tower
-
-    @property
-    def n_tokens(self) -> int:
-        return self.cfg.n_tokens
+    def bound(self) -> None:
+        self.input_projection.weight = _transposed(self.input_projection.weight)
 
     def preprocess(self, rgb: np.ndarray) -> np.ndarray:
         """uint8 RGB [h, w, 3] -> the patches the graph takes, float32 [n_patches, 3 p^2]."""
@@ -159,35 +71,14 @@ class Gemma3Tower(Module):
 
     def forward(self, ctx: Context, patches: Tensor) -> Tensor:
         c = self.cfg
-        x = ctx.add(self.patch_embd(ctx, patches), ctx.weight(self.position_embd.weight))   # [n_embd, n_patches]
-        if self.pre_ln is not None:
-            x = self.pre_ln(ctx, x, c.eps)
-        attend = PatchAttention(ctx, c)
-        for layer in self.layers:
-            x = layer(ctx, x, attend)
-        x = self.post_ln(ctx, x, c.eps)
+        x = self.vit(ctx, patches)                                                     # [n_embd, n_patches]
         pooled = ctx.mul_mat(ctx.transpose(x), ctx.input(pool_matrix(c), "pool"))      # [n_embd, n_tokens]
         x = self.soft_emb_norm(ctx, pooled, c.eps)
         return ctx.mul_mat(ctx.weight(self.input_projection.weight), x)                 # [n_embd_text, n_tokens]
 
     def encode(self, patches: np.ndarray, backend: Backend | None = None) -> np.ndarray:
         """float32 [n_tokens, n_embd_text] of preprocessed patches."""
-        with self._lock:
-            ctx, inp, out = self._graph(backend)
-            np.copyto(inp, patches)
-            ctx.compute()
-            return ctx.read(out).reshape(self.cfg.n_tokens, self.cfg.n_embd_text).copy()
-
-    def _graph(self, backend: Backend | None):
-        key = id(backend)
-        built = self._graphs.get(key)
-        if built is None:
-            ctx = Context(backend or Backend())
-            inp = np.zeros((self.cfg.n_patches, 3 * self.cfg.patch_size ** 2), np.float32)
-            out = self.forward(ctx, ctx.input(inp, "patches"))
-            ctx.set_output(out)
-            built = self._graphs[key] = (ctx, inp, out)
-        return built
+        return self.encode_one(patches, backend)
 
 
 def pool_matrix(c: Gemma3VisionConfig) -> np.ndarray:

@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from pyengine.errors import ModelError
+from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 
 _TOWERS: dict[str, Callable] = {}
@@ -31,6 +31,21 @@ def tower_class(projector_type: str) -> Callable | None:
 
 def supported_towers() -> list[str]:
     return sorted(_TOWERS)
+
+
+class Tower:
+    """What the shared code asks of every tower class, with Gemma 3's answers as the
+    defaults; a tower has `preprocess(rgb)` and `encode(preprocessed, backend)`."""
+
+    IMAGE_BEGIN = IMAGE_END = ""   # the text the prompt has around an image's rows
+    # An image's rows see each other both ways in the text model (Gemma 3); False: causal,
+    # as llama.cpp's mtmd decodes the images of every other projector type.
+    ATTENDS_BOTH_WAYS = True
+
+    def image_pieces(self, rgb: np.ndarray, backend=None) -> list:
+        """The image as the prompt holds it, in order: text (str, tokenized where it
+        stands) and float32 row blocks [n, n_embd_text] (each fed as one batch)."""
+        return [self.IMAGE_BEGIN, self.encode(self.preprocess(rgb), backend), self.IMAGE_END]
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,13 @@ class VisionConfig:
         if any(s <= 0 for s in kw["image_std"]):
             raise ModelError(f"{f.path}: clip.vision.image_std must be positive, got {kw['image_std']}")
         return kw
+
+
+def require_gelu(f: GGUFFile, tower: str) -> None:
+    """Fail unless the file's ViT MLP is GELU (clip.use_gelu), the only one bound so far."""
+    if not f.get_bool("clip.use_gelu", False) or f.get_bool("clip.use_silu", False):
+        raise UnsupportedError(f"{f.path}: {tower} tower with an MLP other than GELU (clip.use_gelu) "
+                               "is not supported")
 
 
 def _triple(f: GGUFFile, key: str) -> tuple[float, float, float]:
