@@ -153,66 +153,22 @@ PROMPT = "Look at this: {marker} What is in the picture?"   # {marker}: where th
 def record() -> None:
     """llama.cpp's embeddings of IMAGE through libmtmd, and the logits after PROMPT with
     the image in it (mtmd_helper_eval_chunks: the image attended both ways), into EMBD."""
-    import ctypes
-
     import llama_cpp
-    from llama_cpp import mtmd_cpp as mtmd
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from mtmd_record import record_case
 
     params = llama_cpp.llama_model_default_params()
     params.use_extra_bufts = False
     model = llama_cpp.llama_model_load_from_file(str(TEXT).encode(), params)
-    cparams = mtmd.mtmd_context_params_default()
-    cparams.use_gpu, cparams.n_threads, cparams.warmup, cparams.print_timings = False, 2, False, False
-    ctx = mtmd.mtmd_init_from_file(str(MMPROJ).encode(), model, cparams)
-    if not ctx:
-        raise SystemExit("mtmd_init_from_file failed")
-    data = IMAGE.read_bytes()
-    buf = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
-    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(data), False)
-    chunks = mtmd.mtmd_input_chunks_init()
-    prompt = PROMPT.format(marker=mtmd.mtmd_get_marker(ctx).decode()).encode()
-    text = mtmd.mtmd_input_text(text=prompt, text_len=len(prompt), add_special=True, parse_special=True)
-    bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
-    if mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
-        raise SystemExit("mtmd_tokenize failed")
-    segments, rows = [], None
-    for i in range(mtmd.mtmd_input_chunks_size(chunks)):
-        chunk = mtmd.mtmd_input_chunks_get(chunks, i)
-        if mtmd.mtmd_input_chunk_get_type(chunk) == 0:   # text
-            n = ctypes.c_size_t()
-            ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
-            segments.append({"tokens": [int(ids[j]) for j in range(n.value)]})
-            continue
-        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-        if mtmd.mtmd_encode_chunk(ctx, chunk) != 0:
-            raise SystemExit("mtmd_encode_chunk failed")
-        out = mtmd.mtmd_get_output_embd(ctx)
-        rows = np.ctypeslib.as_array(out, shape=(n_tokens * N_EMBD_TEXT,)).astype(np.float32).reshape(n_tokens, -1)
-        segments.append({"image": int(n_tokens)})
-    top = top_logits_after(llama_cpp, mtmd, ctx, model, chunks)
+    case = record_case(llama_cpp, model, MMPROJ, IMAGE.read_bytes(), PROMPT, N_EMBD_TEXT)
+    rows, top = case["embeddings"], case["top_logits"]
     head = json.dumps({"source": f"llama-cpp-python {llama_cpp.__version__} libmtmd, 2 threads",
-                       "image": IMAGE.name, "prompt": PROMPT, "segments": segments, "top_logits": top,
+                       "image": IMAGE.name, "prompt": PROMPT, "segments": case["segments"], "top_logits": top,
                        "n_tokens": len(rows), "n_embd": N_EMBD_TEXT})
     body = ",\n".join(json.dumps([float(v) for v in row]) for row in rows)   # one image token a line
     EMBD.write_text(f'{head[:-1]}, "embeddings": [\n{body}]}}\n')
     print(f"recorded {len(rows)} x {N_EMBD_TEXT} embeddings and {len(top)} logits into {EMBD}")
-
-
-def top_logits_after(llama_cpp, mtmd, ctx, model, chunks, k: int = 10) -> list[list[float]]:
-    """[[token, logit], ...] the k largest logits after every chunk (mtmd_helper_eval_chunks)."""
-    import ctypes
-
-    cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = 512, 512, 512, 2, 2
-    cp.flash_attn_type = 0   # plain attention, as the text golden files are recorded
-    lctx = llama_cpp.llama_init_from_model(model, cp)
-    n_past = llama_cpp.llama_pos(0)
-    if mtmd.mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) != 0:
-        raise SystemExit("mtmd_helper_eval_chunks failed")
-    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(lctx, -1), shape=(n_vocab,)).astype(np.float64)
-    order = np.argsort(-logits, kind="stable")[:k]
-    return [[int(t), float(logits[t])] for t in order]
 
 
 def main() -> None:

@@ -109,6 +109,7 @@ class Engine:
         self.n_ctx, self.n_batch, self.n_parallel = n_ctx, n_batch, n_parallel
         self.n_vocab = model.cfg.n_vocab
         self.swa_margin = swa_margin
+        self.images_both_ways = True   # an image's rows see each other both ways (the projector's say)
         layout = model.cache_layout()
         n_cells = n_ctx * n_parallel
         # a sliding layer keeps window + margin cells per sequence, plus room for a batch
@@ -358,7 +359,7 @@ class Engine:
 
     def _feed_images(self) -> None:
         """Each prefilling sequence whose next prompt positions are an image feeds it now,
-        alone: its rows as one batch, attended both ways."""
+        alone: its rows as one batch, attended both ways unless the projector says not."""
         for seq in [s for s in self._live if s.prefill and len(s.cache_tokens) in s.images]:
             pos = len(seq.cache_tokens)
             rows = seq.images[pos]
@@ -368,7 +369,7 @@ class Engine:
                 self._make_room([(seq, toks)])
                 logits = self.forward.embedded(rows, np.arange(pos, pos + n, dtype=np.int32),
                                                np.full(n, seq.slot.id, np.int64), np.array([n - 1], np.int32),
-                                               both_ways=True)
+                                               both_ways=self.images_both_ways)
             except BaseException as error:
                 self._finish(seq, "error", error)
                 continue

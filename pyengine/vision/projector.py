@@ -58,6 +58,12 @@ class VisionProjector:
         """The text the prompt has after them."""
         return self.tower.IMAGE_END
 
+    @property
+    def both_ways(self) -> bool:
+        """Whether an image's rows see each other both ways in the text model (Gemma 3's,
+        the default) or causally (a tower with BOTH_WAYS = False)."""
+        return getattr(self.tower, "BOTH_WAYS", True)
+
     def check_fits(self, n_embd_text: int, text_model: str = "the text model") -> None:
         """Fail unless the embeddings are as wide as the text model's."""
         if self.n_embd != n_embd_text:
@@ -81,7 +87,7 @@ class VisionProjector:
 
 def load_projector(path: str | os.PathLike, n_embd_text: int | None = None) -> VisionProjector:
     """Open and bind an mmproj; with `n_embd_text`, also check it fits that text model."""
-    from pyengine.vision import siglip  # noqa: F401  (registers the towers)
+    from pyengine.vision import pixtral, siglip  # noqa: F401  (registers the towers)
 
     path = os.fspath(path)
     try:

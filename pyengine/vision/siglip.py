@@ -15,7 +15,6 @@ backend and computed again for every image.
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from pyengine.ml.nn import F32Param, LayerNorm, Linear, Param, RMSNorm, Weight, 
 from pyengine.models.binding import Module, bind, blocks, tensor
 from pyengine.vision import image
 from pyengine.vision.tower import VisionConfig, register_tower
+from pyengine.vision.vit import PatchAttention
 
 POOL_DEFAULT = 4   # Gemma 3's pool side when the file does not say (clip.vision.projector.scale_factor)
 
@@ -71,40 +71,6 @@ class PatchEmbedding:
         p, _, c, n_embd = self.weight.shape
         kernel = Weight(self.weight.name, self.weight.type, (p * p * c, n_embd), self.weight.data)
         return ctx.add(ctx.mul_mat(ctx.weight(kernel), patches), ctx.weight(self.bias))   # [n_embd, n_patches]
-
-
-class PatchAttention:
-    """Non-causal multi-head attention over one image's patches, head by head in products
-    (the text models' attention op walks cells token by token: fine for a prompt, slow
-    over the 4096 x 4096 pairs of one 896-pixel image - 85 s a block against about 40 s
-    for the whole block this way, on a busy 2-core host where llama.cpp takes 20 s):
-
-        scores_h = softmax(k_h^T q_h * scale)      [n keys, n queries]
-        out_h    = v_h scores_h                    [head_dim, n queries]
-
-    Each head's output is written into its rows of one F32 scratch [n_embd, n] (set_rows,
-    the writes chained), which the output projection then reads whole."""
-
-    def __init__(self, ctx: Context, cfg: VisionConfig) -> None:
-        n, hd = cfg.n_patches, cfg.head_dim
-        self.cfg = cfg
-        self.heads = np.zeros((n * cfg.n_head, hd), np.float32)   # [n_embd, n] as rows of head_dim
-        self.out = ctx.cache(self.heads, F32, (hd, n * cfg.n_head), "patch_heads")
-        # head h of patch j is row j * n_head + h of the scratch
-        self.slots = [ctx.input(np.arange(n, dtype=np.int32) * cfg.n_head + h, f"head_slots.{h}")
-                      for h in range(cfg.n_head)]
-
-    def __call__(self, ctx: Context, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        c = self.cfg
-        n, d, hd = c.n_patches, c.n_embd, c.head_dim
-        scale = 1.0 / math.sqrt(hd)
-        out = self.out
-        for h in range(c.n_head):
-            def head(x: Tensor, h: int = h) -> Tensor:                               # [hd, n]
-                return ctx.cont(ctx.view(x, (hd, n), (4, 4 * d), 4 * hd * h))
-            scores = ctx.softmax(ctx.scale(ctx.mul_mat(head(k), head(q)), scale))     # [n keys, n queries]
-            out = ctx.set_rows(out, ctx.mul_mat(ctx.transpose(head(v)), scores), self.slots[h])
-        return ctx.reshape(ctx.cont(out), (d, n))                                     # [n_embd, n]
 
 
 @dataclass(eq=False)
@@ -162,7 +128,7 @@ class Gemma3Tower(Module):
         x = ctx.add(self.patch_embd(ctx, patches), ctx.weight(self.position_embd.weight))   # [n_embd, n_patches]
         if self.pre_ln is not None:
             x = self.pre_ln(ctx, x, c.eps)
-        attend = PatchAttention(ctx, c)
+        attend = PatchAttention(ctx, c.n_patches, c.n_head, c.head_dim)
         for layer in self.layers:
             x = layer(ctx, x, attend)
         x = self.post_ln(ctx, x, c.eps)
