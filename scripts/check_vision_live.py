@@ -24,7 +24,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_synth_pixtral import PROMPT, record_clean_case  # noqa: E402
+from make_synth_pixtral import PROMPT, ROOT, record_clean_case  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))
+from test_vision_gemma3 import prompt_logits  # noqa: E402
 
 # text before the image: in the random text model the rows of an image at the very start
 # do not reach the logits after [IMG_END] (their attention weights underflow to 0 in
@@ -52,22 +55,14 @@ def sizes(rng: np.random.Generator, count: int) -> list[tuple[int, int]]:
 
 
 def our_logits(text_model, segments, rows: np.ndarray) -> np.ndarray:
+    """pyengine's logits after the segments libmtmd cut the prompt into (the image causal)."""
     from pyengine.kvcache import KVCache
     from pyengine.ml.context import Backend
     from pyengine.runner.forward import Forward
 
     n_total = sum(len(s["tokens"]) if "tokens" in s else s["image"] for s in segments)
-    fw = Forward(text_model, Backend(2), KVCache(text_model.cache_layout(), n_total + 8), max_tokens=n_total + 8)
-    pos = 0
-    for seg in segments:
-        n = len(seg["tokens"]) if "tokens" in seg else seg["image"]
-        positions, seqs, last = np.arange(pos, pos + n), np.zeros(n, np.int64), [n - 1]
-        if "tokens" in seg:
-            logits = fw(np.array(seg["tokens"]), positions, seqs, last)
-        else:
-            logits = fw.embedded(rows, positions, seqs, last, both_ways=False)
-        pos += n
-    return logits[0]
+    fw = Forward(text_model, Backend(2), KVCache(text_model.cache_layout(), n_total), max_tokens=n_total)
+    return prompt_logits(fw, segments, rows, both_ways=False)
 
 
 def main(argv: list[str]) -> int:
@@ -91,10 +86,15 @@ def main(argv: list[str]) -> int:
     model = llama_cpp.llama_model_load_from_file(str(args.model).encode(), params)
     rng = np.random.default_rng(args.seed)
     worst_embd = worst_top = 0.0
+    skipped = 0
     for i, (width, height) in enumerate(sizes(rng, args.count)):
         png = random_png(rng, width, height)
         n_max = (width // 4 + 1) * (height // 4 + 1) * 1.1   # about the most tokens it can take
         theirs, retries = record_clean_case(llama_cpp, model, args.mmproj, png, PROMPTS[i % len(PROMPTS)], n_max < 460)
+        if theirs is None:   # llama.cpp's bug, not a difference: counted and shown
+            print(f"{width:4d}x{height:<4d} skipped: {retries}")
+            skipped += 1
+            continue
         want = np.array(theirs["embeddings"], np.float64)
         ours = projector.embed(png)
         if ours.shape != want.shape:
@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
         worst_top = max(worst_top, top if same else float("inf"))
     ok = worst_embd < 1e-3 and worst_top < 0.05
     print(f"worst: embeddings {worst_embd:.2e} (bound 1e-3), top-10 {worst_top:.4f} (bound 0.05): "
-          f"{'within' if ok else 'OUTSIDE'} the bounds")
+          f"{'within' if ok else 'OUTSIDE'} the bounds; {skipped} of {args.count} images skipped (llama.cpp's NaNs)")
     projector.close()
     f.close()
     return 0 if ok else 1

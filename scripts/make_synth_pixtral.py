@@ -58,7 +58,7 @@ IMAGE_SIZE, PATCH, N_EMBD_V, N_HEAD_V, N_FF_V, N_LAYER_V = 128, 4, 32, 2, 64, 2
 EPS = 1e-5
 MEAN, STD = (0.48, 0.46, 0.41), (0.27, 0.26, 0.28)
 CASES = [(1, "even"), (1, "odd"), (2, "even"), (2, "odd"), (2, "tall")]   # (merge side, image) recorded
-RETRIES = 5
+RETRIES = 20
 
 
 def write_text_model() -> None:
@@ -162,7 +162,7 @@ def record() -> None:
     params.use_extra_bufts = False
     model = llama_cpp.llama_model_load_from_file(str(TEXT).encode(), params)
     cases = [{"mmproj": MMPROJS[merge].name, "image": IMAGES[name][0].name,
-              **record_clean_case(llama_cpp, model, MMPROJS[merge], IMAGES[name][0].read_bytes())[0]}
+              **clean(record_clean_case(llama_cpp, model, MMPROJS[merge], IMAGES[name][0].read_bytes()))}
              for merge, name in CASES]
     head = json.dumps({"source": f"llama-cpp-python {llama_cpp.__version__} libmtmd, 2 threads",
                        "prompt": PROMPT, "n_embd": N_EMBD_TEXT})
@@ -171,65 +171,38 @@ def record() -> None:
     print(f"recorded {len(cases)} cases into {EMBD}")
 
 
+def clean(recorded: tuple[dict | None, str]) -> dict:
+    case, note = recorded
+    if case is None:
+        raise SystemExit(note)
+    return case
+
+
 def record_case(llama_cpp, model, mmproj: Path, data: bytes, prompt: str = PROMPT, logits: bool = True) -> dict:
-    """libmtmd's segments of `prompt` with the image `data` at {marker}, the image's
-    embeddings and (with `logits`; the prompt must fit 512 positions) the top-10 logits
-    after the prompt, through `mmproj` and `model`."""
-    import ctypes
-
-    from llama_cpp import mtmd_cpp as mtmd
-
+    """mtmd_record.record_case with this model's width, the embeddings as lists."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from make_synth_vision import top_logits_after
+    from mtmd_record import record_case as mtmd_case
 
-    cparams = mtmd.mtmd_context_params_default()
-    cparams.use_gpu, cparams.n_threads, cparams.warmup, cparams.print_timings = False, 2, False, False
-    ctx = mtmd.mtmd_init_from_file(str(mmproj).encode(), model, cparams)
-    if not ctx:
-        raise SystemExit("mtmd_init_from_file failed")
-    buf = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
-    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(data), False)
-    chunks = mtmd.mtmd_input_chunks_init()
-    text_bytes = prompt.format(marker=mtmd.mtmd_get_marker(ctx).decode()).encode()
-    text = mtmd.mtmd_input_text(text=text_bytes, text_len=len(text_bytes), add_special=True, parse_special=True)
-    bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
-    if mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
-        raise SystemExit("mtmd_tokenize failed")
-    segments, rows = [], None
-    for i in range(mtmd.mtmd_input_chunks_size(chunks)):
-        chunk = mtmd.mtmd_input_chunks_get(chunks, i)
-        if mtmd.mtmd_input_chunk_get_type(chunk) == 0:   # text
-            n = ctypes.c_size_t()
-            ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
-            segments.append({"tokens": [int(ids[j]) for j in range(n.value)]})
-            continue
-        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-        if mtmd.mtmd_encode_chunk(ctx, chunk) != 0:
-            raise SystemExit("mtmd_encode_chunk failed")
-        out = mtmd.mtmd_get_output_embd(ctx)
-        rows = np.ctypeslib.as_array(out, shape=(n_tokens * N_EMBD_TEXT,)).astype(np.float32).reshape(n_tokens, -1)
-        segments.append({"image": int(n_tokens)})
-    top = top_logits_after(llama_cpp, mtmd, ctx, model, chunks) if logits else None
-    mtmd.mtmd_free(ctx)
-    mtmd.mtmd_bitmap_free(bitmap)
-    mtmd.mtmd_input_chunks_free(chunks)
-    return {"segments": segments, "top_logits": top, "n_tokens": len(rows),
-            "embeddings": [[float(v) for v in row] for row in rows]}
+    case = mtmd_case(llama_cpp, model, mmproj, data, prompt, N_EMBD_TEXT, logits=logits)
+    return {**case, "embeddings": [[float(v) for v in row] for row in case["embeddings"]]}
 
 
 def record_clean_case(llama_cpp, model, mmproj: Path, png: bytes, prompt: str = PROMPT,
-                      logits: bool = True) -> tuple[dict, str]:
+                      logits: bool = True) -> tuple[dict | None, str]:
     """record_case, again where llama.cpp's rows or logits hold NaNs: its pixtral graph
     makes the [IMG_BREAK] rows by scaling a fresh (uninitialised) tensor by 0 and adding
     the embedding, and 0 * a NaN left in that memory stays NaN - now and then, run to
     run (the logits come from a second encoding, mtmd_helper_eval_chunks's, which may
-    be hit when the first was not).  (the case, a note on the retries)"""
+    be hit when the first was not).  (the case or None after RETRIES tries, a note)"""
+    bad_rows: list[int] = []
     for attempt in range(RETRIES):
         case = record_case(llama_cpp, model, mmproj, png, prompt, logits=logits)
-        logits = [v for _, v in case["top_logits"] or ()]
-        if not np.isnan(np.array(case["embeddings"])).any() and not np.isnan(logits).any():
+        rows = np.array(case["embeddings"])
+        top = np.array([v for _, v in case["top_logits"] or ()])
+        if not np.isnan(rows).any() and not np.isnan(top).any():
             return case, f" (llama.cpp's NaN rows: {attempt} retries)" if attempt else ""
-    raise SystemExit(f"llama.cpp gave NaN rows {RETRIES} times")
+        bad_rows = [int(r) for r in np.nonzero(np.isnan(rows).any(axis=1))[0]]
+    return None, f"llama.cpp gave NaNs {RETRIES} times (rows {bad_rows[:8]} of the image)"
 
 
 def main() -> None:

@@ -13,8 +13,16 @@ import numpy as np
 import pytest
 import vision_reference
 from conftest import DATA, available_isas, forced_isa
-from test_vision_gemma3 import GGUFValueType, encoded, noise, prompt_logits, relative, rewrite, \
-    top_logit_distance
+from test_vision_gemma3 import (
+    GGUFValueType,
+    encoded,
+    new_forward,
+    noise,
+    prompt_logits,
+    relative,
+    rewrite,
+    top_logit_distance,
+)
 
 from pyengine.errors import ImageError, ModelError, UnsupportedError
 from pyengine.ml.context import Backend
@@ -176,18 +184,11 @@ def text_model():
     f.close()
 
 
-def new_forward(model):
-    from pyengine.kvcache import KVCache
-    from pyengine.runner.forward import Forward
-
-    return Forward(model, Backend(2), KVCache(model.cache_layout(), 256))   # the resized image's 111 rows fit
-
-
 @pytest.mark.parametrize("case", sorted(CASES), ids=case_id)
 def test_first_token_logits_after_the_image_match_llama_cpp(text_model, projectors, case):
     d = CASES[case]
     rows = projectors[case[0]].embed((VISION / case[1]).read_bytes())
-    logits = prompt_logits(new_forward(text_model), d["segments"], rows, both_ways=False)
+    logits = prompt_logits(new_forward(text_model, 256), d["segments"], rows, both_ways=False)   # 139 positions
     assert top_logit_distance(logits, d["top_logits"]) < 0.05
     assert int(np.argmax(logits)) == d["top_logits"][0][0]   # (the odd image's 3rd and 4th are a near tie)
 
@@ -200,8 +201,8 @@ def test_an_image_attended_both_ways_lands_far_from_llama_cpp(text_model):
 
 
 def test_the_prompt_places_img_end_after_the_rows(projectors):
-    from pyengine.tokenizer import Tokenizer
     from pyengine.gguf import GGUFFile
+    from pyengine.tokenizer import Tokenizer
     from pyengine.vision.prompt import MARKER, encode_with_images
 
     d = CASES[(MMPROJ.name, "pixtral-tiny.png")]
