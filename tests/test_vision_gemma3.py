@@ -194,11 +194,11 @@ def text_model():
     f.close()
 
 
-def new_forward(model):
+def new_forward(model, n_cells: int = 128):
     from pyengine.kvcache import KVCache
     from pyengine.runner.forward import Forward
 
-    return Forward(model, Backend(2), KVCache(model.cache_layout(), 128))
+    return Forward(model, Backend(2), KVCache(model.cache_layout(), n_cells))
 
 
 def top_logit_distance(logits: np.ndarray, top: list) -> float:

@@ -202,3 +202,87 @@ def _plain_bilinear(n_in: int, n_out: int) -> np.ndarray:
 
 LFM2_VARIANTS = ("causal", "no_position_embd", "mean_std_swapped", "shuffle_transposed", "no_input_norm",
                  "positions_stretched")
+# ---------------------------------------------------------------- Pixtral
+
+PIXTRAL_VARIANTS = ("rope_rows_cols_swapped", "rope_halves_same_freqs", "no_rope", "no_img_break",
+                    "merger_channel_order")
+PIXTRAL_ROPE_THETA = 10000.0
+
+
+def _rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps) * w
+
+
+def _rope_pairs(x: np.ndarray, pos: np.ndarray, freqs: np.ndarray) -> np.ndarray:
+    """x [..., n, 2k]: adjacent pairs (2i, 2i+1) rotated by pos[n] * freqs[i]."""
+    angle = pos[:, None] * freqs[None, :]                                       # [n, k]
+    cos, sin = np.cos(angle), np.sin(angle)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = a * cos - b * sin
+    out[..., 1::2] = a * sin + b * cos
+    return out
+
+
+def _rope_2d(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, variant: str | None) -> np.ndarray:
+    """x [H, n, hd]: Pixtral's 2D RoPE as Hugging Face's PixtralRotaryEmbedding builds it:
+    the head_dim ladder theta^(-2j/hd); even rungs turn with the row, odd rungs with the
+    column; llama.cpp lays them out as two halves (rows' rungs, then columns')."""
+    hd = x.shape[-1]
+    ladder = PIXTRAL_ROPE_THETA ** (-np.arange(0, hd, 2) / hd)                  # [hd/2]
+    if variant == "no_rope":
+        return x
+    if variant == "rope_rows_cols_swapped":
+        rows, cols = cols, rows
+    first, second = ladder[0::2], ladder[1::2]
+    if variant == "rope_halves_same_freqs":
+        second = first
+    half = hd // 2
+    return np.concatenate([_rope_pairs(x[..., :half], rows, first), _rope_pairs(x[..., half:], cols, second)], -1)
+
+
+def pixtral_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np.ndarray:
+    """float64 [tokens, n_embd_text] ([IMG_BREAK] rows included) of uint8 RGB [H, W, 3]
+    already at the size the tower takes (sides multiples of patch x merge)."""
+    t, k = read_tensors(mmproj)
+    p, n_head = int(k["clip.vision.patch_size"]), int(k["clip.vision.attention.head_count"])
+    eps, n_layer = float(k["clip.vision.attention.layer_norm_epsilon"]), int(k["clip.vision.block_count"])
+    m = int(k.get("clip.vision.spatial_merge_size", 1))
+    mean, std = np.array(k["clip.vision.image_mean"]), np.array(k["clip.vision.image_std"])
+    img = (rgb.astype(np.float64) / 255.0 - mean) / std
+    ny, nx = rgb.shape[0] // p, rgb.shape[1] // p
+    kernel = t["v.patch_embd.weight"]                                           # [n_embd, 3, p, p]
+    windows = img.reshape(ny, p, nx, p, 3).transpose(0, 2, 4, 1, 3).reshape(ny * nx, 3, p, p)
+    x = np.tensordot(windows, kernel, axes=([1, 2, 3], [1, 2, 3]))              # [n, n_embd]
+    x = _rms_norm(x, t["v.pre_ln.weight"], eps)
+    n, d = x.shape
+    hd = d // n_head
+    rows, cols = np.divmod(np.arange(n), nx)
+    for i in range(n_layer):
+        b = f"v.blk.{i}."
+        h = _rms_norm(x, t[b + "ln1.weight"], eps)
+        q, kk, v = ((h @ t[b + name + ".weight"].T).reshape(n, n_head, hd).transpose(1, 0, 2)
+                    for name in ("attn_q", "attn_k", "attn_v"))
+        q, kk = _rope_2d(q, rows, cols, variant), _rope_2d(kk, rows, cols, variant)
+        scores = q @ kk.transpose(0, 2, 1) / math.sqrt(hd)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        attn = (scores / scores.sum(axis=-1, keepdims=True)) @ v
+        x = x + attn.transpose(1, 0, 2).reshape(n, d) @ t[b + "attn_out.weight"].T
+        h = _rms_norm(x, t[b + "ln2.weight"], eps)
+        gate, up = h @ t[b + "ffn_gate.weight"].T, h @ t[b + "ffn_up.weight"].T
+        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ t[b + "ffn_down.weight"].T
+    if m > 1:   # Mistral Small 3.1: RMS norm, then each m x m block (torch's unfold: channel-major) projected
+        x = _rms_norm(x, t["mm.input_norm.weight"], eps)
+        grid = x.reshape(ny // m, m, nx // m, m, d)                              # ty, oy, tx, ox, c
+        order = (0, 2, 4, 1, 3) if variant != "merger_channel_order" else (0, 2, 1, 3, 4)
+        x = grid.transpose(*order).reshape((ny // m) * (nx // m), d * m * m) @ t["mm.patch_merger.weight"].T
+        ny, nx = ny // m, nx // m
+    x = _gelu(x @ t["mm.1.weight"].T + t["mm.1.bias"]) @ t["mm.2.weight"].T + t["mm.2.bias"]
+    if variant == "no_img_break":
+        return x
+    out = []
+    for r in range(ny):
+        out += list(x[r * nx:(r + 1) * nx])
+        if r < ny - 1:
+            out.append(t["v.token_embd.img_break"])
+    return np.array(out)

@@ -52,21 +52,20 @@ class PatchAttention:
     Each head's output is written into its rows of one F32 scratch [n_embd, n] (set_rows,
     the writes chained), which the output projection then reads whole."""
 
-    def __init__(self, ctx: Context, cfg: VisionConfig, n_patches: int | None = None) -> None:
-        n, hd = n_patches or cfg.n_patches, cfg.head_dim
-        self.cfg, self.n = cfg, n
-        self.heads = np.zeros((n * cfg.n_head, hd), np.float32)   # [n_embd, n] as rows of head_dim
-        self.out = ctx.cache(self.heads, F32, (hd, n * cfg.n_head), "patch_heads")
+    def __init__(self, ctx: Context, n: int, n_head: int, head_dim: int) -> None:
+        self.n, self.n_head, self.head_dim = n, n_head, head_dim
+        self.heads = np.zeros((n * n_head, head_dim), np.float32)   # [n_embd, n] as rows of head_dim
+        self.out = ctx.cache(self.heads, F32, (head_dim, n * n_head), "patch_heads")
         # head h of patch j is row j * n_head + h of the scratch
-        self.slots = [ctx.input(np.arange(n, dtype=np.int32) * cfg.n_head + h, f"head_slots.{h}")
-                      for h in range(cfg.n_head)]
+        self.slots = [ctx.input(np.arange(n, dtype=np.int32) * n_head + h, f"head_slots.{h}")
+                      for h in range(n_head)]
 
     def __call__(self, ctx: Context, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        c = self.cfg
-        n, d, hd = self.n, c.n_embd, c.head_dim
+        n, hd = self.n, self.head_dim
+        d = hd * self.n_head
         scale = 1.0 / math.sqrt(hd)
         out = self.out
-        for h in range(c.n_head):
+        for h in range(self.n_head):
             def head(x: Tensor, h: int = h) -> Tensor:                               # [hd, n]
                 return ctx.cont(ctx.view(x, (hd, n), (4, 4 * d), 4 * hd * h))
             scores = ctx.softmax(ctx.scale(ctx.mul_mat(head(k), head(q)), scale))     # [n keys, n queries]
@@ -128,7 +127,7 @@ class SiglipTower(Module, Tower):
         x = ctx.add(self.patch_embd(ctx, patches), positions)                       # [n_embd, n_patches]
         if self.pre_ln is not None:
             x = self.pre_ln(ctx, x, c.eps)
-        attend = PatchAttention(ctx, c, patches.shape[1])
+        attend = PatchAttention(ctx, patches.shape[1], c.n_head, c.head_dim)
         for layer in self.layers:
             x = layer(ctx, x, attend)
         return x if self.post_ln is None else self.post_ln(ctx, x, c.eps)
