@@ -9,6 +9,7 @@ from pyengine.models import (  # noqa: F401
     hunyuan_dense, jina_bert_v2, lfm2, llama, llama4, mamba2, mistral3, modern_bert, nomic_bert, olmo2, phi3, qwen2,
     qwen3, qwen3moe, qwen35, qwen35moe, smollm3,
 )
+from pyengine.models import qwen2vl  # noqa: F401,E402
 from pyengine.models.binding import bind
 from pyengine.models.registry import architectures, model_for_arch, register
 

@@ -81,7 +81,7 @@ class VisionProjector:
 
 def load_projector(path: str | os.PathLike, n_embd_text: int | None = None) -> VisionProjector:
     """Open and bind an mmproj; with `n_embd_text`, also check it fits that text model."""
-    from pyengine.vision import siglip  # noqa: F401  (registers the towers)
+    from pyengine.vision import qwen2vl, siglip  # noqa: F401  (registers the towers)
 
     path = os.fspath(path)
     try:
