@@ -81,6 +81,8 @@ class LLM:
             self.projector.check_fits(cfg.n_embd, text_model=str(self.path))
         self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
                              n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full)
+        if self.projector is not None:
+            self.engine.image_both_ways = self.projector.both_ways
         self._closer = weakref.finalize(self, self.engine.close)
 
     # ---- properties ----------------------------------------------------------

@@ -74,20 +74,21 @@ def test_window_mask_cuts_112_pixel_windows():
 
 # ---------------------------------------------------------------- the tower
 
-@pytest.mark.parametrize("name, n_tokens", [("square", 64), ("wide", 44), ("odd", 54)])
-def test_embeddings_match_llama_cpp(projector, name, n_tokens):
+@pytest.mark.parametrize("name, grid", [("square", (8, 8)), ("wide", (4, 11)), ("odd", (6, 9))])
+def test_embeddings_match_llama_cpp(projector, name, grid):
     """Square, non-square (dynamic resolution: 4 x 11 tokens) and an image mtmd resizes
-    and pads (100 x 150 -> 96 x 144)."""
+    and pads (100 x 150 -> 96 x 144); the rows come as their token grid."""
     ours = projector.embed((VISION / RECORDED[name]["image"]).read_bytes())
-    assert ours.shape == (n_tokens, 64) and ours.dtype == np.float32
-    assert relative(ours, llama_rows(name)) < TOLERANCE
+    assert ours.shape == (*grid, 64) and ours.dtype == np.float32
+    assert list(grid) == RECORDED[name]["segments"][1]["grid"]
+    assert relative(ours.reshape(-1, 64), llama_rows(name)) < TOLERANCE
 
 
 @pytest.mark.parametrize("name", ["square", "wide"])
 def test_embeddings_match_the_float64_reference(projector, name):
     rgb = pixels(name)
     reference = vision_reference.qwen25vl_embeddings(MMPROJ, rgb)
-    assert relative(projector.embed_pixels(rgb), reference) < TOLERANCE
+    assert relative(projector.embed_pixels(rgb).reshape(-1, 64), reference) < TOLERANCE
     assert relative(llama_rows(name), reference) < TOLERANCE   # the reference is llama.cpp's tower too
 
 
@@ -203,7 +204,7 @@ def top_logit_distance(logits: np.ndarray, top: list) -> float:
 def test_first_token_logits_after_the_image_match_llama_cpp(text_model, projector, name):
     d = RECORDED[name]
     assert d["segments"][1]["n_pos"] == max(d["segments"][1]["grid"])
-    rows = projector.embed((VISION / d["image"]).read_bytes())
+    rows = projector.embed((VISION / d["image"]).read_bytes()).reshape(-1, 64)
     logits = prompt_logits(new_forward(text_model), d["segments"], rows)
     assert top_logit_distance(logits, d["top_logits"]) < 0.05
     assert [int(t) for t in np.argsort(-logits, kind="stable")[:3]] == [t for t, _ in d["top_logits"][:3]]
@@ -225,3 +226,75 @@ def test_text_positions_are_the_plain_rope_bit_for_bit(text_model):
     assert np.array_equal(default, given)
     with pytest.raises(InvalidOptionError, match=r"rope_positions must be \[5, 4\]"):
         new_forward(text_model)(ids, positions, seqs, out, rope_positions=text_rope(0, 5)[:, :3])
+
+
+# ---------------------------------------------------------------- through the engine and the chat API
+
+@pytest.fixture(scope="module")
+def llm():
+    from pyengine.api import LLM
+
+    with LLM(TEXT, n_ctx=512, n_threads=2, mmproj=MMPROJ) as model:
+        yield model
+
+
+def recorded_prompt(name: str, rows: np.ndarray) -> tuple[list[int], list[tuple[int, np.ndarray]]]:
+    ids, images = [], []
+    for seg in RECORDED[name]["segments"]:
+        if "tokens" in seg:
+            ids += seg["tokens"]
+        else:
+            images.append((len(ids), rows))
+            ids += [0] * seg["image"]
+    return ids, images
+
+
+@pytest.mark.parametrize("name", ["wide", "odd"])
+def test_engine_places_the_image_by_m_rope_and_matches_llama_cpp(llm, name):
+    """The engine feeds the grid rows causally at (t, t + row, t + column) and the text
+    after them from t + max(rows, columns); the first token's log-probabilities differ
+    from llama.cpp's logits by one constant."""
+    from pyengine.sample import SamplingOptions
+
+    assert not llm.projector.both_ways and llm.engine.image_both_ways is False
+    ids, images = recorded_prompt(name, llm.projector.embed((VISION / RECORDED[name]["image"]).read_bytes()))
+    handle = llm.engine.submit(ids, SamplingOptions(temperature=0), max_tokens=3, logprobs=True, top_logprobs=10,
+                               images=images)
+    top = dict(handle.result().logprobs[0].top)
+    best, best_logit = RECORDED[name]["top_logits"][0]
+    assert next(iter(top)) == best
+    for token, logit in RECORDED[name]["top_logits"]:
+        assert abs((top[token] - top[best]) - (logit - best_logit)) < 0.05
+
+
+def test_decoding_after_an_image_goes_on_from_the_shifted_positions(llm, text_model):
+    """Three greedy tokens through the engine (a decode step's rope positions shifted by
+    the image) equal a Forward fed the same way by hand."""
+    from pyengine.sample import SamplingOptions
+
+    name = "wide"
+    rows = llm.projector.embed((VISION / RECORDED[name]["image"]).read_bytes())
+    ids, images = recorded_prompt(name, rows)
+    got = llm.engine.submit(ids, SamplingOptions(temperature=0), max_tokens=3, images=images).result().tokens
+    segments = [dict(seg) for seg in RECORDED[name]["segments"]]
+    want = []
+    for _ in range(3):
+        want.append(int(np.argmax(prompt_logits(new_forward(text_model), segments, rows.reshape(-1, 64)))))
+        segments[-1] = {"tokens": segments[-1]["tokens"] + [want[-1]]}
+    assert list(got) == want
+
+
+def test_chat_with_an_image_answers_and_different_images_differ(llm):
+    import base64
+
+    def first(png: bytes):
+        r = llm.create_chat_completion(
+            [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                                          {"type": "image_url", "image_url": {
+                                              "url": "data:image/png;base64," + base64.b64encode(png).decode()}}]}],
+            max_tokens=1, temperature=0, logprobs=True, top_logprobs=5)
+        return {t["token"]: t["logprob"] for t in r["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
+
+    square, wide = [(VISION / RECORDED[n]["image"]).read_bytes() for n in ("square", "wide")]
+    assert first(square) != first(wide)
+    assert first(square) == first(square)

@@ -58,6 +58,12 @@ class VisionProjector:
         """The text the prompt has after them."""
         return self.tower.IMAGE_END
 
+    @property
+    def both_ways(self) -> bool:
+        """Whether an image's rows attend to each other both ways in the text model
+        (Gemma 3's), or causally (Qwen's); the tower says, both ways unless it says not."""
+        return getattr(self.tower, "IMAGE_BOTH_WAYS", True)
+
     def check_fits(self, n_embd_text: int, text_model: str = "the text model") -> None:
         """Fail unless the embeddings are as wide as the text model's."""
         if self.n_embd != n_embd_text:
@@ -70,10 +76,15 @@ class VisionProjector:
         return self.embed_pixels(rgb, backend)
 
     def embed_pixels(self, rgb: np.ndarray, backend=None) -> np.ndarray:
-        """Embeddings of uint8 RGB [height, width, 3]."""
+        """Embeddings of uint8 RGB [height, width, 3]: [n_tokens, n_embd], or for a tower
+        whose tokens form a grid the text model places by row and column (M-RoPE's
+        `token_grid`), [n_rows, n_columns, n_embd]."""
         if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
             raise ImageError(f"pixels must be uint8 [height, width, 3], got {rgb.dtype} {rgb.shape}")
-        return self.tower.encode(self.tower.preprocess(rgb), backend)
+        patches = self.tower.preprocess(rgb)
+        rows = self.tower.encode(patches, backend)
+        grid = getattr(self.tower, "token_grid", None)
+        return rows if grid is None else rows.reshape(*grid(patches), rows.shape[-1])
 
     def close(self) -> None:
         self.gguf.close()

@@ -112,9 +112,9 @@ def encode_with_images(tokenizer, encode_first, text: str, blobs: list, projecto
     ids = list(encode_first(pieces[0]))
     spans = []
     for blob, piece in zip(blobs, pieces[1:]):
-        rows = (embed or projector.embed)(_image_bytes(blob))
+        rows = (embed or projector.embed)(_image_bytes(blob))   # [n, n_embd] or a grid [rows, columns, n_embd]
         ids += encode(projector.image_begin)
         spans.append((len(ids), rows))
-        ids += [PLACEHOLDER] * len(rows)
+        ids += [PLACEHOLDER] * (rows.size // rows.shape[-1])
         ids += encode(projector.image_end) + encode(piece)
     return ids, spans

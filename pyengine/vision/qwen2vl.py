@@ -220,6 +220,7 @@ def patch_conv(ctx: Context, w: Weight, patches: Tensor) -> Tensor:
 class Qwen25VLTower(Module):
     Config = Qwen25VLConfig
     IMAGE_BEGIN, IMAGE_END = "<|vision_start|>", "<|vision_end|>"   # the text around an image (mtmd's)
+    IMAGE_BOTH_WAYS = False   # the image's rows attend causally in the text model (mtmd's non-causal list)
 
     # Qwen's two video frames' kernels: a still image is both frames, so both convolve it
     patch_embd: Param = tensor("v.patch_embd", shape=("patch_size", "patch_size", 3, "n_embd"))
