@@ -15,7 +15,9 @@ Writes
   F16, norms and biases in F32; mean/std other than 0.5;
 * tests/data/vision/qwen25vl-tiny.png (128x128: 8x8 tokens in 2x2 windows),
   qwen25vl-tiny-wide.png (64x176: 4x11 tokens, windows of 7 and 4 columns) and
-  qwen25vl-tiny-odd.png (100x150: resized to 96x144 and padded, as mtmd does);
+  qwen25vl-tiny-odd.png (100x150: resized to 96x144 and padded, as mtmd does) and
+  qwen25vl-tiny-tall.png (253x83: resized to 244x80, padded to 256x80: llama.cpp's
+  resampler takes the width first, where Pillow's own takes the height);
 * with --record (a Python with llama-cpp-python 0.3.36), qwen25vl-tiny.embd.json:
   for each image, libmtmd's embeddings, its token grid, the token ids of the text
   around it in PROMPT and the top-10 logits after the whole prompt
@@ -23,6 +25,7 @@ Writes
 
     python scripts/make_synth_qwen25vl.py
     /tmp/rndmodel-venv/bin/python scripts/make_synth_qwen25vl.py --record
+    PYTHONPATH=<dir holding llama_cpp> python scripts/make_synth_qwen25vl.py --live 12
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 VISION_DIR = ROOT / "tests" / "data" / "vision"
 STEM = "qwen25vl-tiny"
 TEXT, MMPROJ, EMBD = (VISION_DIR / f"{STEM}{ext}" for ext in (".gguf", ".mmproj.gguf", ".embd.json"))
-IMAGES = {"square": (128, 128, 40), "wide": (64, 176, 41), "odd": (100, 150, 42)}   # name: (height, width, seed)
+# name: (height, width, seed)
+IMAGES = {"square": (128, 128, 40), "wide": (64, 176, 41), "odd": (100, 150, 42), "tall": (253, 83, 43)}
 
 N_EMBD_TEXT, N_LAYER_TEXT, N_HEAD_TEXT, N_HEAD_KV_TEXT, HEAD_DIM_TEXT, N_FF_TEXT = 64, 2, 2, 1, 32, 128
 SECTIONS = (4, 6, 6, 0)
@@ -152,13 +156,10 @@ def write_images() -> None:
         Image.fromarray(test_image(h, w, seed), "RGB").save(image_path(name), format="PNG")
 
 
-def record() -> None:
-    """Per image: libmtmd's embeddings, grid, prompt segments and the logits after PROMPT."""
+def mtmd_context():
+    """(llama_cpp, mtmd, mtmd context, text model) as the recording loads them."""
     import llama_cpp
     from llama_cpp import mtmd_cpp as mtmd
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from make_synth_vision import top_logits_after
 
     params = llama_cpp.llama_model_default_params()
     params.use_extra_bufts = False
@@ -169,36 +170,47 @@ def record() -> None:
     ctx = mtmd.mtmd_init_from_file(str(MMPROJ).encode(), model, cparams)
     if not ctx:
         raise SystemExit("mtmd_init_from_file failed")
+    return llama_cpp, mtmd, ctx, model
+
+
+def mtmd_run(llama_cpp, mtmd, ctx, model, data: bytes) -> tuple[list[dict], np.ndarray, list]:
+    """(prompt segments, the image's embeddings, top-10 logits after PROMPT) of one image."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_synth_vision import top_logits_after
+
+    buf = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
+    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(data), False)
+    chunks = mtmd.mtmd_input_chunks_init()
+    prompt = PROMPT.format(marker=mtmd.mtmd_get_marker(ctx).decode()).encode()
+    text = mtmd.mtmd_input_text(text=prompt, text_len=len(prompt), add_special=True, parse_special=True)
+    bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
+    if mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
+        raise SystemExit("mtmd_tokenize failed")
+    segments, rows = [], None
+    for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+        chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+        if mtmd.mtmd_input_chunk_get_type(chunk) == 0:   # text
+            n = ctypes.c_size_t()
+            ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+            segments.append({"tokens": [int(ids[j]) for j in range(n.value)]})
+            continue
+        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
+        tokens = mtmd.mtmd_input_chunk_get_tokens_image(chunk)
+        grid = [int(mtmd.mtmd_image_tokens_get_ny(tokens)), int(mtmd.mtmd_image_tokens_get_nx(tokens))]
+        if mtmd.mtmd_encode_chunk(ctx, chunk) != 0:
+            raise SystemExit("mtmd_encode_chunk failed")
+        out = mtmd.mtmd_get_output_embd(ctx)
+        rows = np.ctypeslib.as_array(out, shape=(n_tokens * N_EMBD_TEXT,)).astype(np.float32).reshape(n_tokens, -1)
+        segments.append({"image": int(n_tokens), "grid": grid, "n_pos": int(mtmd.mtmd_input_chunk_get_n_pos(chunk))})
+    return segments, rows, top_logits_after(llama_cpp, mtmd, ctx, model, chunks)
+
+
+def record() -> None:
+    """Per image: libmtmd's embeddings, grid, prompt segments and the logits after PROMPT."""
+    llama_cpp, mtmd, ctx, model = mtmd_context()
     recorded = {}
     for name in IMAGES:
-        data = image_path(name).read_bytes()
-        buf = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
-        bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(data), False)
-        chunks = mtmd.mtmd_input_chunks_init()
-        prompt = PROMPT.format(marker=mtmd.mtmd_get_marker(ctx).decode()).encode()
-        text = mtmd.mtmd_input_text(text=prompt, text_len=len(prompt), add_special=True, parse_special=True)
-        bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
-        if mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
-            raise SystemExit("mtmd_tokenize failed")
-        segments, rows = [], None
-        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
-            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
-            if mtmd.mtmd_input_chunk_get_type(chunk) == 0:   # text
-                n = ctypes.c_size_t()
-                ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
-                segments.append({"tokens": [int(ids[j]) for j in range(n.value)]})
-                continue
-            n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-            tokens = mtmd.mtmd_input_chunk_get_tokens_image(chunk)
-            grid = [int(mtmd.mtmd_image_tokens_get_ny(tokens)), int(mtmd.mtmd_image_tokens_get_nx(tokens))]
-            if mtmd.mtmd_encode_chunk(ctx, chunk) != 0:
-                raise SystemExit("mtmd_encode_chunk failed")
-            out = mtmd.mtmd_get_output_embd(ctx)
-            rows = np.ctypeslib.as_array(out, shape=(n_tokens * N_EMBD_TEXT,)).astype(np.float32)
-            rows = rows.reshape(n_tokens, -1)
-            segments.append({"image": int(n_tokens), "grid": grid,
-                             "n_pos": int(mtmd.mtmd_input_chunk_get_n_pos(chunk))})
-        top = top_logits_after(llama_cpp, mtmd, ctx, model, chunks)
+        segments, rows, top = mtmd_run(llama_cpp, mtmd, ctx, model, image_path(name).read_bytes())
         recorded[name] = {"image": image_path(name).name, "segments": segments, "top_logits": top,
                           "embeddings": [[float(v) for v in row] for row in rows]}
         print(f"{name}: {len(rows)} x {N_EMBD_TEXT} embeddings, grid {segments[1]['grid']}")
@@ -213,13 +225,70 @@ def record() -> None:
     print(f"recorded into {EMBD}")
 
 
+def live(count: int) -> int:
+    """pyengine against libmtmd on `count` seeded random images of random sizes (none
+    recorded): the embeddings' relative difference and, through pyengine's engine,
+    the first token's top-10 log-probabilities against llama.cpp's logits (both taken
+    relative to the best token).  Run by pyengine's Python with llama_cpp on PYTHONPATH."""
+    import io
+
+    from PIL import Image
+
+    from pyengine.api import LLM
+    from pyengine.sample import SamplingOptions
+
+    llama_cpp, mtmd, ctx, model = mtmd_context()
+    rng = np.random.default_rng(7)
+    worst_embd = worst_top = 0.0
+    argmax_ok = 0
+    with LLM(TEXT, n_ctx=512, n_threads=2, mmproj=MMPROJ) as llm:
+        for k in range(count):
+            h, w = (int(v) for v in rng.integers(20, 300, 2))
+            buf = io.BytesIO()
+            Image.fromarray(test_image(h, w, 100 + k), "RGB").save(buf, format="PNG")
+            data = buf.getvalue()
+            segments, rows, top = mtmd_run(llama_cpp, mtmd, ctx, model, data)
+            ours = llm.projector.embed(data)
+            embd = float(np.abs(ours.reshape(rows.shape) - rows).max() / np.abs(rows).max())
+            ids, images = [], []
+            for seg in segments:
+                if "tokens" in seg:
+                    ids += seg["tokens"]
+                else:
+                    images.append((len(ids), ours))
+                    ids += [0] * seg["image"]
+            handle = llm.engine.submit(ids, SamplingOptions(temperature=0), max_tokens=1, logprobs=True,
+                                       top_logprobs=20, images=images)
+            done = handle.result()
+            best, best_logit = top[0]
+            if not done.logprobs:   # the first token ended the generation: no log-probabilities come
+                argmax_ok += done.finish_reason == "stop" and best in llm.engine.eog_ids
+                print(f"{h:4d}x{w:<4d} grid {segments[1]['grid']}: embeddings {embd:.2e}, first token an "
+                      f"end of generation (llama.cpp's best: {best})")
+                worst_embd = max(worst_embd, embd)
+                continue
+            mine = dict(done.logprobs[0].top)
+            argmax_ok += next(iter(mine)) == best
+            # a token of llama.cpp's 10 best missing from pyengine's 20 best counts as infinitely far
+            dist = max(abs((mine[t] - mine[best]) - (v - best_logit)) if t in mine and best in mine
+                       else float("inf") for t, v in top)
+            worst_embd, worst_top = max(worst_embd, embd), max(worst_top, dist)
+            print(f"{h:4d}x{w:<4d} grid {segments[1]['grid']}: embeddings {embd:.2e}, top-10 {dist:.4f}")
+    print(f"all: embeddings worst {worst_embd:.2e} (bound 1e-3), first token argmax {argmax_ok}/{count}, "
+          f"worst top-10 {worst_top:.4f} (bound 0.05)")
+    return 0 if worst_embd < 1e-3 and worst_top < 0.05 and argmax_ok == count else 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--record", action="store_true", help="record llama.cpp's outputs (needs llama_cpp)")
+    parser.add_argument("--live", type=int, metavar="N", help="check pyengine against libmtmd on N new images")
     args = parser.parse_args()
     if args.record:
         record()
         return
+    if args.live:
+        raise SystemExit(live(args.live))
     VISION_DIR.mkdir(parents=True, exist_ok=True)
     write_text_model()
     write_mmproj()

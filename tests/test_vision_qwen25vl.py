@@ -66,6 +66,17 @@ def test_patches_are_in_merge_order_and_remember_their_grid(projector):
     assert pos[:6, :2].tolist() == [[0, 0], [0, 1], [1, 0], [1, 1], [0, 2], [0, 3]]
 
 
+def test_resize_takes_the_width_first_as_llama_cpp_does():
+    from PIL import Image
+
+    rgb = pixels("tall")
+    two_pass = np.asarray(qwen2vl.resize_two_pass(Image.fromarray(rgb), 80, 244)).astype(int)
+    one_call = np.asarray(Image.fromarray(rgb).resize((80, 244), Image.BICUBIC)).astype(int)
+    assert np.abs(two_pass - one_call).max() > 0   # the order of the passes shows on this image
+    padded = qwen2vl.resize_padded(rgb, 256, 80)
+    assert np.array_equal(padded[6:250], two_pass) and not padded[:6].any() and not padded[250:].any()
+
+
 def test_window_mask_cuts_112_pixel_windows():
     mask = qwen2vl.window_mask(2 * 2, 2 * 9, patch=8)      # 2 x 9 tokens: windows of 7 columns
     seen = mask[0] == 0                                     # the first token's first patch
@@ -74,10 +85,12 @@ def test_window_mask_cuts_112_pixel_windows():
 
 # ---------------------------------------------------------------- the tower
 
-@pytest.mark.parametrize("name, grid", [("square", (8, 8)), ("wide", (4, 11)), ("odd", (6, 9))])
+@pytest.mark.parametrize("name, grid", [("square", (8, 8)), ("wide", (4, 11)), ("odd", (6, 9)), ("tall", (16, 5))])
 def test_embeddings_match_llama_cpp(projector, name, grid):
-    """Square, non-square (dynamic resolution: 4 x 11 tokens) and an image mtmd resizes
-    and pads (100 x 150 -> 96 x 144); the rows come as their token grid."""
+    """Square, non-square (dynamic resolution: 4 x 11 tokens) and images mtmd resizes
+    and pads (100 x 150 -> 96 x 144; 253 x 83 -> 244 x 80 in 256 x 80, where Pillow's
+    one-call resize would be a few levels off llama.cpp's width-first passes); the rows
+    come as their token grid."""
     ours = projector.embed((VISION / RECORDED[name]["image"]).read_bytes())
     assert ours.shape == (*grid, 64) and ours.dtype == np.float32
     assert list(grid) == RECORDED[name]["segments"][1]["grid"]

@@ -107,11 +107,22 @@ def resize_padded(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
     scale = min(np.float32(width) / np.float32(w), np.float32(height) / np.float32(h))
     new_w = min(int(np.ceil(np.float32(w) * scale)), width)
     new_h = min(int(np.ceil(np.float32(h) * scale)), height)
-    scaled = np.asarray(Image.fromarray(rgb, "RGB").resize((new_w, new_h), Image.BICUBIC), dtype=np.uint8)
+    scaled = np.asarray(resize_two_pass(Image.fromarray(rgb, "RGB"), new_w, new_h), dtype=np.uint8)
     out = np.zeros((height, width, 3), np.uint8)
     top, left = (height - new_h) // 2, (width - new_w) // 2
     out[top:top + new_h, left:left + new_w] = scaled
     return out
+
+
+def resize_two_pass(img, width: int, height: int):
+    """Pillow's bicubic resize, the width first and then the height, each pass rounded
+    to 8 bits: llama.cpp's resampler (Pillow's own, whole, may take the passes the
+    other way round, a few levels off on a tall image)."""
+    from PIL import Image
+
+    if width != img.width:
+        img = img.resize((width, img.height), Image.BICUBIC)
+    return img.resize((width, height), Image.BICUBIC) if height != img.height else img
 
 
 def merge_order(rows: np.ndarray, n_y: int, n_x: int) -> np.ndarray:
