@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import vision_reference
 from conftest import DATA, available_isas, forced_isa
+from test_vision_gemma3 import new_forward, relative, top_logit_distance
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from pyengine.errors import InvalidOptionError, ModelError, UnsupportedError
@@ -25,10 +26,6 @@ MMPROJ = VISION / "qwen25vl-tiny.mmproj.gguf"
 TEXT = VISION / "qwen25vl-tiny.gguf"
 RECORDED = json.loads((VISION / "qwen25vl-tiny.embd.json").read_text())["images"]
 TOLERANCE = 1e-3   # relative: the largest difference over the largest value
-
-
-def relative(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a - b).max() / np.abs(b).max())
 
 
 def pixels(name: str) -> np.ndarray:
@@ -173,13 +170,6 @@ def text_model():
     f.close()
 
 
-def new_forward(model):
-    from pyengine.kvcache import KVCache
-    from pyengine.runner.forward import Forward
-
-    return Forward(model, Backend(2), KVCache(model.cache_layout(), 256))
-
-
 def prompt_logits(fw, segments, rows: np.ndarray, wrong: str | None = None) -> np.ndarray:
     """The logits after the recorded prompt, fed as mtmd_helper_eval_chunks feeds llama.cpp:
     the text around the image as tokens, the image as `rows` at M-RoPE positions
@@ -207,10 +197,6 @@ def prompt_logits(fw, segments, rows: np.ndarray, wrong: str | None = None) -> n
 def text_rope(start: int, n: int) -> np.ndarray:
     p = np.arange(start, start + n)
     return np.stack([p, p, p, np.zeros_like(p)], axis=1)
-
-
-def top_logit_distance(logits: np.ndarray, top: list) -> float:
-    return max(abs(float(logits[t]) - v) for t, v in top)
 
 
 @pytest.mark.parametrize("name", ["square", "wide"])

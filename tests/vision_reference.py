@@ -37,6 +37,11 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def _block_linear(t: dict, prefix: str):
+    """(name, h) -> h @ W.T + b with block `prefix`'s tensors `name`.weight / .bias."""
+    return lambda name, h: h @ t[prefix + name + ".weight"].T + t[prefix + name + ".bias"]
+
+
 def gemma3_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np.ndarray:
     """float64 [n_tokens, n_embd_text] of uint8 RGB [S, S, 3] (already the tower's size)."""
     t, k = read_tensors(mmproj)
@@ -62,10 +67,7 @@ def gemma3_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np
     hd = d // n_head
     for i in range(n_layer):
         b = f"v.blk.{i}."
-
-        def lin(name, h, b=b):
-            return h @ t[b + name + ".weight"].T + t[b + name + ".bias"]
-
+        lin = _block_linear(t, b)
         h = _layer_norm(x, t[b + "ln1.weight"], t[b + "ln1.bias"], eps)
         q, kk, v = (lin(name, h).reshape(n, n_head, hd).transpose(1, 0, 2) for name in ("attn_q", "attn_k", "attn_v"))
         scores = q @ kk.transpose(0, 2, 1) / math.sqrt(hd)                     # [H, n, n]
@@ -135,10 +137,7 @@ def qwen25vl_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> 
     hd = d // n_head
     for i in range(n_layer):
         b = f"v.blk.{i}."
-
-        def lin(name, h, b=b):
-            return h @ t[b + name + ".weight"].T + t[b + name + ".bias"]
-
+        lin = _block_linear(t, b)
         h = _rms_norm(x, t[b + "ln1.weight"], eps)
         q, kk, v = (lin(name, h).reshape(n, n_head, hd).transpose(1, 0, 2) for name in ("attn_q", "attn_k", "attn_v"))
         if variant != "no_rope":
