@@ -71,6 +71,8 @@ cdef extern from "pe.h" nogil:
     int pe_op_rope(pe_graph *g, int a, int pos, int freq_factors, int n_dims, int mode,
                    float freq_base, float freq_scale, float ext_factor, float attn_factor,
                    float beta_fast, float beta_slow, int n_ctx_orig)
+    int pe_op_rope_multi(pe_graph *g, int a, int pos, int n_dims, const int *sections, int mode,
+                         float freq_base, float freq_scale)
     int pe_op_set_rows(pe_graph *g, int cache, int src, int slots)
     int pe_op_attn(pe_graph *g, int q, int k, int v, int mask, int kv_len, int cell_pos,
                    int n_head_kv, float scale, float softcap)

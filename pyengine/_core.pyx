@@ -427,6 +427,15 @@ cdef class Graph:
         return self._id(pe_op_rope(self.g, a, pos, freq_factors, n_dims, mode, freq_base, freq_scale,
                                    ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig))
 
+    def rope_multi(self, int a, int pos, int n_dims, sections, int mode, float freq_base,
+                   float freq_scale=1.0) -> int:
+        cdef int sec[4]
+        if len(sections) != 4:
+            raise ValueError(f"rope_multi needs 4 sections, got {len(sections)}")
+        for i in range(4):
+            sec[i] = sections[i]
+        return self._id(pe_op_rope_multi(self.g, a, pos, n_dims, sec, mode, freq_base, freq_scale))
+
     def set_rows(self, int cache, int src, int slots) -> int:
         return self._id(pe_op_set_rows(self.g, cache, src, slots))
 

@@ -10,7 +10,7 @@ from gguf import quants
 
 from pyengine import _core
 from pyengine.errors import NativeError
-from pyengine.ml.context import ROPE_NEOX, ROPE_NORMAL, Backend, Context
+from pyengine.ml.context import ROPE_MROPE, ROPE_NEOX, ROPE_NORMAL, ROPE_VISION, Backend, Context
 
 ISAS = available_isas()
 rng = np.random.default_rng(1234)
@@ -254,6 +254,77 @@ def test_rope_nodes_of_one_setting_share_their_angles():
         ctx.compute()
         for i, (out, want) in enumerate(zip(outs, alone)):
             assert np.array_equal(ctx.read(out).view(np.uint32), want), (n_threads, settings[i])
+
+
+def stream_of(sections, pair):
+    """Which of a token's 4 position streams turns `pair` (the sections repeat)."""
+    return int(np.searchsorted(np.cumsum(sections), pair % sum(sections), side="right"))
+
+
+def rope_multi_reference(x, pos4, n_dims, sections, mode, base):
+    """x [T, H, hd] float64, pos4 [T, 4].  M-RoPE: NeoX halves over n_dims, pair j turned by
+    its section's stream at base^(-2j/n_dims).  Vision: halves over 2 n_dims, pair j's
+    frequency counted from its section's first pair."""
+    out = x.copy()
+    n_pairs = n_dims if mode == ROPE_VISION else n_dims // 2
+    starts = np.concatenate([[0], np.cumsum(sections)[:-1]])
+    for j in range(n_pairs):
+        s = stream_of(sections, j)
+        k = j % sum(sections) - starts[s] if mode == ROPE_VISION else j
+        ang = pos4[:, s].astype(np.float64) * base ** (-2.0 * k / n_dims)
+        c, sn = np.cos(ang)[:, None], np.sin(ang)[:, None]
+        a, b = x[:, :, j], x[:, :, j + n_pairs]
+        out[:, :, j], out[:, :, j + n_pairs] = a * c - b * sn, a * sn + b * c
+    return out
+
+
+MROPE_POS = np.array([[0, 0, 0, 0], [5, 5, 5, 0], [5, 6, 9, 0], [7, 3, 200, 0], [40, 41, 42, 0]], np.int32)
+
+
+@pytest.mark.parametrize("mode, n_dims, sections", [(ROPE_MROPE, 32, (4, 6, 6, 0)), (ROPE_MROPE, 24, (4, 4, 4, 0)),
+                                                    (ROPE_VISION, 16, (4, 4, 4, 4))])
+def test_rope_multi(mode, n_dims, sections):
+    x = f32(5, 3, 32)
+    pos4 = MROPE_POS.copy()
+    if mode == ROPE_VISION:   # a patch's (row, col, row, col)
+        pos4 = np.stack([pos4[:, 1], pos4[:, 2], pos4[:, 1], pos4[:, 2]], axis=1).astype(np.int32)
+    results = []
+    for n_threads in (1, 2, 3):
+        ctx = Context(Backend(n_threads))
+        t = ctx.rope_multi(ctx.input(x, "x"), ctx.input(pos4, "pos"), n_dims=n_dims, sections=sections,
+                           mode=mode, base=10000.0)
+        results.append(run(ctx, t).view(np.uint32))
+    for bits in results[1:]:
+        assert np.array_equal(bits, results[0])
+    want = rope_multi_reference(x.astype(np.float64), pos4, n_dims, sections, mode, 10000.0)
+    np.testing.assert_allclose(results[0].view(np.float32), want, rtol=1e-4, atol=1e-4)
+    if mode == ROPE_MROPE:   # the sections matter: one stream for every pair lands elsewhere
+        plain = rope_reference(x.astype(np.float64), pos4[:, 0], n_dims, ROPE_NEOX, 10000.0)
+        assert np.abs(results[0].view(np.float32) - plain).max() > 0.1
+
+
+def test_mrope_of_text_tokens_is_neox_rope_bit_for_bit():
+    """Text tokens carry one position in all three streams: M-RoPE is then NeoX rope."""
+    x, pos = f32(4, 2, 16), np.array([0, 3, 9, 250], np.int32)
+    pos4 = np.stack([pos, pos, pos, np.zeros_like(pos)], axis=1)
+    ctx = ctx1()
+    multi = run(ctx, ctx.rope_multi(ctx.input(x, "x"), ctx.input(pos4, "p4"), n_dims=16, sections=(2, 3, 3, 0),
+                                    mode=ROPE_MROPE, base=1e6))
+    ctx = ctx1()
+    plain = run(ctx, ctx.rope(ctx.input(x, "x"), ctx.input(pos, "p"), n_dims=16, mode=ROPE_NEOX, base=1e6))
+    assert np.array_equal(multi.view(np.uint32), plain.view(np.uint32))
+
+
+@pytest.mark.parametrize("case", ["one_position_a_token", "mode", "no_sections", "wide"])
+def test_rope_multi_bad_input_fails_typed(case):
+    x = f32(5, 3, 32)
+    pos = MROPE_POS[:, 0].copy() if case == "one_position_a_token" else MROPE_POS
+    kw = dict(n_dims=32, sections=(4, 6, 6, 0), mode=ROPE_MROPE, base=1e4)
+    kw.update({"mode": dict(mode=ROPE_NEOX), "no_sections": dict(sections=(0, 0, 0, 0)),
+               "wide": dict(n_dims=32, mode=ROPE_VISION)}.get(case, {}))
+    ctx = ctx1()
+    with pytest.raises(NativeError, match="rope_multi"):
+        ctx.rope_multi(ctx.input(x, "x"), ctx.input(pos, "p"), **kw)
 
 
 def attention_reference(q, k, v, mask, n_head_kv, scale, softcap=0.0):

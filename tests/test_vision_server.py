@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import http.server
-import io
 import shutil
 import struct
 import threading

@@ -37,6 +37,11 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def _block_linear(t: dict, prefix: str):
+    """(name, h) -> h @ W.T + b with block `prefix`'s tensors `name`.weight / .bias."""
+    return lambda name, h: h @ t[prefix + name + ".weight"].T + t[prefix + name + ".bias"]
+
+
 def _siglip(t: dict, k: dict, rgb: np.ndarray, variant: str | None, positions: np.ndarray | None = None) -> np.ndarray:
     """float64 [n_patches, n_embd] after the post LN: the SigLIP ViT over uint8 RGB [S, S, 3]
     (or [h, w, 3] with its `positions` [n_patches, n_embd])."""
@@ -62,10 +67,7 @@ def _siglip(t: dict, k: dict, rgb: np.ndarray, variant: str | None, positions: n
     hd = d // n_head
     for i in range(n_layer):
         b = f"v.blk.{i}."
-
-        def lin(name, h, b=b):
-            return h @ t[b + name + ".weight"].T + t[b + name + ".bias"]
-
+        lin = _block_linear(t, b)
         h = _layer_norm(x, t[b + "ln1.weight"], t[b + "ln1.bias"], eps)
         q, kk, v = (lin(name, h).reshape(n, n_head, hd).transpose(1, 0, 2) for name in ("attn_q", "attn_k", "attn_v"))
         scores = q @ kk.transpose(0, 2, 1) / math.sqrt(hd)                     # [H, n, n]
@@ -207,6 +209,9 @@ LFM2_VARIANTS = ("causal", "no_position_embd", "mean_std_swapped", "shuffle_tran
 PIXTRAL_VARIANTS = ("rope_rows_cols_swapped", "rope_halves_same_freqs", "no_rope", "no_img_break",
                     "merger_channel_order")
 PIXTRAL_ROPE_THETA = 10000.0
+# ---------------------------------------------------------------- Qwen2.5-VL
+
+QWEN25VL_VARIANTS = ("no_window", "no_rope", "raster_merge", "one_frame", "no_merger_norm")
 
 
 def _rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -286,3 +291,59 @@ def pixtral_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> n
         if r < ny - 1:
             out.append(t["v.token_embd.img_break"])
     return np.array(out)
+def _qwen_rope_2d(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, base: float = 10000.0) -> np.ndarray:
+    """Hugging Face's vision rope: x [H, n, hd]; the first hd/4 frequencies turn by the
+    patch's row, the next hd/4 by its column, over the halves (rotate_half)."""
+    hd = x.shape[-1]
+    inv = base ** (-np.arange(0, hd // 2, 2) / (hd // 2))                     # hd/4 frequencies
+    freqs = np.concatenate([rows[:, None] * inv, cols[:, None] * inv], axis=1)   # [n, hd/2]
+    cos, sin = np.cos(np.concatenate([freqs, freqs], 1)), np.sin(np.concatenate([freqs, freqs], 1))
+    half = np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], axis=-1)
+    return x * cos + half * sin
+
+
+def qwen25vl_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np.ndarray:
+    """float64 [n_tokens, n_embd_text] (tokens row by row over the merged grid) of uint8
+    RGB [H, W, 3] whose sides are multiples of twice the patch."""
+    t, k = read_tensors(mmproj)
+    p, n_head = int(k["clip.vision.patch_size"]), int(k["clip.vision.attention.head_count"])
+    eps, n_layer = float(k["clip.vision.attention.layer_norm_epsilon"]), int(k["clip.vision.block_count"])
+    wa = int(k["clip.vision.n_wa_pattern"])
+    mean, std = np.array(k["clip.vision.image_mean"]), np.array(k["clip.vision.image_std"])
+    img = (rgb.astype(np.float64) / 255.0 - mean) / std
+    n_y, n_x = rgb.shape[0] // p, rgb.shape[1] // p
+    kernel = t["v.patch_embd.weight"] + (0 if variant == "one_frame" else t["v.patch_embd.weight.1"])
+    # patches in merge order: merged token (Y, X) row by row, its 2x2 patches row by row
+    order = [((2 * Y + dy), (2 * X + dx)) for Y in range(n_y // 2) for X in range(n_x // 2)
+             for dy in range(2) for dx in range(2)]
+    if variant == "raster_merge":   # four consecutive raster patches taken as a group
+        order = [(i // n_x, i % n_x) for i in range(n_y * n_x)]
+    x = np.stack([np.tensordot(kernel, img[r * p:(r + 1) * p, c * p:(c + 1) * p, :].transpose(2, 0, 1), axes=3)
+                  for r, c in order])                                                 # [n, n_embd]
+    rows, cols = np.array([o[0] for o in order], float), np.array([o[1] for o in order], float)
+    side = 112 // p // 2                                                             # window, in merged tokens
+    token = np.arange(len(order)) // 4
+    ty, tx = token // (n_x // 2), token % (n_x // 2)
+    window = (ty // side) * 1000 + tx // side
+    n, d = x.shape
+    hd = d // n_head
+    for i in range(n_layer):
+        b = f"v.blk.{i}."
+        lin = _block_linear(t, b)
+        h = _rms_norm(x, t[b + "ln1.weight"], eps)
+        q, kk, v = (lin(name, h).reshape(n, n_head, hd).transpose(1, 0, 2) for name in ("attn_q", "attn_k", "attn_v"))
+        if variant != "no_rope":
+            q, kk = _qwen_rope_2d(q, rows, cols), _qwen_rope_2d(kk, rows, cols)
+        scores = q @ kk.transpose(0, 2, 1) / math.sqrt(hd)                           # [H, n, n]
+        if (i + 1) % wa and variant != "no_window":
+            scores = np.where(window[:, None] == window[None, :], scores, -np.inf)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        x = x + lin("attn_out", ((scores / scores.sum(axis=-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, d))
+        h = _rms_norm(x, t[b + "ln2.weight"], eps)
+        gate = lin("ffn_gate", h)
+        x = x + lin("ffn_down", gate / (1.0 + np.exp(-gate)) * lin("ffn_up", h))
+    if variant != "no_merger_norm":
+        x = _rms_norm(x, t["v.post_ln.weight"], eps)
+    x = x.reshape(n // 4, 4 * d)                                                     # a 2x2 group a row
+    x = _gelu(x @ t["mm.0.weight"].T + t["mm.0.bias"])   # GELU(tanh), as llama.cpp's merger computes it
+    return x @ t["mm.2.weight"].T + t["mm.2.bias"]

@@ -175,7 +175,9 @@ static int rope_angles(pe_graph *g, int pos, int ff, const pe_tensor *setting) {
             !memcmp(t->ip, setting->ip, sizeof t->ip) && !memcmp(t->fp, setting->fp, sizeof t->fp))
             return i;
     }
-    const int64_t ne[2] = {setting->ip[0], pe_nelements(&g->t[pos])};
+    const int multi = setting->ip[1] == PE_ROPE_MROPE || setting->ip[1] == PE_ROPE_VISION;
+    const int64_t width = setting->ip[1] == PE_ROPE_VISION ? 2 * setting->ip[0] : setting->ip[0];
+    const int64_t ne[2] = {width, pe_nelements(&g->t[pos]) / (multi ? 4 : 1)};
     const int id = node(g, PE_OP_ROPE_ANGLES, PE_TYPE_F32, 2, ne, pos, ff, -1, -1, -1);
     if (id < 0) return -1;
     memcpy(g->t[id].ip, setting->ip, sizeof setting->ip);
@@ -201,6 +203,33 @@ int pe_op_rope(pe_graph *g, int ia, int pos, int ff, int n_dims, int mode, float
     const int angles = rope_angles(g, pos, ff, &setting);
     if (angles < 0) return -1;
     const int id = node(g, PE_OP_ROPE, PE_TYPE_F32, 3, g->t[ia].ne, ia, angles, -1, -1, -1);   /* positions: through the angles */
+    if (id < 0) return -1;
+    memcpy(g->t[id].ip, setting.ip, sizeof setting.ip);
+    memcpy(g->t[id].fp, setting.fp, sizeof setting.fp);
+    return id;
+}
+
+int pe_op_rope_multi(pe_graph *g, int ia, int pos, int n_dims, const int *sections, int mode,
+                     float freq_base, float freq_scale) {
+    pe_tensor *a = get(g, ia, "rope_multi", "a"), *p = get(g, pos, "rope_multi", "positions");
+    if (!a || !p || require_f32("rope_multi", a) || require_i32("rope_multi", p)) return -1;
+    if (mode != PE_ROPE_MROPE && mode != PE_ROPE_VISION) return pe_fail("rope_multi: unknown mode %d", mode);
+    if (pe_nelements(p) != 4 * a->ne[2]) return fail_shapes("rope_multi", a, p, "four positions per token (dim 2) needed");
+    const int64_t width = mode == PE_ROPE_VISION ? 2 * (int64_t)n_dims : n_dims;
+    if (n_dims <= 0 || width > a->ne[0] || width % 2)
+        return pe_fail("rope_multi: n_dims=%d invalid for head size %lld", n_dims, (long long)a->ne[0]);
+    if (!(freq_base > 0) || !(freq_scale > 0)) return pe_fail("rope_multi: freq_base and freq_scale must be positive");
+    int total = 0;
+    for (int i = 0; i < 4; i++) {
+        if (sections[i] < 0 || sections[i] > width) return pe_fail("rope_multi: section %d = %d out of range", i, sections[i]);
+        total += sections[i];
+    }
+    if (total <= 0) return pe_fail("rope_multi: the sections hold no pairs");
+    const pe_tensor setting = {.ip = {n_dims, mode, 0, sections[0], sections[1], sections[2], sections[3]},
+                               .fp = {freq_base, freq_scale, 0.0f, 1.0f, 32.0f, 1.0f}};
+    const int angles = rope_angles(g, pos, -1, &setting);
+    if (angles < 0) return -1;
+    const int id = node(g, PE_OP_ROPE, PE_TYPE_F32, 3, g->t[ia].ne, ia, angles, -1, -1, -1);
     if (id < 0) return -1;
     memcpy(g->t[id].ip, setting.ip, sizeof setting.ip);
     memcpy(g->t[id].fp, setting.fp, sizeof setting.fp);

@@ -21,7 +21,7 @@ F32, F16, Q8_0, I32 = 0, 1, 8, 26
 SILU, GELU = 0, 1
 SIGMOID, SOFTPLUS = 4, 5   # pe.h's pe_unary_op: the recurrent layers' gates
 RELU = 3                   # (Nemotron-H's squared-ReLU MLP)
-ROPE_NORMAL, ROPE_NEOX = 0, 2
+ROPE_NORMAL, ROPE_NEOX, ROPE_MROPE, ROPE_VISION = 0, 2, 8, 24   # ggml's numbers
 
 _NUMPY_TYPES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16, np.dtype(np.int32): I32}
 
@@ -213,6 +213,13 @@ class Context:
         ff = -1 if freq_factors is None else freq_factors.id
         return self._tensor(self.graph.rope(x.id, positions.id, ff, n_dims, mode, base, scale,
                                             ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig))
+
+    def rope_multi(self, x: Tensor, positions: Tensor, *, n_dims: int, sections, mode: int, base: float,
+                   scale: float = 1.0) -> Tensor:
+        """M-RoPE (mode ROPE_MROPE) or the vision towers' 2D rope (ROPE_VISION): positions
+        I32 [4, n] (numpy [n, 4]: each token's streams together), `sections` the pairs
+        each stream turns; vision's n_dims is half the rotated width, as ggml counts it."""
+        return self._tensor(self.graph.rope_multi(x.id, positions.id, n_dims, tuple(sections), mode, base, scale))
 
     def set_rows(self, cache: Tensor, src: Tensor, slots: Tensor) -> Tensor:
         return self._tensor(self.graph.set_rows(cache.id, src.id, slots.id))

@@ -10,6 +10,7 @@ from pyengine.models import (  # noqa: F401
     nemotron_h, nomic_bert, nomic_bert_moe, olmo2, phi3, qwen2, qwen3, qwen35, qwen35moe, qwen3moe, qwen3next,
     smollm3,
 )
+from pyengine.models import qwen2vl  # noqa: F401,E402
 from pyengine.models.binding import bind
 from pyengine.models.registry import architectures, model_for_arch, register
 

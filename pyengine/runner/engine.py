@@ -84,6 +84,7 @@ class _Seq:
     twin: "_Seq | None" = None   # a live sequence with the same prompt, computing or computed
     prompt_row: np.ndarray | None = None   # the logits of the prompt's last token, while live
     images: dict[int, np.ndarray] = field(default_factory=dict)   # prompt position -> rows [n, n_embd]
+    grids: dict[int, tuple[int, int]] = field(default_factory=dict)   # prompt position -> an image's token grid
     keys: list[int] | None = None   # the prompt as the cache is keyed: images' positions by content
     speculative: str | None = None  # "ngram" / "draft": drafts verified with each step (runner/speculative.py)
     options: RequestOptions | None = None   # the request's options (the draft sizes)
@@ -177,7 +178,7 @@ class Engine:
             options = replace(options, shift=False)
         req = make_request(prompt, options, n_vocab=self.n_vocab, engine_ctx=self.n_ctx)
         mode = self.speculator.mode(options, can_roll_back=self.cache.recurrent is None)
-        spans = self._image_spans(images, len(req.prompt))
+        spans, grids = self._image_spans(images, len(req.prompt))
         chain = SamplerChain(req.sampling, self.n_vocab, token_pieces=self.token_pieces(),
                              eog_ids=self.eog_ids, grammar=req.grammar, n_ctx=req.n_ctx)
         with self._cv:
@@ -188,20 +189,27 @@ class Engine:
             result = Completion(prompt_tokens=len(req.prompt), truncated_tokens=req.truncated,
                                 logprobs=[] if req.logprobs else None)
             seq = _Seq(req, handle, chain, StreamDecoder(self.tokenizer), StopMatcher(req.stop), result,
-                       t_submit=time.perf_counter(), images=spans,
+                       t_submit=time.perf_counter(), images=spans, grids=grids,
                        keys=image_keyed(req.prompt, spans) if spans else None, speculative=mode, options=options)
             result.speculative = mode
             self._queue.append(seq)
             self._cv.notify_all()
         return handle
 
-    def _image_spans(self, images: Sequence[tuple[int, np.ndarray]], n_prompt: int) -> dict[int, np.ndarray]:
-        """The images of a prompt checked: inside it, apart, each fitting one batch."""
+    def _image_spans(self, images: Sequence[tuple[int, np.ndarray]],
+                     n_prompt: int) -> tuple[dict[int, np.ndarray], dict[int, tuple[int, int]]]:
+        """The images of a prompt checked: inside it, apart, each fitting one batch; rows
+        given as a grid [n_rows, n_columns, n_embd] (M-RoPE's towers) are kept flat with
+        their grid beside."""
         spans: dict[int, np.ndarray] = {}
+        grids: dict[int, tuple[int, int]] = {}
         end = 0
         n_embd = self.model.cfg.n_embd
         for start, rows in sorted(((int(s), np.ascontiguousarray(r, np.float32)) for s, r in images),
                                   key=lambda item: item[0]):
+            if rows.ndim == 3:
+                grids[start] = rows.shape[:2]
+                rows = rows.reshape(-1, rows.shape[2])
             if rows.ndim != 2 or rows.shape[1] != n_embd or not 0 < len(rows) <= self.n_batch:
                 raise InvalidOptionError(f"an image's rows must be [1..{self.n_batch}, {n_embd}], "
                                          f"got {list(rows.shape)}")
@@ -210,7 +218,7 @@ class Engine:
                                          f"overlaps another or passes the prompt's {n_prompt} tokens")
             spans[start] = rows
             end = start + len(rows)
-        return spans
+        return spans, grids
 
     def token_pieces(self) -> list[bytes]:
         """Each token's bytes (control tokens empty), padded to the model's vocabulary."""
@@ -361,7 +369,8 @@ class Engine:
             # a step of prompt chunks only still has to run; it reads one row it ignores
             out_rows = np.asarray(rows or [0], np.int32)
             out = self._step_logits[len(out_rows)] if len(out_rows) < len(self._step_logits) else None
-            logits = self.forward(tokens, positions, seq_ids, out_rows, out)
+            logits = self.forward(tokens, positions, seq_ids, out_rows, out,
+                                  rope_positions=self._text_rope(batch, positions))
         except BaseException as error:
             for seq, _ in batch:
                 self._finish(seq, "error", error)
@@ -383,12 +392,35 @@ class Engine:
                 self._make_room([(seq, toks)])
                 logits = self.forward.embedded(rows, np.arange(pos, pos + n, dtype=np.int32),
                                                np.full(n, seq.slot.id, np.int64), np.array([n - 1], np.int32),
-                                               both_ways=self.images_both_ways)
+                                               both_ways=self.images_both_ways,
+                                               rope_positions=self._image_rope(seq, pos, n))
             except BaseException as error:
                 self._finish(seq, "error", error)
                 continue
             self.prompt_tokens_computed += n
             self._advance(seq, toks, logits if n == len(seq.pending) else None)
+
+    def _text_rope(self, batch: list[tuple[_Seq, list[int]]], positions: np.ndarray) -> np.ndarray | None:
+        """M-RoPE positions of a batch of tokens where a sequence has had an image with a
+        grid (its text goes on from the image's t + max(rows, columns)); None: every
+        stream is the token's position."""
+        if self.forward.rope_streams == 1 or not any(seq.grids for seq, _ in batch):
+            return None
+        shifts = np.concatenate([np.full(len(toks), 0, np.int64) if not seq.grids else
+                                 rope_shift(seq.grids, seq.images, positions[i:i + len(toks)])
+                                 for (seq, toks), i in zip(batch, np.cumsum([0] + [len(t) for _, t in batch]))])
+        p = positions + shifts
+        return np.stack([p, p, p, np.zeros_like(p)], axis=1).astype(np.int32)
+
+    def _image_rope(self, seq: _Seq, start: int, n: int) -> np.ndarray | None:
+        """An image's rows' M-RoPE positions (t, t + row, t + column, 0), t its first
+        position after the images before it; None where the model or image has none."""
+        if self.forward.rope_streams == 1 or start not in seq.grids:
+            return None
+        n_y, n_x = seq.grids[start]
+        t = start + int(rope_shift(seq.grids, seq.images, np.array([start]))[0])
+        ty, tx = np.divmod(np.arange(n), n_x)
+        return np.stack([np.full(n, t), t + ty, t + tx, np.zeros(n, np.int64)], axis=1).astype(np.int32)
 
     def _batch_inputs(self, batch: list[tuple[_Seq, list[int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The batch's tokens, positions and sequence ids; a decode step's (a token of
@@ -701,6 +733,17 @@ def image_keyed(prompt: list[int], images: dict[int, np.ndarray]) -> list[int]:
         base = int.from_bytes(hashlib.blake2b(rows.tobytes(), digest_size=5).digest(), "little") << 16
         keys[start:start + len(rows)] = [-1 - (base + i) for i in range(len(rows))]
     return keys
+
+
+def rope_shift(grids: dict[int, tuple[int, int]], images: dict[int, np.ndarray], positions: np.ndarray) -> np.ndarray:
+    """How far each position's M-RoPE position lies from it: an image of n_y x n_x rows
+    takes max(n_y, n_x) rope positions, not n_y * n_x (llama.cpp's mtmd), so the
+    positions after it move back by the difference."""
+    shift = np.zeros(len(positions), np.int64)
+    for start, (n_y, n_x) in grids.items():
+        end = start + len(images[start])
+        shift[positions >= end] += max(n_y, n_x) - n_y * n_x
+    return shift
 
 
 def before_image(images: dict[int, np.ndarray], n: int) -> int:

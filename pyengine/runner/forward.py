@@ -24,6 +24,11 @@ returns the final-norm hidden rows instead of logits (see `_HeadCapture`).
 A batch may bring its input rows instead of token ids (`Forward.embedded`: an
 image's embeddings from a vision projector), optionally attending both ways among
 its own rows (Gemma 3's images).
+
+A model whose config says ROPE_STREAMS = 4 (M-RoPE: Qwen2-VL) takes each token's
+rope positions as (t, row, column, 0) in `positions` [4, n]; a batch may bring them
+(`rope_positions`, an image's rows), else every stream is the token's position.
+The cache and its masks keep the plain positions (the tokens' order).
 """
 
 from __future__ import annotations
@@ -78,10 +83,12 @@ class EncoderInputs:
 class HostBuffers:
     """Input arrays for batches of up to `capacity` tokens, shared by every graph."""
 
-    def __init__(self, cache: Cache, capacity: int) -> None:
+    def __init__(self, cache: Cache, capacity: int, rope_streams: int = 1) -> None:
         self.capacity = capacity
         self.tokens = np.zeros(capacity, np.int32)
         self.positions = np.zeros(capacity, np.int32)
+        # the rope's positions, each token's streams together (M-RoPE); None: `positions`
+        self.rope_positions = np.zeros((capacity, rope_streams), np.int32) if rope_streams > 1 else None
         self.out_ids = np.zeros(capacity, np.int32)
         self.slots = [np.zeros(capacity, np.int32) for _ in cache.groups]
         self.kv_len = [np.zeros(1, np.int32) for _ in cache.groups]
@@ -140,7 +147,8 @@ class BatchGraph:
         self.ctx = ctx
         self.tokens = ctx.input(buffers.tokens[:n_tokens], "tokens")
         self.embeddings = None if embeddings is None else ctx.input(embeddings[:n_tokens], "embeddings")
-        self.positions = ctx.input(buffers.positions[:n_tokens], "positions")
+        rope = buffers.positions if buffers.rope_positions is None else buffers.rope_positions
+        self.positions = ctx.input(rope[:n_tokens], "positions")
         self.out_ids = ctx.input(buffers.out_ids[:n_out], "out_ids")
         per_group = []
         for gi, group in enumerate(cache.groups):
@@ -233,7 +241,8 @@ class Forward:
         # an encoder's tokens attend to their whole sequence, which must come in one batch
         self.causal = getattr(model.cfg, "causal", True)
         self.alibi = getattr(model.cfg, "alibi_max_bias", 0.0) > 0   # its mask then holds distances
-        self._buffers = HostBuffers(cache, max_tokens)
+        self.rope_streams = getattr(model.cfg, "ROPE_STREAMS", 1)
+        self._buffers = HostBuffers(cache, max_tokens, self.rope_streams)
         self._graphs: OrderedDict[tuple[int, int, bool, bool, int], BatchGraph] = OrderedDict()
         self._embeddings: np.ndarray | None = None   # [capacity, n_embd], made by the first embedded batch
         self.compute_seconds = 0.0   # time inside the native core, for the bench
@@ -243,7 +252,7 @@ class Forward:
                n_seqs: int = 0) -> BatchGraph:
         if n_tokens > self._buffers.capacity:
             # graphs keep views of the old buffers: start over with bigger ones
-            self._buffers = HostBuffers(self.cache, n_tokens)
+            self._buffers = HostBuffers(self.cache, n_tokens, self.rope_streams)
             self._embeddings = None
             self._graphs.clear()
         if embedded and self._embeddings is None:
@@ -262,13 +271,16 @@ class Forward:
         return g
 
     def __call__(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
-                 out_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+                 out_rows: np.ndarray, out: np.ndarray | None = None,
+                 rope_positions: np.ndarray | None = None) -> np.ndarray:
         """Logits [len(out_rows), n_vocab] for the given rows of the batch.
 
         Token t of the batch sits at positions[t] of sequence seq_ids[t]; within a
         sequence positions must increase and follow what the cache holds.  A row's
-        logits are the same bits whatever else shares the batch."""
-        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=False)
+        logits are the same bits whatever else shares the batch.  rope_positions:
+        int [T, ROPE_STREAMS] for an M-RoPE model (default: each stream the position,
+        the fourth 0)."""
+        return self._run(tokens, positions, seq_ids, out_rows, out, hidden=False, rope_positions=rope_positions)
 
     def hidden(self, tokens: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
                out_rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -277,7 +289,8 @@ class Forward:
         return self._run(tokens, positions, seq_ids, out_rows, out, hidden=True)
 
     def embedded(self, embeddings: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
-                 out_rows: np.ndarray, *, both_ways: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+                 out_rows: np.ndarray, *, both_ways: bool = False, out: np.ndarray | None = None,
+                 rope_positions: np.ndarray | None = None) -> np.ndarray:
         """As __call__, for a batch that brings its rows (float32 [T, n_embd]) instead of
         token ids.  both_ways: every row also sees the rows after it of its sequence in
         this batch (an image attended as a whole); the window, if any, then counts from
@@ -287,10 +300,11 @@ class Forward:
             raise InvalidOptionError(f"embeddings must be [tokens, {self.model.cfg.n_embd}], "
                                      f"got {list(embeddings.shape)}")
         return self._run(np.zeros(len(embeddings), np.int32), positions, seq_ids, out_rows, out, hidden=False,
-                         embeddings=embeddings, both_ways=both_ways)
+                         embeddings=embeddings, both_ways=both_ways, rope_positions=rope_positions)
 
     def _run(self, tokens, positions, seq_ids, out_rows, out: np.ndarray | None, hidden: bool,
-             embeddings: np.ndarray | None = None, both_ways: bool = False) -> np.ndarray:
+             embeddings: np.ndarray | None = None, both_ways: bool = False,
+             rope_positions: np.ndarray | None = None) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32)
         positions = np.asarray(positions, np.int32)
         seq_ids = np.asarray(seq_ids, np.int64)
@@ -308,6 +322,7 @@ class Forward:
             raise InvalidOptionError(f"output rows must be in 0..{n - 1}")
         if not self.causal:
             self._check_whole_sequences(positions, seq_ids)
+        rope_positions = self._rope_positions(positions, rope_positions)
         cache = self.cache
         n_seqs = len(rows_by_sequence(seq_ids)) if cache.recurrent is not None else 0
         g = self._graph(n, len(out_rows), hidden, embeddings is not None, n_seqs)
@@ -318,6 +333,8 @@ class Forward:
             self._embeddings[:n] = embeddings
         seen_to = _last_position_per_sequence(positions, seq_ids) if both_ways else positions
         buf.positions[:n] = positions
+        if rope_positions is not None:
+            buf.rope_positions[:n] = rope_positions
         buf.out_ids[:len(out_rows)] = out_rows
         for gi, group in enumerate(cache.groups):
             n_kv = group.cells.n_kv
@@ -348,6 +365,23 @@ class Forward:
         g.ctx.compute()
         self.compute_seconds += time.perf_counter() - t0
         return out if into else g.ctx.read(g.logits, out)
+
+    def _rope_positions(self, positions: np.ndarray, given: np.ndarray | None) -> np.ndarray | None:
+        """int32 [T, streams] for an M-RoPE model: `given`, checked, or each text token's
+        position in the first three streams (the fourth 0, as llama.cpp fills it)."""
+        if self.rope_streams == 1:
+            if given is not None:
+                raise InvalidOptionError(f"{type(self.model).__name__} takes one position a token, not rope_positions")
+            return None
+        if given is None:
+            out = np.zeros((len(positions), self.rope_streams), np.int32)
+            out[:, :3] = positions[:, None]
+            return out
+        given = np.asarray(given, np.int32)
+        if given.shape != (len(positions), self.rope_streams) or (given.size and int(given.min()) < 0):
+            raise InvalidOptionError(f"rope_positions must be [{len(positions)}, {self.rope_streams}] "
+                                     f"non-negative, got {list(given.shape)}")
+        return given
 
     def _check_whole_sequences(self, positions: np.ndarray, seq_ids: np.ndarray) -> None:
         """A non-causal model sees each sequence whole: a token attends to the tokens

@@ -135,7 +135,7 @@ def _rows(pieces: list) -> np.ndarray:
 
 def load_projector(path: str | os.PathLike, n_embd_text: int | None = None) -> VisionProjector:
     """Open and bind an mmproj; with `n_embd_text`, also check it fits that text model."""
-    from pyengine.vision import idefics3, lfm2, pixtral, siglip  # noqa: F401  (register the towers)
+    from pyengine.vision import idefics3, lfm2, pixtral, qwen2vl, siglip  # noqa: F401  (register the towers)
 
     path = os.fspath(path)
     try:

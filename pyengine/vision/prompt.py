@@ -119,6 +119,6 @@ def encode_with_images(tokenizer, encode_first, text: str, blobs: list, projecto
                 ids += encode(part)
             else:
                 spans.append((len(ids), part))
-                ids += [PLACEHOLDER] * len(part)
+                ids += [PLACEHOLDER] * (part.size // part.shape[-1])   # rows, or a grid [rows, columns, n_embd]
         ids += encode(piece)
     return ids, spans

@@ -21,7 +21,7 @@ from pyengine.gguf import GGUFFile
 from pyengine.ml.context import F32, Backend, Context, Tensor
 from pyengine.ml.nn import F32Param, LayerNorm, Linear, Weight, linears
 from pyengine.models.binding import Module, bind, blocks, tensor
-from pyengine.vision.tower import Tower, VisionConfig
+from pyengine.vision.tower import Tower
 
 
 @dataclass(eq=False)
