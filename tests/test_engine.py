@@ -291,3 +291,10 @@ def test_bad_requests_raise_in_the_caller(make):
         engine.submit([1, 2], max_tokens=-5)
     with pytest.raises(InvalidOptionError, match="n_parallel"):
         Engine(engine.model, engine.tokenizer, engine.backend, n_ctx=16, n_parallel=65)
+
+
+def test_result_asked_twice_gives_the_same_completion(make):
+    engine = make()
+    handle = engine.submit(prompt(3), never_eog(engine), max_tokens=4)
+    first = handle.result()
+    assert handle.result() is first and len(first.tokens) == 4

@@ -79,7 +79,11 @@ class RequestHandle:
                 event = self._event_out(self._events.popleft())
                 if isinstance(event, Completion):
                     return event
-            raise self._error
+            if self._error is not None:
+                raise self._error
+            if self.completion is None:   # (cannot happen: a finished request left one or the other)
+                raise RuntimeError(f"request {self.id} finished without a result")
+            return self.completion         # asked again: the same Completion
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._aiter()
