@@ -1,7 +1,8 @@
 """Embedding throughput: many short texts in one request, pyengine beside llama.cpp.
 
     python benchmarks/embedding.py smollm2-135m --texts 256 --threads 2 --rounds 3
-    python benchmarks/embedding.py smollm2-135m --pyengine-python /work/main/.venv/bin/python
+    python benchmarks/embedding.py smollm2-135m --pyengine-python OTHER_CHECKOUT/.venv/bin/python \
+        --llamacpp-python VENV_WITH_LLAMA_CPP/bin/python
 
 Each engine embeds the same texts (mean pooling, normalised) in a fresh process:
 pyengine through `LLM.embed(list)` (the interpreter given by --pyengine-python, so an
@@ -87,7 +88,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pyengine-python", default=sys.executable)
-    parser.add_argument("--llamacpp-python", default="/tmp/rndmodel-venv/bin/python")
+    parser.add_argument("--llamacpp-python", default=sys.executable,
+                        help="the interpreter that imports llama_cpp (default: this one)")
     parser.add_argument("--worker", choices=sorted(WORKERS))
     parser.add_argument("--vectors-to")
     args = parser.parse_args()

@@ -20,7 +20,7 @@ Writes
   the prompt (make_synth_vision.mtmd_run), on 2 threads.
 
     python scripts/make_synth_lfm2vl.py
-    /tmp/rndmodel-venv/bin/python scripts/make_synth_lfm2vl.py --record
+    <python with llama-cpp-python 0.3.36> scripts/make_synth_lfm2vl.py --record
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Writes
   pixtral-tiny-tall.png (18x65: with the merger to 16x58 in 16x64, where this
   Pillow's own bicubic differs from llama.cpp's resampler);
 * with --record (run by a Python that has llama-cpp-python 0.3.36, e.g.
-  /tmp/rndmodel-venv/bin/python), tests/data/vision/pixtral-tiny.embd.json:
+  <python with llama-cpp-python 0.3.36>), tests/data/vision/pixtral-tiny.embd.json:
   for each (mmproj, image) case, llama.cpp's embeddings through libmtmd
   (mtmd_helper_bitmap_init_from_buf, mtmd_tokenize, mtmd_encode_chunk,
   mtmd_get_output_embd: the [IMG_BREAK] rows included), the token ids of the
@@ -33,7 +33,7 @@ Writes
   recorded again.
 
     python scripts/make_synth_pixtral.py
-    /tmp/rndmodel-venv/bin/python scripts/make_synth_pixtral.py --record
+    <python with llama-cpp-python 0.3.36> scripts/make_synth_pixtral.py --record
 """
 
 from __future__ import annotations

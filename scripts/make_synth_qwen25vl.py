@@ -24,7 +24,7 @@ Writes
   (mtmd_helper_eval_chunks: M-RoPE positions), on 2 threads.
 
     python scripts/make_synth_qwen25vl.py
-    /tmp/rndmodel-venv/bin/python scripts/make_synth_qwen25vl.py --record
+    <python with llama-cpp-python 0.3.36> scripts/make_synth_qwen25vl.py --record
     PYTHONPATH=<dir holding llama_cpp> python scripts/make_synth_qwen25vl.py --live 12
 """
 

@@ -13,7 +13,7 @@ Writes
   prompts of llama-bpe-q5_1-tied.json, from llama-cpp-python 0.3.36's AVX-512
   build with its extra buffer types off.
 
-    PYTHONPATH=<a folder holding only gguf> /tmp/rndmodel-venv/bin/python scripts/make_synth_qwen35moe.py
+    PYTHONPATH=<a folder holding only gguf> <python with llama-cpp-python 0.3.36> scripts/make_synth_qwen35moe.py
 """
 
 from __future__ import annotations

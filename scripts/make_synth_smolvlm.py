@@ -19,7 +19,7 @@ Writes
   tests/data/vision/smolvlm-tiny-shrunk.png, 150x110: shrunk to 96x70 (the width's
   pass first, as mtmd resamples), then 3x3 tiles;
 * with --record (run by a Python that has llama-cpp-python 0.3.36, e.g.
-  /tmp/rndmodel-venv/bin/python), tests/data/vision/smolvlm-tiny.embd.json: the
+  <python with llama-cpp-python 0.3.36>), tests/data/vision/smolvlm-tiny.embd.json: the
   prompt as libmtmd cut it (text chunks' token ids, image chunks' sizes), the
   embeddings of every image chunk in order (mtmd_encode_chunk, mtmd_get_output_embd)
   and the top-10 logits after the prompt (mtmd_helper_eval_chunks), on 2 threads
@@ -27,7 +27,7 @@ Writes
   the same for the shrunk image in smolvlm-tiny-shrunk.embd.json.
 
     python scripts/make_synth_smolvlm.py
-    /tmp/rndmodel-venv/bin/python scripts/make_synth_smolvlm.py --record
+    <python with llama-cpp-python 0.3.36> scripts/make_synth_smolvlm.py --record
 """
 
 from __future__ import annotations

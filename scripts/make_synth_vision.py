@@ -16,7 +16,7 @@ Writes
 * tests/data/vision/gemma3-tiny.png: the test image (32x32, seeded noise over
   colour gradients);
 * with --record (run by a Python that has llama-cpp-python 0.3.36, e.g.
-  /tmp/rndmodel-venv/bin/python), tests/data/vision/gemma3-tiny.embd.json:
+  <python with llama-cpp-python 0.3.36>), tests/data/vision/gemma3-tiny.embd.json:
   llama.cpp's embeddings of the test image through libmtmd
   (mtmd_helper_bitmap_init_from_buf, mtmd_tokenize, mtmd_encode_chunk,
   mtmd_get_output_embd), the token ids of the text around the image in PROMPT
@@ -25,7 +25,7 @@ Writes
   (mtmd_helper_eval_chunks: the image's rows attend both ways), on 2 threads.
 
     python scripts/make_synth_vision.py
-    /tmp/rndmodel-venv/bin/python scripts/make_synth_vision.py --record
+    <python with llama-cpp-python 0.3.36> scripts/make_synth_vision.py --record
 """
 
 from __future__ import annotations
