@@ -1,5 +1,5 @@
 """LFM2-MoE (Liquid AI's LFM2-8B-A1B): LFM2's hybrid of attention and gated
-short-convolution layers (models/shortconv.py) whose MLP, past the first
+short-convolution layers (models/common.py) whose MLP, past the first
 `leading_dense_block_count` layers, is a mixture of experts: sigmoid(router)
 scores the experts, the `expert_used_count` best by score plus a per-expert
 selection bias (`exp_probs_b`, which only chooses) run their SiLU-gated MLPs,
@@ -16,7 +16,7 @@ from pyengine.errors import UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml import nn
 from pyengine.ml.nn import F32Param, RMSNorm
-from pyengine.models import common, shortconv
+from pyengine.models import common
 from pyengine.models.binding import blocks, module, tensor
 from pyengine.models.registry import register
 
@@ -24,7 +24,7 @@ GATING_SIGMOID = 2   # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID, what L
 
 
 @dataclass(frozen=True)
-class Lfm2MoeConfig(shortconv.ShortConvConfig, common.ExpertsConfig):
+class Lfm2MoeConfig(common.ShortConvConfig, common.ExpertsConfig):
     n_dense_lead: int = 0     # leading layers with a dense MLP instead of experts
 
     @classmethod
@@ -50,12 +50,12 @@ class Lfm2MoeConfig(shortconv.ShortConvConfig, common.ExpertsConfig):
 
 
 @dataclass(eq=False)
-class DenseBlock(shortconv.ShortConvBlock):
+class DenseBlock(common.ShortConvBlock):
     mlp: common.MLP = module()
 
 
 @dataclass(eq=False)
-class MoeBlock(shortconv.ShortConvBlock):
+class MoeBlock(common.ShortConvBlock):
     mlp: common.SigmoidExperts = module()
 
 
@@ -69,9 +69,9 @@ class Lfm2Moe(common.Decoder):
     Config = Lfm2MoeConfig
 
     rope_freqs: F32Param | None = None
-    layers: list[shortconv.ShortConvBlock] = blocks("blk", kind=block_kind)
+    layers: list[common.ShortConvBlock] = blocks("blk", kind=block_kind)
     output_norm: RMSNorm = tensor("token_embd_norm", shape=("n_embd",))
 
     def cache_layout(self) -> list[nn.LayerCache]:
-        shortconv.check_layer_kinds("lfm2moe", self.layers, self.cfg.recurrent)
+        common.check_shortconv_layers("lfm2moe", self.layers, self.cfg.recurrent)
         return self.cfg.cache_layout()
