@@ -31,7 +31,6 @@ Writes
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import sys
 from pathlib import Path
@@ -174,35 +173,20 @@ def mtmd_context():
 
 
 def mtmd_run(llama_cpp, mtmd, ctx, model, data: bytes) -> tuple[list[dict], np.ndarray, list]:
-    """(prompt segments, the image's embeddings, top-10 logits after PROMPT) of one image."""
+    """(prompt segments with each image's token grid and positions, the image's embeddings,
+    top-10 logits after PROMPT) of one image."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from make_synth_vision import top_logits_after
+    import mtmd_record
 
-    buf = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
-    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(data), False)
-    chunks = mtmd.mtmd_input_chunks_init()
-    prompt = PROMPT.format(marker=mtmd.mtmd_get_marker(ctx).decode()).encode()
-    text = mtmd.mtmd_input_text(text=prompt, text_len=len(prompt), add_special=True, parse_special=True)
-    bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
-    if mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) != 0:
-        raise SystemExit("mtmd_tokenize failed")
-    segments, rows = [], None
-    for i in range(mtmd.mtmd_input_chunks_size(chunks)):
-        chunk = mtmd.mtmd_input_chunks_get(chunks, i)
-        if mtmd.mtmd_input_chunk_get_type(chunk) == 0:   # text
-            n = ctypes.c_size_t()
-            ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
-            segments.append({"tokens": [int(ids[j]) for j in range(n.value)]})
-            continue
-        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
+    def grid(chunk) -> dict:
         tokens = mtmd.mtmd_input_chunk_get_tokens_image(chunk)
-        grid = [int(mtmd.mtmd_image_tokens_get_ny(tokens)), int(mtmd.mtmd_image_tokens_get_nx(tokens))]
-        if mtmd.mtmd_encode_chunk(ctx, chunk) != 0:
-            raise SystemExit("mtmd_encode_chunk failed")
-        out = mtmd.mtmd_get_output_embd(ctx)
-        rows = np.ctypeslib.as_array(out, shape=(n_tokens * N_EMBD_TEXT,)).astype(np.float32).reshape(n_tokens, -1)
-        segments.append({"image": int(n_tokens), "grid": grid, "n_pos": int(mtmd.mtmd_input_chunk_get_n_pos(chunk))})
-    return segments, rows, top_logits_after(llama_cpp, mtmd, ctx, model, chunks)
+        return {"grid": [int(mtmd.mtmd_image_tokens_get_ny(tokens)), int(mtmd.mtmd_image_tokens_get_nx(tokens))],
+                "n_pos": int(mtmd.mtmd_input_chunk_get_n_pos(chunk))}
+
+    chunks, bitmap, segments, blocks = mtmd_record.run_chunks(mtmd, ctx, data, PROMPT, N_EMBD_TEXT, grid)
+    top = mtmd_record.top_logits_after(llama_cpp, mtmd, ctx, model, chunks)
+    mtmd_record.free_chunks(mtmd, chunks, bitmap)
+    return segments, blocks[-1], top
 
 
 def record() -> None:

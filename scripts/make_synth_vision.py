@@ -177,10 +177,11 @@ def record() -> None:
 def mtmd_run(text: Path, mmproj: Path, image: bytes, prompt: str, n_embd: int, n_ctx: int = 512) -> dict:
     """libmtmd's cut of `prompt` with `image` at its {marker} ({"tokens": ids} and
     {"image": n} segments), every image chunk's embeddings in order (mtmd_encode_chunk,
-    mtmd_get_output_embd: "blocks") and the top-10 logits after the prompt, on 2 threads."""
-    import ctypes
-
+    mtmd_get_output_embd: "blocks") and the top-10 logits after the prompt, on 2 threads
+    (mtmd_record.run_chunks, top_logits_after)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import llama_cpp
+    import mtmd_record
     from llama_cpp import mtmd_cpp as mtmd
 
     params = llama_cpp.llama_model_default_params()
@@ -191,28 +192,9 @@ def mtmd_run(text: Path, mmproj: Path, image: bytes, prompt: str, n_embd: int, n
     ctx = mtmd.mtmd_init_from_file(str(mmproj).encode(), model, cparams)
     if not ctx:
         raise SystemExit("mtmd_init_from_file failed")
-    buf = (ctypes.c_ubyte * len(image)).from_buffer_copy(image)
-    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(image), False)
-    chunks = mtmd.mtmd_input_chunks_init()
-    full = prompt.format(marker=mtmd.mtmd_get_marker(ctx).decode()).encode()
-    inp = mtmd.mtmd_input_text(text=full, text_len=len(full), add_special=True, parse_special=True)
-    if mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap), 1) != 0:
-        raise SystemExit("mtmd_tokenize failed")
-    segments, blocks = [], []
-    for i in range(mtmd.mtmd_input_chunks_size(chunks)):
-        chunk = mtmd.mtmd_input_chunks_get(chunks, i)
-        if mtmd.mtmd_input_chunk_get_type(chunk) == 0:   # text
-            n = ctypes.c_size_t()
-            ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
-            segments.append({"tokens": [int(ids[j]) for j in range(n.value)]})
-            continue
-        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
-        if mtmd.mtmd_encode_chunk(ctx, chunk) != 0:
-            raise SystemExit("mtmd_encode_chunk failed")
-        out = np.ctypeslib.as_array(mtmd.mtmd_get_output_embd(ctx), shape=(n_tokens * n_embd,))
-        blocks.append(out.astype(np.float32).reshape(n_tokens, n_embd).copy())
-        segments.append({"image": int(n_tokens)})
-    top = top_logits_after(llama_cpp, mtmd, ctx, model, chunks, n_ctx=n_ctx)
+    chunks, bitmap, segments, blocks = mtmd_record.run_chunks(mtmd, ctx, image, prompt, n_embd)
+    top = mtmd_record.top_logits_after(llama_cpp, mtmd, ctx, model, chunks, n_ctx=n_ctx)
+    mtmd_record.free_chunks(mtmd, chunks, bitmap)
     return {"source": f"llama-cpp-python {llama_cpp.__version__} libmtmd, 2 threads",
             "segments": segments, "blocks": blocks, "top_logits": top}
 
@@ -229,23 +211,6 @@ def record_blocks(text: Path, mmproj: Path, png: Path, prompt: str, n_embd: int,
     body = ",\n".join("[" + ", ".join(f"{v:.9g}" for v in row) + "]" for row in rows)
     out.write_text(f'{head[:-1]}, "embeddings": [\n{body}]}}\n')
     print(f"recorded {len(blocks)} blocks, {len(rows)} x {n_embd} embeddings into {out}")
-
-
-def top_logits_after(llama_cpp, mtmd, ctx, model, chunks, k: int = 10, n_ctx: int = 512) -> list[list[float]]:
-    """[[token, logit], ...] the k largest logits after every chunk (mtmd_helper_eval_chunks)."""
-    import ctypes
-
-    cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = n_ctx, 512, 512, 2, 2
-    cp.flash_attn_type = 0   # plain attention, as the text golden files are recorded
-    lctx = llama_cpp.llama_init_from_model(model, cp)
-    n_past = llama_cpp.llama_pos(0)
-    if mtmd.mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, 512, True, ctypes.byref(n_past)) != 0:   # n_batch 512
-        raise SystemExit("mtmd_helper_eval_chunks failed")
-    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(lctx, -1), shape=(n_vocab,)).astype(np.float64)
-    order = np.argsort(-logits, kind="stable")[:k]
-    return [[int(t), float(logits[t])] for t in order]
 
 
 def extended_vocab(tok, normal: list[tuple[str, str]], control: list[str]) -> tuple[list, list, list]:
