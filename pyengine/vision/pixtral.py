@@ -32,11 +32,11 @@ import numpy as np
 from pyengine.errors import ImageError, ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import F16, F32, Backend, Context, Tensor
-from pyengine.ml.nn import BareF32Param, Linear, Param, RMSNorm, Weight, linears
+from pyengine.ml.nn import BareF32Param, Linear, Param, RMSNorm, Weight
 from pyengine.models.binding import Module, bind, blocks, tensor
 from pyengine.vision import image, resample
 from pyengine.vision.tower import Tower, VisionConfig, register_tower
-from pyengine.vision.vit import PatchAttention
+from pyengine.vision.vit import PatchAttention, RmsSwigluBlock
 
 ROPE_THETA = 10000.0            # llama.cpp's for Pixtral (the file has no key for it)
 MIN_TOKENS, MAX_TOKENS = 8, 1024   # llama.cpp's limits on an image's tokens (before [IMG_BREAK]s)
@@ -120,26 +120,6 @@ def resize_fit(rgb: np.ndarray, width: int, height: int) -> np.ndarray:
     return out
 
 
-@dataclass(eq=False)
-class Block(Module):
-    ln1: RMSNorm = tensor("ln1", shape=("n_embd",))
-    attn_q: Linear = tensor("attn_q", shape=("n_embd", "n_embd"))
-    attn_k: Linear = tensor("attn_k", shape=("n_embd", "n_embd"))
-    attn_v: Linear = tensor("attn_v", shape=("n_embd", "n_embd"))
-    attn_out: Linear = tensor("attn_out", shape=("n_embd", "n_embd"))
-    ln2: RMSNorm = tensor("ln2", shape=("n_embd",))
-    ffn_gate: Linear = tensor("ffn_gate", shape=("n_embd", "n_ff"))
-    ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff"))
-    ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
-
-    def __call__(self, ctx: Context, x: Tensor, grid: "Grid") -> Tensor:
-        eps = self.cfg.eps
-        q, k, v = linears(ctx, (self.attn_q, self.attn_k, self.attn_v), self.ln1(ctx, x, eps))
-        x = ctx.add(x, self.attn_out(ctx, grid.attend(ctx, grid.rope(ctx, q), grid.rope(ctx, k), v)))
-        gate, up = linears(ctx, (self.ffn_gate, self.ffn_up), self.ln2(ctx, x, eps))
-        return ctx.add(x, self.ffn_down(ctx, ctx.swiglu(gate, up)))
-
-
 class Grid:
     """What a graph over a rows x cols patch grid needs: the 2D RoPE positions and the
     attention's scratch."""
@@ -175,7 +155,7 @@ class PixtralTower(Module, Tower):
 
     patch_embd: Param = tensor("v.patch_embd", shape=("patch_size", "patch_size", 3, "n_embd"))
     pre_ln: RMSNorm | None = tensor("v.pre_ln", optional=True, shape=("n_embd",))
-    layers: list[Block] = blocks("v.blk")
+    layers: list[RmsSwigluBlock] = blocks("v.blk")
     post_ln: RMSNorm | None = tensor("v.post_ln", optional=True, shape=("n_embd",))
     input_norm: RMSNorm | None = tensor("mm.input_norm", optional=True, shape=("n_embd",))
     patch_merger: Param | None = tensor("mm.patch_merger", optional=True)
@@ -217,7 +197,7 @@ class PixtralTower(Module, Tower):
         if self.pre_ln is not None:
             x = self.pre_ln(ctx, x, c.eps)
         for layer in self.layers:
-            x = layer(ctx, x, grid)
+            x = layer(ctx, x, lambda ctx, q, k, v: grid.attend(ctx, grid.rope(ctx, q), grid.rope(ctx, k), v))
         if self.post_ln is not None:
             x = self.post_ln(ctx, x, c.eps)
         if self.patch_merger is not None:

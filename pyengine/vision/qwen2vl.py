@@ -29,10 +29,11 @@ import numpy as np
 from pyengine.errors import ModelError, UnsupportedError
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import F32, ROPE_VISION, Backend, Context, Tensor
-from pyengine.ml.nn import Linear, Param, RMSNorm, Weight, linears
+from pyengine.ml.nn import Linear, Param, RMSNorm, Weight
 from pyengine.models.binding import Module, bind, blocks, tensor
 from pyengine.vision import image
 from pyengine.vision.tower import Tower, VisionConfig, register_tower
+from pyengine.vision.vit import RmsSwigluBlock
 
 MERGE = 2                  # patches merged per side into one token
 WINDOW_PIXELS = 112        # side of an attention window (llama.cpp's default for Qwen2.5-VL)
@@ -152,26 +153,6 @@ def window_mask(n_y: int, n_x: int, patch: int) -> np.ndarray:
     return np.where(per_patch[:, None] == per_patch[None, :], 0.0, MASKED).astype(np.float32)
 
 
-@dataclass(eq=False)
-class Block(Module):
-    ln1: RMSNorm = tensor("ln1", shape=("n_embd",))
-    attn_q: Linear = tensor("attn_q", shape=("n_embd", "n_embd"))
-    attn_k: Linear = tensor("attn_k", shape=("n_embd", "n_embd"))
-    attn_v: Linear = tensor("attn_v", shape=("n_embd", "n_embd"))
-    attn_out: Linear = tensor("attn_out", shape=("n_embd", "n_embd"))
-    ln2: RMSNorm = tensor("ln2", shape=("n_embd",))
-    ffn_gate: Linear = tensor("ffn_gate", shape=("n_embd", "n_ff"))
-    ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff"))
-    ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
-
-    def __call__(self, ctx: Context, x: Tensor, grid: "PatchGrid", mask: Tensor | None) -> Tensor:
-        eps = self.cfg.eps
-        q, k, v = linears(ctx, (self.attn_q, self.attn_k, self.attn_v), self.ln1(ctx, x, eps))
-        x = ctx.add(x, self.attn_out(ctx, grid.attend(ctx, q, k, v, mask)))
-        h = self.ln2(ctx, x, eps)
-        return ctx.add(x, self.ffn_down(ctx, ctx.swiglu(self.ffn_gate(ctx, h), self.ffn_up(ctx, h))))
-
-
 class PatchGrid:
     """One image size's graph inputs (patch positions, the window mask, the heads'
     scratch) and its attention: per head, softmax(k^T q * scale + mask) then v times
@@ -236,7 +217,7 @@ class Qwen25VLTower(Module, Tower):
     # Qwen's two video frames' kernels: a still image is both frames, so both convolve it
     patch_embd: Param = tensor("v.patch_embd", shape=("patch_size", "patch_size", 3, "n_embd"))
     patch_embd_1: BareParam = tensor("v.patch_embd.weight.1", shape=("patch_size", "patch_size", 3, "n_embd"))
-    layers: list[Block] = blocks("v.blk")
+    layers: list[RmsSwigluBlock] = blocks("v.blk")
     post_ln: RMSNorm = tensor("v.post_ln", shape=("n_embd",))
     mm_0: Linear = tensor("mm.0", shape=("n_merged", "n_merged"))
     mm_2: Linear = tensor("mm.2", shape=("n_merged", "n_embd_text"))
@@ -276,7 +257,8 @@ class Qwen25VLTower(Module, Tower):
                     patch_conv(ctx, self.patch_embd_1.weight, patches))               # [n_embd, n_patches]
         for i, layer in enumerate(self.layers):
             full = c.wa_pattern == 0 or (i + 1) % c.wa_pattern == 0
-            x = layer(ctx, x, grid, None if full else grid.mask)
+            mask = None if full else grid.mask
+            x = layer(ctx, x, lambda ctx, q, k, v, mask=mask: grid.attend(ctx, q, k, v, mask))
         x = self.post_ln(ctx, x, c.eps)
         x = ctx.reshape(x, (c.n_embd * MERGE * MERGE, grid.n // (MERGE * MERGE)))     # a 2x2 group a column
         return self.mm_2(ctx, ctx.gelu(self.mm_0(ctx, x)))                              # [n_embd_text, n_tokens]

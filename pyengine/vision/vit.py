@@ -19,7 +19,7 @@ import numpy as np
 
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import F32, Backend, Context, Tensor
-from pyengine.ml.nn import F32Param, LayerNorm, Linear, Weight, linears
+from pyengine.ml.nn import F32Param, LayerNorm, Linear, RMSNorm, Weight, linears
 from pyengine.models.binding import Module, bind, blocks, tensor
 from pyengine.vision.tower import Tower
 
@@ -165,3 +165,27 @@ class TowerGraphs:
             ctx.set_output(out)
             built = self._built[key] = (ctx, inp, out)
         return built
+
+
+@dataclass(eq=False)
+class RmsSwigluBlock(Module):
+    """The pre-norm block of the RMS-normed towers (Pixtral's, Qwen2.5-VL's): x + attn(RMS(x)),
+    then x + SwiGLU(RMS(x)); `attend(ctx, q, k, v)` is the tower's attention (its
+    positions, its mask) over the projections [n_embd, n]."""
+
+    ln1: RMSNorm = tensor("ln1", shape=("n_embd",))
+    attn_q: Linear = tensor("attn_q", shape=("n_embd", "n_embd"))
+    attn_k: Linear = tensor("attn_k", shape=("n_embd", "n_embd"))
+    attn_v: Linear = tensor("attn_v", shape=("n_embd", "n_embd"))
+    attn_out: Linear = tensor("attn_out", shape=("n_embd", "n_embd"))
+    ln2: RMSNorm = tensor("ln2", shape=("n_embd",))
+    ffn_gate: Linear = tensor("ffn_gate", shape=("n_embd", "n_ff"))
+    ffn_up: Linear = tensor("ffn_up", shape=("n_embd", "n_ff"))
+    ffn_down: Linear = tensor("ffn_down", shape=("n_ff", "n_embd"))
+
+    def __call__(self, ctx: Context, x: Tensor, attend: Callable[[Context, Tensor, Tensor, Tensor], Tensor]) -> Tensor:
+        eps = self.cfg.eps
+        q, k, v = linears(ctx, (self.attn_q, self.attn_k, self.attn_v), self.ln1(ctx, x, eps))
+        x = ctx.add(x, self.attn_out(ctx, attend(ctx, q, k, v)))
+        gate, up = linears(ctx, (self.ffn_gate, self.ffn_up), self.ln2(ctx, x, eps))
+        return ctx.add(x, self.ffn_down(ctx, ctx.swiglu(gate, up)))
