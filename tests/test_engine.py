@@ -241,6 +241,24 @@ def test_shift_with_a_live_sharer_matches_each_alone(make):
 # ---- prefix reuse --------------------------------------------------------------------------
 
 
+def test_a_shifted_request_leaves_only_its_kept_tokens_reusable(make):
+    """After a shift the cells past num_keep no longer equal a fresh computation: a prompt
+    equal to everything the finished request left cached reuses num_keep tokens, and gets
+    the output of computing the rest afresh."""
+    engine = make(n_ctx=32)
+    opts = never_eog(engine)
+    first = engine.submit(prompt(13, 20), opts, max_tokens=20, num_keep=5).result()
+    assert first.context_shifts >= 1
+    (idle,) = engine.slots.idle_with_cells()
+    assert idle.valid == 5 and len(idle.tokens) > 5
+    follow = idle.tokens + [7]
+    second = engine.submit(follow, opts, max_tokens=4, shift=False).result()
+    fresh = engine.submit(follow, opts, max_tokens=4, shift=False, cache_prompt=False).result()
+    assert second.cached_tokens == 5 and fresh.cached_tokens == 0
+    assert second.tokens == fresh.tokens
+
+
+
 def test_prefix_reuse_from_a_finished_request(make):
     engine = make(n_ctx=128)
     opts = never_eog(engine)

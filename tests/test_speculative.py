@@ -115,6 +115,19 @@ def test_seeded_sampling_is_identical_with_speculation(make, parts):
     assert fast.draft_accepted > 0   # the target drafting for itself with sampling still hits
 
 
+def test_rejected_drafts_leave_every_kept_token_reusable(make):
+    """A speculating request whose drafts were partly rejected leaves its cells valid up
+    to the last token it fed: a follow-up reuses all of them."""
+    engine = make()
+    first = engine.submit(REPEATS, _greedy(engine), max_tokens=40, speculative="ngram").result()
+    assert 0 < first.draft_tokens and first.draft_accepted < first.draft_tokens
+    follow = REPEATS + first.tokens + [40, 41]
+    second = engine.submit(follow, _greedy(engine), max_tokens=8).result()
+    fresh = _run(engine, follow, _greedy(engine), max_tokens=8)
+    assert second.cached_tokens == len(REPEATS) + len(first.tokens) - 1   # the last pick was never fed
+    assert second.tokens == fresh.tokens
+
+
 def test_grammar_output_is_identical_with_speculation(make):
     engine = make()
     grammar = Grammar.from_gbnf('root ::= ("ab" | "cd" | " ")+')

@@ -11,6 +11,10 @@ and streams what is safe to show.
     handle = engine.submit(ids, SamplingOptions(temperature=0), max_tokens=64)
     for event in handle: ...            # Chunk ... Completion
 
+Each request in flight is one Sequence (runner/sequence.py): its checked inputs, what the
+cache holds of it (and how much of that a later prompt may reuse), its sampler chain,
+text and timings; its Completion is made from it when it ends.
+
 Requests with the same prompt (n choices of one OpenAI request, or clients that
 happen to ask the same) compute it once: a request whose prompt equals that of a
 live sequence (waiting for it while it is still in its prompt) starts on its cells
@@ -41,9 +45,9 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from collections import abc, deque
+from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
@@ -54,9 +58,9 @@ from pyengine.ml.nn import CacheSpec
 from pyengine.options import RequestOptions
 from pyengine.runner.forward import Forward
 from pyengine.runner.handle import RequestHandle
-from pyengine.runner.request import Request, make_request
-from pyengine.runner.sequence import Chunk, Completion, StopMatcher, TokenLogprob
-from pyengine.runner.slots import Slot, SlotTable
+from pyengine.runner.request import make_request
+from pyengine.runner.sequence import Chunk, Sequence, TokenLogprob
+from pyengine.runner.slots import SlotTable
 from pyengine.runner.speculative import DraftModel, Speculator, verify
 from pyengine.sample import SamplerChain, SamplingOptions
 from pyengine.tokenizer import StreamDecoder, Tokenizer
@@ -64,39 +68,6 @@ from pyengine.tokenizer import StreamDecoder, Tokenizer
 DEFAULT_BATCH = 512
 DEFAULT_PARALLEL = 4
 SWA_MARGIN = 32   # sliding-window cells kept beyond the window, so a prompt may diverge a little late
-
-
-@dataclass(eq=False)
-class _Seq:
-    """A request in flight."""
-
-    req: Request
-    handle: RequestHandle
-    chain: SamplerChain
-    decoder: StreamDecoder
-    matcher: StopMatcher
-    result: Completion
-    slot: Slot | None = None
-    cache_tokens: list[int] = field(default_factory=list)   # fed to the model, position order
-    pending: list[int] = field(default_factory=list)        # to feed next
-    prefill: bool = True
-    valid: int | None = None     # reusable leading tokens after a shift (None: all)
-    twin: "_Seq | None" = None   # a live sequence with the same prompt, computing or computed
-    prompt_row: np.ndarray | None = None   # the logits of the prompt's last token, while live
-    images: dict[int, np.ndarray] = field(default_factory=dict)   # prompt position -> rows [n, n_embd]
-    grids: dict[int, tuple[int, int]] = field(default_factory=dict)   # prompt position -> an image's token grid
-    keys: list[int] | None = None   # the prompt as the cache is keyed: images' positions by content
-    speculative: str | None = None  # "ngram" / "draft": drafts verified with each step (runner/speculative.py)
-    options: RequestOptions | None = None   # the request's options (the draft sizes)
-    t_submit: float = 0.0
-    t_start: float = 0.0
-    t_first: float = 0.0
-
-    def cached(self) -> tuple[list[int], int]:
-        """Tokens in the cache and how many leading ones another request may reuse (none
-        past an image not keyed by its content)."""
-        valid = len(self.cache_tokens) if self.valid is None else self.valid
-        return self.cache_tokens, valid if self.keys is not None else min([valid, *self.images])
 
 
 class Engine:
@@ -144,10 +115,10 @@ class Engine:
         self.eog_ids = frozenset(t for t in tokenizer.eog_ids if 0 <= t < self.n_vocab)
         self._pieces: list[bytes] | None = None
         self._cv = threading.Condition()
-        self._queue: deque[_Seq] = deque()
+        self._queue: deque[Sequence] = deque()
         self._commands: deque[tuple[Callable[[], object], list]] = deque()
-        self._waiting: deque[_Seq] = deque()
-        self._live: list[_Seq] = []
+        self._waiting: deque[Sequence] = deque()
+        self._live: list[Sequence] = []
         self._closed = False
         self._next_id = 0
         self.steps = 0
@@ -158,8 +129,8 @@ class Engine:
 
     # ---- public ----------------------------------------------------------------------
 
-    def submit(self, prompt: Sequence[int], options: RequestOptions | SamplingOptions | None = None, *,
-               images: Sequence[tuple[int, np.ndarray]] = (), **fields) -> RequestHandle:
+    def submit(self, prompt: abc.Sequence[int], options: RequestOptions | SamplingOptions | None = None, *,
+               images: abc.Sequence[tuple[int, np.ndarray]] = (), **fields) -> RequestHandle:
         """Queue a request; returns its handle at once (errors in the options raise here).
 
         `options` is the request's RequestOptions; a SamplingOptions (or None) with the
@@ -186,17 +157,13 @@ class Engine:
                 raise PyEngineError("the engine is closed")
             self._next_id += 1
             handle = RequestHandle(self._next_id, self._wake)
-            result = Completion(prompt_tokens=len(req.prompt), truncated_tokens=req.truncated,
-                                logprobs=[] if req.logprobs else None)
-            seq = _Seq(req, handle, chain, StreamDecoder(self.tokenizer), StopMatcher(req.stop), result,
-                       t_submit=time.perf_counter(), images=spans, grids=grids,
-                       keys=image_keyed(req.prompt, spans) if spans else None, speculative=mode, options=options)
-            result.speculative = mode
+            seq = Sequence(req, options, handle, chain, StreamDecoder(self.tokenizer), speculative=mode,
+                           images=spans, grids=grids, keys=image_keyed(req.prompt, spans) if spans else None)
             self._queue.append(seq)
             self._cv.notify_all()
         return handle
 
-    def _image_spans(self, images: Sequence[tuple[int, np.ndarray]],
+    def _image_spans(self, images: abc.Sequence[tuple[int, np.ndarray]],
                      n_prompt: int) -> tuple[dict[int, np.ndarray], dict[int, tuple[int, int]]]:
         """The images of a prompt checked: inside it, apart, each fitting one batch; rows
         given as a grid [n_rows, n_columns, n_embd] (M-RoPE's towers) are kept flat with
@@ -400,7 +367,7 @@ class Engine:
             self.prompt_tokens_computed += n
             self._advance(seq, toks, logits if n == len(seq.pending) else None)
 
-    def _text_rope(self, batch: list[tuple[_Seq, list[int]]], positions: np.ndarray) -> np.ndarray | None:
+    def _text_rope(self, batch: list[tuple[Sequence, list[int]]], positions: np.ndarray) -> np.ndarray | None:
         """M-RoPE positions of a batch of tokens where a sequence has had an image with a
         grid (its text goes on from the image's t + max(rows, columns)); None: every
         stream is the token's position."""
@@ -412,7 +379,7 @@ class Engine:
         p = positions + shifts
         return np.stack([p, p, p, np.zeros_like(p)], axis=1).astype(np.int32)
 
-    def _image_rope(self, seq: _Seq, start: int, n: int) -> np.ndarray | None:
+    def _image_rope(self, seq: Sequence, start: int, n: int) -> np.ndarray | None:
         """An image's rows' M-RoPE positions (t, t + row, t + column, 0), t its first
         position after the images before it; None where the model or image has none."""
         if self.forward.rope_streams == 1 or start not in seq.grids:
@@ -422,7 +389,7 @@ class Engine:
         ty, tx = np.divmod(np.arange(n), n_x)
         return np.stack([np.full(n, t), t + ty, t + tx, np.zeros(n, np.int64)], axis=1).astype(np.int32)
 
-    def _batch_inputs(self, batch: list[tuple[_Seq, list[int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _batch_inputs(self, batch: list[tuple[Sequence, list[int]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The batch's tokens, positions and sequence ids; a decode step's (a token of
         each generating sequence) straight from lists, in a few calls."""
         if all(not seq.prefill and len(toks) == 1 for seq, toks in batch):
@@ -442,7 +409,7 @@ class Engine:
         for seq in [s for s in self._live if s.handle.cancel_requested]:
             self._finish(seq, "cancelled")
 
-    def _waits_for_twin(self, seq: _Seq) -> bool:
+    def _waits_for_twin(self, seq: Sequence) -> bool:
         """Whether `seq` waits for a live sequence that is computing the same prompt (its
         twin, also found when the prompt is computed already)."""
         if seq.twin is None and seq.req.cache_prompt and not seq.req.all_logits:
@@ -451,10 +418,10 @@ class Engine:
                              and len(s.req.prompt) == len(prompt) and s.req.prompt == prompt), None)
         return seq.twin is not None and seq.twin.prefill and seq.twin in self._live
 
-    def _start(self, seq: _Seq) -> None:
+    def _start(self, seq: Sequence) -> None:
         """Give a sequence a slot, reusing the longest cached prefix of its prompt (all of
         it, when a twin computed the prompt and left its last logits)."""
-        prompt = seq.keys or seq.req.prompt
+        prompt = seq.prompt_keys
         row = seq.twin.prompt_row if seq.twin is not None else None
         seq.twin = None
         reuse, n = self.slots.best_prefix(prompt, leave=0) if row is not None else (None, 0)
@@ -474,26 +441,21 @@ class Engine:
                 n = before_image(seq.images, self.cache.usable_prefix(reuse.id, n))
                 row = row if n == len(prompt) else None
                 self.cache.copy_prefix(reuse.id, slot.id, n)
-        slot.seq, slot.tokens, slot.valid = seq, [], 0
+        slot.seq, slot.tokens, slot.valid = seq, [], 0   # the sequence owns what the cells hold now
         self.slots.touch(slot)
-        seq.slot = slot
-        seq.cache_tokens = prompt[:n]
-        seq.pending = prompt[n:]
-        seq.result.cached_tokens = n
-        seq.t_start = time.perf_counter()
-        seq.result.queue_seconds = seq.t_start - seq.t_submit
+        seq.start(slot, n)
         seq.chain.accept_prompt(seq.req.prompt)
         if seq.req.all_logits:
-            seq.result.logits = np.empty((len(prompt), self.n_vocab), np.float32)
+            seq.logits = np.empty((len(prompt), self.n_vocab), np.float32)
         self._live.append(seq)
         if row is not None:
             self._start_after_prompt(seq, row)
 
-    def _start_after_prompt(self, seq: _Seq, row: np.ndarray) -> None:
+    def _start_after_prompt(self, seq: Sequence, row: np.ndarray) -> None:
         """A sequence whose whole prompt is in the cache samples its first token at once,
         from the logits its twin computed for the prompt's last token."""
         seq.prefill = False
-        seq.t_first = time.perf_counter()
+        seq.t_first = seq.t_start   # no prompt left to compute: its time is none
         if seq.req.max_tokens is not None and seq.req.max_tokens <= 0:
             self._finish(seq, "length")
             return
@@ -502,7 +464,7 @@ class Engine:
         except PyEngineError as error:
             self._finish(seq, "error", error)
 
-    def _plan(self) -> list[tuple[_Seq, list[int]]]:
+    def _plan(self) -> list[tuple[Sequence, list[int]]]:
         """One token of each generating sequence, then prompt chunks, n_batch tokens at most."""
         budget = self.n_batch
         batch = []
@@ -529,24 +491,24 @@ class Engine:
                 budget -= len(chunk)
         return batch
 
-    def _draft(self, seq: _Seq, budget: int) -> list[int]:
+    def _draft(self, seq: Sequence, budget: int) -> list[int]:
         """Draft tokens to verify after the sequence's next token (none unless it
         speculates): within the batch's budget, the context and max_tokens."""
         if seq.speculative is None:
             return []
         room = min(budget, seq.req.n_ctx - len(seq.cache_tokens) - 1)
         if seq.req.max_tokens is not None:
-            room = min(room, seq.req.max_tokens - len(seq.result.tokens) - 1)
+            room = min(room, seq.req.max_tokens - len(seq.tokens) - 1)
         return self.speculator.draft(seq.speculative, seq.options, seq.slot.id, seq.cache_tokens + seq.pending[:1], room)
 
-    def _rows_wanted(self, seq: _Seq, n: int) -> range:
+    def _rows_wanted(self, seq: Sequence, n: int) -> range:
         if not seq.prefill:
             return range(n)
         if seq.req.all_logits:
             return range(n)
         return range(n - 1, n) if n == len(seq.pending) else range(0)
 
-    def _make_room(self, batch: list[tuple[_Seq, list[int]]]) -> None:
+    def _make_room(self, batch: list[tuple[Sequence, list[int]]]) -> None:
         """Free sliding-window cells out of reach, then evict idle slots until every group
         has a cell for each new token (live sequences always fit: see the sizes in __init__)."""
         for seq, _ in batch:
@@ -554,27 +516,26 @@ class Engine:
         n_new = sum(len(toks) for _, toks in batch)
         self.cache.reserve(n_new, self.slots.evict_lru, n_seqs=len(batch))
 
-    def _advance(self, seq: _Seq, toks: list[int], logits: np.ndarray | None) -> None:
+    def _advance(self, seq: Sequence, toks: list[int], logits: np.ndarray | None) -> None:
         """Book the tokens just fed; sample when the sequence got its logits."""
         if not seq.prefill and len(toks) > 1:
             self._advance_verified(seq, toks, logits)
             return
         n_before = len(seq.cache_tokens)
-        seq.cache_tokens.extend(toks)
+        seq.extend_cache(toks)
         del seq.pending[:len(toks)]
         self.cache.slide(seq.slot.id, len(seq.cache_tokens), self.swa_margin)
         if seq.prefill:
             self.cache.checkpoint(seq.slot.id)   # a prompt chunk's end: a recurrent state to resume from
             if seq.req.all_logits and logits is not None:
-                seq.result.logits[n_before:n_before + len(toks)] = logits
+                seq.logits[n_before:n_before + len(toks)] = logits
             if seq.pending:
                 return
             seq.prefill = False
             seq.t_first = time.perf_counter()
-            seq.result.prompt_seconds = seq.t_first - seq.t_start
             if not seq.req.all_logits:   # for twins (a copy: the step's buffer is reused)
                 seq.prompt_row = np.array(logits[-1], np.float32)
-        if seq.req.max_tokens is not None and len(seq.result.tokens) >= seq.req.max_tokens:
+        if seq.req.max_tokens is not None and len(seq.tokens) >= seq.req.max_tokens:
             self._finish(seq, "length")
             return
         try:
@@ -582,12 +543,12 @@ class Engine:
         except PyEngineError as error:
             self._finish(seq, "error", error)
 
-    def _advance_verified(self, seq: _Seq, toks: list[int], logits: np.ndarray) -> None:
+    def _advance_verified(self, seq: Sequence, toks: list[int], logits: np.ndarray) -> None:
         """A generating sequence's token and its draft were fed: the chain picks from each
         row in turn while its pick equals the next draft (runner/speculative.py); the
         cache drops what follows the first rejected draft; the picks stream."""
-        req, result = seq.req, seq.result
-        left = len(toks) if req.max_tokens is None else req.max_tokens - len(result.tokens)
+        req = seq.req
+        left = len(toks) if req.max_tokens is None else req.max_tokens - len(seq.tokens)
         try:
             picked = verify(lambda row: self._pick(seq, row), logits, toks[1:], self.eog_ids.__contains__, left)
         except PyEngineError as error:
@@ -595,21 +556,21 @@ class Engine:
             return
         n_fed = len(picked)   # the fed tokens whose cells stay: the next token and the accepted drafts
         self.cache.remove(seq.slot.id, len(seq.cache_tokens) + n_fed)
-        seq.cache_tokens.extend(toks[:n_fed])
+        seq.extend_cache(toks[:n_fed])
         del seq.pending[:]
         self.cache.slide(seq.slot.id, len(seq.cache_tokens), self.swa_margin)
-        result.draft_tokens += len(toks) - 1
-        result.draft_accepted += sum(1 for (token, _), draft in zip(picked, toks[1:]) if token == draft)
+        seq.draft_tokens += len(toks) - 1
+        seq.draft_accepted += sum(1 for (token, _), draft in zip(picked, toks[1:]) if token == draft)
         for token, lp in picked:
             self._emit(seq, token, lp)
-            if seq.slot is None:   # finished: a stop string, EOG or max_tokens
+            if seq.finished:   # a stop string, EOG or max_tokens
                 return
 
-    def _sample(self, seq: _Seq, row: np.ndarray) -> None:
+    def _sample(self, seq: Sequence, row: np.ndarray) -> None:
         token, lp = self._pick(seq, row)
         self._emit(seq, token, lp)
 
-    def _pick(self, seq: _Seq, row: np.ndarray) -> tuple[int, TokenLogprob | None]:
+    def _pick(self, seq: Sequence, row: np.ndarray) -> tuple[int, TokenLogprob | None]:
         """The chain's token from a row (and its log-probabilities when asked), accepted
         into the chain's history."""
         req = seq.req
@@ -621,27 +582,26 @@ class Engine:
         seq.chain.accept(token)
         return token, lp
 
-    def _emit(self, seq: _Seq, token: int, lp: TokenLogprob | None) -> None:
+    def _emit(self, seq: Sequence, token: int, lp: TokenLogprob | None) -> None:
         """A picked token: the end (EOG, a stop string, max_tokens) or text to stream."""
-        req, result = seq.req, seq.result
         if token in self.eog_ids:
             self._finish(seq, "stop")
             return
-        result.tokens.append(token)
+        seq.tokens.append(token)
         if lp is not None:
-            result.logprobs.append(lp)
+            seq.logprobs.append(lp)
         text = seq.matcher.push(seq.decoder.push(token))
-        result.text += text
+        seq.text += text
         seq.handle._put(Chunk(text, (token,), (lp,) if lp is not None else None))
+        max_tokens = seq.req.max_tokens
         if seq.matcher.stopped:
-            result.stop_string = seq.matcher.matched
             self._finish(seq, "stop")
-        elif req.max_tokens is not None and len(result.tokens) >= req.max_tokens:
+        elif max_tokens is not None and len(seq.tokens) >= max_tokens:
             self._finish(seq, "length")
         else:
             seq.pending = [token]
 
-    def _shift(self, seq: _Seq) -> bool:
+    def _shift(self, seq: Sequence) -> bool:
         """Make room for one more token by dropping half of what follows num_keep."""
         if not seq.req.shift:
             return False
@@ -654,34 +614,25 @@ class Engine:
         self.cache.check_shift()
         self.cache.reserve(0, self.slots.evict_lru, shift=(seq.slot.id, keep + n_discard))
         self.cache.shift(seq.slot.id, keep, n_discard, self.rotator)
-        del seq.cache_tokens[keep:keep + n_discard]
-        seq.valid = keep if seq.valid is None else min(seq.valid, keep)
-        seq.result.context_shifts += 1
+        seq.shifted(keep, n_discard)
         return True
 
-    def _finish(self, seq: _Seq, reason: str, error: BaseException | None = None) -> None:
-        result = seq.result
+    def _finish(self, seq: Sequence, reason: str, error: BaseException | None = None) -> None:
         if reason in ("stop", "length") and not seq.matcher.stopped:
             tail = seq.matcher.push(seq.decoder.flush()) + seq.matcher.flush()
             if seq.matcher.stopped:
-                result.stop_string = seq.matcher.matched
                 reason = "stop"
             if tail:
-                result.text += tail
+                seq.text += tail
                 seq.handle._put(Chunk(tail))
-        now = time.perf_counter()
-        if seq.t_first:
-            result.generation_seconds = now - seq.t_first
-        elif seq.t_start:
-            result.prompt_seconds = now - seq.t_start
+        seq.end(reason)
         self._release(seq, keep=reason in ("stop", "length") and seq.req.cache_prompt)
         if error is not None:
             seq.handle._fail(error)
             return
-        result.finish_reason = reason
-        seq.handle._put(result)
+        seq.handle._put(seq.completion())
 
-    def _release(self, seq: _Seq, keep: bool) -> None:
+    def _release(self, seq: Sequence, keep: bool) -> None:
         seq.prompt_row = None
         if seq in self._live:
             self._live.remove(seq)
@@ -692,8 +643,7 @@ class Engine:
         seq.slot = None
         if keep:
             self.cache.checkpoint(slot.id)   # a turn's end: where a follow-up turn resumes
-            slot.tokens = seq.cache_tokens
-            slot.valid = len(seq.cache_tokens) if seq.valid is None else seq.valid
+            slot.tokens, slot.valid = seq.cache_tokens, seq.valid
             self.slots.touch(slot)
         else:
             self.slots.evict(slot)
@@ -710,7 +660,7 @@ def state_rows(n_parallel: int, checkpoints: int) -> int:
     return 1 + (n_parallel + 1) * (checkpoints + 2)
 
 
-def _tokens_before_image(seq: _Seq) -> int:
+def _tokens_before_image(seq: Sequence) -> int:
     """How many of the sequence's pending prompt tokens come before its next image."""
     if not seq.images:
         return len(seq.pending)

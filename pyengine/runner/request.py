@@ -2,7 +2,9 @@
 
 The options were validated when their RequestOptions was built; what needs the
 engine (the prompt's ids, the context, whether the prompt fits) is checked here, in
-the caller's thread, so an error raises where the call was made.
+the caller's thread, so an error raises where the call was made.  A Request does not
+change once made; the engine's runner/sequence.Sequence holds it with the request's
+changing state.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pyengine.options import DEFAULT_NUM_KEEP, FILL_CONTEXT, RequestOptions, con
 from pyengine.sample import Grammar, SamplingOptions
 
 
-@dataclass
+@dataclass(frozen=True)
 class Request:
     prompt: list[int]
     sampling: SamplingOptions = field(default_factory=SamplingOptions)
@@ -40,14 +42,11 @@ def make_request(prompt: Sequence[int], options: RequestOptions, *, n_vocab: int
         raise InvalidOptionError(f"request options must be RequestOptions, got {type(options).__name__}")
     ids = _prompt_ids(prompt, n_vocab)
     n_ctx = context_limit(engine_ctx, options.num_ctx)
-    max_tokens = None if options.max_tokens == FILL_CONTEXT else options.max_tokens
-    req = Request(ids, options.sampling, max_tokens, list(options.stop), options.logprobs, options.top_logprobs,
-                  options.grammar, options.num_keep, options.shift, options.truncate, n_ctx, options.cache_prompt,
-                  options.all_logits)
-    _fit_context(req)
-    if options.max_tokens == FILL_CONTEXT:
-        req.max_tokens = max(n_ctx - len(req.prompt), 0)
-    return req
+    ids, truncated = _fit_context(ids, n_ctx, options)
+    max_tokens = max(n_ctx - len(ids), 0) if options.max_tokens == FILL_CONTEXT else options.max_tokens
+    return Request(ids, options.sampling, max_tokens, list(options.stop), options.logprobs, options.top_logprobs,
+                   options.grammar, options.num_keep, options.shift, options.truncate, n_ctx, options.cache_prompt,
+                   options.all_logits, truncated)
 
 
 def _prompt_ids(prompt: Sequence[int], n_vocab: int) -> list[int]:
@@ -65,19 +64,19 @@ def _prompt_ids(prompt: Sequence[int], n_vocab: int) -> list[int]:
     return ids
 
 
-def _fit_context(req: Request) -> None:
-    """A prompt longer than the context: an error, or (truncate on) cut the way a shift
-    would cut it: keep num_keep tokens and the latest ones, leaving half the rest free."""
-    n, n_ctx = len(req.prompt), req.n_ctx
+def _fit_context(ids: list[int], n_ctx: int, options: RequestOptions) -> tuple[list[int], int]:
+    """The prompt fitted to the context, and how many tokens were dropped: a prompt longer
+    than the context is an error, or (truncate on) cut the way a shift would cut it: keep
+    num_keep tokens and the latest ones, leaving half the rest free."""
+    n = len(ids)
     if n <= n_ctx:
-        return
-    if not req.truncate or req.all_logits:
+        return ids, 0
+    if not options.truncate or options.all_logits:
         raise ContextLengthError(f"the prompt has {n} tokens but the context holds {n_ctx} "
                                  f"(raise num_ctx, shorten the prompt, or pass truncate=True)")
-    keep = n if req.num_keep < 0 else req.num_keep
+    keep = n if options.num_keep < 0 else options.num_keep
     if keep >= n_ctx:
         raise ContextLengthError(f"the prompt has {n} tokens and num_keep={keep} of them must be kept, "
                                  f"but the context holds {n_ctx}")
     tail = (n_ctx - keep) // 2 or 1
-    req.truncated = n - keep - tail
-    req.prompt = req.prompt[:keep] + req.prompt[n - tail:]
+    return ids[:keep] + ids[n - tail:], n - keep - tail

@@ -19,15 +19,22 @@ from pyengine.kvcache import MAX_SEQUENCES, Cache
 
 @dataclass(eq=False)
 class Slot:
+    """One sequence id of the cache: the live sequence running in it, or (idle) the
+    tokens its last sequence left in its cells."""
+
     id: int
-    tokens: list[int] = field(default_factory=list)   # cached tokens, position order
-    valid: int = 0          # leading tokens whose K/V equal a fresh computation
+    tokens: list[int] = field(default_factory=list)   # left in the cells when idle, position order
+    valid: int = 0          # leading tokens whose K/V equal a fresh computation (as Sequence.valid)
     seq: object = None      # the live sequence (with .cached() -> tokens, valid), or None when idle
     last_used: int = 0
 
     @property
     def live(self) -> bool:
         return self.seq is not None
+
+    def cached(self) -> tuple[list[int], int]:
+        """The tokens in the slot's cells and how many leading ones a prompt may reuse."""
+        return self.seq.cached() if self.seq is not None else (self.tokens, self.valid)
 
 
 class SlotTable:
@@ -74,7 +81,7 @@ class SlotTable:
         best, best_n = None, 0
         head = np.asarray(prompt[:limit], np.int64)
         for slot in sorted(self.slots, key=lambda s: (s.live, -s.last_used)):
-            tokens, valid = slot.seq.cached() if slot.live else (slot.tokens, slot.valid)
+            tokens, valid = slot.cached()
             n_max = min(valid, limit)
             if n_max <= best_n:
                 continue
