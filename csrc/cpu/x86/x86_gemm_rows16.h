@@ -183,9 +183,10 @@ GM_INLINE void gemm8_pair_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512 whole[4], mins[4];
     for (int j = 0; j < nc; j++) whole[j] = mins[j] = _mm512_setzero_ps();
+    /* No software prefetch: the hardware prefetchers follow the two streams.  Asking
+     * for the next block (1152 B) of each, 2 threads streaming 226 MB of 2048 x 8192
+     * products, ran at 19-20 GB/s; without it 23-25 (16 or 24 blocks ahead: 21-23). */
     for (int64_t b = 0; b < nb; b++) {
-        pe_prefetch(x + b + 1, sizeof *x);
-        pe_prefetch(x2 + b + 1, sizeof *x);
         const __m512i word0 = gp_join(x[b].scales[0], x2[b].scales[0]);
         const __m512i word1 = gp_join(x[b].scales[1], x2[b].scales[1]);
         const __m512i word2 = gp_join(x[b].scales[2], x2[b].scales[2]);
