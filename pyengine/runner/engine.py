@@ -11,7 +11,7 @@ and streams what is safe to show.
     handle = engine.submit(ids, SamplingOptions(temperature=0), max_tokens=64)
     for event in handle: ...            # Chunk ... Completion
 
-Each request in flight is one Sequence (runner/sequence.py): its checked inputs, what the
+Each request in flight is one Sequence (runner/inflight.py): its checked inputs, what the
 cache holds of it (and how much of that a later prompt may reuse), its sampler chain,
 text and timings; its Completion is made from it when it ends.
 
@@ -59,7 +59,8 @@ from pyengine.options import RequestOptions
 from pyengine.runner.forward import Forward
 from pyengine.runner.handle import RequestHandle
 from pyengine.runner.request import make_request
-from pyengine.runner.sequence import Chunk, Sequence, TokenLogprob
+from pyengine.runner.inflight import Sequence
+from pyengine.runner.sequence import Chunk, TokenLogprob
 from pyengine.runner.slots import SlotTable
 from pyengine.runner.speculative import DraftModel, Speculator, verify
 from pyengine.sample import SamplerChain, SamplingOptions

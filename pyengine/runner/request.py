@@ -3,7 +3,7 @@
 The options were validated when their RequestOptions was built; what needs the
 engine (the prompt's ids, the context, whether the prompt fits) is checked here, in
 the caller's thread, so an error raises where the call was made.  A Request does not
-change once made; the engine's runner/sequence.Sequence holds it with the request's
+change once made; the engine's runner/inflight.Sequence holds it with the request's
 changing state.
 """
 
