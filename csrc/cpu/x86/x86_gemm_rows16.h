@@ -37,17 +37,18 @@ static inline void gp_nibbles(const uint8_t lo[4][8][4], const uint8_t hi[4][8][
     }
 }
 
-/* gr_prefetch for a pair of groups, one stream of 2 nb blocks consumed
- * two at a time (block b of each group): the block each step asks for is
- * where gr_prefetch's position p falls, in both groups of this pair or,
- * past its end, of the next (groups 2 and 3 from x: x + nb + p, x + 2 nb + p). */
+/* The prefetch of a pair kernel at block b (of nb per group) of pass `pass`
+ * of `passes` over the pair: one pass streams the two groups as one run (gr_prefetch_run); two
+ * ask at gr_prefetch's pace for the block where its position p falls, in both
+ * groups of this pair or, past their end, of the next (x + nb + p, x + 2 nb + p). */
 static inline void gp_prefetch(const void *x, size_t size, int64_t b, int64_t nb, int pass, int passes) {
-    int64_t p = b + GR_PREFETCH_BLOCKS;
-    if (passes > 1) {
-        const int64_t t = pass * nb + b;
-        if (t & 1) return;
-        p = (nb + GR_PREFETCH_BLOCKS) / 2 + t / 2;
+    if (passes == 1) {
+        gr_prefetch_run(x, 2 * (size_t)b * size, 2 * size);
+        return;
     }
+    const int64_t t = pass * nb + b;
+    if (t & 1) return;
+    const int64_t p = (nb + GR_PREFETCH_BLOCKS) / 2 + t / 2;
     const uint8_t *first = (const uint8_t *)x + (size_t)(p + (p >= nb ? nb : 0)) * size;
     pe_prefetch(first, size);
     pe_prefetch(first + (size_t)nb * size, size);
@@ -183,10 +184,8 @@ GM_INLINE void gemm8_pair_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512 whole[4], mins[4];
     for (int j = 0; j < nc; j++) whole[j] = mins[j] = _mm512_setzero_ps();
-    /* No software prefetch: the hardware prefetchers follow the two streams.  Asking
-     * for the next block (1152 B) of each, 2 threads streaming 226 MB of 2048 x 8192
-     * products, ran at 19-20 GB/s; without it 23-25 (16 or 24 blocks ahead: 21-23). */
     for (int64_t b = 0; b < nb; b++) {
+        gr_prefetch_run(x, 2 * (size_t)b * sizeof *x, 2 * sizeof *x);
         const __m512i word0 = gp_join(x[b].scales[0], x2[b].scales[0]);
         const __m512i word1 = gp_join(x[b].scales[1], x2[b].scales[1]);
         const __m512i word2 = gp_join(x[b].scales[2], x2[b].scales[2]);

@@ -51,16 +51,31 @@ static inline __m256 gr_fold8(const __m256 acc[8]) {
     return _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
 }
 
-/* Blocks this far ahead are asked for (a group of rows streams as one run):
- * 3.5-6.5 KB for these types.  Against 12, paired runs of SmolLM2 and
- * Gemma-3 decode steps took 0-12% less at 4 activation rows and about the
- * same at 1; 48 gained nothing more. */
+/* A group of rows is one run of bytes, and a thread's groups follow each
+ * other (as the two groups of a pair kernel do): a step that reads len bytes
+ * at offset `at` of the run asks for the len bytes GR_PREFETCH_RUN_BYTES
+ * further on, into L1 (in a later group near the end of a run).  AVX-512, 2
+ * threads streaming 566 MB of 2048 x 8192 or 8192 x 2048 Q4_K products
+ * through the pair kernel, alternating runs: 24-27 and 32-34 GB/s with no
+ * software prefetch, 40-44 and 35-43 with this; 24 KB ahead 35-40, 48 KB
+ * 33-35; into L2 only 29-37; each group's stream on its own 12 blocks ahead
+ * 36-38.  Q8_0 2048 x 8192: 31-33 GB/s with GR_PREFETCH_BLOCKS, 35-57 with
+ * this (8192 x 2048 the same); Q5_0 34-37 against 37-41. */
+#define GR_PREFETCH_RUN_BYTES (36 * 1024)
+static inline void gr_prefetch_run(const void *run, size_t at, size_t len) {
+    pe_prefetch((const char *)run + at + GR_PREFETCH_RUN_BYTES, len);
+}
+
+/* Two passes over a group (3-4 activation rows) pace their prefetches in
+ * blocks: 3.5-6.5 KB for these types.  Against 12, paired runs of SmolLM2 and
+ * Gemma-3 decode steps took 0-12% less at 4 activation rows; 48 gained
+ * nothing more. */
 #define GR_PREFETCH_BLOCKS 24
 
 /* The prefetch at block b of pass `pass` of `passes` over a group of nb
- * blocks of `size` bytes at x.  One pass (1-2 activation rows) asks for
- * block b + GR_PREFETCH_BLOCKS.  Two passes (3-4 rows: the second rereads
- * the group from L1) ask for the blocks that follow at half that pace,
+ * blocks of `size` bytes at x.  One pass (1-2 activation rows) streams the
+ * run (gr_prefetch_run).  Two passes (3-4 rows: the second rereads the group
+ * from L1) ask for the blocks that follow at half the pace of the reads,
  * through both: asked for in the first pass alone, the next group's blocks
  * came in a burst the memory could not keep up with, and nothing was asked
  * for while the second pass computed.  Block nb + k (the next group's k-th)
@@ -69,7 +84,7 @@ static inline __m256 gr_fold8(const __m256 acc[8]) {
 static inline void gr_prefetch(const void *x, size_t size, int64_t b, int64_t nb, int pass, int passes) {
     const uint8_t *base = (const uint8_t *)x;
     if (passes == 1) {
-        pe_prefetch(base + (size_t)(b + GR_PREFETCH_BLOCKS) * size, size);
+        gr_prefetch_run(x, (size_t)b * size, size);
         return;
     }
     const int64_t t = pass * nb + b;
@@ -261,7 +276,7 @@ GM_INLINE void gemm8_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q4_Kx8
     __m256 whole[4], mins[4];
     for (int j = 0; j < nc; j++) whole[j] = mins[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
-        pe_prefetch(x + b + 1, sizeof *x);
+        gr_prefetch_run(x, (size_t)b * sizeof *x, sizeof *x);
         const __m256i word0 = gm_load256(x[b].scales[0]), word1 = gm_load256(x[b].scales[1]);
         const __m256i word2 = gm_load256(x[b].scales[2]);
         const __m256 dw = _mm256_cvtph_ps(gm_load128(x[b].d)), dminw = _mm256_cvtph_ps(gm_load128(x[b].dmin));
