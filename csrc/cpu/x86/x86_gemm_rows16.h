@@ -38,9 +38,10 @@ static inline void gp_nibbles(const uint8_t lo[4][8][4], const uint8_t hi[4][8][
 }
 
 /* The prefetch of a pair kernel at block b (of nb per group) of pass `pass`
- * of `passes` over the pair: one pass streams the two groups as one run (gr_prefetch_run); two
- * ask at gr_prefetch's pace for the block where its position p falls, in both
- * groups of this pair or, past their end, of the next (x + nb + p, x + 2 nb + p). */
+ * of `passes` over the pair: one pass streams the two groups as one run
+ * (gr_prefetch_run); two ask at gr_prefetch's pace for the block where its
+ * position p falls, in both groups of this pair or, past their end, of the
+ * next (x + nb + p, x + 2 nb + p). */
 static inline void gp_prefetch(const void *x, size_t size, int64_t b, int64_t nb, int pass, int passes) {
     if (passes == 1) {
         gr_prefetch_run(x, 2 * (size_t)b * size, 2 * size);
