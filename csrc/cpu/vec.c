@@ -622,15 +622,17 @@ PE_ALWAYS_INLINE void values_lone_heads(int64_t n, const int nh, const int32_t *
     }
 }
 
-/* The same product for long rows, lane by lane: lane L's chain for 4 * VW
- * output elements of up to 3 heads at once, so each V row segment is read
- * once, whole (values_lone_heads reads a row once per VW elements, in
- * passes 4 * LANES slots apart: from L2 or memory, not L1, once rows are
- * long); the lanes go to `lanes` ([nh][4 * LANES][hd]) and are folded from
- * there as values_lone_heads folds them. */
-PE_ALWAYS_INLINE void values_lone_long(int64_t n, const int nh, const int32_t *cell, const float *const *p,
-                                       const uint8_t *v, size_t stride, int64_t hd, float *const *out, float *lanes) {
-    const int64_t w = 4 * LANES;
+/* The product in w lanes (4 * LANES for nacc 4, LANES for nacc 1), lane by
+ * lane: lane L's chain for 4 * VW output elements of up to 3 heads at once,
+ * so each V row segment is read once, whole, and converted once for the
+ * heads (values_lone_heads reads a row once per VW elements, in passes
+ * 4 * LANES slots apart: from L2 or memory, not L1, once rows are long;
+ * values_f16_lanes once per head and VW elements); the lanes go to `lanes`
+ * ([nh][w][hd]) and are folded from there: nacc 4's as values_lone_heads
+ * folds them, nacc 1's by halves. */
+PE_ALWAYS_INLINE void values_by_lane(int64_t n, const int nh, const int32_t *cell, const float *const *p,
+                                     const uint8_t *v, size_t stride, int64_t hd, float *const *out, float *lanes,
+                                     const int64_t w) {
     for (int64_t d0 = 0; d0 < hd; d0 += 4 * VW)
         for (int64_t lane = 0; lane < w; lane++) {
             vlane acc[3][4];
@@ -656,31 +658,43 @@ PE_ALWAYS_INLINE void values_lone_long(int64_t n, const int nh, const int32_t *c
             vlane sum[LANES];
             const float *lh = lanes + h * w * hd + d0;
             for (int l = 0; l < LANES; l++)
-                sum[l] = VL_ADD(VL_ADD(VL_LOAD(lh + l * hd), VL_LOAD(lh + (l + 2 * LANES) * hd)),
-                                VL_ADD(VL_LOAD(lh + (l + LANES) * hd), VL_LOAD(lh + (l + 3 * LANES) * hd)));
+                sum[l] = w == LANES ? VL_LOAD(lh + l * hd)
+                                    : VL_ADD(VL_ADD(VL_LOAD(lh + l * hd), VL_LOAD(lh + (l + 2 * LANES) * hd)),
+                                             VL_ADD(VL_LOAD(lh + (l + LANES) * hd), VL_LOAD(lh + (l + 3 * LANES) * hd)));
             VL_STORE(out[h] + d0, fold_vectors(sum));
         }
 }
+
+/* how many of the heads h0.. the products with V take at once: 3 (4 as 2 + 2) */
+static inline int heads_taken(int nh, int h0) { return nh - h0 == 4 ? 2 : nh - h0 < 3 ? nh - h0 : 3; }
+
+/* values_by_lane over nh heads */
+static void values_by_lane_heads(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v,
+                                 size_t stride, int64_t hd, float *const *out, float *lanes, int64_t w) {
+    for (int h0 = 0, take; h0 < nh; h0 += take) {
+        take = heads_taken(nh, h0);
+        switch (take) {
+        case 1: values_by_lane(n, 1, cell, p + h0, v, stride, hd, out + h0, lanes, w); break;
+        case 2: values_by_lane(n, 2, cell, p + h0, v, stride, hd, out + h0, lanes, w); break;
+        default: values_by_lane(n, 3, cell, p + h0, v, stride, hd, out + h0, lanes, w); break;
+        }
+    }
+}
 #endif
 
-/* Rows at least this many slots long take values_lone_long. */
+/* Rows at least this many slots long take values_by_lane. */
 #define LONE_LONG_SLOTS 512
 
 static int values_f16_lone(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v,
                            size_t stride, int64_t hd, float *const *out, float *scratch) {
 #if defined(__AVX512F__) || defined(__AVX2__)
     if (hd % VW || n % (4 * LANES)) return 0;
-    const int long_rows = n >= LONE_LONG_SLOTS && hd % (4 * VW) == 0;
-    for (int h0 = 0, take; h0 < nh; h0 += take) {   /* 3 heads at a time (4 as 2 + 2) */
-        take = nh - h0 == 4 ? 2 : nh - h0 < 3 ? nh - h0 : 3;
-        if (long_rows) {
-            switch (take) {
-            case 1: values_lone_long(n, 1, cell, p + h0, v, stride, hd, out + h0, scratch); break;
-            case 2: values_lone_long(n, 2, cell, p + h0, v, stride, hd, out + h0, scratch); break;
-            default: values_lone_long(n, 3, cell, p + h0, v, stride, hd, out + h0, scratch); break;
-            }
-            continue;
-        }
+    if (n >= LONE_LONG_SLOTS && hd % (4 * VW) == 0) {
+        values_by_lane_heads(n, nh, cell, p, v, stride, hd, out, scratch, 4 * LANES);
+        return 1;
+    }
+    for (int h0 = 0, take; h0 < nh; h0 += take) {
+        take = heads_taken(nh, h0);
         switch (take) {
         case 1: values_lone_heads(n, 1, cell, p + h0, v, stride, hd, out + h0); break;
         case 2: values_lone_heads(n, 2, cell, p + h0, v, stride, hd, out + h0); break;
@@ -724,6 +738,12 @@ static void values_f16_wide(int64_t n, const int32_t *cell, const float *p, cons
 static void values_f16(int64_t n, int nh, const int32_t *cell, const float *const *p, const uint8_t *v, size_t stride,
                        int64_t hd, int nacc, float *const *out, float *scratch) {
     if (nacc == 4 && values_f16_lone(n, nh, cell, p, v, stride, hd, out, scratch)) return;
+#if defined(__AVX512F__) || defined(__AVX2__)
+    if (nacc == 1 && hd % (4 * VW) == 0 && n % LANES == 0) {
+        values_by_lane_heads(n, nh, cell, p, v, stride, hd, out, scratch, LANES);
+        return;
+    }
+#endif
     for (int h = 0; h < nh; h++) {
 #if defined(__AVX512F__) || defined(__AVX2__)
         if (nacc == 1 && values_f16_lanes(n, cell, p[h], v, stride, hd, out[h])) continue;
