@@ -10,7 +10,7 @@ from gguf import quants
 
 from pyengine import _core
 from pyengine.errors import NativeError
-from pyengine.ml.context import ROPE_MROPE, ROPE_NEOX, ROPE_NORMAL, ROPE_VISION, Backend, Context
+from pyengine.ml.context import ROPE_IMROPE, ROPE_MROPE, ROPE_NEOX, ROPE_NORMAL, ROPE_VISION, Backend, Context
 
 ISAS = available_isas()
 rng = np.random.default_rng(1234)
@@ -256,9 +256,14 @@ def test_rope_nodes_of_one_setting_share_their_angles():
             assert np.array_equal(ctx.read(out).view(np.uint32), want), (n_threads, settings[i])
 
 
-def stream_of(sections, pair):
-    """Which of a token's 4 position streams turns `pair` (the sections repeat)."""
-    return int(np.searchsorted(np.cumsum(sections), pair % sum(sections), side="right"))
+def stream_of(sections, pair, mode=ROPE_MROPE):
+    """Which of a token's 4 position streams turns `pair` (the sections repeat); interleaved,
+    pair j of a period goes to stream j % 3 while that stream has turns left (3 a pair it
+    holds), else to the fourth."""
+    sector = pair % sum(sections)
+    if mode == ROPE_IMROPE:
+        return sector % 3 if sector < 3 * sections[sector % 3] else 3
+    return int(np.searchsorted(np.cumsum(sections), sector, side="right"))
 
 
 def rope_multi_reference(x, pos4, n_dims, sections, mode, base):
@@ -269,7 +274,7 @@ def rope_multi_reference(x, pos4, n_dims, sections, mode, base):
     n_pairs = n_dims if mode == ROPE_VISION else n_dims // 2
     starts = np.concatenate([[0], np.cumsum(sections)[:-1]])
     for j in range(n_pairs):
-        s = stream_of(sections, j)
+        s = stream_of(sections, j, mode)
         k = j % sum(sections) - starts[s] if mode == ROPE_VISION else j
         ang = pos4[:, s].astype(np.float64) * base ** (-2.0 * k / n_dims)
         c, sn = np.cos(ang)[:, None], np.sin(ang)[:, None]
@@ -282,6 +287,7 @@ MROPE_POS = np.array([[0, 0, 0, 0], [5, 5, 5, 0], [5, 6, 9, 0], [7, 3, 200, 0], 
 
 
 @pytest.mark.parametrize("mode, n_dims, sections", [(ROPE_MROPE, 32, (4, 6, 6, 0)), (ROPE_MROPE, 24, (4, 4, 4, 0)),
+                                                    (ROPE_IMROPE, 32, (6, 5, 5, 0)), (ROPE_IMROPE, 24, (4, 4, 4, 0)),
                                                     (ROPE_VISION, 16, (4, 4, 4, 4))])
 def test_rope_multi(mode, n_dims, sections):
     x = f32(5, 3, 32)
@@ -298,9 +304,12 @@ def test_rope_multi(mode, n_dims, sections):
         assert np.array_equal(bits, results[0])
     want = rope_multi_reference(x.astype(np.float64), pos4, n_dims, sections, mode, 10000.0)
     np.testing.assert_allclose(results[0].view(np.float32), want, rtol=1e-4, atol=1e-4)
-    if mode == ROPE_MROPE:   # the sections matter: one stream for every pair lands elsewhere
+    if mode != ROPE_VISION:   # the sections matter: one stream for every pair lands elsewhere
         plain = rope_reference(x.astype(np.float64), pos4[:, 0], n_dims, ROPE_NEOX, 10000.0)
         assert np.abs(results[0].view(np.float32) - plain).max() > 0.1
+    if mode == ROPE_IMROPE:   # and so does their order: runs of pairs (M-RoPE's) land elsewhere
+        runs = rope_multi_reference(x.astype(np.float64), pos4, n_dims, sections, ROPE_MROPE, 10000.0)
+        assert np.abs(results[0].view(np.float32) - runs).max() > 0.1
 
 
 def test_mrope_of_text_tokens_is_neox_rope_bit_for_bit():

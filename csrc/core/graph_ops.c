@@ -175,7 +175,7 @@ static int rope_angles(pe_graph *g, int pos, int ff, const pe_tensor *setting) {
             !memcmp(t->ip, setting->ip, sizeof t->ip) && !memcmp(t->fp, setting->fp, sizeof t->fp))
             return i;
     }
-    const int multi = setting->ip[1] == PE_ROPE_MROPE || setting->ip[1] == PE_ROPE_VISION;
+    const int multi = pe_rope_is_multi(setting->ip[1]);
     const int64_t width = setting->ip[1] == PE_ROPE_VISION ? 2 * setting->ip[0] : setting->ip[0];
     const int64_t ne[2] = {width, pe_nelements(&g->t[pos]) / (multi ? 4 : 1)};
     const int id = node(g, PE_OP_ROPE_ANGLES, PE_TYPE_F32, 2, ne, pos, ff, -1, -1, -1);
@@ -213,7 +213,7 @@ int pe_op_rope_multi(pe_graph *g, int ia, int pos, int n_dims, const int *sectio
                      float freq_base, float freq_scale) {
     pe_tensor *a = get(g, ia, "rope_multi", "a"), *p = get(g, pos, "rope_multi", "positions");
     if (!a || !p || require_f32("rope_multi", a) || require_i32("rope_multi", p)) return -1;
-    if (mode != PE_ROPE_MROPE && mode != PE_ROPE_VISION) return pe_fail("rope_multi: unknown mode %d", mode);
+    if (!pe_rope_is_multi(mode)) return pe_fail("rope_multi: unknown mode %d", mode);
     if (pe_nelements(p) != 4 * a->ne[2]) return fail_shapes("rope_multi", a, p, "four positions per token (dim 2) needed");
     const int64_t width = mode == PE_ROPE_VISION ? 2 * (int64_t)n_dims : n_dims;
     if (n_dims <= 0 || width > a->ne[0] || width % 2)

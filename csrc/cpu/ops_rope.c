@@ -25,9 +25,16 @@ static float yarn_ramp(float low, float high, int i0) {
 }
 
 /* The position stream (0..3) that turns pair `pair` under sections sec[4]:
- * the sections repeat every sum-of-sections pairs (ggml's rope_multi). */
-static int section_of(const int32_t *sec, int pair) {
+ * the sections repeat every sum-of-sections pairs (ggml's rope_multi).  M-RoPE
+ * gives each stream a run of pairs; interleaved M-RoPE lets streams 0, 1, 2
+ * take turns, stream s while it has pairs left (3 sec[s] turns), the fourth
+ * stream whatever none of them takes. */
+static int section_of(const int32_t *sec, int pair, int mode) {
     const int sector = pair % (sec[0] + sec[1] + sec[2] + sec[3]);
+    if (mode == PE_ROPE_IMROPE) {
+        const int s = sector % 3;
+        return sector < 3 * sec[s] ? s : 3;
+    }
     int s = 0, end = sec[0];
     while (s < 3 && sector >= end) end += sec[++s];
     return s;
@@ -52,7 +59,7 @@ static int rope_pairs(const pe_tensor *t) { return t->ip[1] == PE_ROPE_VISION ? 
  * (t: a node holding the rope setting in ip and fp). */
 static void angles(const pe_tensor *t, const float *ff, const float *pos, float *cache) {
     const int n_dims = t->ip[0], mode = t->ip[1], n_ctx_orig = t->ip[2], n_pairs = rope_pairs(t);
-    const int multi = mode == PE_ROPE_MROPE || mode == PE_ROPE_VISION;
+    const int multi = pe_rope_is_multi(mode);
     const int32_t *sec = &t->ip[3];
     const float base = t->fp[0], freq_scale = t->fp[1], ext_factor = t->fp[2];
     const float attn_factor = t->fp[3], beta_fast = t->fp[4], beta_slow = t->fp[5];
@@ -66,7 +73,7 @@ static void angles(const pe_tensor *t, const float *ff, const float *pos, float 
     for (int pair = 0; pair < n_pairs; pair++) {
         const int i0 = 2 * pair;
         if (mode == PE_ROPE_VISION) restart_section(sec, pair, pos, theta);
-        const float extrap = theta[multi ? section_of(sec, pair) : 0] / (ff ? ff[pair] : 1.0f);
+        const float extrap = theta[multi ? section_of(sec, pair, mode) : 0] / (ff ? ff[pair] : 1.0f);
         const float interp = freq_scale * extrap;
         float angle = interp, mscale = attn_factor;
         if (ext_factor != 0.0f) {
@@ -86,7 +93,7 @@ void pe_op_rope_angles_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *p = &ex->g->t[t->src[0]];
     const float *ff = t->src[1] >= 0 ? (const float *)ex->g->t[t->src[1]].data : NULL;
     const int32_t *pos = p->data;
-    const int multi = t->ip[1] == PE_ROPE_MROPE || t->ip[1] == PE_ROPE_VISION;
+    const int multi = pe_rope_is_multi(t->ip[1]);
     int64_t r0, r1;
     pe_split(t->ne[1], ex->ith, ex->nth, &r0, &r1);
     for (int64_t tok = r0; tok < r1; tok++) {
@@ -100,7 +107,7 @@ void pe_op_rope_angles_run(pe_exec *ex, pe_tensor *t) {
  * angles from the table. */
 void pe_op_rope_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *a = &ex->g->t[t->src[0]], *table = &ex->g->t[t->src[1]];
-    /* M-RoPE rotates as NeoX; vision as NeoX over twice ggml's n_dims */
+    /* M-RoPE (interleaved or not) rotates as NeoX; vision as NeoX over twice ggml's n_dims */
     const int n_dims = 2 * rope_pairs(t), neox = t->ip[1] != PE_ROPE_NORMAL;
     const int64_t hd = a->ne[0], nh = a->ne[1];
     int64_t r0, r1;

@@ -195,8 +195,12 @@ int         pe_backend_devices(int i);
 
 typedef struct pe_graph pe_graph;
 
-/* ggml's numbers; MROPE and VISION take 4 positions a token (pe_op_rope_multi) */
-enum pe_rope_mode { PE_ROPE_NORMAL = 0, PE_ROPE_NEOX = 2, PE_ROPE_MROPE = 8, PE_ROPE_VISION = 24 };
+/* ggml's numbers; MROPE, IMROPE and VISION take 4 positions a token (pe_op_rope_multi) */
+enum pe_rope_mode { PE_ROPE_NORMAL = 0, PE_ROPE_NEOX = 2, PE_ROPE_MROPE = 8, PE_ROPE_VISION = 24,
+                    PE_ROPE_IMROPE = 40 };
+static inline int pe_rope_is_multi(int mode) {
+    return mode == PE_ROPE_MROPE || mode == PE_ROPE_IMROPE || mode == PE_ROPE_VISION;
+}
 enum pe_unary_op  { PE_UNARY_SILU = 0, PE_UNARY_GELU = 1, PE_UNARY_GELU_ERF = 2, PE_UNARY_RELU = 3,
                     PE_UNARY_SIGMOID = 4, PE_UNARY_SOFTPLUS = 5 };   /* the last two: recurrent layers' gates */
 
@@ -235,9 +239,10 @@ int pe_op_softmax(pe_graph *g, int a);                                 /* over r
 int pe_op_rope(pe_graph *g, int a, int pos, int freq_factors, int n_dims, int mode,
                float freq_base, float freq_scale, float ext_factor, float attn_factor,
                float beta_fast, float beta_slow, int n_ctx_orig);
-/* Multi-section rope (mode PE_ROPE_MROPE or PE_ROPE_VISION): pos is i32 [4, T]
- * (each token's 4 position streams together), sections[4] the pairs each
- * stream turns; vision's n_dims is half the rotated width (ggml's count). */
+/* Multi-section rope (mode PE_ROPE_MROPE, PE_ROPE_IMROPE or PE_ROPE_VISION): pos
+ * is i32 [4, T] (each token's 4 position streams together), sections[4] the
+ * pairs each stream turns (IMROPE: its streams take turns pair by pair, Qwen3-VL);
+ * vision's n_dims is half the rotated width (ggml's count). */
 int pe_op_rope_multi(pe_graph *g, int a, int pos, int n_dims, const int *sections, int mode,
                      float freq_base, float freq_scale);
 /* Write rows of src ([D,T] f32) into rows slots[T] of cache ([D,C], F16/F32/Q8_0).

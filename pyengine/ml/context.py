@@ -21,7 +21,7 @@ F32, F16, Q8_0, I32 = 0, 1, 8, 26
 SILU, GELU = 0, 1
 SIGMOID, SOFTPLUS = 4, 5   # pe.h's pe_unary_op: the recurrent layers' gates
 RELU = 3                   # (Nemotron-H's squared-ReLU MLP)
-ROPE_NORMAL, ROPE_NEOX, ROPE_MROPE, ROPE_VISION = 0, 2, 8, 24   # ggml's numbers
+ROPE_NORMAL, ROPE_NEOX, ROPE_MROPE, ROPE_VISION, ROPE_IMROPE = 0, 2, 8, 24, 40   # ggml's numbers
 
 _NUMPY_TYPES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16, np.dtype(np.int32): I32}
 
@@ -216,7 +216,8 @@ class Context:
 
     def rope_multi(self, x: Tensor, positions: Tensor, *, n_dims: int, sections, mode: int, base: float,
                    scale: float = 1.0) -> Tensor:
-        """M-RoPE (mode ROPE_MROPE) or the vision towers' 2D rope (ROPE_VISION): positions
+        """M-RoPE (mode ROPE_MROPE; ROPE_IMROPE interleaves the streams pair by pair, as
+        Qwen3-VL does) or the vision towers' 2D rope (ROPE_VISION): positions
         I32 [4, n] (numpy [n, 4]: each token's streams together), `sections` the pairs
         each stream turns; vision's n_dims is half the rotated width, as ggml counts it."""
         return self._tensor(self.graph.rope_multi(x.id, positions.id, n_dims, tuple(sections), mode, base, scale))
