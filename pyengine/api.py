@@ -83,7 +83,7 @@ class LLM:
             from pyengine.vision.projector import load_projector
 
             self.projector = load_projector(mmproj)
-            self.projector.check_fits(cfg.n_embd, text_model=str(self.path))
+            self.projector.check_fits(getattr(cfg, "n_embd_input", cfg.n_embd), text_model=str(self.path))
         draft = None if draft_model is None else load_draft_model(draft_model, self, n_parallel)
         self.engine = Engine(self.model, self.tokenizer, self.backend, n_ctx=self.n_ctx, n_batch=self.n_batch,
                              n_parallel=n_parallel, kv_type=kv_type, swa_full=swa_full, draft=draft,

@@ -30,12 +30,13 @@ Writes
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import synth_qwenvl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 VISION_DIR = ROOT / "tests" / "data" / "vision"
@@ -55,8 +56,10 @@ def image_path(name: str) -> Path:
     return VISION_DIR / (f"{STEM}.png" if name == "square" else f"{STEM}-{name}.png")
 
 
+MODEL = synth_qwenvl.VLModel(TEXT, MMPROJ, EMBD, IMAGES, image_path, PROMPT, N_EMBD_TEXT)
+
+
 def write_text_model() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import synth_common as sc
 
     rng = np.random.default_rng(50)
@@ -141,143 +144,12 @@ def write_mmproj() -> None:
     writer.close()
 
 
-def test_image(height: int, width: int, seed: int) -> np.ndarray:
-    """uint8 RGB [height, width, 3]: a gradient per channel plus seeded noise."""
-    y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([x * 1.4, y * 1.9, (x + y) * 0.8], axis=-1).astype(np.float64)
-    noise = np.random.default_rng(seed).integers(0, 60, base.shape)
-    return np.clip(base + noise, 0, 255).astype(np.uint8)
-
-
-def write_images() -> None:
-    from PIL import Image
-    for name, (h, w, seed) in IMAGES.items():
-        Image.fromarray(test_image(h, w, seed), "RGB").save(image_path(name), format="PNG")
-
-
-def mtmd_context():
-    """(llama_cpp, mtmd, mtmd context, text model) as the recording loads them."""
-    import llama_cpp
-    from llama_cpp import mtmd_cpp as mtmd
-
-    params = llama_cpp.llama_model_default_params()
-    params.use_extra_bufts = False
-    model = llama_cpp.llama_model_load_from_file(str(TEXT).encode(), params)
-    cparams = mtmd.mtmd_context_params_default()
-    cparams.use_gpu, cparams.n_threads, cparams.warmup, cparams.print_timings = False, 2, False, False
-    cparams.flash_attn_type = 0   # the tower's attention in F32 (flash attention casts K and V to F16)
-    ctx = mtmd.mtmd_init_from_file(str(MMPROJ).encode(), model, cparams)
-    if not ctx:
-        raise SystemExit("mtmd_init_from_file failed")
-    return llama_cpp, mtmd, ctx, model
-
-
-def mtmd_run(llama_cpp, mtmd, ctx, model, data: bytes) -> tuple[list[dict], np.ndarray, list]:
-    """(prompt segments with each image's token grid and positions, the image's embeddings,
-    top-10 logits after PROMPT) of one image."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import mtmd_record
-
-    def grid(chunk) -> dict:
-        tokens = mtmd.mtmd_input_chunk_get_tokens_image(chunk)
-        return {"grid": [int(mtmd.mtmd_image_tokens_get_ny(tokens)), int(mtmd.mtmd_image_tokens_get_nx(tokens))],
-                "n_pos": int(mtmd.mtmd_input_chunk_get_n_pos(chunk))}
-
-    chunks, bitmap, segments, blocks = mtmd_record.run_chunks(mtmd, ctx, data, PROMPT, N_EMBD_TEXT, grid)
-    top = mtmd_record.top_logits_after(llama_cpp, mtmd, ctx, model, chunks)
-    mtmd_record.free_chunks(mtmd, chunks, bitmap)
-    return segments, blocks[-1], top
-
-
-def record() -> None:
-    """Per image: libmtmd's embeddings, grid, prompt segments and the logits after PROMPT."""
-    llama_cpp, mtmd, ctx, model = mtmd_context()
-    recorded = {}
-    for name in IMAGES:
-        segments, rows, top = mtmd_run(llama_cpp, mtmd, ctx, model, image_path(name).read_bytes())
-        recorded[name] = {"image": image_path(name).name, "segments": segments, "top_logits": top,
-                          "embeddings": [[float(v) for v in row] for row in rows]}
-        print(f"{name}: {len(rows)} x {N_EMBD_TEXT} embeddings, grid {segments[1]['grid']}")
-    head = {"source": f"llama-cpp-python {llama_cpp.__version__} libmtmd, 2 threads", "prompt": PROMPT,
-            "n_embd": N_EMBD_TEXT}
-    lines = [json.dumps(head)[:-1] + ', "images": {']
-    for k, (name, d) in enumerate(recorded.items()):   # one image token a line
-        body = ",\n".join(json.dumps(row) for row in d.pop("embeddings"))
-        lines.append(f'{json.dumps(name)}: {json.dumps(d)[:-1]}, "embeddings": [\n{body}]}}'
-                     + ("," if k + 1 < len(recorded) else ""))
-    EMBD.write_text("\n".join(lines) + "}}\n")
-    print(f"recorded into {EMBD}")
-
-
-def live(count: int) -> int:
-    """pyengine against libmtmd on `count` seeded random images of random sizes (none
-    recorded): the embeddings' relative difference and, through pyengine's engine,
-    the first token's top-10 log-probabilities against llama.cpp's logits (both taken
-    relative to the best token).  Run by pyengine's Python with llama_cpp on PYTHONPATH."""
-    import io
-
-    from PIL import Image
-
-    from pyengine.api import LLM
-    from pyengine.sample import SamplingOptions
-
-    llama_cpp, mtmd, ctx, model = mtmd_context()
-    rng = np.random.default_rng(7)
-    worst_embd = worst_top = 0.0
-    argmax_ok = 0
-    with LLM(TEXT, n_ctx=512, n_threads=2, mmproj=MMPROJ) as llm:
-        for k in range(count):
-            h, w = (int(v) for v in rng.integers(20, 300, 2))
-            buf = io.BytesIO()
-            Image.fromarray(test_image(h, w, 100 + k), "RGB").save(buf, format="PNG")
-            data = buf.getvalue()
-            segments, rows, top = mtmd_run(llama_cpp, mtmd, ctx, model, data)
-            ours = llm.projector.embed(data)
-            embd = float(np.abs(ours.reshape(rows.shape) - rows).max() / np.abs(rows).max())
-            ids, images = [], []
-            for seg in segments:
-                if "tokens" in seg:
-                    ids += seg["tokens"]
-                else:
-                    images.append((len(ids), ours))
-                    ids += [0] * seg["image"]
-            handle = llm.engine.submit(ids, SamplingOptions(temperature=0), max_tokens=1, logprobs=True,
-                                       top_logprobs=20, images=images)
-            done = handle.result()
-            best, best_logit = top[0]
-            if not done.logprobs:   # the first token ended the generation: no log-probabilities come
-                argmax_ok += done.finish_reason == "stop" and best in llm.engine.eog_ids
-                print(f"{h:4d}x{w:<4d} grid {segments[1]['grid']}: embeddings {embd:.2e}, first token an "
-                      f"end of generation (llama.cpp's best: {best})")
-                worst_embd = max(worst_embd, embd)
-                continue
-            mine = dict(done.logprobs[0].top)
-            argmax_ok += next(iter(mine)) == best
-            # a token of llama.cpp's 10 best missing from pyengine's 20 best counts as infinitely far
-            dist = max(abs((mine[t] - mine[best]) - (v - best_logit)) if t in mine and best in mine
-                       else float("inf") for t, v in top)
-            worst_embd, worst_top = max(worst_embd, embd), max(worst_top, dist)
-            print(f"{h:4d}x{w:<4d} grid {segments[1]['grid']}: embeddings {embd:.2e}, top-10 {dist:.4f}")
-    print(f"all: embeddings worst {worst_embd:.2e} (bound 1e-3), first token argmax {argmax_ok}/{count}, "
-          f"worst top-10 {worst_top:.4f} (bound 0.05)")
-    return 0 if worst_embd < 1e-3 and worst_top < 0.05 and argmax_ok == count else 1
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--record", action="store_true", help="record llama.cpp's outputs (needs llama_cpp)")
-    parser.add_argument("--live", type=int, metavar="N", help="check pyengine against libmtmd on N new images")
-    args = parser.parse_args()
-    if args.record:
-        record()
-        return
-    if args.live:
-        raise SystemExit(live(args.live))
-    VISION_DIR.mkdir(parents=True, exist_ok=True)
-    write_text_model()
-    write_mmproj()
-    write_images()
-    print(f"wrote {TEXT.name}, {MMPROJ.name} and the test images into {VISION_DIR}")
+    def write() -> None:
+        write_text_model()
+        write_mmproj()
+
+    synth_qwenvl.main(MODEL, __doc__, write)
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def test_bad_images_and_models_without_a_projector(llm):
 
 
 def test_a_projector_for_another_width_fails_at_load(tmp_path):
-    with pytest.raises(ModelError, match=r"width 64.*n_embd 128"):
+    with pytest.raises(ModelError, match=r"width 64.*image rows of width 128"):
         LLM(DATA / "synth" / "mistral3-q8_0.gguf", n_ctx=64, n_threads=1, mmproj=MMPROJ)
 
 

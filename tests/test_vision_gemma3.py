@@ -45,20 +45,28 @@ def noise(h: int, w: int, seed: int = 0) -> np.ndarray:
 
 # ---------------------------------------------------------------- loading the projector
 
-def rewrite(dst, *, keys: dict | None = None, drop: tuple[str, ...] = (), src=MMPROJ) -> str:
-    """A copy of the mmproj `src` with some keys changed (value, GGUFValueType) and tensors left out."""
+def rewrite(dst, *, keys: dict | None = None, drop_keys: tuple[str, ...] = (), drop: tuple[str, ...] = (),
+            replace: dict | None = None, src=MMPROJ) -> str:
+    """A copy of the mmproj `src` with keys set ({key: (value, GGUFValueType)}, new ones
+    added), keys and tensors left out and tensors replaced ({name: array in numpy order})."""
     reader = GGUFReader(src)
-    arch = keys.pop("general.architecture", None)[0] if keys and "general.architecture" in keys else "clip"
+    keys, replace = dict(keys or {}), dict(replace or {})
+    arch = keys.pop("general.architecture")[0] if "general.architecture" in keys else "clip"
     writer = GGUFWriter(dst, arch)
     for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
+        if key.startswith("GGUF.") or key == "general.architecture" or key in drop_keys:
             continue
-        value, vtype = (keys or {}).get(key, (field.contents(), field.types[0]))
+        value, vtype = keys.pop(key, (field.contents(), field.types[0]))
         sub = field.types[1] if vtype == GGUFValueType.ARRAY else None
         writer.add_key_value(key, value, vtype, sub_type=sub)
+    for key, (value, vtype) in keys.items():
+        writer.add_key_value(key, value, vtype)
     for t in reader.tensors:
         if t.name not in drop:
-            writer.add_tensor(t.name, np.asarray(t.data).reshape(tuple(reversed([int(d) for d in t.shape]))))
+            data = replace.get(t.name)
+            if data is None:
+                data = np.asarray(t.data).reshape(tuple(reversed([int(d) for d in t.shape])))
+            writer.add_tensor(t.name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -76,7 +84,7 @@ def test_projector_reads_the_files_hyper_parameters():
 
 
 def test_projector_that_does_not_fit_the_text_model_names_both_widths():
-    with pytest.raises(ModelError, match=r"width 64.*n_embd 128"):
+    with pytest.raises(ModelError, match=r"width 64.*image rows of width 128"):
         load_projector(MMPROJ, n_embd_text=128)
     load_projector(MMPROJ, n_embd_text=64).close()
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import vision_reference
 from conftest import DATA, available_isas, forced_isa
-from test_vision_gemma3 import new_forward, relative, top_logit_distance
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from test_vision_gemma3 import new_forward, relative, rewrite, top_logit_distance
+from gguf import GGUFValueType
 
 from pyengine.errors import InvalidOptionError, ModelError, UnsupportedError
 from pyengine.ml.context import Backend
-from pyengine.vision import image, qwen2vl
+from pyengine.vision import dynamic, image, qwen2vl
 from pyengine.vision.projector import load_projector
 
 VISION = DATA / "vision"
@@ -52,14 +52,14 @@ def projector():
     ((4000, 4000), (1024, 1024)), ((4100, 4000), (1024, 1008)),   # above 4096 tokens: scaled down
 ])
 def test_target_size_is_clip_cpps(size, want):
-    assert qwen2vl.target_size(*size, align=16) == want
+    assert dynamic.target_size(*size, align=16) == want
 
 
 def test_patches_are_in_merge_order_and_remember_their_grid(projector):
     patches = projector.tower.preprocess(pixels("wide"))
     assert patches.grid == (8, 22) and patches.shape == (8 * 22, 3 * 8 * 8)
     assert projector.tower.token_grid(patches) == (4, 11)
-    pos = qwen2vl.patch_positions(4, 6)
+    pos = dynamic.patch_positions(4, 6)
     assert pos[:6, :2].tolist() == [[0, 0], [0, 1], [1, 0], [1, 1], [0, 2], [0, 3]]
 
 
@@ -67,10 +67,10 @@ def test_resize_takes_the_width_first_as_llama_cpp_does():
     from PIL import Image
 
     rgb = pixels("tall")
-    two_pass = np.asarray(qwen2vl.resize_two_pass(Image.fromarray(rgb), 80, 244)).astype(int)
+    two_pass = np.asarray(dynamic.resize_two_pass(Image.fromarray(rgb), 80, 244)).astype(int)
     one_call = np.asarray(Image.fromarray(rgb).resize((80, 244), Image.BICUBIC)).astype(int)
     assert np.abs(two_pass - one_call).max() > 0   # the order of the passes shows on this image
-    padded = qwen2vl.resize_padded(rgb, 256, 80)
+    padded = dynamic.resize_padded(rgb, 256, 80)
     assert np.array_equal(padded[6:250], two_pass) and not padded[:6].any() and not padded[250:].any()
 
 
@@ -132,30 +132,7 @@ def test_bad_projectors_fail_typed(tmp_path, case, error, message):
           "merge": dict(keys={"clip.vision.spatial_merge_size": (3, U)}),
           "missing_frame": dict(drop=("v.patch_embd.weight.1",))}[case]
     with pytest.raises(error, match=message):
-        load_projector(rewrite(tmp_path / "p.gguf", **kw))
-
-
-def rewrite(dst, *, keys: dict | None = None, drop_keys: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> str:
-    """A copy of MMPROJ with keys set ({key: (value, GGUFValueType)}, new ones added),
-    keys and tensors left out."""
-    reader = GGUFReader(MMPROJ)
-    writer = GGUFWriter(dst, "clip")
-    keys = dict(keys or {})
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture" or key in drop_keys:
-            continue
-        value, vtype = keys.pop(key, (field.contents(), field.types[0]))
-        writer.add_key_value(key, value, vtype, sub_type=field.types[1] if vtype == GGUFValueType.ARRAY else None)
-    for key, (value, vtype) in keys.items():
-        writer.add_key_value(key, value, vtype)
-    for t in reader.tensors:
-        if t.name not in drop:
-            writer.add_tensor(t.name, np.asarray(t.data).reshape(tuple(reversed([int(d) for d in t.shape]))))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return str(dst)
+        load_projector(rewrite(tmp_path / "p.gguf", src=MMPROJ, **kw))
 
 
 # ---------------------------------------------------------------- the image in the text sequence

@@ -347,3 +347,76 @@ def qwen25vl_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> 
     x = x.reshape(n // 4, 4 * d)                                                     # a 2x2 group a row
     x = _gelu(x @ t["mm.0.weight"].T + t["mm.0.bias"])   # GELU(tanh), as llama.cpp's merger computes it
     return x @ t["mm.2.weight"].T + t["mm.2.bias"]
+
+
+QWEN3VL_VARIANTS = ("no_position_embd", "positions_not_aligned", "no_deepstack", "deepstack_before_block", "no_rope")
+
+
+def _corner_bilinear(n_in: int, n_out: int) -> np.ndarray:
+    """[n_out, n_in]: bilinear weights with the corners aligned (output i at input
+    i (n_in - 1) / (n_out - 1)), as PyTorch's interpolate(align_corners=True)."""
+    m = np.zeros((n_out, n_in))
+    for o in range(n_out):
+        src = o * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        lo = min(int(math.floor(src)), n_in - 1)
+        hi = min(lo + 1, n_in - 1)
+        m[o, lo] += 1 - (src - lo)
+        m[o, hi] += src - lo
+    return m
+
+
+def qwen3vl_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np.ndarray:
+    """float64 [n_tokens, n_embd_text * (1 + n_deepstack)] (tokens row by row over the merged
+    grid: the merger's output, then each deepstack merger's in block order) of uint8 RGB
+    [H, W, 3] whose sides are multiples of twice the patch."""
+    t, k = read_tensors(mmproj)
+    p, n_head = int(k["clip.vision.patch_size"]), int(k["clip.vision.attention.head_count"])
+    eps, n_layer = float(k["clip.vision.attention.layer_norm_epsilon"]), int(k["clip.vision.block_count"])
+    mean, std = np.array(k["clip.vision.image_mean"]), np.array(k["clip.vision.image_std"])
+    img = (rgb.astype(np.float64) / 255.0 - mean) / std
+    n_y, n_x = rgb.shape[0] // p, rgb.shape[1] // p
+    kernel = t["v.patch_embd.weight"] + t["v.patch_embd.weight.1"]
+    order = [((2 * Y + dy), (2 * X + dx)) for Y in range(n_y // 2) for X in range(n_x // 2)
+             for dy in range(2) for dx in range(2)]
+    x = np.stack([np.tensordot(kernel, img[r * p:(r + 1) * p, c * p:(c + 1) * p, :].transpose(2, 0, 1), axes=3)
+                  for r, c in order]) + t["v.patch_embd.bias"]                       # [n, n_embd]
+    table = t["v.position_embd.weight"]                                              # [side^2, n_embd]
+    side = math.isqrt(table.shape[0])
+    grid = table.reshape(side, side, -1)
+    resize = _antialiased_bilinear if variant == "positions_not_aligned" else _corner_bilinear
+    grid = np.einsum("Yy,yxe,Xx->YXe", resize(side, n_y), grid, resize(side, n_x))
+    if variant != "no_position_embd":
+        x = x + np.stack([grid[r, c] for r, c in order])
+    rows, cols = np.array([o[0] for o in order], float), np.array([o[1] for o in order], float)
+    n, d = x.shape
+    hd = d // n_head
+
+    def merger(h: np.ndarray, prefix: str, norm: str) -> np.ndarray:
+        if norm == "before":   # the main merger: LN over a patch, then a 2x2 group a row
+            h = _layer_norm(h, t["v.post_ln.weight"], t["v.post_ln.bias"], eps).reshape(n // 4, 4 * d)
+        else:                  # a deepstack merger: a 2x2 group a row, then LN over the group
+            h = _layer_norm(h.reshape(n // 4, 4 * d), t[prefix + "norm.weight"], t[prefix + "norm.bias"], eps)
+        fc1, fc2 = ("mm.0.", "mm.2.") if norm == "before" else (prefix + "fc1.", prefix + "fc2.")
+        return _gelu(h @ t[fc1 + "weight"].T + t[fc1 + "bias"]) @ t[fc2 + "weight"].T + t[fc2 + "bias"]
+
+    deepstack = []
+    for i in range(n_layer):
+        b = f"v.blk.{i}."
+        lin = _block_linear(t, b)
+        block_input = x
+        h = _layer_norm(x, t[b + "ln1.weight"], t[b + "ln1.bias"], eps)
+        q, kk, v = (part.reshape(n, n_head, hd).transpose(1, 0, 2) for part in np.split(lin("attn_qkv", h), 3, axis=1))
+        if variant != "no_rope":
+            q, kk = _qwen_rope_2d(q, rows, cols), _qwen_rope_2d(kk, rows, cols)
+        scores = q @ kk.transpose(0, 2, 1) / math.sqrt(hd)                           # [H, n, n]
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        x = x + lin("attn_out", ((scores / scores.sum(axis=-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, d))
+        h = _layer_norm(x, t[b + "ln2.weight"], t[b + "ln2.bias"], eps)
+        x = x + lin("ffn_down", _gelu(lin("ffn_up", h)))
+        if f"v.deepstack.{i}.fc1.weight" in t and variant != "no_deepstack":
+            deepstack.append(merger(block_input if variant == "deepstack_before_block" else x,
+                                    f"v.deepstack.{i}.", "after"))
+    out = [merger(x, "", "before")] + deepstack
+    if variant == "no_deepstack":
+        out += [np.zeros_like(out[0])] * sum(f"v.deepstack.{i}.fc1.weight" in t for i in range(n_layer))
+    return np.concatenate(out, axis=1)

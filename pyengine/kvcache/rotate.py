@@ -1,7 +1,9 @@
 """Re-rotating cached keys for a context shift.
 
 RoPE by position a followed by RoPE by position d equals RoPE by a + d, so
-keys that move d positions are roped once more with every position set to d.
+keys that move d positions are roped once more with every position set to d
+(M-RoPE: d in the three streams a token's position moves, 0 in the fourth, which
+every token holds at 0; llama.cpp's shift turns the fourth stream's pairs too).
 The cache hands the rows over as float32 (decoded from F16 or Q8_0), they go
 through a small graph built for the shift (shifts are rare, so the graph is
 not kept) and the cache stores them back in its own type (kvcache/rows.py).
@@ -45,7 +47,7 @@ class KeyRotator:
             n, k_dim = x.shape
             if k_dim % self.head_dim:
                 raise ModelError(f"layer {layer}: key rows of {k_dim} values are not whole heads of {self.head_dim}")
-            positions = np.full(n, delta, np.int32)
+            positions = shift_positions(n, delta, getattr(self.model.cfg, "ROPE_STREAMS", 1))
             keep += [x, positions]
             heads = ctx.input(x, f"k.{layer}", (self.head_dim, k_dim // self.head_dim, n))
             pos = ctx.input(positions, f"pos.{layer}")
@@ -54,3 +56,12 @@ class KeyRotator:
             outputs.append(out)
         ctx.compute()
         return [ctx.read(out).reshape(x.shape) for out, x in zip(outputs, rows)]
+
+
+def shift_positions(n: int, delta: int, streams: int) -> np.ndarray:
+    """int32 positions that move n keys by delta: [n], or [n, 4] for M-RoPE's streams."""
+    if streams == 1:
+        return np.full(n, delta, np.int32)
+    out = np.zeros((n, streams), np.int32)
+    out[:, :3] = delta
+    return out

@@ -479,8 +479,8 @@ class Decoder(Module):
     """Token embeddings, the blocks, a final RMS norm and the output projection (tied
     to the token embedding when the file has no `output.weight`), with Llama-3 style
     `rope_freqs` where the file has them.  An architecture overrides a step: `embed`,
-    `layer_inputs`, `head`, `shift_keys`; it unbinds `rope_freqs` by declaring the
-    field `= None`.  Implements CausalLM."""
+    `embed_batch`, `layer_inputs`, `layer_output`, `head`, `shift_keys`; it unbinds
+    `rope_freqs` by declaring the field `= None`.  Implements CausalLM."""
 
     token_embd: Embedding = tensor("token_embd", shape=("n_embd", "n_vocab"))
     rope_freqs: F32Param | None = tensor("rope_freqs", optional=True)
@@ -508,9 +508,13 @@ class Decoder(Module):
         inputs = self.layer_inputs(ctx, batch)
         x = self.embed_batch(ctx, batch)                                           # [n_embd, T]
         for i, block in enumerate(self.layers):
-            x = block(ctx, x, batch, i, inputs)
+            x = self.layer_output(ctx, block(ctx, x, batch, i, inputs), batch, i)
         x = ctx.get_rows(x, batch.out_ids)                                         # [n_embd, n_out]
         return self.output_norm(ctx, x, self.cfg.eps)
+
+    def layer_output(self, ctx: Context, x: Tensor, batch, layer: int) -> Tensor:
+        """What layer `layer` hands the next one: its block's output x."""
+        return x
 
     def head(self, ctx: Context, x: Tensor) -> Tensor:
         return self.output(ctx, x)                                                 # [n_vocab, n_out]

@@ -167,17 +167,20 @@ class Engine:
     def _image_spans(self, images: abc.Sequence[tuple[int, np.ndarray]],
                      n_prompt: int) -> tuple[dict[int, np.ndarray], dict[int, tuple[int, int]]]:
         """The images of a prompt checked: inside it, apart, each fitting one batch; rows
-        given as a grid [n_rows, n_columns, n_embd] (M-RoPE's towers) are kept flat with
-        their grid beside."""
+        given as a grid [n_rows, n_columns, n_embd] (M-RoPE's towers; a model over M-RoPE
+        positions takes no other) are kept flat with their grid beside."""
         spans: dict[int, np.ndarray] = {}
         grids: dict[int, tuple[int, int]] = {}
         end = 0
-        n_embd = self.model.cfg.n_embd
+        n_embd = self.forward.n_embd_input
         for start, rows in sorted(((int(s), np.ascontiguousarray(r, np.float32)) for s, r in images),
                                   key=lambda item: item[0]):
             if rows.ndim == 3:
                 grids[start] = rows.shape[:2]
                 rows = rows.reshape(-1, rows.shape[2])
+            elif self.forward.rope_streams > 1:   # without its grid an image has no M-RoPE positions
+                raise InvalidOptionError("this model places an image's rows by their grid: give them as "
+                                         "[n_rows, n_columns, n_embd], as its projector's embed() does")
             if rows.ndim != 2 or rows.shape[1] != n_embd or not 0 < len(rows) <= self.n_batch:
                 raise InvalidOptionError(f"an image's rows must be [1..{self.n_batch}, {n_embd}], "
                                          f"got {list(rows.shape)}")

@@ -140,7 +140,7 @@ class BatchGraph:
     def __init__(self, model, backend: Backend, cache: Cache, buffers: HostBuffers,
                  n_tokens: int, n_out: int, hidden: bool = False, n_ctx_seq: int | None = None,
                  embeddings: np.ndarray | None = None, n_seqs: int = 0) -> None:
-        """embeddings: float32 [capacity, n_embd] rows the batch brings in place of tokens."""
+        """embeddings: float32 [capacity, n_embd_input] rows the batch brings in place of tokens."""
         self.n_tokens, self.n_out, self.n_seqs = n_tokens, n_out, n_seqs
         self.n_ctx_seq = cache.n_cells if n_ctx_seq is None else n_ctx_seq   # the context one sequence may fill
         ctx = Context(backend)
@@ -242,9 +242,11 @@ class Forward:
         self.causal = getattr(model.cfg, "causal", True)
         self.alibi = getattr(model.cfg, "alibi_max_bias", 0.0) > 0   # its mask then holds distances
         self.rope_streams = getattr(model.cfg, "ROPE_STREAMS", 1)
+        # width of the rows an embedded batch brings: n_embd, or more where layers take pieces of them
+        self.n_embd_input = getattr(model.cfg, "n_embd_input", model.cfg.n_embd)
         self._buffers = HostBuffers(cache, max_tokens, self.rope_streams)
         self._graphs: OrderedDict[tuple[int, int, bool, bool, int], BatchGraph] = OrderedDict()
-        self._embeddings: np.ndarray | None = None   # [capacity, n_embd], made by the first embedded batch
+        self._embeddings: np.ndarray | None = None   # [capacity, n_embd_input], made by the first embedded batch
         self.compute_seconds = 0.0   # time inside the native core, for the bench
         self.n_graphs_built = 0
 
@@ -256,7 +258,7 @@ class Forward:
             self._embeddings = None
             self._graphs.clear()
         if embedded and self._embeddings is None:
-            self._embeddings = np.zeros((self._buffers.capacity, self.model.cfg.n_embd), np.float32)
+            self._embeddings = np.zeros((self._buffers.capacity, self.n_embd_input), np.float32)
         key = (n_tokens, n_out, hidden, embedded, n_seqs)
         g = self._graphs.get(key)
         if g is None:
@@ -291,13 +293,13 @@ class Forward:
     def embedded(self, embeddings: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
                  out_rows: np.ndarray, *, both_ways: bool = False, out: np.ndarray | None = None,
                  rope_positions: np.ndarray | None = None) -> np.ndarray:
-        """As __call__, for a batch that brings its rows (float32 [T, n_embd]) instead of
+        """As __call__, for a batch that brings its rows (float32 [T, n_embd_input]) instead of
         token ids.  both_ways: every row also sees the rows after it of its sequence in
         this batch (an image attended as a whole); the window, if any, then counts from
         the batch's last position of the sequence."""
         embeddings = np.asarray(embeddings, np.float32)
-        if embeddings.ndim != 2 or embeddings.shape[1] != self.model.cfg.n_embd:
-            raise InvalidOptionError(f"embeddings must be [tokens, {self.model.cfg.n_embd}], "
+        if embeddings.ndim != 2 or embeddings.shape[1] != self.n_embd_input:
+            raise InvalidOptionError(f"embeddings must be [tokens, {self.n_embd_input}], "
                                      f"got {list(embeddings.shape)}")
         return self._run(np.zeros(len(embeddings), np.int32), positions, seq_ids, out_rows, out, hidden=False,
                          embeddings=embeddings, both_ways=both_ways, rope_positions=rope_positions)

@@ -48,18 +48,20 @@ class VisionProjector:
 
     @property
     def n_embd(self) -> int:
-        """Width of the image embeddings (the text model's n_embd it was made for)."""
-        return self.tower.cfg.n_embd_text
+        """Width of the image embeddings (the text model's input width it was made for)."""
+        return self.tower.cfg.n_embd_out
 
     @property
     def n_image_tokens(self) -> int:
         return self.tower.n_tokens
 
     def check_fits(self, n_embd_text: int, text_model: str = "the text model") -> None:
-        """Fail unless the embeddings are as wide as the text model's."""
+        """Fail unless the embeddings are as wide as the rows the text model takes in
+        (its n_embd, or more where its layers take pieces of an image's rows too)."""
         if self.n_embd != n_embd_text:
             raise ModelError(f"vision projector {self.path} makes embeddings of width {self.n_embd}, but "
-                             f"{text_model} has n_embd {n_embd_text}: they were not made for each other")
+                             f"{text_model} takes image rows of width {n_embd_text}: they were not made "
+                             "for each other")
 
     @property
     def attends_both_ways(self) -> bool:
@@ -134,8 +136,9 @@ def _rows(pieces: list) -> np.ndarray:
 
 
 def load_projector(path: str | os.PathLike, n_embd_text: int | None = None) -> VisionProjector:
-    """Open and bind an mmproj; with `n_embd_text`, also check it fits that text model."""
-    from pyengine.vision import idefics3, lfm2, pixtral, qwen2vl, siglip  # noqa: F401  (register the towers)
+    """Open and bind an mmproj; with `n_embd_text` (the width of the image rows the text
+    model takes in), also check it fits that text model."""
+    from pyengine.vision import idefics3, lfm2, pixtral, qwen2vl, qwen3vl, siglip  # noqa: F401  (register the towers)
 
     path = os.fspath(path)
     try:

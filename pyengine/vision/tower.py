@@ -75,6 +75,11 @@ class VisionConfig:
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def n_embd_out(self) -> int:
+        """Width of each row the tower hands the text model."""
+        return self.n_embd_text
+
     @classmethod
     def common_from_gguf(cls, f: GGUFFile) -> dict:
         def positive(key: str) -> int:

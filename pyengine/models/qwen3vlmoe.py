@@ -1,0 +1,45 @@
+"""Qwen3-VL-MoE's text model: Qwen3-MoE blocks (head-normed attention, softmax
+routing over experts renormalised over the chosen ones) with Qwen3-VL's
+interleaved M-RoPE and deepstack pieces (models/mrope.py).  GGUF `qwen3vlmoe`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyengine.gguf import GGUFFile
+from pyengine.ml.context import ROPE_IMROPE
+from pyengine.models import common, mrope
+from pyengine.models.binding import blocks, module
+from pyengine.models.config import ROPE_NEOX
+from pyengine.models.registry import register
+
+
+@dataclass(frozen=True)
+class Qwen3VLMoeConfig(mrope.MRopeConfig, common.ExpertsConfig):
+    MROPE_MODE = ROPE_IMROPE
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "Qwen3VLMoeConfig":
+        kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX, eps_default=None)
+        n_used = f.get_int(f.arch_key("expert_used_count"), 0)
+        n_ff_default = kw["n_ff"] // n_used if n_used > 0 else 0   # llama.cpp's fallback
+        n_ff_exp = f.get_int(f.arch_key("expert_feed_forward_length"), n_ff_default)
+        return cls(**kw, **cls.mrope_from_gguf(f), **cls.experts_from_gguf(f, n_ff_exp=n_ff_exp, norm_default=True))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check_experts()
+
+
+@dataclass(eq=False)
+class Block(common.PreNormBlock):
+    attn: common.HeadNormAttention = module()
+    mlp: common.SoftmaxExperts = module()
+
+
+@register("qwen3vlmoe")
+@dataclass(eq=False)
+class Qwen3VLMoe(mrope.MRopeDecoder):
+    Config = Qwen3VLMoeConfig
+
+    layers: list[Block] = blocks("blk")
