@@ -71,6 +71,7 @@ class Rope:
     n_ctx_orig: int = 0           # the context the ramp counts turns over
     beta_fast: float = 32.0       # pairs turning at least this often there keep the unscaled angle
     beta_slow: float = 1.0        # pairs turning at most this often take the scaled one
+    still: np.ndarray | None = None   # bool [n_dims / 2]: pairs left unturned (M-RoPE's fourth stream over text)
 
     def yarn_ramp(self) -> np.ndarray:
         """[n_dims / 2] weight of each pair's unscaled angle (ggml_rope_yarn_corr_dims)."""
@@ -87,6 +88,8 @@ class Rope:
         if self.factors is not None:
             inv_freq = inv_freq / self.factors[:half]
         unscaled = pos[:, None] * inv_freq[None, :]                      # [T, half]
+        if self.still is not None:
+            unscaled = np.where(self.still[None, :], 0.0, unscaled)
         angle, mscale = unscaled * self.scale, self.attn_factor
         if self.ext_factor:
             mix = self.yarn_ramp()[None, :] * self.ext_factor
@@ -104,6 +107,16 @@ class Rope:
             out[..., 0:self.n_dims:2] = a * cos - b * sin
             out[..., 1:self.n_dims:2] = a * sin + b * cos
         return out
+
+
+def fourth_stream(sections: list[int], n_pairs: int, interleaved: bool) -> np.ndarray:
+    """bool [n_pairs]: the pairs M-RoPE's fourth stream turns.  Sections repeat every
+    sum(sections) pairs; interleaved (Qwen3-VL), streams 0, 1, 2 take turns pair by
+    pair while each has pairs left; else each stream a run of pairs (Qwen2-VL)."""
+    sector = np.arange(n_pairs) % sum(sections)
+    if interleaved:
+        return sector >= 3 * np.asarray(sections)[sector % 3]
+    return sector >= sum(sections[:3])
 
 
 def attend(q, k, v, pos, *, scale: float, softcap: float = 0.0, window: int = 0) -> np.ndarray:
@@ -255,6 +268,15 @@ class Reference:
 
     def arch_qwen3moe(self, x, pos):
         return self.pre_norm_stack(x, pos, Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling), self.moe)
+
+    def arch_qwen3vlmoe(self, x, pos, *, interleaved: bool = True, fourth_turns: bool = False):
+        """Qwen3-MoE over text positions (p, p, p, 0): the pairs of the fourth stream stay
+        unturned; which pairs those are, interleaved M-RoPE says (wrong: a run of pairs
+        per stream as Qwen2-VL, or the fourth stream at p: NeoX rope)."""
+        sections = [int(s) for s in self.w.meta(f"{self.w.arch}.rope.dimension_sections")]
+        rope = Rope(self.rope_dims, self.rope_base, neox=True, **self.scaling,
+                    still=None if fourth_turns else fourth_stream(sections, self.rope_dims // 2, interleaved))
+        return self.pre_norm_stack(x, pos, rope, self.moe)
 
     def arch_phi3(self, x, pos):
         # LongRoPE: the "short" factors while the context fits the original training

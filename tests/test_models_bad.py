@@ -128,6 +128,8 @@ def test_gemma3_needs_qk_norms(tmp_path):
     ("qwen3moe-q8_0", "qwen3moe.expert_used_count", 5, U32, "expert_used_count"),
     ("qwen3moe-q8_0", "qwen3moe.expert_count", 0, U32, "expert_count"),
     ("qwen3moe-q8_0", "qwen3moe.expert_count", 1 << 30, U32, "expert_count"),
+    ("qwen3vlmoe-q8_0", "qwen3vlmoe.n_deepstack_layers", 3, U32, "n_deepstack_layers"),   # 2 layers
+    ("qwen3vlmoe-q8_0", "qwen3vlmoe.rope.dimension_sections", [4, 2, 2, 9], GGUFValueType.ARRAY, "dimension_sections"),
     ("gpt-oss-q8_0", "gpt-oss.expert_used_count", 5, U32, "expert_used_count"),
     ("phi3-q5_0", "phi3.rope.dimension_count", 17, U32, "dimension_count"),
     ("phi3-q5_0", "phi3.rope.scaling.attn_factor", -1.0, F32, "attn_factor"),
@@ -153,6 +155,7 @@ def test_value_head_size_unlike_key_head_size(tmp_path):
 
 @pytest.mark.parametrize("model, key", [
     ("qwen3moe-q8_0", "qwen3moe.expert_used_count"),
+    ("qwen3vlmoe-q8_0", "qwen3vlmoe.rope.dimension_sections"),
     ("qwen2-q8_0", "qwen2.block_count"),
 ])
 def test_key_of_the_wrong_type(tmp_path, model, key):
