@@ -86,18 +86,8 @@ def write_text_model() -> None:
 
 def mmproj_tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
     """(name, array in numpy order), drawn in this order from `rng`."""
-    def mat(n_out, n_in, std=0.15):
-        return (rng.standard_normal((n_out, n_in)) * std).astype(np.float16)
-
-    def vec(n, std=0.05):
-        return (rng.standard_normal(n) * std).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
-    def kernel():
-        return (rng.standard_normal((N_EMBD_V, 3, PATCH, PATCH)) * 0.1).astype(np.float16)
-
+    d = synth_qwenvl.Draw(rng, N_EMBD_V, PATCH)
+    mat, vec, norm, kernel = d.mat, d.vec, d.norm, d.kernel
     merged = 4 * N_EMBD_V
     out = [("v.patch_embd.weight", kernel()), ("v.patch_embd.weight.1", kernel()),
            ("v.patch_embd.bias", vec(N_EMBD_V)),
@@ -115,39 +105,18 @@ def mmproj_tensors(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
         out += [(p + "norm.weight", norm(merged)), (p + "norm.bias", vec(merged)),
                 (p + "fc1.weight", mat(merged, merged, 0.1)), (p + "fc1.bias", vec(merged)),
                 (p + "fc2.weight", mat(N_EMBD_TEXT, merged, 0.1)), (p + "fc2.bias", vec(N_EMBD_TEXT))]
-    out += [("v.post_ln.weight", norm(N_EMBD_V)), ("v.post_ln.bias", vec(N_EMBD_V)),
-            ("mm.0.weight", mat(merged, merged, 0.1)), ("mm.0.bias", vec(merged)),
-            ("mm.2.weight", mat(N_EMBD_TEXT, merged, 0.1)), ("mm.2.bias", vec(N_EMBD_TEXT))]
-    return out
+    return out + d.merger(N_EMBD_TEXT, ln_bias=True)
 
 
 def write_mmproj() -> None:
-    from gguf import GGUFWriter
+    def keys(w) -> None:
+        w.add_vision_use_gelu(True)
+        w.add_vision_spatial_merge_size(2)
+        w.add_vision_is_deepstack_layers([i in DEEPSTACK_BLOCKS for i in range(N_LAYER_V)])
 
-    writer = GGUFWriter(MMPROJ, "clip")
-    writer.add_name(f"{STEM} vision")
-    writer.add_clip_has_vision_encoder(True)
-    writer.add_clip_projector_type("qwen3vl_merger")
-    writer.add_clip_vision_projector_type("qwen3vl_merger")
-    writer.add_vision_image_size(POS_SIDE * PATCH)
-    writer.add_vision_patch_size(PATCH)
-    writer.add_vision_embedding_length(N_EMBD_V)
-    writer.add_vision_feed_forward_length(N_FF_V)
-    writer.add_vision_block_count(N_LAYER_V)
-    writer.add_vision_head_count(N_HEAD_V)
-    writer.add_vision_attention_layernorm_eps(1e-6)
-    writer.add_vision_projection_dim(N_EMBD_TEXT)
-    writer.add_vision_image_mean(list(MEAN))
-    writer.add_vision_image_std(list(STD))
-    writer.add_vision_use_gelu(True)
-    writer.add_vision_spatial_merge_size(2)
-    writer.add_vision_is_deepstack_layers([i in DEEPSTACK_BLOCKS for i in range(N_LAYER_V)])
-    for name, data in mmproj_tensors(np.random.default_rng(71)):
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    synth_qwenvl.write_mmproj(MMPROJ, STEM, "qwen3vl_merger", image_size=POS_SIDE * PATCH, patch=PATCH,
+                              n_embd=N_EMBD_V, n_ff=N_FF_V, n_layer=N_LAYER_V, n_head=N_HEAD_V, n_embd_text=N_EMBD_TEXT,
+                              mean=MEAN, std=STD, tensors=mmproj_tensors(np.random.default_rng(71)), extra=keys)
 
 
 def main() -> None:

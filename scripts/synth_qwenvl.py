@@ -27,6 +27,66 @@ class VLModel:
     n_embd: int        # width of each image row the tower hands over
 
 
+class Draw:
+    """Random mmproj tensors in numpy order, drawn from `rng` in the order asked for:
+    matrices and patch kernels in F16, biases and norms in F32."""
+
+    def __init__(self, rng: np.random.Generator, n_embd: int, patch: int) -> None:
+        self.rng, self.n_embd, self.patch = rng, n_embd, patch
+
+    def mat(self, n_out: int, n_in: int, std: float = 0.15) -> np.ndarray:
+        return (self.rng.standard_normal((n_out, n_in)) * std).astype(np.float16)
+
+    def vec(self, n: int, std: float = 0.05) -> np.ndarray:
+        return (self.rng.standard_normal(n) * std).astype(np.float32)
+
+    def norm(self, n: int) -> np.ndarray:
+        return (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
+
+    def kernel(self) -> np.ndarray:
+        return (self.rng.standard_normal((self.n_embd, 3, self.patch, self.patch)) * 0.1).astype(np.float16)
+
+    def merger(self, n_embd_text: int, *, ln_bias: bool) -> list[tuple[str, np.ndarray]]:
+        """The patch merger's tensors: its norm (with a bias or not), mm.0 and mm.2."""
+        merged = 4 * self.n_embd
+        out = [("v.post_ln.weight", self.norm(self.n_embd))]
+        if ln_bias:
+            out.append(("v.post_ln.bias", self.vec(self.n_embd)))
+        return out + [("mm.0.weight", self.mat(merged, merged, 0.1)), ("mm.0.bias", self.vec(merged)),
+                      ("mm.2.weight", self.mat(n_embd_text, merged, 0.1)), ("mm.2.bias", self.vec(n_embd_text))]
+
+
+def write_mmproj(path: Path, stem: str, projector: str, *, image_size: int, patch: int, n_embd: int, n_ff: int,
+                 n_layer: int, n_head: int, n_embd_text: int, mean, std, tensors: list, extra=None) -> None:
+    """An mmproj of `projector` with the keys the Qwen towers share; extra(writer) adds the
+    tower's own keys."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(path, "clip")
+    writer.add_name(f"{stem} vision")
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_clip_projector_type(projector)
+    writer.add_clip_vision_projector_type(projector)
+    writer.add_vision_image_size(image_size)
+    writer.add_vision_patch_size(patch)
+    writer.add_vision_embedding_length(n_embd)
+    writer.add_vision_feed_forward_length(n_ff)
+    writer.add_vision_block_count(n_layer)
+    writer.add_vision_head_count(n_head)
+    writer.add_vision_attention_layernorm_eps(1e-6)
+    writer.add_vision_projection_dim(n_embd_text)
+    writer.add_vision_image_mean(list(mean))
+    writer.add_vision_image_std(list(std))
+    if extra is not None:
+        extra(writer)
+    for name, data in tensors:
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def test_image(height: int, width: int, seed: int) -> np.ndarray:
     """uint8 RGB [height, width, 3]: a gradient per channel plus seeded noise."""
     y, x = np.mgrid[0:height, 0:width]
@@ -165,4 +225,4 @@ def main(m: VLModel, doc: str, write) -> None:
     m.text.parent.mkdir(parents=True, exist_ok=True)
     write()
     write_images(m)
-    print(f"wrote {m.text.name}, {m.mmproj.name} and the test images into {m.text.parent}")
+    print(f"wrote the model and the test images into {m.text.parent}")

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import vision_reference
 from conftest import DATA, available_isas, forced_isa
+from qwenvl_support import (chat_first_token, engine_matches_recording, prompt_logits, recorded_prompt,
+                            text_rope)
 from test_vision_gemma3 import new_forward, relative, rewrite, top_logit_distance
 from gguf import GGUFValueType
 
@@ -147,35 +149,6 @@ def text_model():
     f.close()
 
 
-def prompt_logits(fw, segments, rows: np.ndarray, wrong: str | None = None) -> np.ndarray:
-    """The logits after the recorded prompt, fed as mtmd_helper_eval_chunks feeds llama.cpp:
-    the text around the image as tokens, the image as `rows` at M-RoPE positions
-    (t, t + row, t + column), the text after it from t + max(rows, columns)."""
-    pos, rope = 0, 0   # the cache's position (the tokens' order), the rope's
-    for seg in segments:
-        if "tokens" in seg:
-            n = len(seg["tokens"])
-            logits = fw(np.array(seg["tokens"]), np.arange(pos, pos + n), np.zeros(n, np.int64), [n - 1],
-                        rope_positions=None if rope == pos else text_rope(rope, n))
-            pos, rope = pos + n, rope + n
-            continue
-        n_y, n_x = seg["grid"]
-        ty, tx = np.divmod(np.arange(n_y * n_x), n_x)
-        streams = np.stack([np.full_like(ty, rope), rope + ty, rope + tx, np.zeros_like(ty)], axis=1)
-        if wrong == "sections_ignored":   # the image's rows as a run of text positions
-            streams = text_rope(rope, n_y * n_x)
-        n = len(rows)
-        logits = fw.embedded(rows, np.arange(pos, pos + n), np.zeros(n, np.int64), [n - 1], rope_positions=streams)
-        pos += n
-        rope += n if wrong in ("sections_ignored", "positions_not_skipped") else max(n_y, n_x)
-    return logits[0]
-
-
-def text_rope(start: int, n: int) -> np.ndarray:
-    p = np.arange(start, start + n)
-    return np.stack([p, p, p, np.zeros_like(p)], axis=1)
-
-
 @pytest.mark.parametrize("name", ["square", "wide"])
 def test_first_token_logits_after_the_image_match_llama_cpp(text_model, projector, name):
     d = RECORDED[name]
@@ -214,33 +187,13 @@ def llm():
         yield model
 
 
-def recorded_prompt(name: str, rows: np.ndarray) -> tuple[list[int], list[tuple[int, np.ndarray]]]:
-    ids, images = [], []
-    for seg in RECORDED[name]["segments"]:
-        if "tokens" in seg:
-            ids += seg["tokens"]
-        else:
-            images.append((len(ids), rows))
-            ids += [0] * seg["image"]
-    return ids, images
-
-
 @pytest.mark.parametrize("name", ["wide", "odd"])
 def test_engine_places_the_image_by_m_rope_and_matches_llama_cpp(llm, name):
     """The engine feeds the grid rows causally at (t, t + row, t + column) and the text
     after them from t + max(rows, columns); the first token's log-probabilities differ
     from llama.cpp's logits by one constant."""
-    from pyengine.sample import SamplingOptions
-
     assert not llm.projector.attends_both_ways and llm.engine.images_both_ways is False
-    ids, images = recorded_prompt(name, llm.projector.embed((VISION / RECORDED[name]["image"]).read_bytes()))
-    handle = llm.engine.submit(ids, SamplingOptions(temperature=0), max_tokens=3, logprobs=True, top_logprobs=10,
-                               images=images)
-    top = dict(handle.result().logprobs[0].top)
-    best, best_logit = RECORDED[name]["top_logits"][0]
-    assert next(iter(top)) == best
-    for token, logit in RECORDED[name]["top_logits"]:
-        assert abs((top[token] - top[best]) - (logit - best_logit)) < 0.05
+    engine_matches_recording(llm, RECORDED[name], llm.projector.embed((VISION / RECORDED[name]["image"]).read_bytes()))
 
 
 def test_decoding_after_an_image_goes_on_from_the_shifted_positions(llm, text_model):
@@ -250,7 +203,7 @@ def test_decoding_after_an_image_goes_on_from_the_shifted_positions(llm, text_mo
 
     name = "wide"
     rows = llm.projector.embed((VISION / RECORDED[name]["image"]).read_bytes())
-    ids, images = recorded_prompt(name, rows)
+    ids, images = recorded_prompt(RECORDED[name]["segments"], rows)
     got = llm.engine.submit(ids, SamplingOptions(temperature=0), max_tokens=3, images=images).result().tokens
     segments = [dict(seg) for seg in RECORDED[name]["segments"]]
     want = []
@@ -261,16 +214,6 @@ def test_decoding_after_an_image_goes_on_from_the_shifted_positions(llm, text_mo
 
 
 def test_chat_with_an_image_answers_and_different_images_differ(llm):
-    import base64
-
-    def first(png: bytes):
-        r = llm.create_chat_completion(
-            [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
-                                          {"type": "image_url", "image_url": {
-                                              "url": "data:image/png;base64," + base64.b64encode(png).decode()}}]}],
-            max_tokens=1, temperature=0, logprobs=True, top_logprobs=5)
-        return {t["token"]: t["logprob"] for t in r["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
-
     square, wide = [(VISION / RECORDED[n]["image"]).read_bytes() for n in ("square", "wide")]
-    assert first(square) != first(wide)
-    assert first(square) == first(square)
+    assert chat_first_token(llm, square) != chat_first_token(llm, wide)
+    assert chat_first_token(llm, square) == chat_first_token(llm, square)

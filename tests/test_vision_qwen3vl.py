@@ -8,16 +8,15 @@ come from scripts/make_synth_qwen3vl.py."""
 
 from __future__ import annotations
 
-import base64
 import json
 
 import numpy as np
 import pytest
 import vision_reference
 from conftest import DATA, available_isas, forced_isa
+from qwenvl_support import chat_first_token, engine_matches_recording, prompt_logits, recorded_prompt
 from gguf import GGUFValueType
 from test_vision_gemma3 import new_forward, relative, rewrite, top_logit_distance
-from test_vision_qwen25vl import prompt_logits
 
 from pyengine.errors import InvalidOptionError, ModelError, UnsupportedError
 from pyengine.ml.context import Backend
@@ -183,35 +182,17 @@ def llm():
         yield model
 
 
-def recorded_prompt(name: str, rows: np.ndarray) -> tuple[list[int], list[tuple[int, np.ndarray]]]:
-    ids, images = [], []
-    for seg in RECORDED[name]["segments"]:
-        if "tokens" in seg:
-            ids += seg["tokens"]
-        else:
-            images.append((len(ids), rows))
-            ids += [0] * seg["image"]
-    return ids, images
-
-
 @pytest.mark.parametrize("name", ["square", "odd"])
 def test_engine_places_and_stacks_the_image_and_matches_llama_cpp(llm, name):
     """The engine feeds the grid rows at interleaved M-RoPE positions with their
     deepstack pieces; the first token's log-probabilities differ from llama.cpp's
     logits by one constant."""
-    ids, images = recorded_prompt(name, llm.projector.embed((VISION / RECORDED[name]["image"]).read_bytes()))
-    handle = llm.engine.submit(ids, SamplingOptions(temperature=0), max_tokens=2, logprobs=True, top_logprobs=20,
-                               images=images)
-    top = dict(handle.result().logprobs[0].top)
-    best, best_logit = RECORDED[name]["top_logits"][0]
-    assert next(iter(top)) == best
-    for token, logit in RECORDED[name]["top_logits"]:
-        assert abs((top[token] - top[best]) - (logit - best_logit)) < 0.05
+    engine_matches_recording(llm, RECORDED[name], llm.projector.embed((VISION / RECORDED[name]["image"]).read_bytes()))
 
 
 def test_engine_wants_the_rows_as_their_grid_at_the_model_s_width(llm):
     rows = llm.projector.embed((VISION / RECORDED["wide"]["image"]).read_bytes())
-    ids, _ = recorded_prompt("wide", rows)
+    ids, _ = recorded_prompt(RECORDED["wide"]["segments"], rows)
     start = len(RECORDED["wide"]["segments"][0]["tokens"])
     with pytest.raises(InvalidOptionError, match=r"\[n_rows, n_columns, n_embd\]"):
         llm.engine.submit(ids, SamplingOptions(), max_tokens=1, images=[(start, rows.reshape(-1, N_ROW))])
@@ -227,14 +208,6 @@ def test_a_projector_without_deepstack_does_not_fit():
 
 
 def test_chat_with_an_image_answers_and_different_images_differ(llm):
-    def first(png: bytes):
-        r = llm.create_chat_completion(
-            [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
-                                          {"type": "image_url", "image_url": {
-                                              "url": "data:image/png;base64," + base64.b64encode(png).decode()}}]}],
-            max_tokens=1, temperature=0, logprobs=True, top_logprobs=5)
-        return {t["token"]: t["logprob"] for t in r["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
-
     square, wide = [(VISION / RECORDED[n]["image"]).read_bytes() for n in ("square", "wide")]
-    assert first(square) != first(wide)
-    assert first(square) == first(square)
+    assert chat_first_token(llm, square) != chat_first_token(llm, wide)
+    assert chat_first_token(llm, square) == chat_first_token(llm, square)

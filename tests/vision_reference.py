@@ -302,6 +302,46 @@ def _qwen_rope_2d(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, base: float
     return x * cos + half * sin
 
 
+def _merged_patches(t: dict, k: dict, rgb: np.ndarray, *, one_frame: bool = False, raster: bool = False):
+    """(x [n, n_embd] both frames' kernels over the patches in merge order - merged token
+    (Y, X) row by row, its 2x2 patches row by row -, each patch's row, column, and the
+    order as (row, column) pairs) of uint8 RGB [H, W, 3] whose sides are multiples of
+    twice the patch.  raster: four consecutive raster patches taken as a group (wrong)."""
+    p = int(k["clip.vision.patch_size"])
+    mean, std = np.array(k["clip.vision.image_mean"]), np.array(k["clip.vision.image_std"])
+    img = (rgb.astype(np.float64) / 255.0 - mean) / std
+    n_y, n_x = rgb.shape[0] // p, rgb.shape[1] // p
+    kernel = t["v.patch_embd.weight"] + (0 if one_frame else t["v.patch_embd.weight.1"])
+    order = [((2 * Y + dy), (2 * X + dx)) for Y in range(n_y // 2) for X in range(n_x // 2)
+             for dy in range(2) for dx in range(2)]
+    if raster:
+        order = [(i // n_x, i % n_x) for i in range(n_y * n_x)]
+    x = np.stack([np.tensordot(kernel, img[r * p:(r + 1) * p, c * p:(c + 1) * p, :].transpose(2, 0, 1), axes=3)
+                  for r, c in order])
+    rows, cols = np.array([o[0] for o in order], float), np.array([o[1] for o in order], float)
+    return x, rows, cols, order
+
+
+def _qwen_attention(lin, h: np.ndarray, n_head: int, rows, cols, *, rope: bool = True, qkv: bool = False,
+                    visible: np.ndarray | None = None) -> np.ndarray:
+    """The Qwen towers' attention block output (before the residual): q/k/v (fused
+    `attn_qkv` or separate), the 2D rope, softmax over the patches `visible` sees."""
+    n, d = h.shape
+    hd = d // n_head
+    if qkv:
+        parts = np.split(lin("attn_qkv", h), 3, axis=1)
+    else:
+        parts = [lin(name, h) for name in ("attn_q", "attn_k", "attn_v")]
+    q, kk, v = (part.reshape(n, n_head, hd).transpose(1, 0, 2) for part in parts)
+    if rope:
+        q, kk = _qwen_rope_2d(q, rows, cols), _qwen_rope_2d(kk, rows, cols)
+    scores = q @ kk.transpose(0, 2, 1) / math.sqrt(hd)                               # [H, n, n]
+    if visible is not None:
+        scores = np.where(visible, scores, -np.inf)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return lin("attn_out", ((scores / scores.sum(axis=-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, d))
+
+
 def qwen25vl_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np.ndarray:
     """float64 [n_tokens, n_embd_text] (tokens row by row over the merged grid) of uint8
     RGB [H, W, 3] whose sides are multiples of twice the patch."""
@@ -309,44 +349,64 @@ def qwen25vl_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> 
     p, n_head = int(k["clip.vision.patch_size"]), int(k["clip.vision.attention.head_count"])
     eps, n_layer = float(k["clip.vision.attention.layer_norm_epsilon"]), int(k["clip.vision.block_count"])
     wa = int(k["clip.vision.n_wa_pattern"])
-    mean, std = np.array(k["clip.vision.image_mean"]), np.array(k["clip.vision.image_std"])
-    img = (rgb.astype(np.float64) / 255.0 - mean) / std
-    n_y, n_x = rgb.shape[0] // p, rgb.shape[1] // p
-    kernel = t["v.patch_embd.weight"] + (0 if variant == "one_frame" else t["v.patch_embd.weight.1"])
-    # patches in merge order: merged token (Y, X) row by row, its 2x2 patches row by row
-    order = [((2 * Y + dy), (2 * X + dx)) for Y in range(n_y // 2) for X in range(n_x // 2)
-             for dy in range(2) for dx in range(2)]
-    if variant == "raster_merge":   # four consecutive raster patches taken as a group
-        order = [(i // n_x, i % n_x) for i in range(n_y * n_x)]
-    x = np.stack([np.tensordot(kernel, img[r * p:(r + 1) * p, c * p:(c + 1) * p, :].transpose(2, 0, 1), axes=3)
-                  for r, c in order])                                                 # [n, n_embd]
-    rows, cols = np.array([o[0] for o in order], float), np.array([o[1] for o in order], float)
+    x, rows, cols, order = _merged_patches(t, k, rgb, one_frame=variant == "one_frame",
+                                           raster=variant == "raster_merge")
+    n_x = rgb.shape[1] // p
     side = 112 // p // 2                                                             # window, in merged tokens
     token = np.arange(len(order)) // 4
     ty, tx = token // (n_x // 2), token % (n_x // 2)
     window = (ty // side) * 1000 + tx // side
     n, d = x.shape
-    hd = d // n_head
     for i in range(n_layer):
         b = f"v.blk.{i}."
         lin = _block_linear(t, b)
-        h = _rms_norm(x, t[b + "ln1.weight"], eps)
-        q, kk, v = (lin(name, h).reshape(n, n_head, hd).transpose(1, 0, 2) for name in ("attn_q", "attn_k", "attn_v"))
-        if variant != "no_rope":
-            q, kk = _qwen_rope_2d(q, rows, cols), _qwen_rope_2d(kk, rows, cols)
-        scores = q @ kk.transpose(0, 2, 1) / math.sqrt(hd)                           # [H, n, n]
-        if (i + 1) % wa and variant != "no_window":
-            scores = np.where(window[:, None] == window[None, :], scores, -np.inf)
-        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        x = x + lin("attn_out", ((scores / scores.sum(axis=-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, d))
+        windowed = (i + 1) % wa and variant != "no_window"
+        x = x + _qwen_attention(lin, _rms_norm(x, t[b + "ln1.weight"], eps), n_head, rows, cols,
+                                rope=variant != "no_rope",
+                                visible=window[:, None] == window[None, :] if windowed else None)
         h = _rms_norm(x, t[b + "ln2.weight"], eps)
         gate = lin("ffn_gate", h)
         x = x + lin("ffn_down", gate / (1.0 + np.exp(-gate)) * lin("ffn_up", h))
     if variant != "no_merger_norm":
         x = _rms_norm(x, t["v.post_ln.weight"], eps)
-    x = x.reshape(n // 4, 4 * d)                                                     # a 2x2 group a row
-    x = _gelu(x @ t["mm.0.weight"].T + t["mm.0.bias"])   # GELU(tanh), as llama.cpp's merger computes it
-    return x @ t["mm.2.weight"].T + t["mm.2.bias"]
+    return _merger_mlp(t, x.reshape(n // 4, 4 * d))                                 # a 2x2 group a row
+
+
+def _merger_mlp(t: dict, x: np.ndarray, prefix: str = "") -> np.ndarray:
+    """mm.0 (or a deepstack fc1), GELU(tanh) as llama.cpp's merger computes it, mm.2 (fc2)."""
+    fc1, fc2 = (prefix + "fc1.", prefix + "fc2.") if prefix else ("mm.0.", "mm.2.")
+    return _gelu(x @ t[fc1 + "weight"].T + t[fc1 + "bias"]) @ t[fc2 + "weight"].T + t[fc2 + "bias"]
+
+
+QWEN2VL_VARIANTS = ("gelu_not_quick", "rms_norms", "no_rope", "one_frame", "no_merger_norm")
+
+
+def qwen2vl_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> np.ndarray:
+    """float64 [n_tokens, n_embd_text] (tokens row by row over the merged grid) of uint8
+    RGB [H, W, 3] whose sides are multiples of twice the patch: Qwen2-VL's tower, its
+    LayerNorm blocks' MLP with quick GELU, every block attending to every patch."""
+    t, k = read_tensors(mmproj)
+    n_head = int(k["clip.vision.attention.head_count"])
+    eps, n_layer = float(k["clip.vision.attention.layer_norm_epsilon"]), int(k["clip.vision.block_count"])
+    x, rows, cols, _ = _merged_patches(t, k, rgb, one_frame=variant == "one_frame")
+
+    def norm(x, name):
+        if variant == "rms_norms":
+            return _rms_norm(x, t[name + ".weight"], eps)
+        return _layer_norm(x, t[name + ".weight"], t[name + ".bias"], eps)
+
+    def act(h):
+        return _gelu(h) if variant == "gelu_not_quick" else h / (1.0 + np.exp(-1.702 * h))
+
+    n, d = x.shape
+    for i in range(n_layer):
+        b = f"v.blk.{i}."
+        lin = _block_linear(t, b)
+        x = x + _qwen_attention(lin, norm(x, b + "ln1"), n_head, rows, cols, rope=variant != "no_rope")
+        x = x + lin("ffn_down", act(lin("ffn_up", norm(x, b + "ln2"))))
+    if variant != "no_merger_norm":
+        x = norm(x, "v.post_ln")
+    return _merger_mlp(t, x.reshape(n // 4, 4 * d))
 
 
 QWEN3VL_VARIANTS = ("no_position_embd", "positions_not_aligned", "no_deepstack", "deepstack_before_block", "no_rope")
@@ -372,14 +432,9 @@ def qwen3vl_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> n
     t, k = read_tensors(mmproj)
     p, n_head = int(k["clip.vision.patch_size"]), int(k["clip.vision.attention.head_count"])
     eps, n_layer = float(k["clip.vision.attention.layer_norm_epsilon"]), int(k["clip.vision.block_count"])
-    mean, std = np.array(k["clip.vision.image_mean"]), np.array(k["clip.vision.image_std"])
-    img = (rgb.astype(np.float64) / 255.0 - mean) / std
+    x, rows, cols, order = _merged_patches(t, k, rgb)
+    x = x + t["v.patch_embd.bias"]                                                   # [n, n_embd]
     n_y, n_x = rgb.shape[0] // p, rgb.shape[1] // p
-    kernel = t["v.patch_embd.weight"] + t["v.patch_embd.weight.1"]
-    order = [((2 * Y + dy), (2 * X + dx)) for Y in range(n_y // 2) for X in range(n_x // 2)
-             for dy in range(2) for dx in range(2)]
-    x = np.stack([np.tensordot(kernel, img[r * p:(r + 1) * p, c * p:(c + 1) * p, :].transpose(2, 0, 1), axes=3)
-                  for r, c in order]) + t["v.patch_embd.bias"]                       # [n, n_embd]
     table = t["v.position_embd.weight"]                                              # [side^2, n_embd]
     side = math.isqrt(table.shape[0])
     grid = table.reshape(side, side, -1)
@@ -387,36 +442,28 @@ def qwen3vl_embeddings(mmproj, rgb: np.ndarray, variant: str | None = None) -> n
     grid = np.einsum("Yy,yxe,Xx->YXe", resize(side, n_y), grid, resize(side, n_x))
     if variant != "no_position_embd":
         x = x + np.stack([grid[r, c] for r, c in order])
-    rows, cols = np.array([o[0] for o in order], float), np.array([o[1] for o in order], float)
     n, d = x.shape
-    hd = d // n_head
 
-    def merger(h: np.ndarray, prefix: str, norm: str) -> np.ndarray:
-        if norm == "before":   # the main merger: LN over a patch, then a 2x2 group a row
-            h = _layer_norm(h, t["v.post_ln.weight"], t["v.post_ln.bias"], eps).reshape(n // 4, 4 * d)
-        else:                  # a deepstack merger: a 2x2 group a row, then LN over the group
-            h = _layer_norm(h.reshape(n // 4, 4 * d), t[prefix + "norm.weight"], t[prefix + "norm.bias"], eps)
-        fc1, fc2 = ("mm.0.", "mm.2.") if norm == "before" else (prefix + "fc1.", prefix + "fc2.")
-        return _gelu(h @ t[fc1 + "weight"].T + t[fc1 + "bias"]) @ t[fc2 + "weight"].T + t[fc2 + "bias"]
+    def merger(h: np.ndarray, prefix: str) -> np.ndarray:
+        if not prefix:   # the main merger: LN over a patch, then a 2x2 group a row
+            h = _layer_norm(h, t["v.post_ln.weight"], t["v.post_ln.bias"], eps)
+            return _merger_mlp(t, h.reshape(n // 4, 4 * d))
+        # a deepstack merger: a 2x2 group a row, then LN over the group
+        return _merger_mlp(t, _layer_norm(h.reshape(n // 4, 4 * d), t[prefix + "norm.weight"], t[prefix + "norm.bias"],
+                                          eps), prefix)
 
     deepstack = []
     for i in range(n_layer):
         b = f"v.blk.{i}."
         lin = _block_linear(t, b)
         block_input = x
-        h = _layer_norm(x, t[b + "ln1.weight"], t[b + "ln1.bias"], eps)
-        q, kk, v = (part.reshape(n, n_head, hd).transpose(1, 0, 2) for part in np.split(lin("attn_qkv", h), 3, axis=1))
-        if variant != "no_rope":
-            q, kk = _qwen_rope_2d(q, rows, cols), _qwen_rope_2d(kk, rows, cols)
-        scores = q @ kk.transpose(0, 2, 1) / math.sqrt(hd)                           # [H, n, n]
-        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        x = x + lin("attn_out", ((scores / scores.sum(axis=-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, d))
+        x = x + _qwen_attention(lin, _layer_norm(x, t[b + "ln1.weight"], t[b + "ln1.bias"], eps), n_head, rows, cols,
+                                rope=variant != "no_rope", qkv=True)
         h = _layer_norm(x, t[b + "ln2.weight"], t[b + "ln2.bias"], eps)
         x = x + lin("ffn_down", _gelu(lin("ffn_up", h)))
         if f"v.deepstack.{i}.fc1.weight" in t and variant != "no_deepstack":
-            deepstack.append(merger(block_input if variant == "deepstack_before_block" else x,
-                                    f"v.deepstack.{i}.", "after"))
-    out = [merger(x, "", "before")] + deepstack
+            deepstack.append(merger(block_input if variant == "deepstack_before_block" else x, f"v.deepstack.{i}."))
+    out = [merger(x, "")] + deepstack
     if variant == "no_deepstack":
         out += [np.zeros_like(out[0])] * sum(f"v.deepstack.{i}.fc1.weight" in t for i in range(n_layer))
     return np.concatenate(out, axis=1)

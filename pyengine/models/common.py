@@ -199,6 +199,13 @@ class ExpertsConfig(AttentionConfig):
                     norm_expert_weights=f.get_bool(key("expert_weights_norm"), norm_default),
                     expert_weights_scale=scale if scale > 0 else 1.0)   # llama.cpp: 0 (absent) = no scaling
 
+    @staticmethod
+    def expert_width(f: GGUFFile, n_ff: int) -> int:
+        """expert_feed_forward_length, else llama.cpp's fallback for the Qwen MoEs:
+        feed_forward_length over expert_used_count."""
+        n_used = f.get_int(f.arch_key("expert_used_count"), 0)
+        return f.get_int(f.arch_key("expert_feed_forward_length"), n_ff // n_used if n_used > 0 else 0)
+
     def check_experts(self) -> None:
         check_range("expert_count", self.n_expert, 1, MAX_EXPERTS)
         check_range("expert_used_count", self.n_expert_used, 1, self.n_expert)
@@ -733,9 +740,9 @@ class DeltaNetMoeConfig(DeltaNetConfig):
     def from_gguf(cls, f: GGUFFile) -> "DeltaNetMoeConfig":
         key = f.arch_key
         kw = cls.delta_from_gguf(f)
-        n_used = f.get_int(key("expert_used_count"), 0)
-        n_ff_exp = f.get_int(key("expert_feed_forward_length"), kw["n_ff"] // n_used if n_used > 0 else 0)
-        return cls(**kw, n_expert=f.get_int(key("expert_count"), 0), n_expert_used=n_used, n_ff_exp=n_ff_exp,
+        return cls(**kw, n_expert=f.get_int(key("expert_count"), 0),
+                   n_expert_used=f.get_int(key("expert_used_count"), 0),
+                   n_ff_exp=ExpertsConfig.expert_width(f, kw["n_ff"]),
                    n_ff_shexp=f.get_int(key("expert_shared_feed_forward_length"), kw["n_ff"]))
 
     def __post_init__(self) -> None:

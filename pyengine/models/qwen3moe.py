@@ -20,12 +20,8 @@ class Qwen3MoeConfig(common.ExpertsConfig):
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Qwen3MoeConfig":
         kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX)
-        n_used = f.get_int(f.arch_key("expert_used_count"), 0)
-        n_ff_default = kw["n_ff"] // n_used if n_used > 0 else 0   # llama.cpp's fallback
         # llama.cpp always renormalises Qwen3-MoE's weights; a file may say otherwise
-        kw.update(cls.experts_from_gguf(
-            f, n_ff_exp=f.get_int(f.arch_key("expert_feed_forward_length"), n_ff_default), norm_default=True))
-        return cls(**kw)
+        return cls(**kw, **cls.experts_from_gguf(f, n_ff_exp=cls.expert_width(f, kw["n_ff"]), norm_default=True))
 
     def __post_init__(self) -> None:
         super().__post_init__()

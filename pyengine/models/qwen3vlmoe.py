@@ -21,10 +21,8 @@ class Qwen3VLMoeConfig(mrope.MRopeConfig, common.ExpertsConfig):
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> "Qwen3VLMoeConfig":
         kw = cls.common_from_gguf(f, rope_mode=ROPE_NEOX, eps_default=None)
-        n_used = f.get_int(f.arch_key("expert_used_count"), 0)
-        n_ff_default = kw["n_ff"] // n_used if n_used > 0 else 0   # llama.cpp's fallback
-        n_ff_exp = f.get_int(f.arch_key("expert_feed_forward_length"), n_ff_default)
-        return cls(**kw, **cls.mrope_from_gguf(f), **cls.experts_from_gguf(f, n_ff_exp=n_ff_exp, norm_default=True))
+        experts = cls.experts_from_gguf(f, n_ff_exp=cls.expert_width(f, kw["n_ff"]), norm_default=True)
+        return cls(**kw, **cls.mrope_from_gguf(f), **experts)
 
     def __post_init__(self) -> None:
         super().__post_init__()

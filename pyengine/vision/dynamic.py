@@ -178,11 +178,25 @@ class BareParam(Param):
     BARE = True
 
 
+def merge_and_project(ctx: Context, tower, grid: PatchGrid, x: Tensor) -> Tensor:
+    """The merger: the tower's post norm, each 2x2 group's rows side by side, mm.0, GELU,
+    mm.2: [n_embd_text, n_tokens]."""
+    x = grid.merged(ctx, tower.post_ln(ctx, x, tower.cfg.eps))                          # a 2x2 group a column
+    return tower.mm_2(ctx, ctx.gelu(tower.mm_0(ctx, x)))
+
+
 def patch_conv(ctx: Context, w: Weight, patches: Tensor) -> Tensor:
     """A convolution with stride = kernel = the patch side, as one product: weight
     [p, p, 3, n_embd], patches [3 p^2, n_patches] -> [n_embd, n_patches]."""
     p, _, c, n_embd = w.shape
     return ctx.mul_mat(ctx.weight(Weight(w.name, w.type, (p * p * c, n_embd), w.data)), patches)
+
+
+def both_frames(ctx: Context, tower, patches: Tensor) -> Tensor:
+    """Qwen's two video frames' kernels (`patch_embd`, `patch_embd_1`) over a still image,
+    which is both frames: the two convolutions summed, [n_embd, n_patches]."""
+    return ctx.add(patch_conv(ctx, tower.patch_embd.weight, patches),
+                   patch_conv(ctx, tower.patch_embd_1.weight, patches))
 
 
 class MergedPatchTower(Tower):

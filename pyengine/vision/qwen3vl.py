@@ -26,7 +26,8 @@ from pyengine.gguf import GGUFFile
 from pyengine.ml.context import Context, Tensor
 from pyengine.ml.nn import F32Bias, F32Param, LayerNorm, Linear, Param
 from pyengine.models.binding import Module, blocks, tensor
-from pyengine.vision.dynamic import BareParam, MergedConfig, MergedPatchTower, PatchGrid, merge_order, patch_conv
+from pyengine.vision.dynamic import (BareParam, MergedConfig, MergedPatchTower, PatchGrid, both_frames,
+                                     merge_and_project, merge_order)
 from pyengine.vision.tower import register_tower, require_gelu
 
 
@@ -132,16 +133,14 @@ class Qwen3VLTower(Module, MergedPatchTower):
     def forward(self, ctx: Context, patches: Tensor, n_y: int, n_x: int) -> Tensor:
         c = self.cfg
         grid = PatchGrid(ctx, c, n_y, n_x)
-        x = ctx.add(patch_conv(ctx, self.patch_embd.weight, patches),
-                    patch_conv(ctx, self.patch_embd_1.weight, patches))               # [n_embd, n_patches]
+        x = both_frames(ctx, self, patches)                                             # [n_embd, n_patches]
         x = ctx.add(ctx.add(x, ctx.weight(self.patch_bias.bias)), ctx.input(self.positions(n_y, n_x), "positions"))
         pieces = []
         for layer, merger in zip(self.layers, self.deepstack):
             x = layer(ctx, x, grid)
             if merger.present:
                 pieces.append(merger(ctx, grid.merged(ctx, x)))
-        x = grid.merged(ctx, self.post_ln(ctx, x, c.eps))                               # a 2x2 group a column
-        out = self.mm_2(ctx, ctx.gelu(self.mm_0(ctx, x)))                               # [n_embd_text, n_tokens]
+        out = merge_and_project(ctx, self, grid, x)                                     # [n_embd_text, n_tokens]
         for piece in pieces:
             out = ctx.concat(out, piece)
         return out                                                                      # [n_embd_out, n_tokens]
