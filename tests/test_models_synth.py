@@ -732,13 +732,14 @@ def test_phi3_longrope_follows_the_context_per_sequence(tmp_path):
 @pytest.mark.parametrize("variant", ["qwen3-q4_1", "gemma2-q8_0", "smollm3-q8_0", "llama-yarn-q8_0",
                                      "ernie4_5-q8_0", "hunyuan-dense-q8_0", "exaone4-q8_0", "glm4-q8_0",
                                      "mistral3-q8_0", "gpt-oss-q8_0", "deepseek2-q8_0", "mixtral-q8_0", "glm4moe-q8_0",
-                                     "llama4-q8_0",
+                                     "llama4-q8_0", "qwen3vlmoe-q8_0",
                                      "phi3-longrope-short", "phi3-longrope-long"])
 def test_context_shift_rerotates_keys_like_a_fresh_run(tmp_path, variant):
     """After a context shift the moved keys of layer 0 (which depend only on the
     token and its position) must equal those of a fresh run at the new positions:
     the re-rotation uses each layer's rope (Gemma's per-layer base, Phi-3's
-    LongRoPE factors without a second attn_factor)."""
+    LongRoPE factors without a second attn_factor; M-RoPE's fourth stream, which
+    text holds at 0, left unturned: turned by the shift too it lands 0.15 away)."""
     path = phi3_longrope(tmp_path) if variant.startswith("phi3") else DATA / "synth" / f"{variant}.gguf"
     n_cells = 128 if variant.endswith("long") else 32          # beyond / within the original 64
     model = load(path)
