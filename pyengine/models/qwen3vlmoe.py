@@ -1,6 +1,6 @@
 """Qwen3-VL-MoE's text model: Qwen3-MoE blocks (head-normed attention, softmax
 routing over experts renormalised over the chosen ones) with Qwen3-VL's
-interleaved M-RoPE and deepstack pieces (models/mrope.py).  GGUF `qwen3vlmoe`."""
+interleaved M-RoPE and deepstack pieces (models/common.py).  GGUF `qwen3vlmoe`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from pyengine.gguf import GGUFFile
 from pyengine.ml.context import ROPE_IMROPE
-from pyengine.models import common, mrope
+from pyengine.models import common
 from pyengine.models.binding import blocks, module
 from pyengine.models.config import ROPE_NEOX
 from pyengine.models.registry import register
 
 
 @dataclass(frozen=True)
-class Qwen3VLMoeConfig(mrope.MRopeConfig, common.ExpertsConfig):
+class Qwen3VLMoeConfig(common.MRopeConfig, common.ExpertsConfig):
     MROPE_MODE = ROPE_IMROPE
 
     @classmethod
@@ -37,7 +37,7 @@ class Block(common.PreNormBlock):
 
 @register("qwen3vlmoe")
 @dataclass(eq=False)
-class Qwen3VLMoe(mrope.MRopeDecoder):
+class Qwen3VLMoe(common.MRopeDecoder):
     Config = Qwen3VLMoeConfig
 
     layers: list[Block] = blocks("blk")

@@ -11,7 +11,7 @@ mmproj `clip.projector_type = qwen3vl_merger` (Qwen3.5's towers are the same).
 
 Each merged token's row is the merger's output followed by the deepstack pieces in
 block order: n_embd_text * (1 + n_deepstack) values, which the text model (qwen3vl)
-takes apart (models/mrope.py).
+takes apart (models/common.py).
 """
 
 from __future__ import annotations
