@@ -13,16 +13,10 @@ TESTS=(tests/test_kernels_legacy.py tests/test_kernels_kquants.py tests/test_ker
        tests/test_gemm.py tests/test_rows8.py tests/test_graph_ops.py tests/test_gguf.py tests/test_gguf_bad.py
        tests/test_tokenizer_native.py tests/test_tokenizer_conformance.py tests/test_tokenizer_unit.py
        tests/test_grammar.py tests/test_kvcache.py tests/test_models_synth.py tests/test_models_bad.py
-       tests/test_models_encoder.py)
+       tests/test_models_encoder.py tests/test_fuzz_corpus.py)
 
-python -m venv --clear "$VENV"
-# pyengine's dependencies come from this environment, after the venv's own packages: a plain
-# path in a .pth file, so an editable install of pyengine here is not activated there.
-site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$site/outer.pth"
-"$VENV/bin/python" -m pip install -q --no-deps --force-reinstall \
-  --config-settings=cmake.define.PYENGINE_SANITIZE="$SANITIZERS" \
-  --config-settings=build-dir=build/sanitize .
+. scripts/instrumented_install.sh
+instrumented_install "$VENV" "$SANITIZERS" build/sanitize
 
 runtime=""
 case "$SANITIZERS" in *address*) runtime=$(gcc -print-file-name=libasan.so) ;; esac
