@@ -18,7 +18,8 @@ cdef extern from "pe.h" nogil:
     int64_t pe_greedy_penalised(const float *x, int64_t n, const int64_t *ids, const float *counts, int64_t n_ids,
                                 float repeat, float frequency, float presence, int *status)
     void pe_kv_mask(float *out, int64_t stride, const int32_t *positions, const uint64_t *seq_bits, int64_t n_tokens,
-                    const int32_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv, int32_t window)
+                    const int32_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv, int32_t window,
+                    int32_t chunk)
     const char *pe_last_error()
 
     const char *pe_isa_current()

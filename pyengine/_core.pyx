@@ -74,9 +74,10 @@ def repack_rows8(int rows8_type, const uint8_t[::1] src, uint8_t[::1] dst, int64
 # ---- KV cache --------------------------------------------------------------
 
 def kv_mask(float[:, ::1] out, const int32_t[::1] positions, const uint64_t[::1] seq_bits,
-            const int32_t[::1] cell_pos, const uint64_t[::1] cell_seq, int64_t n_kv, int window) -> None:
+            const int32_t[::1] cell_pos, const uint64_t[::1] cell_seq, int64_t n_kv, int window,
+            int chunk=0) -> None:
     """out[t, c] for the batch's tokens and the first n_kv cells: 0 where token t may
-    attend cell c, -inf elsewhere (pe_kv_mask in pe.h)."""
+    attend cell c, -inf elsewhere (pe_kv_mask in pe.h: a sliding window, or chunks)."""
     cdef int64_t n_tokens = positions.shape[0]
     if seq_bits.shape[0] != n_tokens or n_tokens > out.shape[0]:
         raise ValueError("one sequence bit per token, and a mask row per token, are needed")
@@ -86,7 +87,7 @@ def kv_mask(float[:, ::1] out, const int32_t[::1] positions, const uint64_t[::1]
         return
     with nogil:
         pe_kv_mask(&out[0, 0], out.shape[1], &positions[0], &seq_bits[0], n_tokens, &cell_pos[0], &cell_seq[0],
-                   n_kv, window)
+                   n_kv, window, chunk)
 
 
 # ---- sampling --------------------------------------------------------------

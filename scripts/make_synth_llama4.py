@@ -16,14 +16,18 @@ Writes
   pyengine runs Llama 4 with;
 * tests/data/golden/synth/llama4-q8_0.json: llama.cpp's outputs over the
   prompts of llama-bpe-q5_1-tied.json (make_iq_synth's recorder), from
-  llama-cpp-python 0.3.36's AVX-512 build with its extra buffer types off.
+  llama-cpp-python 0.3.36's AVX-512 build with its extra buffer types off;
+* with --long, only tests/data/golden/synth/llama4-long-q8_0.json: llama.cpp's
+  logits over a seeded random sequence of 8320 tokens, past the first chunk,
+  at its last 160 positions (the top 10 and the argmax of each).
 
-    python scripts/make_synth_llama4.py [--no-golden]
+    python scripts/make_synth_llama4.py [--no-golden | --long]
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from pathlib import Path
 
@@ -85,5 +89,35 @@ def write_model(path: Path) -> None:
 record_golden = functools.partial(common.record_golden, extra_buffer_types=False, swa_full=True)
 
 
+LONG_TOKENS, LONG_RECORDED, LONG_SEED = 8320, 160, 4005
+
+
+def long_sequence(n_vocab: int) -> list[int]:
+    """The --long recording's tokens: seeded random ids past the special ones."""
+    return np.random.default_rng(LONG_SEED).integers(3, n_vocab, LONG_TOKENS).tolist()
+
+
+def record_long(model: Path, out: Path) -> None:
+    """llama.cpp's logits at the last LONG_RECORDED of LONG_TOKENS positions (its chunked
+    cache as large as the context, one ubatch of 512 at a time)."""
+    from llama_cpp import Llama
+
+    ids = long_sequence(common.vocab_size(common.read_tokenizer_source()))
+    args = {**common.RECORDER_CONTEXT_ARGS, "n_ctx": LONG_TOKENS + 128, "swa_full": True}
+    with common.llama_extra_buffer_types_off():
+        llm = Llama(str(model), **args)
+        llm.eval(ids)
+        logits = np.asarray(llm.scores[LONG_TOKENS - LONG_RECORDED:LONG_TOKENS], np.float32)
+        llm.close()
+    top = np.argsort(-logits, axis=1, kind="stable")[:, :10]
+    golden = {"model": model.name, "n_tokens": LONG_TOKENS, "seed": LONG_SEED,
+              "first_recorded": LONG_TOKENS - LONG_RECORDED, "argmax": logits.argmax(axis=1).tolist(),
+              "top_ids": top.tolist(), "top_logits": np.take_along_axis(logits, top, axis=1).tolist()}
+    out.write_text(json.dumps(golden), encoding="utf-8")
+
+
 if __name__ == "__main__":
-    common.main(sys.argv[1:], __doc__, "llama4-q8_0", write_model, record_golden)
+    if sys.argv[1:] == ["--long"]:
+        record_long(common.model_paths("llama4-q8_0")[0], common.GOLDEN_DIR / "llama4-long-q8_0.json")
+    else:
+        common.main(sys.argv[1:], __doc__, "llama4-q8_0", write_model, record_golden)

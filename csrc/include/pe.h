@@ -146,9 +146,11 @@ int pe_quantize_row(int type, const float *x, void *y, int64_t n);
  * + c] = 0 where token t (at positions[t], of the sequence whose bit is
  * seq_bits[t]) may attend cell c (the cell's sequence set cell_seq[c] holds
  * that bit, its position cell_pos[c] is <= the token's and, with window > 0,
- * within window positions of it), -inf elsewhere. */
+ * within window positions of it; with chunk > 0, in the token's own chunk of
+ * chunk positions: at or after its position rounded down to a multiple of
+ * chunk), -inf elsewhere. */
 void pe_kv_mask(float *out, int64_t stride, const int32_t *positions, const uint64_t *seq_bits, int64_t n_tokens,
-                const int32_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv, int32_t window);
+                const int32_t *cell_pos, const uint64_t *cell_seq, int64_t n_kv, int32_t window, int32_t chunk);
 
 /* ---- sampling ----------------------------------------------------------------- */
 

@@ -30,7 +30,7 @@ from pyengine import hugepages
 from pyengine.errors import ContextLengthError, InvalidOptionError
 from pyengine.kvcache.cells import MAX_SEQUENCES, CellTable, seq_bit
 from pyengine.kvcache.rows import DEFAULT_KV_TYPE, FORMATS, KV_TYPES, RowFormat, row_format
-from pyengine.ml.nn import CacheSpec
+from pyengine.ml.nn import CacheSpec, first_visible
 
 # rotate(layers, rows, delta): rows[i] is float32 [n, k_dim] of layers[i]; returns the
 # rows re-roped by `delta` positions.
@@ -39,9 +39,11 @@ Rotator = Callable[[Sequence[int], Sequence[np.ndarray], int], Sequence[np.ndarr
 
 @dataclass(eq=False)
 class CacheGroup:
-    """Layers that share cell metadata: one window, one cell table, K/V per layer."""
+    """Layers that share cell metadata: one window (sliding, or chunks), one cell
+    table, K/V per layer."""
 
     window: int
+    chunked: bool
     layers: list[int]
     cells: CellTable
     k: dict[int, np.ndarray] = field(default_factory=dict)
@@ -50,6 +52,9 @@ class CacheGroup:
     @property
     def n_cells(self) -> int:
         return self.cells.n_cells
+
+    def first_visible(self, pos: int) -> int:
+        return first_visible(pos, self.window, self.chunked)
 
     def move(self, order: np.ndarray) -> None:
         """K/V rows follow a rebuild: new row i is old row order[i]."""
@@ -84,16 +89,17 @@ class KVCache:
         self.n_cells = n_cells
         self.groups: list[CacheGroup] = []
         self.layer_group: list[CacheGroup | None] = []   # None: a layer another cache kind holds
-        by_window: dict[int, CacheGroup] = {}
+        by_window: dict[tuple[int, bool], CacheGroup] = {}
         for i, spec in enumerate(self.layout):
             if not isinstance(spec, CacheSpec):
                 self.layer_group.append(None)
                 continue
-            group = by_window.get(spec.window)
+            kind = (spec.window, spec.chunked and spec.window > 0)
+            group = by_window.get(kind)
             if group is None:
                 size = n_cells if not spec.window else _window_size(spec.window, n_cells, window_cells)
-                group = CacheGroup(spec.window, [], CellTable(size))
-                by_window[spec.window] = group
+                group = CacheGroup(*kind, [], CellTable(size))
+                by_window[kind] = group
                 self.groups.append(group)
             group.layers.append(i)
             self.layer_group.append(group)
@@ -162,10 +168,8 @@ class KVCache:
                 return 0   # holes: only after edits the engine never makes; do not trust them
             p = min(p, int(pos[-1]) + 1)
         for g in self.groups:
-            if g.window and p > 0:
-                first = int(g.cells.positions_of(seq_id)[0])
-                if max(0, p - g.window + 1) < first:
-                    return 0
+            if g.window and p > 0 and g.first_visible(p) < int(g.cells.positions_of(seq_id)[0]):
+                return 0
         return max(p, 0)
 
     # ---- edits ---------------------------------------------------------------
@@ -213,10 +217,10 @@ class KVCache:
             g.cells.copy(src, dst, 0, n)
 
     def slide(self, seq_id: int, next_pos: int, margin: int = 0) -> None:
-        """Free the sliding-window cells of a sequence that a token at `next_pos` or
-        later can no longer see, except the last `margin` of them."""
+        """Free the sliding-window (or past chunks') cells of a sequence that a token at
+        `next_pos` or later can no longer see, except the last `margin` of them."""
         for g in self.groups:
-            end = next_pos - g.window + 1 - margin
+            end = g.first_visible(next_pos) - margin
             if g.window and end > 0:   # (no position below 0: nothing to free before that)
                 g.cells.remove(seq_id, 0, end)
 

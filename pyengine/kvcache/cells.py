@@ -254,11 +254,12 @@ class CellTable:
     # ---- masks ---------------------------------------------------------------
 
     def fill_mask(self, out: np.ndarray, positions: np.ndarray, seq_ids: np.ndarray,
-                  n_kv: int, window: int = 0, causal: bool = True, alibi: bool = False) -> None:
+                  n_kv: int, window: int = 0, causal: bool = True, alibi: bool = False, chunk: int = 0) -> None:
         """out[t, c] = 0 where token t may attend cell c, else -inf (first n_kv cells):
         the cell holds the token's sequence at a position not after the token's (and,
-        with a window, less than `window` positions before it).  One native loop over
-        the (token, cell) pairs (pe_kv_mask).
+        with a window, less than `window` positions before it; with a chunk, in the
+        token's own chunk of `chunk` positions: p - p % chunk or later).  One native
+        loop over the (token, cell) pairs (pe_kv_mask).
 
         causal=False (an encoder): every cell of the token's sequence, before or after
         it; a window is then symmetric, |distance| <= window // 2 (llama.cpp's
@@ -266,13 +267,13 @@ class CellTable:
         which the attention scales by each head's slope."""
         if not causal or alibi:
             self._fill_mask_numpy(out, np.asarray(positions, np.int64), seq_bits(seq_ids), n_kv, window,
-                                  causal, alibi)
+                                  causal, alibi, chunk)
             return
         _core.kv_mask(out, np.ascontiguousarray(positions, np.int32), seq_bits(seq_ids), self.pos, self.seq,
-                      n_kv, window)
+                      n_kv, window, chunk)
 
     def _fill_mask_numpy(self, out: np.ndarray, positions: np.ndarray, bits: np.ndarray, n_kv: int,
-                         window: int, causal: bool, alibi: bool) -> None:
+                         window: int, causal: bool, alibi: bool, chunk: int = 0) -> None:
         """An encoder's batch is computed once, not per decode step: numpy serves."""
         visible = (self.seq[None, :n_kv] & bits[:, None]) != 0                    # [T, n_kv]
         ahead = positions[:, None] - self.pos[None, :n_kv].astype(np.int64)       # token's position - cell's
@@ -281,6 +282,8 @@ class CellTable:
             visible &= ahead >= 0
             if window > 0:
                 visible &= ahead < window
+            if chunk > 0:
+                visible &= self.pos[None, :n_kv] >= (positions - positions % chunk)[:, None]
         elif window > 0:
             visible &= distance <= window // 2
         seen = -distance.astype(np.float32) if alibi else np.float32(0)

@@ -181,6 +181,15 @@ class CacheSpec:
     k_dim: int
     v_dim: int
     window: int = 0  # sliding-window size in tokens; 0 = attends to everything
+    chunked: bool = False   # the window is a chunk: a token sees its chunk's earlier tokens
+
+
+def first_visible(pos: int, window: int, chunked: bool) -> int:
+    """The first position a token at `pos` sees through a sliding window of `window`
+    tokens (its own included), or in its chunk of `window` positions; 0 for window 0."""
+    if window <= 0:
+        return 0
+    return pos - pos % window if chunked else max(0, pos - window + 1)
 
 
 @dataclass(frozen=True)

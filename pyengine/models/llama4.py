@@ -11,9 +11,9 @@ unscaled input; the other layers a dense SiLU-gated MLP.  A file with
 `attention.sliding_window` 0 has neither chunks nor NoPE layers, as
 llama.cpp reads it.  GGUF `llama4`.
 
-Chunks: a context per sequence no longer than one chunk is one chunk, so the
-chunked layers attend causally there; a longer context is refused (the KV
-cache has no chunked layout yet)."""
+Chunks: the RoPE layers' cache group is chunked (kvcache/causal.py), so a
+token's mask holds only its own chunk's cells and the cells of past chunks are
+freed as a sliding window's are; the NoPE layers keep every cell."""
 
 from __future__ import annotations
 
@@ -73,6 +73,14 @@ class Llama4Config(common.ExpertsConfig):
         if self.n_expert_used != 1:   # llama.cpp scales the input by the weight: one expert only
             raise UnsupportedError(f"expert_used_count {self.n_expert_used}: Llama 4 routes to one expert")
         common.check_range("feed_forward_length", self.n_ff, 1, 1 << 20)
+
+    def cache_layout(self) -> list[nn.CacheSpec]:
+        return [nn.CacheSpec(k_dim=self.kv_dim, v_dim=self.kv_dim, window=CHUNK if self.is_chunked(i) else 0,
+                             chunked=True)
+                for i in range(self.n_layer)]
+
+    def is_chunked(self, layer: int) -> bool:
+        return self.chunked and self.uses_rope(layer)
 
     def is_moe(self, layer: int) -> bool:
         return (layer + 1) % self.n_moe_step == 0
@@ -148,9 +156,6 @@ class Llama4(common.Decoder):
     def layer_inputs(self, ctx: Context, batch) -> common.LayerInputs:
         c = self.cfg
         n = common.context_per_sequence(batch)
-        if c.chunked and n > CHUNK:
-            raise UnsupportedError(f"Llama 4 with a context per sequence of {n} tokens: its chunked attention "
-                                   f"runs only within one chunk ({CHUNK} tokens) here")
         q_factor = None
         if c.chunked:
             table = ctx.input(temperature_table(n), "attn_temp", (1, n))

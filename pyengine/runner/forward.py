@@ -342,7 +342,8 @@ class Forward:
             n_kv = group.cells.n_kv
             buf.slots[gi][:n] = slots[gi]
             buf.kv_len[gi][0] = n_kv
-            group.cells.fill_mask(buf.masks[gi], seen_to, seq_ids, n_kv, group.window, self.causal, self.alibi)
+            window, chunk = (0, group.window) if group.chunked else (group.window, 0)
+            group.cells.fill_mask(buf.masks[gi], seen_to, seq_ids, n_kv, window, self.causal, self.alibi, chunk)
         if state_rows is not None:
             buf.read_rows[:n_seqs] = state_rows.read
             buf.write_rows[:n_seqs] = state_rows.write
