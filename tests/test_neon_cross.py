@@ -2,7 +2,8 @@
 kernels give the x86 AVX2 table's bits (issue #25), checked under qemu
 against vectors recorded on this machine (tests/neon_vectors.py); the
 lattice types' prompt tiles (gemm16) also against the scalar reference's
-and against the NEON vec_dot.
+and against the NEON vec_dot; the recurrent layers' loops against their
+scalar build.
 
 Needs the Debian packages gcc-aarch64-linux-gnu and qemu-user (.ci/run
 installs them)."""
@@ -114,6 +115,7 @@ def test_neon_kernels_give_x86_bits_under_qemu(tmp_path, x86_vectors, variant):
     ("neon_iquants_check.c", ["csrc/cpu/arm/neon_iquants.c", "csrc/cpu/arm/neon_iq_gemm.c",
                               "csrc/quant/ref_iquants.c", "csrc/core/error.c"]),
     ("neon_mxfp4_check.c", ["csrc/cpu/arm/neon_mxfp4.c", "csrc/quant/ref_iq4.c"]),
+    ("neon_ssm_check.c", ["csrc/cpu/arm/neon_vec_ssm.c", "csrc/cpu/vec_ssm.c", "csrc/cpu/vec.c", "csrc/cpu/gelu.c"]),
 ])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_neon_kernels_match_reference_under_qemu(tmp_path, check, sources, variant):

@@ -146,6 +146,7 @@ static void build_tables(void) {
         *t = *ref;
         t->isa = isa_names[ISA_NEON_NODOT];
         pe_fill_vec_neon_nodot(t);
+        pe_fill_ssm_neon_nodot(t);
         pe_fill_neon_legacy_nodot(t);
         pe_fill_neon_kquants_nodot(t);
         pe_fill_neon_iquants_nodot(t);
@@ -159,6 +160,7 @@ static void build_tables(void) {
         tables[ISA_NEON] = *ref;
         tables[ISA_NEON].isa = isa_names[ISA_NEON];
         pe_fill_vec_neon(&tables[ISA_NEON]);
+        pe_fill_ssm_neon(&tables[ISA_NEON]);
         pe_fill_neon_legacy(&tables[ISA_NEON]);
         pe_fill_neon_kquants(&tables[ISA_NEON]);
         pe_fill_neon_iquants(&tables[ISA_NEON]);

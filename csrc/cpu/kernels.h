@@ -232,12 +232,14 @@ void pe_fill_neon_iquants(pe_kernels *k);  /* cpu/arm/neon_iquants.c: IQ1_S..IQ3
 void pe_fill_neon_iq_gemm(pe_kernels *k);  /* cpu/arm/neon_iq_gemm.c: the lattice types' gemm16 */
 void pe_fill_neon_mxfp4(pe_kernels *k);    /* cpu/arm/neon_mxfp4.c: vec_dot + gemm16 */
 void pe_fill_vec_neon(pe_kernels *k);      /* cpu/vec.c compiled for NEON */
+void pe_fill_ssm_neon(pe_kernels *k);      /* cpu/vec_ssm.c compiled for NEON (cpu/arm/neon_vec_ssm.c) */
 void pe_fill_neon_legacy_nodot(pe_kernels *k);
 void pe_fill_neon_kquants_nodot(pe_kernels *k);
 void pe_fill_neon_iquants_nodot(pe_kernels *k);
 void pe_fill_neon_iq_gemm_nodot(pe_kernels *k);
 void pe_fill_neon_mxfp4_nodot(pe_kernels *k);
 void pe_fill_vec_neon_nodot(pe_kernels *k);
+void pe_fill_ssm_neon_nodot(pe_kernels *k);
 #endif
 
 #endif /* PE_KERNELS_H */

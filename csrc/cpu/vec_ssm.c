@@ -17,6 +17,8 @@
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#elif defined(PE_SSM_NEON)
+#include <arm_neon.h>
 #endif
 
 /* a*b+c stays two roundings unless written as an fma */
@@ -54,6 +56,16 @@ typedef __m256 vf;
 #define vf_mul(a, b)     _mm256_mul_ps(a, b)
 #define vf_sub(a, b)     _mm256_sub_ps(a, b)
 #define vf_zero()        _mm256_setzero_ps()
+#elif defined(PE_SSM_NEON)
+typedef float32x4_t vf;
+#define VN 4
+#define vf_load(p)       vld1q_f32(p)
+#define vf_store(p, v)   vst1q_f32(p, v)
+#define vf_set1(x)       vdupq_n_f32(x)
+#define vf_fma(a, b, c)  vfmaq_f32(c, a, b)
+#define vf_mul(a, b)     vmulq_f32(a, b)
+#define vf_sub(a, b)     vsubq_f32(a, b)
+#define vf_zero()        vdupq_n_f32(0.0f)
 #else
 typedef float vf;
 #define VN 1
@@ -73,7 +85,7 @@ typedef float vf;
  * tile, so taller tiles read B fewer times). */
 #if defined(__AVX512F__)
 #define MT 8
-#elif defined(__AVX2__)
+#elif defined(__AVX2__) || defined(PE_SSM_NEON)
 #define MT 6
 #else
 #define MT 4
