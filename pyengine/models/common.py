@@ -1192,8 +1192,6 @@ def check_shortconv_layers(arch: str, layers, recurrent: tuple[bool, ...]) -> No
 
 
 # ---- M-RoPE and deepstack (the Qwen-VL text models) ------------------------------
-# The pieces of the Qwen-VL text models: M-RoPE and deepstack image features.
-#
 # M-RoPE splits the rotated pairs into sections (`rope.dimension_sections`, e.g.
 # 16/24/24/0 pairs of a 128-wide head) turned by a token's time, row and column
 # positions (Qwen2-VL, Qwen2.5-VL: a run of pairs per stream; Qwen3-VL: the streams

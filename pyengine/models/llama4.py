@@ -76,7 +76,7 @@ class Llama4Config(common.ExpertsConfig):
 
     def cache_layout(self) -> list[nn.CacheSpec]:
         return [nn.CacheSpec(k_dim=self.kv_dim, v_dim=self.kv_dim, window=CHUNK if self.is_chunked(i) else 0,
-                             chunked=True)
+                             chunked=self.is_chunked(i))
                 for i in range(self.n_layer)]
 
     def is_chunked(self, layer: int) -> bool:
