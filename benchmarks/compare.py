@@ -130,6 +130,7 @@ def main() -> int:
     ap.add_argument("--isa", help="pyengine's instruction set (PYENGINE_ISA), e.g. avx2")
     ap.add_argument("--llamacpp-path", help="directory holding the llama_cpp package to compare with")
     ap.add_argument("--llama-bench", help="compare with this llama-bench binary instead of llama-cpp-python")
+    ap.add_argument("--each", action="store_true", help="also print every round's figures, as they come")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -161,6 +162,8 @@ def main() -> int:
                 r = measure(engine, path, args)
                 if r:
                     runs[engine].append(r)
+                    if args.each:
+                        print(f"  {engine:<10} pp {r['pp']:.1f}  tg {r['tg']:.1f}  peak MiB {r['rss']:.0f}", flush=True)
         med = {e: {k: statistics.median(r[k] for r in rs) for k in ("pp", "tg", "rss")}
                for e, rs in runs.items() if rs}
         for engine, m in med.items():

@@ -1,8 +1,8 @@
-"""Q4_1, Q4_0, Q4_K, IQ4_NL, Q8_0 and Q5_0 weights interleaved by 8 rows (csrc/quant/ref_rows8.c,
+"""Q4_1, Q4_0, Q4_K, IQ4_NL, Q8_0, Q5_0 and MXFP4 weights interleaved by 8 rows (csrc/quant/ref_rows8.c,
 pe_type_rows8 in pe.h).
 
 On x86 the engine stores such weights that are only multiplied with their rows
-interleaved by 8, for the decoding kernel (x86_gemm_rows8.h: Q4_1, Q4_K, Q8_0 and Q5_0;
+interleaved by 8, for the decoding kernel (x86_gemm_rows8.h: Q4_1, Q4_K, Q8_0, Q5_0 and MXFP4;
 Q4_0 and IQ4_NL have none and stay as the file has them); larger batches
 unpack the rows again.  Either way every product must equal the weight as the
 file has it, bit for bit, under every instruction set (a table without the
@@ -23,10 +23,11 @@ from pyengine import _core
 from pyengine.errors import NativeError
 from pyengine.ml.context import Backend, Context
 
-Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, IQ4_NL = 2, 3, 6, 8, 12, 20
-INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66, IQ4_NL: 67, Q8_0: 68, Q5_0: 69}   # PE_TYPE_*_X8 in pe.h
-TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED), ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL", "Q8_0", "Q5_0"])
-BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256, Q8_0: 32, Q5_0: 32}
+Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, IQ4_NL, MXFP4 = 2, 3, 6, 8, 12, 20, 39
+INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66, IQ4_NL: 67, Q8_0: 68, Q5_0: 69, MXFP4: 70}   # PE_TYPE_*_X8 in pe.h
+TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED),
+                                ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL", "Q8_0", "Q5_0", "MXFP4"])
+BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256, Q8_0: 32, Q5_0: 32, MXFP4: 32}
 X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", *X86_SIMD_ISAS)]
 
 
@@ -101,9 +102,9 @@ def test_pair_kernels_equal_the_8_row_ones(tmp_path) -> None:
 
 
 def test_interleaving_is_offered_where_a_decoding_kernel_is() -> None:
-    """The x86 SIMD tables interleave Q4_1, Q4_K, Q8_0 and Q5_0 (and nothing else: Q4_0's
+    """The x86 SIMD tables interleave Q4_1, Q4_K, Q8_0, Q5_0 and MXFP4 (and nothing else: Q4_0's
     and IQ4_NL's rows stay as the file has them); the scalar one does not."""
-    decoded = (Q4_1, Q4_K, Q8_0, Q5_0)
+    decoded = (Q4_1, Q4_K, Q8_0, Q5_0, MXFP4)
     for isa in X86_ISAS:
         with forced_isa(isa):
             for qtype, rows8 in INTERLEAVED.items():
@@ -151,3 +152,27 @@ def test_lookups_read_interleaved_tables(qtype: int, n_threads: int) -> None:
         with pytest.raises(NativeError, match="out of range"):
             bad.compute()
     assert np.array_equal(bits(got["rows8"]), bits(got["plain"]))
+
+
+def test_mxfp4_exponents_at_the_ends() -> None:
+    """MXFP4's decoding kernel converts 8 rows' E8M0 exponents at once: the subnormal
+    scales (e 0 and 1), the largest (254) and E8M0's NaN code (255, read as 2^127) give
+    vec_dot's bits too, the rows whose products overflow (to NaN) among them."""
+    rng = np.random.default_rng(7)
+    n, k = 16, 32 * 9
+    data = random_weights(MXFP4, n, k, rng).reshape(n, -1, 17)
+    ends = ([0, 1], [0, 1, 2, 3], [126, 127, 128], [253, 254, 255], [1, 254])   # by row, in turn
+    for r in range(n):
+        data[r, :, 0] = rng.choice(ends[r % len(ends)], data.shape[1])
+    data = data.reshape(-1)
+    packed = np.empty_like(data)
+    _core.repack_rows8(INTERLEAVED[MXFP4], data, packed, k, n)
+    rows8 = Weight(MXFP4, k, n, packed)
+    rows8.type = INTERLEAVED[MXFP4]
+    x = (rng.standard_normal((4, k)) * 1e3).astype(np.float32)
+    plain_rows = data.reshape(n, -1)
+    want = np.array([[_core.vec_dot(MXFP4, row, a) for row in plain_rows] for a in x], np.float32)
+    assert np.isnan(want).any() and (np.abs(want[np.isfinite(want)]) < 1e-30).any()
+    for isa in X86_ISAS:
+        with forced_isa(isa):
+            assert np.array_equal(bits(mul_mat(rows8, x)), bits(want)), isa

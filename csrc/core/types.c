@@ -48,6 +48,7 @@ static const pe_type_traits traits[PE_TYPE_COUNT] = {
     [PE_TYPE_IQ4_NL_X8] = {"IQ4_NLx8", QK4_NL, sizeof(block_iq4_nl), PE_TYPE_Q8_0, 0, PE_TYPE_IQ4_NL},
     [PE_TYPE_Q8_0_X8] = {"Q8_0x8", QK8_0, sizeof(block_q8_0),   PE_TYPE_Q8_0, 0, PE_TYPE_Q8_0},
     [PE_TYPE_Q5_0_X8] = {"Q5_0x8", QK5_0, sizeof(block_q5_0),   PE_TYPE_Q8_0, 0, PE_TYPE_Q5_0},
+    [PE_TYPE_MXFP4_X8] = {"MXFP4x8", QK_MXFP4, sizeof(block_mxfp4), PE_TYPE_Q8_0, 0, PE_TYPE_MXFP4},
 };
 
 static const pe_type_traits *traits_of(int type) {

@@ -69,14 +69,16 @@ static size_t unpacked_bytes(const pe_tensor *w) {
 /* Whether the activation rows of w's product carry their block scales as
  * floats too (Q8_0 rows with the starts of pe_q8_0_scales): for a decoding
  * kernel that takes them (rows8.scales), which then needs no conversions or
- * sums per block, activation row and group of weight rows; and for a prompt
- * tile kernel that takes them (packed.scales, on any batch that may reach
- * it), which would otherwise sum each activation block's groups again for
- * every 16 weight rows. */
-static int with_scales(const pe_tensor *w, const pe_tensor *x) {
+ * sums per block, activation row and group of weight rows, where the product
+ * hands it no more than `cols` activation rows at a time (a dense product
+ * all of x's rows, one with experts a pair or an expert's group); and for a
+ * prompt tile kernel that takes them (packed.scales, on any batch that may
+ * reach it), which would otherwise sum each activation block's groups again
+ * for every 16 weight rows. */
+static int with_scales(const pe_tensor *w, const pe_tensor *x, int64_t cols) {
     const int vdt = pe_type_vec_dot_type(w->type);
     if (vdt != PE_TYPE_Q8_1 && vdt != PE_TYPE_Q8_0) return 0;
-    if (pe_kern->type[w->type].rows8.scales && pe_nrows(x) <= decode_cols(w)) return 1;
+    if (pe_kern->type[w->type].rows8.scales && cols <= decode_cols(w)) return 1;
     return vdt == PE_TYPE_Q8_0 && plain_kernels(w)->packed.scales;
 }
 
@@ -85,14 +87,19 @@ static size_t scales_bytes(int vdt, int64_t n) {
 }
 
 /* Bytes of one quantized activation row (with its scales, if it takes them). */
-static size_t activation_row_bytes(const pe_tensor *w, const pe_tensor *x, int vdt) {
-    return pe_row_bytes(vdt, x->ne[0]) + (with_scales(w, x) ? scales_bytes(vdt, x->ne[0]) : 0);
+static size_t activation_row_bytes(const pe_tensor *w, const pe_tensor *x, int vdt, int64_t cols) {
+    return pe_row_bytes(vdt, x->ne[0]) + (with_scales(w, x, cols) ? scales_bytes(vdt, x->ne[0]) : 0);
 }
 
-static size_t activations_bytes(const pe_tensor *w, const pe_tensor *x, int vdt, int nth) {
+static size_t activations_bytes(const pe_tensor *w, const pe_tensor *x, int vdt, int nth, int64_t cols) {
     if (vdt == PE_TYPE_F32) return 0;
-    const size_t rb = activation_row_bytes(w, x, vdt);
+    const size_t rb = activation_row_bytes(w, x, vdt, cols);
     return pe_nrows(x) == 1 ? (size_t)nth * round64(rb) : round64((size_t)pe_nrows(x) * rb);
+}
+
+/* A dense product's: it hands the kernels all of x's rows. */
+static size_t dense_activations_bytes(const pe_tensor *w, const pe_tensor *x, int nth) {
+    return activations_bytes(w, x, pe_type_vec_dot_type(w->type), nth, pe_nrows(x));
 }
 
 static size_t pack_bytes(const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
@@ -103,7 +110,7 @@ static size_t pack_bytes(const pe_tensor *t, const pe_tensor *w, const pe_tensor
 
 size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
     const pe_tensor *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
-    const size_t bytes = activations_bytes(w, x, pe_type_vec_dot_type(w->type), n_threads) +
+    const size_t bytes = dense_activations_bytes(w, x, n_threads) +
                          (size_t)n_threads * (pack_bytes(t, w, x) + unpacked_bytes(w));
     return bytes ? bytes + 64 : 0;
 }
@@ -112,14 +119,14 @@ size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) 
  * does not pack (or the scratch was planned without it). */
 static void *pack_scratch(const pe_exec *ex, const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
     const size_t per = pack_bytes(t, w, x);
-    const size_t off = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth) + (size_t)ex->ith * per;
+    const size_t off = dense_activations_bytes(w, x, ex->nth) + (size_t)ex->ith * per;
     return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
 
 /* This thread's room for rows unpacked from an interleaved weight. */
 static uint8_t *unpacked_scratch(const pe_exec *ex, const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
     const size_t per = unpacked_bytes(w);
-    const size_t off = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth) +
+    const size_t off = dense_activations_bytes(w, x, ex->nth) +
                        (size_t)ex->nth * pack_bytes(t, w, x) + (size_t)ex->ith * per;
     return per && off + per <= ex->work_bytes ? ex->work + off : NULL;
 }
@@ -163,9 +170,10 @@ static void quantize_row(const pe_tensor *x, int64_t r, int vdt, int scales, uin
 
 /* Where this thread reads the quantized activations: a lone row (decoding)
  * has one copy per thread, other batches one copy for all. */
-static uint8_t *activations(const pe_exec *ex, const pe_tensor *w, const pe_tensor *x, int vdt, size_t *row_stride) {
+static uint8_t *activations(const pe_exec *ex, const pe_tensor *w, const pe_tensor *x, int vdt, int64_t cols,
+                            size_t *row_stride) {
     if (vdt == PE_TYPE_F32) { *row_stride = 0; return NULL; }
-    *row_stride = activation_row_bytes(w, x, vdt);
+    *row_stride = activation_row_bytes(w, x, vdt, cols);
     return pe_nrows(x) == 1 ? ex->work + (size_t)ex->ith * round64(*row_stride) : ex->work;
 }
 
@@ -174,10 +182,10 @@ static uint8_t *activations(const pe_exec *ex, const pe_tensor *w, const pe_tens
  * row is quantized by every thread into its own copy instead: a few hundred
  * nanoseconds, less than the others' wait at a barrier. */
 static const uint8_t *quantize_activations(pe_exec *ex, const pe_tensor *w, const pe_tensor *x, int vdt,
-                                           size_t *row_stride) {
-    uint8_t *q = activations(ex, w, x, vdt, row_stride);
+                                           int64_t cols, size_t *row_stride) {
+    uint8_t *q = activations(ex, w, x, vdt, cols, row_stride);
     if (!q) return NULL;
-    const int scales = with_scales(w, x);
+    const int scales = with_scales(w, x, cols);
     if (pe_nrows(x) == 1) {
         quantize_row(x, 0, vdt, scales, q);
         return q;
@@ -203,8 +211,8 @@ int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tenso
     const pe_tensor *wp = &g->t[prev->src[0]], *w = &g->t[t->src[0]], *x = &g->t[t->src[1]];
     const int vdt = pe_type_vec_dot_type(w->type);
     return wp->op == PE_OP_NONE && w->op == PE_OP_NONE && vdt == pe_type_vec_dot_type(wp->type) &&
-           with_scales(w, x) == with_scales(wp, x) && pack_bytes(t, w, x) == pack_bytes(prev, wp, x) &&
-           unpacked_bytes(w) == unpacked_bytes(wp);
+           with_scales(w, x, pe_nrows(x)) == with_scales(wp, x, pe_nrows(x)) &&
+           pack_bytes(t, w, x) == pack_bytes(prev, wp, x) && unpacked_bytes(w) == unpacked_bytes(wp);
 }
 
 /* The packed path: PE_PACK_ROWS weight rows copied once into the type's
@@ -330,8 +338,8 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1);
     const int vdt = pe_type_vec_dot_type(w->type);
     size_t qstride;
-    const uint8_t *q = t->joins_prev ? activations(ex, w, x, vdt, &qstride)
-                                     : quantize_activations(ex, w, x, vdt, &qstride);
+    const uint8_t *q = t->joins_prev ? activations(ex, w, x, vdt, pe_nrows(x), &qstride)
+                                     : quantize_activations(ex, w, x, vdt, pe_nrows(x), &qstride);
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], m = pe_nrows(x);
     float *dst = t->data;
@@ -401,6 +409,14 @@ static int id_direct(const pe_tensor *w, const pe_tensor *ids) {
            pe_type_vec_dot_type(w->type) == PE_TYPE_F32;
 }
 
+/* The activation rows a product with experts hands a kernel at a time, as
+ * planning sees it: one (pairs alone), or an expert's group on average (the
+ * groups at or below the decoding kernel's limit take it, where the rows
+ * carry the scales it reads: group_decode_cols). */
+static int64_t id_cols(const pe_tensor *w, const pe_tensor *ids) {
+    return id_direct(w, ids) ? 1 : (ids->ne[0] * ids->ne[1] + w->ne[2] - 1) / w->ne[2];
+}
+
 /* Scratch of the grouped path after the quantized activations: the groups,
  * the gathered activation rows, their results, then per thread packed and
  * unpacked weight rows. */
@@ -415,10 +431,11 @@ static size_t id_pack_bytes(const pe_tensor *w, const pe_tensor *ids) {
 
 static size_t id_shared_bytes(const pe_tensor *w, const pe_tensor *x, const pe_tensor *ids, int nth) {
     const int vdt = pe_type_vec_dot_type(w->type);
-    const size_t acts = activations_bytes(w, x, vdt, nth);
+    const size_t acts = activations_bytes(w, x, vdt, nth, id_cols(w, ids));
     if (id_direct(w, ids)) return acts;
     const int64_t n_pairs = ids->ne[0] * ids->ne[1];
-    return acts + groups_bytes(n_pairs, w->ne[2]) + round64((size_t)n_pairs * activation_row_bytes(w, x, vdt)) +
+    return acts + groups_bytes(n_pairs, w->ne[2]) +
+           round64((size_t)n_pairs * activation_row_bytes(w, x, vdt, id_cols(w, ids))) +
            round64((size_t)n_pairs * w->ne[1] * sizeof(float));
 }
 
@@ -451,8 +468,9 @@ static pe_tensor expert_view(const pe_tensor *w, int64_t e) {
 
 /* Whether the decoding kernels may take a group of m columns: a kernel that
  * reads the activations' float scales only where the rows carry them. */
-static int64_t group_decode_cols(const pe_type_kernels *kern, const pe_tensor *w, const pe_tensor *x, int64_t m) {
-    return kern->rows8.scales && !with_scales(w, x) ? INT64_MAX : m;
+static int64_t group_decode_cols(const pe_type_kernels *kern, const pe_tensor *w, const pe_tensor *x,
+                                 const pe_tensor *ids, int64_t m) {
+    return kern->rows8.scales && !with_scales(w, x, id_cols(w, ids)) ? INT64_MAX : m;
 }
 
 /* One pair at a time, tasks of (pair, row range) in ranges per thread. */
@@ -471,8 +489,8 @@ static void id_direct_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const p
         float *d = pe_row(t, pair % n_used, pair / n_used, 0);
         const pe_tensor we = expert_view(w, id[pair]);
         if (q) {
-            expert_tile(kern, k, d, &we, x, q + xr * qstride, qstride, group_decode_cols(kern, w, x, 1), i0, i1, 0, 1,
-                        NULL, rows);
+            const int64_t cols = group_decode_cols(kern, w, x, ids, 1);
+            expert_tile(kern, k, d, &we, x, q + xr * qstride, qstride, cols, i0, i1, 0, 1, NULL, rows);
         } else {
             const uint8_t *wd = we.data;
             for (int64_t i = i0; i < i1; i++) kern->vec_dot(k, d + i, wd + i * w->nb[1], x_row(x, xr));
@@ -541,7 +559,7 @@ static void id_grouped_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const 
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], n_exp = w->ne[2], n_pairs = ids->ne[0] * ids->ne[1];
     const int64_t cols = kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
-    const size_t acts = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth);
+    const size_t acts = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth, id_cols(w, ids));
     uint8_t *grouped = ex->work + acts + groups_bytes(n_pairs, n_exp);
     float *out = (float *)(grouped + round64((size_t)n_pairs * qstride));
     const size_t shared = id_shared_bytes(w, x, ids, ex->nth), pack = id_pack_bytes(w, ids);
@@ -561,7 +579,7 @@ static void id_grouped_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const 
         const int64_t j0 = cb * cols, j1 = j0 + cols < m ? j0 + cols : m;
         const pe_tensor we = expert_view(w, e);
         expert_tile(kern, k, out + p0 * n, &we, x, grouped + p0 * qstride, qstride,
-                    group_decode_cols(kern, w, x, m), i0, i1, j0, j1, packed, rows);
+                    group_decode_cols(kern, w, x, ids, m), i0, i1, j0, j1, packed, rows);
     }
     pe_pool_barrier(ex->pool);
     scatter_results(ex, &gr, t, out);
@@ -570,7 +588,7 @@ static void id_grouped_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const 
 void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1), *ids = src(ex, t, 2);
     if (!ids_in_range(ids, w->ne[2])) { pe_exec_fail(ex, "mul_mat_id: expert id out of range"); return; }
-    const int direct = id_direct(w, ids);
+    const int direct = id_direct(w, ids), vdt = pe_type_vec_dot_type(w->type);
     if (direct && unpacked_bytes(w) && (size_t)(ex->ith + 1) * unpacked_bytes(w) +
                                            id_shared_bytes(w, x, ids, ex->nth) > ex->work_bytes) {
         pe_exec_fail(ex, "mul_mat_id: no scratch planned for an interleaved weight");
@@ -582,13 +600,13 @@ void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
     }
     if (!direct && ex->ith == 0) {   /* the groups, while the others quantize (the barrier below orders them) */
         const pe_type_kernels *kern = &pe_kern->type[w->type];
-        id_groups gr = id_groups_at(ex->work + activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth),
+        id_groups gr = id_groups_at(ex->work + activations_bytes(w, x, vdt, ex->nth, id_cols(w, ids)),
                                     ids->ne[0] * ids->ne[1], w->ne[2], ids->ne[0]);
         group_pairs(ids->data, (w->ne[1] + TILE_ROWS - 1) / TILE_ROWS, kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS,
                     &gr);
     }
     size_t qstride;
-    const uint8_t *q = quantize_activations(ex, w, x, pe_type_vec_dot_type(w->type), &qstride);
+    const uint8_t *q = quantize_activations(ex, w, x, vdt, id_cols(w, ids), &qstride);
     if (direct) {
         uint8_t *rows = unpacked_bytes(w) ? ex->work + id_shared_bytes(w, x, ids, ex->nth) +
                                                 (size_t)ex->ith * unpacked_bytes(w)

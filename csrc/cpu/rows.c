@@ -17,6 +17,7 @@ int pe_type_supported(int type) {
 /* Interleaving pays where the ISA has a decoding kernel for the layout;
  * elsewhere the weight stays as the file has it. */
 int pe_type_rows8(int type) {
+    pe_init();   /* the answer is the chosen table's */
     for (int t = 0; t < PE_TYPE_COUNT; t++)
         if (pe_type_rows8_base(t) == type && type > 0 && pe_kern->type[t].rows8.gemm8)
             return t;

@@ -61,7 +61,8 @@ typedef enum pe_type {
     PE_TYPE_IQ4_NL_X8 = 67,
     PE_TYPE_Q8_0_X8 = 68,
     PE_TYPE_Q5_0_X8 = 69,
-    PE_TYPE_COUNT   = 70
+    PE_TYPE_MXFP4_X8 = 70,
+    PE_TYPE_COUNT   = 71
 } pe_type;
 
 /* The lattice grids of the IQ1/IQ2/IQ3 types (one small vector of levels per

@@ -77,6 +77,9 @@ typedef struct { pe_f16 d[8]; uint8_t qs[8][8][4]; } block_q8_0x8;
 typedef struct { pe_f16 d[8]; uint32_t qh[8]; uint8_t qs[4][8][4]; } block_q5_0x8;
 /* IQ4_NL likewise (PE_TYPE_IQ4_NL_X8): its blocks are Q4_0's shape */
 typedef block_q4_0x8 block_iq4_nlx8;
+/* MXFP4 likewise (PE_TYPE_MXFP4_X8): the 8 rows' exponents, then their codes
+ * by 4-byte group as Q4_0's */
+typedef struct { uint8_t e[8]; uint8_t qs[4][8][4]; } block_mxfp4x8;
 /* Q4_K likewise (PE_TYPE_Q4_K_X8): 4-byte word w of the rows' packed
  * scales (bytes 4w..4w+3) side by side, so that one load holds a word of
  * every row, and 4-byte group g of 32-byte chunk c of the codes side by
@@ -97,6 +100,7 @@ static_assert(sizeof(block_q6_K) == QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, "q6_K s
 static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "q8_K size");
 static_assert(sizeof(block_iq4_nl) == 2 + QK4_NL / 2, "iq4_nl size");
 static_assert(sizeof(block_mxfp4) == 1 + QK_MXFP4 / 2, "mxfp4 size");
+static_assert(sizeof(block_mxfp4x8) == 8 * sizeof(block_mxfp4), "mxfp4x8 size");
 static_assert(sizeof(block_iq4_xs) == 4 + QK_K / 64 + QK_K / 2, "iq4_xs size");
 static_assert(sizeof(block_iq2_xxs) == 66, "iq2_xxs size");
 static_assert(sizeof(block_iq2_xs) == 74, "iq2_xs size");

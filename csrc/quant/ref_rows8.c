@@ -1,6 +1,6 @@
-/* ref_rows8.c - Q4_1, Q4_0, IQ4_NL, Q4_K, Q8_0 and Q5_0 weights interleaved
- * by 8 rows (block_q4_1x8, block_q4_0x8, block_iq4_nlx8, block_q4_Kx8,
- * block_q8_0x8, block_q5_0x8): the repacking done at load and its inverse.
+/* ref_rows8.c - Q4_1, Q4_0, IQ4_NL, Q4_K, Q8_0, Q5_0 and MXFP4 weights
+ * interleaved by 8 rows (block_q4_1x8, block_q4_0x8, block_iq4_nlx8,
+ * block_q4_Kx8, block_q8_0x8, block_q5_0x8, block_mxfp4x8): the repacking done at load and its inverse.
  *
  * Why a second layout: decoding reads every weight row once per token, and
  * the products as the file lays rows out take a row at a time: a scale per
@@ -38,6 +38,7 @@ static const rows8_layout LAYOUT_Q4_K = {2, K_SCALE_SIZE, 1, QK_K / 2, 0, 0};
 static const rows8_layout LAYOUT_IQ4_NL = {1, 0, 0, QK4_NL / 2, 0, 0};
 static const rows8_layout LAYOUT_Q8_0 = {1, 0, 0, QK8_0, 0, 1};
 static const rows8_layout LAYOUT_Q5_0 = {1, 4, 0, QK5_0 / 2, 1, 0};
+static const rows8_layout LAYOUT_MXFP4 = {0, 1, 0, QK_MXFP4 / 2, 0, 0};
 
 /* len code bytes +/- 128 (the same flip both ways) */
 static void flip_codes(uint8_t *codes, size_t len) {
@@ -104,6 +105,7 @@ static const rows8_layout *layout_of(int base) {
     case PE_TYPE_IQ4_NL: return &LAYOUT_IQ4_NL;
     case PE_TYPE_Q8_0: return &LAYOUT_Q8_0;
     case PE_TYPE_Q5_0: return &LAYOUT_Q5_0;
+    case PE_TYPE_MXFP4: return &LAYOUT_MXFP4;
     default: return NULL;
     }
 }
@@ -118,6 +120,7 @@ DEFINE_UNPACK8(q4_k, PE_TYPE_Q4_K)
 DEFINE_UNPACK8(iq4_nl, PE_TYPE_IQ4_NL)
 DEFINE_UNPACK8(q8_0, PE_TYPE_Q8_0)
 DEFINE_UNPACK8(q5_0, PE_TYPE_Q5_0)
+DEFINE_UNPACK8(mxfp4, PE_TYPE_MXFP4)
 
 int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows) {
     const int base = pe_type_rows8_base(type);
@@ -141,4 +144,5 @@ void pe_fill_ref_rows8(pe_kernels *k) {
     k->type[PE_TYPE_IQ4_NL_X8].rows8.unpack8 = unpack8_iq4_nl;
     k->type[PE_TYPE_Q8_0_X8].rows8.unpack8 = unpack8_q8_0;
     k->type[PE_TYPE_Q5_0_X8].rows8.unpack8 = unpack8_q5_0;
+    k->type[PE_TYPE_MXFP4_X8].rows8.unpack8 = unpack8_mxfp4;
 }

@@ -237,6 +237,57 @@ GM_INLINE void gemm8_pair_q4_Kx8_n(int64_t n, float *s, size_t bs, const block_q
         _mm512_storeu_ps(s + (size_t)j * bs, _mm512_add_ps(_mm512_setzero_ps(), _mm512_sub_ps(whole[j], mins[j])));
 }
 
+/* gr_mxfp4_scales for 16 rows: the exponents of groups x and x2 */
+static inline __m512 gp_mxfp4_scales(const uint8_t lo[8], const uint8_t hi[8]) {
+    const __m512i x = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)lo),
+                                                              _mm_loadl_epi64((const __m128i *)hi)));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(x, _mm512_set1_epi32(1)), 23);
+    const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), x);
+    const __mmask16 tiny = _mm512_cmplt_epi32_mask(x, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(tiny, normal, subnormal));
+}
+
+/* gr_mxfp4_block for 16 rows: block b of groups x and x2 */
+GM_INLINE void gp_mxfp4_block(const block_mxfp4x8 *x, const block_mxfp4x8 *x2, const block_q8_0 *y,
+                              const pe_q8_0_scales *sc, __m512i grid, __m512 acc[8]) {
+    __m512i code[8];
+    gp_nibbles(x->qs, x2->qs, code);
+    const __m512 d = _mm512_mul_ps(gp_mxfp4_scales(x->e, x2->e), _mm512_set1_ps(sc->d));
+    for (int t = 0; t < 8; t++) {
+        const __m512i level16 = _mm512_shuffle_epi8(grid, code[t]);
+        const __m512i sum = gp_dot4(_mm512_set1_epi32(sc->start5[t]), level16, y->qs + 4 * t);
+        acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc[t]);
+    }
+}
+
+/* gemm8_mxfp4x8_col over 16 rows: groups x and x + nb */
+GM_INLINE void gemm8_pair_mxfp4x8_col(int64_t n, float *s, const block_mxfp4x8 *x, const block_q8_0 *y, int pass,
+                                      int passes) {
+    const int64_t nb = n / QK_MXFP4;
+    const block_mxfp4x8 *x2 = x + nb;
+    const pe_q8_0_scales *sc = gm_q8_0_scales(y, n);
+    const __m512i grid = _mm512_broadcast_i32x4(_mm256_castsi256_si128(gr_mxfp4_grid16()));
+    __m512 even[8], odd[8];
+    for (int t = 0; t < 8; t++) even[t] = odd[t] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        gp_prefetch(x, 2 * sizeof *x, b / 2, nb / 2, pass, passes);
+        gp_mxfp4_block(x + b, x2 + b, y + b, sc + b, grid, even);
+        gp_mxfp4_block(x + b + 1, x2 + b + 1, y + b + 1, sc + b + 1, grid, odd);
+    }
+    if (b < nb) gp_mxfp4_block(x + b, x2 + b, y + b, sc + b, grid, even);
+    for (int t = 0; t < 8; t++) even[t] = _mm512_add_ps(even[t], odd[t]);
+    _mm512_storeu_ps(s, gp_fold8(even));
+}
+
+static void gemm8_pair_mxfp4x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba,
+                               int nc) {
+    (void)bw;
+    for (int j = 0; j < nc; j++)
+        gemm8_pair_mxfp4x8_col(n, s + (size_t)j * bs, w, (const block_q8_0 *)((const uint8_t *)a + (size_t)j * ba),
+                               j / 2, (nc + 1) / 2);
+}
+
 GR_DEFINE_GEMM8_BY_PAIRS(pair_q4_1x8, block_q8_1)
 GR_DEFINE_GEMM8_BY_PAIRS(pair_q8_0x8, block_q8_0)
 GR_DEFINE_GEMM8_BY_PAIRS(pair_q5_0x8, block_q8_0)
@@ -259,6 +310,7 @@ GR_DEFINE_GEMM8_BY_COLS_WITH(gemm8_pair_q4_Kx8, pair_q4_Kx8, block_q4_Kx8, )
         (k)->type[PE_TYPE_Q5_0_X8].rows8.cols = 96;                            \
         (k)->type[PE_TYPE_Q4_K_X8].rows8.gemm8_pair = gemm8_pair_q4_Kx8;       \
         (k)->type[PE_TYPE_Q4_K_X8].rows8.cols = 128;                           \
+        (k)->type[PE_TYPE_MXFP4_X8].rows8.gemm8_pair = gemm8_pair_mxfp4x8;     \
     } while (0)
 
 #endif /* PE_X86_GEMM_ROWS16_H */

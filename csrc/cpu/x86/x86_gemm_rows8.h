@@ -1,6 +1,6 @@
-/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_K, Q8_0 and Q5_0
- * weights interleaved by 8 rows (block_q4_1x8, block_q4_Kx8, block_q8_0x8,
- * block_q5_0x8, ref_rows8.c),
+/* x86_gemm_rows8.h - the decoding kernels of Q4_1, Q4_K, Q8_0, Q5_0 and
+ * MXFP4 weights interleaved by 8 rows (block_q4_1x8, block_q4_Kx8,
+ * block_q8_0x8, block_q5_0x8, block_mxfp4x8, ref_rows8.c),
  * written once for avx2_gemm.c (and avxvnni_gemm.c) and avx512_gemm.c after
  * x86_gemm.h.
  *
@@ -12,8 +12,8 @@
  * own dw * da; the final fold adds the t vectors in x86_sum_ps8's order.
  * Every result is bit-identical to vec_dot, with no per-row scale gathers,
  * code unpacking or horizontal sums, and one memory stream per 8 rows.  Q8_0
- * and Q5_0 are Q4_1's scheme on signed codes; Q4_K (below) takes its own row
- * product's arithmetic the same way.  (Q4_0 and IQ4_NL have no kernel here:
+ * and Q5_0 are Q4_1's scheme on signed codes; Q4_K and MXFP4 (below) take
+ * their own row products' arithmetic the same way.  (Q4_0 and IQ4_NL have no kernel here:
  * their rows stay as the file has them, with the plain gemm8.) */
 #ifndef PE_X86_GEMM_ROWS8_H
 #define PE_X86_GEMM_ROWS8_H
@@ -236,6 +236,69 @@ GM_INLINE void gemm8_q5_0x8_cols(int64_t n, float *s, size_t bs, const block_q5_
 }
 GR_DEFINE_GEMM8_BY_PAIRS(q5_0x8, block_q8_0)
 
+/* pe_mxfp4_scale of 8 rows' exponents, lane by lane: (e - 1) << 23 as float
+ * bits, the subnormals 2^-128 and 2^-127 for e 0 and 1 */
+static inline __m256 gr_mxfp4_scales(const uint8_t e[8]) {
+    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(x, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), x);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), x)));
+}
+
+/* MXFP4's levels + 16 by code (pe_mxfp4_values), in both 128-bit halves:
+ * unsigned, < 32, for the integer product */
+static inline __m256i gr_mxfp4_grid16(void) {
+    return _mm256_setr_epi8(16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4,
+                            16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4);
+}
+
+/* One block of 8 MXFP4 rows against one activation row's block, into lane
+ * accumulators acc[8] (one of the two sets of its vec_dot) */
+GM_INLINE void gr_mxfp4_block(const block_mxfp4x8 *x, const block_q8_0 *y, const pe_q8_0_scales *sc, __m256i grid,
+                              __m256 acc[8]) {
+    __m256i code[8];
+    gr_nibbles(x->qs, code);
+    const __m256 d = _mm256_mul_ps(gr_mxfp4_scales(x->e), _mm256_broadcast_ss(&sc->d));
+    for (int t = 0; t < 8; t++) {
+        const __m256i level16 = _mm256_shuffle_epi8(grid, code[t]);
+        const __m256i sum = gr_dot4(_mm256_set1_epi32(sc->start5[t]), level16, y->qs + 4 * t);
+        acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum), acc[t]);
+    }
+}
+
+/* MXFP4 (block_mxfp4x8) in its vec_dot's arithmetic (ref_iq4.c): per block
+ * the 8 exact integer lanes, acc = fma(dw * da, lanes, acc) into the set of
+ * the block's parity (blocks 0, 2, ... and 1, 3, ...), the two sets added
+ * lane by lane, then folded.  A code's level comes by table lookup as level
+ * + 16 (gr_mxfp4_grid16), and the +16 comes off through the start, -16 x the
+ * activation's 4-element sums (pe_q8_0_scales' start5).  One activation
+ * row a pass: the two sets' 16 accumulators and 8 code vectors fill the
+ * registers. */
+GM_INLINE void gemm8_mxfp4x8_col(int64_t n, float *s, const block_mxfp4x8 *x, const block_q8_0 *y, int pass,
+                                 int passes) {
+    const int64_t nb = n / QK_MXFP4;
+    const pe_q8_0_scales *sc = gm_q8_0_scales(y, n);
+    const __m256i grid = gr_mxfp4_grid16();
+    __m256 even[8], odd[8];
+    for (int t = 0; t < 8; t++) even[t] = odd[t] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        gr_prefetch(x, 2 * sizeof *x, b / 2, nb / 2, pass, passes);
+        gr_mxfp4_block(x + b, y + b, sc + b, grid, even);
+        gr_mxfp4_block(x + b + 1, y + b + 1, sc + b + 1, grid, odd);
+    }
+    if (b < nb) gr_mxfp4_block(x + b, y + b, sc + b, grid, even);
+    for (int t = 0; t < 8; t++) even[t] = _mm256_add_ps(even[t], odd[t]);
+    _mm256_storeu_ps(s, gr_fold8(even));
+}
+
+static void gemm8_mxfp4x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
+    (void)bw;
+    for (int j = 0; j < nc; j++)
+        gemm8_mxfp4x8_col(n, s + (size_t)j * bs, w, (const block_q8_0 *)((const uint8_t *)a + (size_t)j * ba), j / 2,
+                          (nc + 1) / 2);
+}
+
 /* gemm8 (FN) over a kernel whose column count is a compile-time constant;
  * the arguments after the first extra one (left empty) follow the count */
 #define GR_DEFINE_GEMM8_BY_COLS_WITH(FN, NAME, XB, ...)                                                   \
@@ -351,6 +414,9 @@ GR_DEFINE_GEMM8_BY_COLS(q4_Kx8, block_q4_Kx8)
         (k)->type[PE_TYPE_Q5_0_X8].rows8.gemm8 = gemm8_q5_0x8; \
         (k)->type[PE_TYPE_Q5_0_X8].rows8.scales = 1;        \
         (k)->type[PE_TYPE_Q5_0_X8].rows8.cols = 32;          \
+        (k)->type[PE_TYPE_MXFP4_X8].rows8.gemm8 = gemm8_mxfp4x8; \
+        (k)->type[PE_TYPE_MXFP4_X8].rows8.scales = 1;       \
+        (k)->type[PE_TYPE_MXFP4_X8].rows8.cols = 32; \
     } while (0)
 
 #endif /* PE_X86_GEMM_ROWS8_H */
