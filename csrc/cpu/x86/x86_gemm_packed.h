@@ -29,11 +29,14 @@ typedef struct {
 } gmk_q4k_x16;
 
 /* Q6_K: codes decoded (0..63) by chunk k and group t; the scale of each
- * 16-element sub-block, and the scales again as 16-bit pairs for the
+ * 16-element sub-block twice, as a 16-bit pair (a group's two 16-bit
+ * product sums times its scale in one multiply-add: maddubs, then madd or
+ * vpdpwssd, exact, where a 32-bit dot product would want a 32-bit multiply
+ * after it), and the scales again as 16-bit pairs of neighbours for the
  * codes' offset of 32, which comes off as 32 * sum_j scale_j * bsum_j. */
 typedef struct {
     uint32_t q[8][8][16];
-    int32_t  sc[16][16];
+    int32_t  sc2[16][16];  /* scale j | scale j << 16 */
     int32_t  scp[8][16];   /* scales 2i, 2i + 1 as a 16-bit pair */
     float    d[16];
 } gmk_q6k_x16;
@@ -76,7 +79,7 @@ static size_t gmk_q6k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
             for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)codes[k], b.codes[k]);
             for (int k = 0; k < 8; k++)
                 for (int t = 0; t < 8; t++) out[ib].q[k][t][r] = codes[k][t];
-            for (int j = 0; j < 16; j++) out[ib].sc[j][r] = x->scales[j];
+            for (int j = 0; j < 16; j++) out[ib].sc2[j][r] = gmk_pair16(x->scales[j], x->scales[j]);
             for (int i = 0; i < 8; i++) out[ib].scp[i][r] = gmk_pair16(x->scales[2 * i], x->scales[2 * i + 1]);
             out[ib].d[r] = f16(x->d);
         }
@@ -145,24 +148,25 @@ static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t
  * lanes folded in x86_sum_ps8's order, plus 0 (gmk_result's empty terms).
  * Here a vector holds lane t of the 16 rows: 8 accumulators per column, so
  * two columns a pass. */
-static void gmk_q6k_x16_pass(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[2],
+static void gmk_q6k_x16_pass(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
                              int nc) {
-    __m512 acc[2][8];
-    for (int j = 0; j < 2; j++)
+    __m512 acc[4][8];
+    for (int j = 0; j < 4; j++)
         for (int t = 0; t < 8; t++) acc[j][t] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nsb; ib++) {
         const gmk_q6k_x16 *p = w + ib;
         const __m512 dw = _mm512_loadu_ps(p->d);
-        __m512 scale[2];
+        __m512 scale[4];
         for (int j = 0; j < nc; j++) scale[j] = _mm512_mul_ps(dw, _mm512_set1_ps(y[j][ib].d));
         for (int t = 0; t < 8; t++) {
-            __m512i lane[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-            for (int k = 0; k < 8; k++) {
-                const __m512i codes = _mm512_loadu_si512(p->q[k][t]), sc = _mm512_loadu_si512(p->sc[2 * k + t / 4]);
+            __m512i lane[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                               _mm512_setzero_si512()};
+            for (int k = 0; k < 8; k++) {   /* codes below 64: 16-bit pair sums below 2^15 */
+                const __m512i codes = _mm512_loadu_si512(p->q[k][t]), sc2 = _mm512_loadu_si512(p->sc2[2 * k + t / 4]);
                 for (int j = 0; j < nc; j++) {
-                    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes,
-                                                            _mm512_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * t)));
-                    lane[j] = _mm512_add_epi32(lane[j], _mm512_mullo_epi32(dot, sc));
+                    const __m512i pairs = _mm512_maddubs_epi16(
+                        codes, _mm512_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * t)));
+                    lane[j] = _mm512_dpwssd_epi32(lane[j], pairs, sc2);
                 }
             }
             const __m512i scp = _mm512_loadu_si512(p->scp[t]);
@@ -184,8 +188,7 @@ static void gmk_q6k_x16_pass(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t
 
 static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
                              int nc) {
-    for (int j0 = 0; j0 < nc; j0 += 2)
-        gmk_q6k_x16_pass(w, nsb, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2);
+    gmk_q6k_x16_pass(w, nsb, s, bs, y, nc);
 }
 #else
 /* AVX2: rows 8h .. 8h + 7 against columns j0, j0 + 1, one pass each */
@@ -251,10 +254,9 @@ static void gmk_q6k_x8_col(const gmk_q6k_x16 *w, int64_t nsb, int h, float *s, c
         for (int t = 0; t < 8; t++) {
             __m256i lane = _mm256_setzero_si256();
             for (int k = 0; k < 8; k++) {   /* codes below 64: 16-bit pair sums below 2^15 */
-                const __m256i codes = gm_load256(p->q[k][t] + 8 * h), sc = gm_load256(p->sc[2 * k + t / 4] + 8 * h);
-                const __m256i dot = gm_dpbusd(_mm256_setzero_si256(), codes,
-                                              _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t)));
-                lane = _mm256_add_epi32(lane, _mm256_mullo_epi32(dot, sc));
+                const __m256i codes = gm_load256(p->q[k][t] + 8 * h), sc2 = gm_load256(p->sc2[2 * k + t / 4] + 8 * h);
+                const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t)));
+                lane = _mm256_add_epi32(lane, _mm256_madd_epi16(pairs, sc2));
             }
             const __m256i off = _mm256_madd_epi16(gm_load256(p->scp[t] + 8 * h),
                                                   _mm256_set1_epi32(gmk_pair16(y[ib].bsums[2 * t], y[ib].bsums[2 * t + 1])));
