@@ -280,13 +280,7 @@ GM_INLINE void gemm8_pair_mxfp4x8_col(int64_t n, float *s, const block_mxfp4x8 *
     _mm512_storeu_ps(s, gp_fold8(even));
 }
 
-static void gemm8_pair_mxfp4x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba,
-                               int nc) {
-    (void)bw;
-    for (int j = 0; j < nc; j++)
-        gemm8_pair_mxfp4x8_col(n, s + (size_t)j * bs, w, (const block_q8_0 *)((const uint8_t *)a + (size_t)j * ba),
-                               j / 2, (nc + 1) / 2);
-}
+GR_DEFINE_GEMM8_BY_ONE(pair_mxfp4x8)
 
 GR_DEFINE_GEMM8_BY_PAIRS(pair_q4_1x8, block_q8_1)
 GR_DEFINE_GEMM8_BY_PAIRS(pair_q8_0x8, block_q8_0)

@@ -292,12 +292,17 @@ GM_INLINE void gemm8_mxfp4x8_col(int64_t n, float *s, const block_mxfp4x8 *x, co
     _mm256_storeu_ps(s, gr_fold8(even));
 }
 
-static void gemm8_mxfp4x8(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a, size_t ba, int nc) {
-    (void)bw;
-    for (int j = 0; j < nc; j++)
-        gemm8_mxfp4x8_col(n, s + (size_t)j * bs, w, (const block_q8_0 *)((const uint8_t *)a + (size_t)j * ba), j / 2,
-                          (nc + 1) / 2);
-}
+/* gemm8 over a kernel taking the activation rows one at a time (NAME##_col),
+ * prefetching at the pace of the kernels that take two */
+#define GR_DEFINE_GEMM8_BY_ONE(NAME)                                                                      \
+    static void gemm8_##NAME(int64_t n, float *s, size_t bs, const void *w, size_t bw, const void *a,    \
+                             size_t ba, int nc) {                                                         \
+        (void)bw;                                                                                         \
+        for (int j = 0; j < nc; j++)                                                                      \
+            gemm8_##NAME##_col(n, s + (size_t)j * bs, w, (const block_q8_0 *)((const uint8_t *)a + (size_t)j * ba), \
+                               j / 2, (nc + 1) / 2);                                                      \
+    }
+GR_DEFINE_GEMM8_BY_ONE(mxfp4x8)
 
 /* gemm8 (FN) over a kernel whose column count is a compile-time constant;
  * the arguments after the first extra one (left empty) follow the count */
