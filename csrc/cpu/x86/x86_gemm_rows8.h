@@ -273,7 +273,8 @@ GM_INLINE void gr_mxfp4_block(const block_mxfp4x8 *x, const block_q8_0 *y, const
  * + 16 (gr_mxfp4_grid16), and the +16 comes off through the start, -16 x the
  * activation's 4-element sums (pe_q8_0_scales' start5).  One activation
  * row a pass: the two sets' 16 accumulators and 8 code vectors fill the
- * registers. */
+ * registers of AVX-512 (AVX2's 16 spill some; its kernel still takes 0.42-0.54
+ * ms where the row kernel takes 0.68-0.78, gpt-oss's 4 experts of 2880 x 2880). */
 GM_INLINE void gemm8_mxfp4x8_col(int64_t n, float *s, const block_mxfp4x8 *x, const block_q8_0 *y, int pass,
                                  int passes) {
     const int64_t nb = n / QK_MXFP4;
