@@ -417,6 +417,11 @@ static int64_t id_cols(const pe_tensor *w, const pe_tensor *ids) {
     return id_direct(w, ids) ? 1 : (ids->ne[0] * ids->ne[1] + w->ne[2] - 1) / w->ne[2];
 }
 
+/* A product with experts': its kernels are handed id_cols rows at a time. */
+static size_t id_activations_bytes(const pe_tensor *w, const pe_tensor *x, const pe_tensor *ids, int nth) {
+    return activations_bytes(w, x, pe_type_vec_dot_type(w->type), nth, id_cols(w, ids));
+}
+
 /* Scratch of the grouped path after the quantized activations: the groups,
  * the gathered activation rows, their results, then per thread packed and
  * unpacked weight rows. */
@@ -431,7 +436,7 @@ static size_t id_pack_bytes(const pe_tensor *w, const pe_tensor *ids) {
 
 static size_t id_shared_bytes(const pe_tensor *w, const pe_tensor *x, const pe_tensor *ids, int nth) {
     const int vdt = pe_type_vec_dot_type(w->type);
-    const size_t acts = activations_bytes(w, x, vdt, nth, id_cols(w, ids));
+    const size_t acts = id_activations_bytes(w, x, ids, nth);
     if (id_direct(w, ids)) return acts;
     const int64_t n_pairs = ids->ne[0] * ids->ne[1];
     return acts + groups_bytes(n_pairs, w->ne[2]) +
@@ -559,7 +564,7 @@ static void id_grouped_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const 
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], n_exp = w->ne[2], n_pairs = ids->ne[0] * ids->ne[1];
     const int64_t cols = kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
-    const size_t acts = activations_bytes(w, x, pe_type_vec_dot_type(w->type), ex->nth, id_cols(w, ids));
+    const size_t acts = id_activations_bytes(w, x, ids, ex->nth);
     uint8_t *grouped = ex->work + acts + groups_bytes(n_pairs, n_exp);
     float *out = (float *)(grouped + round64((size_t)n_pairs * qstride));
     const size_t shared = id_shared_bytes(w, x, ids, ex->nth), pack = id_pack_bytes(w, ids);
@@ -588,7 +593,7 @@ static void id_grouped_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const 
 void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
     const pe_tensor *w = src(ex, t, 0), *x = src(ex, t, 1), *ids = src(ex, t, 2);
     if (!ids_in_range(ids, w->ne[2])) { pe_exec_fail(ex, "mul_mat_id: expert id out of range"); return; }
-    const int direct = id_direct(w, ids), vdt = pe_type_vec_dot_type(w->type);
+    const int direct = id_direct(w, ids);
     if (direct && unpacked_bytes(w) && (size_t)(ex->ith + 1) * unpacked_bytes(w) +
                                            id_shared_bytes(w, x, ids, ex->nth) > ex->work_bytes) {
         pe_exec_fail(ex, "mul_mat_id: no scratch planned for an interleaved weight");
@@ -600,13 +605,13 @@ void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
     }
     if (!direct && ex->ith == 0) {   /* the groups, while the others quantize (the barrier below orders them) */
         const pe_type_kernels *kern = &pe_kern->type[w->type];
-        id_groups gr = id_groups_at(ex->work + activations_bytes(w, x, vdt, ex->nth, id_cols(w, ids)),
+        id_groups gr = id_groups_at(ex->work + id_activations_bytes(w, x, ids, ex->nth),
                                     ids->ne[0] * ids->ne[1], w->ne[2], ids->ne[0]);
         group_pairs(ids->data, (w->ne[1] + TILE_ROWS - 1) / TILE_ROWS, kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS,
                     &gr);
     }
     size_t qstride;
-    const uint8_t *q = quantize_activations(ex, w, x, vdt, id_cols(w, ids), &qstride);
+    const uint8_t *q = quantize_activations(ex, w, x, pe_type_vec_dot_type(w->type), id_cols(w, ids), &qstride);
     if (direct) {
         uint8_t *rows = unpacked_bytes(w) ? ex->work + id_shared_bytes(w, x, ids, ex->nth) +
                                                 (size_t)ex->ith * unpacked_bytes(w)

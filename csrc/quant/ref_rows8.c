@@ -1,6 +1,7 @@
 /* ref_rows8.c - Q4_1, Q4_0, IQ4_NL, Q4_K, Q8_0, Q5_0 and MXFP4 weights
  * interleaved by 8 rows (block_q4_1x8, block_q4_0x8, block_iq4_nlx8,
- * block_q4_Kx8, block_q8_0x8, block_q5_0x8, block_mxfp4x8): the repacking done at load and its inverse.
+ * block_q4_Kx8, block_q8_0x8, block_q5_0x8, block_mxfp4x8): the repacking
+ * done at load and its inverse.
  *
  * Why a second layout: decoding reads every weight row once per token, and
  * the products as the file lays rows out take a row at a time: a scale per

@@ -139,7 +139,8 @@ int main(void) {
         check_scan_token(heads[i][1], heads[i][0]);
     }
     static const int64_t pieces[][3] = {{2, 16, 16}, {7, 32, 20}, {16, 64, 64}, {33, 8, 5}};
-    for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++) check_delta_chunk(pieces[i][0], pieces[i][1], pieces[i][2]);
+    for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++)
+        check_delta_chunk(pieces[i][0], pieces[i][1], pieces[i][2]);
     static const int64_t widths[] = {4, 13, 64, 1};
     for (size_t i = 0; i < sizeof widths / sizeof *widths; i++) check_conv_token(widths[i], 4);
     printf("%d of %d checks differ from the scalar build\n", failures, checks);

@@ -150,7 +150,7 @@ static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t
  * four columns a pass (the accumulators spill to L1, once per lane and
  * super-block, and each load of the codes serves four columns: 2 threads,
  * 8192 x 3072 x 512, 376 GOP/s with two columns a pass, 451-457 with four). */
-static void gmk_q6k_x16_pass(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
                              int nc) {
     __m512 acc[4][8];
     for (int j = 0; j < 4; j++)
@@ -186,11 +186,6 @@ static void gmk_q6k_x16_pass(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t
                                          _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
         _mm512_storeu_ps(s + (size_t)j * bs, _mm512_add_ps(sum, _mm512_setzero_ps()));
     }
-}
-
-static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
-                             int nc) {
-    gmk_q6k_x16_pass(w, nsb, s, bs, y, nc);
 }
 #else
 /* AVX2: rows 8h .. 8h + 7 against columns j0, j0 + 1, one pass each */
@@ -257,7 +252,8 @@ static void gmk_q6k_x8_col(const gmk_q6k_x16 *w, int64_t nsb, int h, float *s, c
             __m256i lane = _mm256_setzero_si256();
             for (int k = 0; k < 8; k++) {   /* codes below 64: 16-bit pair sums below 2^15 */
                 const __m256i codes = gm_load256(p->q[k][t] + 8 * h), sc2 = gm_load256(p->sc2[2 * k + t / 4] + 8 * h);
-                const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t)));
+                const __m256i act = _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t));
+                const __m256i pairs = _mm256_maddubs_epi16(codes, act);
                 lane = _mm256_add_epi32(lane, _mm256_madd_epi16(pairs, sc2));
             }
             const __m256i off = _mm256_madd_epi16(gm_load256(p->scp[t] + 8 * h),
