@@ -38,6 +38,11 @@ typedef void (*pe_gemm_fn)(int64_t n, float *s, size_t bs, const void *w, size_t
 #define PE_PACK_ROWS 16
 typedef size_t (*pe_pack16_fn)(int64_t n, const void *w, size_t bw, void *dst);
 typedef void (*pe_gemm16_fn)(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc);
+/* Optional, where 16 rows leave a kernel short of registers' worth of work:
+ * gemm16 over two packs (rows 0-15 at packed0, 16-31 at packed1) at once,
+ * any nc: s[j * bs + i], i < 2 * PE_PACK_ROWS, j < nc. */
+typedef void (*pe_gemm32_fn)(int64_t n, float *s, size_t bs, const void *packed0, const void *packed1, const void *a,
+                             size_t ba, int nc);
 
 /* Optional, for decoding: PE_GEMM8_ROWS weight rows (stride bw) against
  * nc <= PE_GEMM8_MAX_COLS activation rows (stride ba), s[j * bs + i] =
@@ -73,6 +78,7 @@ typedef void (*pe_unpack8_fn)(int64_t n, const void *group, void *rows, size_t b
 typedef struct pe_packed_kernels {
     pe_pack16_fn pack16;   /* optional, with gemm16 */
     pe_gemm16_fn gemm16;
+    pe_gemm32_fn gemm32;   /* optional, with gemm16 */
     int          scales;   /* gemm16 takes its Q8_0 activation rows followed by pe_q8_0_scales (its
                               groups' starts made once per row, not once per tile) */
 } pe_packed_kernels;

@@ -10,13 +10,17 @@
 
 #include "internal.h"
 
-#define TILE_ROWS 16   /* weight rows per tile */
+#define TILE_ROWS 32   /* weight rows per prompt tile: two packs (PE_PACK_ROWS) */
+#define DECODE_TASK_ROWS 16   /* weight rows per decoding task, at the least */
 #define TILE_COLS 64   /* activation rows per tile (prompt batches) */
 /* activation rows per tile of a weight interleaved by 8 rows, whose rows each
  * tile unpacks first: wide enough to pay for that, narrow enough that the
  * activations stay cached (pp512, 256 against all 512 columns: +0-14% on
  * AVX-512, +2-20% on AVX2 for Q4_1, Q8_0 and Q5_0 weights; 128 and 192 less) */
 #define TILE_COLS_ROWS8 256
+static int64_t tile_cols(const pe_type_kernels *kern) {
+    return kern->rows8.unpack8 || kern->packed.pack16 ? TILE_COLS_ROWS8 : TILE_COLS;
+}
 #define PACK_MIN_COLS 8 /* activation rows a tile needs to pay for packing its weight rows */
 /* A weight interleaved by 8 rows takes its decoding kernel (PE_GEMM8_MAX_COLS
  * columns a pass, each group read once and kept cached for the passes) up to
@@ -50,9 +54,9 @@ static inline const void *x_row(const pe_tensor *x, int64_t r) {
 }
 
 /* Scratch: the quantized activations (a lone row: one copy per thread),
- * then per thread a packed copy of 16 weight rows for types with pack16,
- * then per thread 16 rows unpacked from weights interleaved by 8 (at 64-byte
- * offsets). */
+ * then per thread a packed copy of 16 weight rows for types with pack16 (two
+ * for those with gemm32), then per thread a tile's rows unpacked from
+ * weights interleaved by 8 (at 64-byte offsets). */
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
 /* The kernels that see a weight's rows as the file has them: for weights
@@ -102,10 +106,19 @@ static size_t dense_activations_bytes(const pe_tensor *w, const pe_tensor *x, in
     return activations_bytes(w, x, pe_type_vec_dot_type(w->type), nth, pe_nrows(x));
 }
 
+/* One pack of PE_PACK_ROWS rows of k elements (0: the type does not pack). */
+static size_t pack_one_bytes(const pe_packed_kernels *p, int64_t k) {
+    return p->pack16 ? round64(p->pack16(k, NULL, 0, NULL)) : 0;
+}
+
+/* A thread's packs: two where the type multiplies them together (gemm32). */
+static size_t packs_bytes(const pe_packed_kernels *p, int64_t k) {
+    return pack_one_bytes(p, k) * (p->gemm32 ? 2 : 1);
+}
+
 static size_t pack_bytes(const pe_tensor *t, const pe_tensor *w, const pe_tensor *x) {
-    const pe_pack16_fn pack = plain_kernels(w)->packed.pack16;
-    if (t->op != PE_OP_MUL_MAT || !pack || pe_nrows(x) < PACK_MIN_COLS) return 0;
-    return round64(pack(x->ne[0], NULL, 0, NULL));
+    if (t->op != PE_OP_MUL_MAT || pe_nrows(x) < PACK_MIN_COLS) return 0;
+    return packs_bytes(&plain_kernels(w)->packed, x->ne[0]);
 }
 
 size_t pe_op_mul_mat_work(const pe_graph *g, const pe_tensor *t, int n_threads) {
@@ -215,16 +228,30 @@ int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tenso
            pack_bytes(t, w, x) == pack_bytes(prev, wp, x) && unpacked_bytes(w) == unpacked_bytes(wp);
 }
 
-/* The packed path: PE_PACK_ROWS weight rows copied once into the type's
- * interleaved layout, then multiplied with every activation row of the
- * tile. */
-static void tile_packed(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
-                        const uint8_t *q, size_t qstride, int64_t i0, int64_t j0, int64_t j1, void *packed) {
-    k->packed.pack16(kdim, (const uint8_t *)w->data + i0 * w->nb[1], w->nb[1], packed);
-    for (int64_t j = j0; j < j1; j += PE_GEMM_COLS) {
-        const int nc = (int)(j1 - j < PE_GEMM_COLS ? j1 - j : PE_GEMM_COLS);
-        k->packed.gemm16(kdim, dst + j * n + i0, (size_t)n, packed, q + j * qstride, qstride, nc);
+/* The packed path: each whole PE_PACK_ROWS of the tile's weight rows copied
+ * once into the type's interleaved layout, then multiplied with every
+ * activation row of the tile; two packs at once where the type has gemm32.
+ * Returns the first row left to the other paths. */
+static int64_t tile_packed(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
+                           const uint8_t *q, size_t qstride, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                           void *packed) {
+    const uint8_t *wd = w->data;
+    const size_t bw = w->nb[1];
+    if (k->packed.gemm32 && i1 - i0 == 2 * PE_PACK_ROWS) {
+        uint8_t *second = (uint8_t *)packed + pack_one_bytes(&k->packed, kdim);
+        k->packed.pack16(kdim, wd + i0 * bw, bw, packed);
+        k->packed.pack16(kdim, wd + (i0 + PE_PACK_ROWS) * bw, bw, second);
+        k->packed.gemm32(kdim, dst + j0 * n + i0, (size_t)n, packed, second, q + j0 * qstride, qstride, (int)(j1 - j0));
+        return i1;
     }
+    for (; i0 + PE_PACK_ROWS <= i1; i0 += PE_PACK_ROWS) {
+        k->packed.pack16(kdim, wd + i0 * bw, bw, packed);
+        for (int64_t j = j0; j < j1; j += PE_GEMM_COLS) {
+            const int nc = (int)(j1 - j < PE_GEMM_COLS ? j1 - j : PE_GEMM_COLS);
+            k->packed.gemm16(kdim, dst + j * n + i0, (size_t)n, packed, q + j * qstride, qstride, nc);
+        }
+    }
+    return i0;
 }
 
 /* One tile: weight rows [i0, i1) against activation rows [j0, j1).  Every
@@ -235,9 +262,9 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
                  int64_t j1, void *packed) {
     const uint8_t *wd = w->data;
     const size_t wstride = w->nb[1];
-    if (packed && q && j1 - j0 >= PACK_MIN_COLS && i1 - i0 == PE_PACK_ROWS) {
-        tile_packed(k, kdim, dst, n, w, q, qstride, i0, j0, j1, packed);
-        return;
+    if (packed && q && j1 - j0 >= PACK_MIN_COLS) {
+        i0 = tile_packed(k, kdim, dst, n, w, q, qstride, i0, i1, j0, j1, packed);
+        if (i0 == i1) return;
     }
     if (k->rows8.gemm8 && q && j1 - j0 <= PE_GEMM8_MAX_COLS) {   /* decoding: 8 rows at a time, the tile for the rest */
         for (; i0 + PE_GEMM8_ROWS <= i1; i0 += PE_GEMM8_ROWS)
@@ -322,7 +349,7 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
 static void decode_rows(pe_exec *ex, const pe_type_kernels *kern, int64_t k, float *dst, int64_t n,
                         const pe_tensor *w, const pe_tensor *x, const uint8_t *q, size_t qstride, int64_t m,
                         uint8_t *rows) {
-    int64_t per_task = TILE_ROWS;
+    int64_t per_task = DECODE_TASK_ROWS;
     while ((n + per_task - 1) / per_task > PE_RANGE_MAX_TASKS) per_task *= 2;
     const int64_t n_tasks = (n + per_task - 1) / per_task;
     for (int64_t task = pe_range_next(ex, n_tasks); task >= 0; task = pe_range_next(ex, n_tasks)) {
@@ -354,7 +381,7 @@ void pe_op_mul_mat_run(pe_exec *ex, pe_tensor *t) {
      * ROWS8_DECODE_COLS, rows8.cols: tile_rows8 gives each tile to it, and there
      * are tasks for more threads than whole rows would give) */
     void *packed = pack_scratch(ex, t, w, x);
-    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS, cols = kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
+    const int64_t n_rb = (n + TILE_ROWS - 1) / TILE_ROWS, cols = tile_cols(kern);
     const int64_t n_cb = (m + cols - 1) / cols;
     int first = 1;
     for (int64_t task = next_task(ex, &first); task < n_rb * n_cb; task = next_task(ex, &first)) {
@@ -430,8 +457,7 @@ static size_t groups_bytes(int64_t n_pairs, int64_t n_exp) {
 }
 
 static size_t id_pack_bytes(const pe_tensor *w, const pe_tensor *ids) {
-    const pe_pack16_fn pack = plain_kernels(w)->packed.pack16;
-    return pack && !id_direct(w, ids) ? round64(pack(w->ne[0], NULL, 0, NULL)) : 0;
+    return id_direct(w, ids) ? 0 : packs_bytes(&plain_kernels(w)->packed, w->ne[0]);
 }
 
 static size_t id_shared_bytes(const pe_tensor *w, const pe_tensor *x, const pe_tensor *ids, int nth) {
@@ -484,7 +510,7 @@ static void id_direct_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const p
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], n_used = ids->ne[0], n_pairs = ids->ne[0] * ids->ne[1];
     const int32_t *id = ids->data;
-    int64_t per_task = TILE_ROWS;
+    int64_t per_task = DECODE_TASK_ROWS;
     while (n_pairs * ((n + per_task - 1) / per_task) > PE_RANGE_MAX_TASKS) per_task *= 2;
     const int64_t per_pair = (n + per_task - 1) / per_task;
     for (int64_t task = pe_range_next(ex, n_pairs * per_pair); task >= 0; task = pe_range_next(ex, n_pairs * per_pair)) {
@@ -563,7 +589,7 @@ static void id_grouped_run(pe_exec *ex, pe_tensor *t, const pe_tensor *w, const 
                            const uint8_t *q, size_t qstride) {
     const pe_type_kernels *kern = &pe_kern->type[w->type];
     const int64_t k = x->ne[0], n = w->ne[1], n_exp = w->ne[2], n_pairs = ids->ne[0] * ids->ne[1];
-    const int64_t cols = kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS;
+    const int64_t cols = tile_cols(kern);
     const size_t acts = id_activations_bytes(w, x, ids, ex->nth);
     uint8_t *grouped = ex->work + acts + groups_bytes(n_pairs, n_exp);
     float *out = (float *)(grouped + round64((size_t)n_pairs * qstride));
@@ -607,7 +633,7 @@ void pe_op_mul_mat_id_run(pe_exec *ex, pe_tensor *t) {
         const pe_type_kernels *kern = &pe_kern->type[w->type];
         id_groups gr = id_groups_at(ex->work + id_activations_bytes(w, x, ids, ex->nth),
                                     ids->ne[0] * ids->ne[1], w->ne[2], ids->ne[0]);
-        group_pairs(ids->data, (w->ne[1] + TILE_ROWS - 1) / TILE_ROWS, kern->rows8.unpack8 ? TILE_COLS_ROWS8 : TILE_COLS,
+        group_pairs(ids->data, (w->ne[1] + TILE_ROWS - 1) / TILE_ROWS, tile_cols(kern),
                     &gr);
     }
     size_t qstride;

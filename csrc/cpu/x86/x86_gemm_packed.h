@@ -89,8 +89,11 @@ static size_t gmk_q6k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
 /* the activations' sums over sub-blocks 2c and 2c + 1, as one 16-bit pair
  * per chunk c */
 static inline void gmk_bsum_pairs(const block_q8_K *a, int32_t out[4]) {
-    for (int c = 0; c < 4; c++)
-        out[c] = gmk_pair16(a->bsums[4 * c] + a->bsums[4 * c + 1], a->bsums[4 * c + 2] + a->bsums[4 * c + 3]);
+    /* four sums of two by madd, then packed to 16 bits in order (each below
+     * 2 x 16 x 127: no saturation) */
+    const __m128i ones = _mm_set1_epi16(1);
+    const __m128i lo = _mm_madd_epi16(gm_load128(a->bsums), ones), hi = _mm_madd_epi16(gm_load128(a->bsums + 8), ones);
+    _mm_storeu_si128((__m128i *)out, _mm_packs_epi32(lo, hi));
 }
 
 /* ---- column kernels: 16 packed rows against up to 4 activation rows y[0..3] ------------ */
@@ -141,6 +144,72 @@ static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t
     for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs, _mm512_sub_ps(whole[j], whole_mins[j]));
 }
 
+/* Q4_K over two packs of 16 rows (32 rows, w0 and w1) against up to
+ * GMK_X32_COLS activation rows, each as gmk_q4k_x16_cols: every broadcast
+ * activation group serves two weight vectors, so the loads and broadcasts
+ * per vpdpbusd are half those of 16 rows (2 threads, 3072 x 8192 x 512: the
+ * kernel 610 -> 775 GOP/s; four columns would want more than 32 registers). */
+#define GMK_X32_COLS 3
+static void gmk_q4k_x32_cols(const gmk_q4k_x16 *w0, const gmk_q4k_x16 *w1, int64_t nsb, float *s, size_t bs,
+                             const block_q8_K *const y[GMK_X32_COLS], int nc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 whole[2][GMK_X32_COLS], whole_mins[2][GMK_X32_COLS];
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < GMK_X32_COLS; j++) whole[h][j] = whole_mins[h][j] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const gmk_q4k_x16 *p[2] = {w0 + ib, w1 + ib};
+        int32_t bp[GMK_X32_COLS][4];
+        __m512i sb_tot[2][GMK_X32_COLS], sb_mins[2][GMK_X32_COLS];
+        for (int j = 0; j < GMK_X32_COLS; j++) {
+            gmk_bsum_pairs(y[j] + ib, bp[j]);
+            for (int h = 0; h < 2; h++) sb_tot[h][j] = sb_mins[h][j] = _mm512_setzero_si512();
+        }
+        for (int c = 0; c < 4; c++) {
+            __m512i lo[2][GMK_X32_COLS], hi[2][GMK_X32_COLS];
+            for (int h = 0; h < 2; h++)
+                for (int j = 0; j < GMK_X32_COLS; j++) lo[h][j] = hi[h][j] = _mm512_setzero_si512();
+            for (int g = 0; g < 8; g++) {
+                __m512i wl[2], wh[2];
+                for (int h = 0; h < 2; h++) {
+                    const __m512i bits = _mm512_loadu_si512(p[h]->qs[c][g]);
+                    wl[h] = _mm512_and_si512(bits, m4);
+                    wh[h] = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+                }
+                for (int j = 0; j < GMK_X32_COLS; j++) {
+                    const int8_t *a = y[j][ib].qs + 64 * c + 4 * g;
+                    const __m512i al = _mm512_set1_epi32((int)gm_u32(a)), ah = _mm512_set1_epi32((int)gm_u32(a + 32));
+                    for (int h = 0; h < 2; h++) {
+                        lo[h][j] = _mm512_dpbusd_epi32(lo[h][j], wl[h], al);
+                        hi[h][j] = _mm512_dpbusd_epi32(hi[h][j], wh[h], ah);
+                    }
+                }
+            }
+            for (int h = 0; h < 2; h++) {
+                const __m512i sc_lo = _mm512_loadu_si512(p[h]->sc[2 * c]), sc_hi = _mm512_loadu_si512(p[h]->sc[2 * c + 1]);
+                const __m512i mn = _mm512_loadu_si512(p[h]->mn[c]);
+                for (int j = 0; j < GMK_X32_COLS; j++) {
+                    const __m512i tot = _mm512_add_epi32(_mm512_mullo_epi32(lo[h][j], sc_lo),
+                                                         _mm512_mullo_epi32(hi[h][j], sc_hi));
+                    sb_tot[h][j] = _mm512_add_epi32(sb_tot[h][j], tot);
+                    sb_mins[h][j] = _mm512_add_epi32(sb_mins[h][j], _mm512_madd_epi16(mn, _mm512_set1_epi32(bp[j][c])));
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m512 dw = _mm512_loadu_ps(p[h]->d), dmw = _mm512_loadu_ps(p[h]->dmin);
+            for (int j = 0; j < GMK_X32_COLS; j++) {
+                const __m512 da = _mm512_set1_ps(y[j][ib].d);
+                whole[h][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_tot[h][j]), _mm512_mul_ps(dw, da), whole[h][j]);
+                whole_mins[h][j] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb_mins[h][j]), _mm512_mul_ps(dmw, da), whole_mins[h][j]);
+            }
+        }
+    }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < nc; j++)
+            _mm512_storeu_ps(s + (size_t)j * bs + 16 * h, _mm512_sub_ps(whole[h][j], whole_mins[h][j]));
+}
+
 /* Q6_K as its row product (gmk_q6_step): per super-block eight exact
  * integer lanes, lane t the scaled products of group t (elements 4t..4t+3)
  * of every 32-element chunk k, less 32 x the scaled sums of the 16-element
@@ -186,6 +255,57 @@ static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t
                                          _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
         _mm512_storeu_ps(s + (size_t)j * bs, _mm512_add_ps(sum, _mm512_setzero_ps()));
     }
+}
+
+/* Q6_K over two packs of 16 rows (32 rows) against four activation rows,
+ * each as gmk_q6k_x16_cols: a broadcast activation group serves both packs
+ * (8192 x 3072 x 240, one thread: 310 -> 405 GOP/s). */
+static void gmk_q6k_x32_cols(const gmk_q6k_x16 *w0, const gmk_q6k_x16 *w1, int64_t nsb, float *s, size_t bs,
+                             const block_q8_K *const y[4], int nc) {
+    __m512 acc[2][4][8];
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int t = 0; t < 8; t++) acc[h][j][t] = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const gmk_q6k_x16 *p[2] = {w0 + ib, w1 + ib};
+        __m512 scale[2][4];
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++) scale[h][j] = _mm512_mul_ps(_mm512_loadu_ps(p[h]->d), _mm512_set1_ps(y[j][ib].d));
+        for (int t = 0; t < 8; t++) {
+            __m512i lane[2][4];
+            for (int h = 0; h < 2; h++)
+                for (int j = 0; j < 4; j++) lane[h][j] = _mm512_setzero_si512();
+            for (int k = 0; k < 8; k++) {
+                __m512i codes[2], sc2[2];
+                for (int h = 0; h < 2; h++) {
+                    codes[h] = _mm512_loadu_si512(p[h]->q[k][t]);
+                    sc2[h] = _mm512_loadu_si512(p[h]->sc2[2 * k + t / 4]);
+                }
+                for (int j = 0; j < 4; j++) {
+                    const __m512i act = _mm512_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * t));
+                    for (int h = 0; h < 2; h++)
+                        lane[h][j] = _mm512_dpwssd_epi32(lane[h][j], _mm512_maddubs_epi16(codes[h], act), sc2[h]);
+                }
+            }
+            for (int h = 0; h < 2; h++) {
+                const __m512i scp = _mm512_loadu_si512(p[h]->scp[t]);
+                for (int j = 0; j < 4; j++) {
+                    const int16_t *bsums = y[j][ib].bsums;
+                    const __m512i off =
+                        _mm512_madd_epi16(scp, _mm512_set1_epi32(gmk_pair16(bsums[2 * t], bsums[2 * t + 1])));
+                    const __m512i l = _mm512_sub_epi32(lane[h][j], _mm512_slli_epi32(off, 5));
+                    acc[h][j][t] = _mm512_fmadd_ps(scale[h][j], _mm512_cvtepi32_ps(l), acc[h][j][t]);
+                }
+            }
+        }
+    }
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < nc; j++) {
+            const __m512 *l = acc[h][j];
+            const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                                             _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+            _mm512_storeu_ps(s + (size_t)j * bs + 16 * h, _mm512_add_ps(sum, _mm512_setzero_ps()));
+        }
 }
 #else
 /* AVX2: rows 8h .. 8h + 7 against columns j0, j0 + 1, one pass each */
@@ -299,6 +419,34 @@ static void gmk_q4k_gemm16(int64_t n, float *s, size_t bs, const void *packed, c
         gmk_q4k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4);
     }
 }
+
+#if defined(PE_GEMM_VNNI)
+static void gmk_q4k_gemm32(int64_t n, float *s, size_t bs, const void *packed0, const void *packed1, const void *a,
+                           size_t ba, int nc) {
+    for (int j0 = 0; j0 < nc; j0 += GMK_X32_COLS) {
+        const block_q8_K *y[GMK_X32_COLS];
+        for (int j = 0; j < GMK_X32_COLS; j++)   /* the last column repeated past nc */
+            y[j] = (const block_q8_K *)((const uint8_t *)a + (size_t)(j0 + j < nc ? j0 + j : nc - 1) * ba);
+        gmk_q4k_x32_cols(packed0, packed1, n / QK_K, s + (size_t)j0 * bs, bs, y,
+                         nc - j0 < GMK_X32_COLS ? nc - j0 : GMK_X32_COLS);
+    }
+}
+static void gmk_q6k_gemm32(int64_t n, float *s, size_t bs, const void *packed0, const void *packed1, const void *a,
+                           size_t ba, int nc) {
+    for (int j0 = 0; j0 < nc; j0 += 4) {
+        const block_q8_K *y[4];
+        gmk_quad_cols(a, ba, j0, nc, y);
+        gmk_q6k_x32_cols(packed0, packed1, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4);
+    }
+}
+#define GMK_GEMM32_INSTALL(k)                                     \
+    do {                                                          \
+        (k)->type[PE_TYPE_Q4_K].packed.gemm32 = gmk_q4k_gemm32; \
+        (k)->type[PE_TYPE_Q6_K].packed.gemm32 = gmk_q6k_gemm32; \
+    } while (0)
+#else
+#define GMK_GEMM32_INSTALL(k) ((void)(k))
+#endif
 
 /* ---- legacy types: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 ------------------------------------------------- */
 
@@ -484,6 +632,7 @@ GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_Q8_0_SHIFT, 0)
         (k)->type[PE_TYPE_Q4_K].packed.gemm16 = gmk_q4k_gemm16; \
         (k)->type[PE_TYPE_Q6_K].packed.pack16 = gmk_q6k_pack16; \
         (k)->type[PE_TYPE_Q6_K].packed.gemm16 = gmk_q6k_gemm16; \
+        GMK_GEMM32_INSTALL(k);                               \
         GML_PACK16_INSTALL(k);                               \
     } while (0)
 
