@@ -147,8 +147,9 @@ static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t
 /* Q4_K over two packs of 16 rows (32 rows, w0 and w1) against up to
  * GMK_X32_COLS activation rows, each as gmk_q4k_x16_cols: every broadcast
  * activation group serves two weight vectors, so the loads and broadcasts
- * per vpdpbusd are half those of 16 rows (2 threads, 3072 x 8192 x 512: the
- * kernel 610 -> 775 GOP/s; four columns would want more than 32 registers). */
+ * per vpdpbusd are half those of 16 rows (one thread, 3072-element rows, 240
+ * columns in cache: 610 -> 775 GOP/s; four columns would want more than 32
+ * registers, and gcc spills them). */
 #define GMK_X32_COLS 3
 static void gmk_q4k_x32_cols(const gmk_q4k_x16 *w0, const gmk_q4k_x16 *w1, int64_t nsb, float *s, size_t bs,
                              const block_q8_K *const y[GMK_X32_COLS], int nc) {
@@ -396,18 +397,16 @@ static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t
 
 /* ---- gemm16 ------------------------------------------------------------------------------- */
 
-/* columns j0..j0 + 3 (the last repeated past nc) */
-static inline void gmk_quad_cols(const void *a, size_t ba, int j0, int nc, const block_q8_K *y[4]) {
-    for (int j = 0; j < 4; j++) {
-        const int col = j0 + (j0 + j < nc ? j : nc - 1 - j0);
-        y[j] = (const block_q8_K *)((const uint8_t *)a + (size_t)col * ba);
-    }
+/* columns j0 .. j0 + count - 1 (the last repeated past nc) */
+static inline void gmk_cols(const void *a, size_t ba, int j0, int nc, int count, const block_q8_K **y) {
+    for (int j = 0; j < count; j++)
+        y[j] = (const block_q8_K *)((const uint8_t *)a + (size_t)(j0 + j < nc ? j0 + j : nc - 1) * ba);
 }
 
 static void gmk_q6k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
     for (int j0 = 0; j0 < nc; j0 += 4) {
         const block_q8_K *y[4];
-        gmk_quad_cols(a, ba, j0, nc, y);
+        gmk_cols(a, ba, j0, nc, 4, y);
         gmk_q6k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4);
     }
 }
@@ -415,7 +414,7 @@ static void gmk_q6k_gemm16(int64_t n, float *s, size_t bs, const void *packed, c
 static void gmk_q4k_gemm16(int64_t n, float *s, size_t bs, const void *packed, const void *a, size_t ba, int nc) {
     for (int j0 = 0; j0 < nc; j0 += 4) {
         const block_q8_K *y[4];
-        gmk_quad_cols(a, ba, j0, nc, y);
+        gmk_cols(a, ba, j0, nc, 4, y);
         gmk_q4k_x16_cols(packed, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4);
     }
 }
@@ -425,8 +424,7 @@ static void gmk_q4k_gemm32(int64_t n, float *s, size_t bs, const void *packed0, 
                            size_t ba, int nc) {
     for (int j0 = 0; j0 < nc; j0 += GMK_X32_COLS) {
         const block_q8_K *y[GMK_X32_COLS];
-        for (int j = 0; j < GMK_X32_COLS; j++)   /* the last column repeated past nc */
-            y[j] = (const block_q8_K *)((const uint8_t *)a + (size_t)(j0 + j < nc ? j0 + j : nc - 1) * ba);
+        gmk_cols(a, ba, j0, nc, GMK_X32_COLS, y);
         gmk_q4k_x32_cols(packed0, packed1, n / QK_K, s + (size_t)j0 * bs, bs, y,
                          nc - j0 < GMK_X32_COLS ? nc - j0 : GMK_X32_COLS);
     }
@@ -435,7 +433,7 @@ static void gmk_q6k_gemm32(int64_t n, float *s, size_t bs, const void *packed0, 
                            size_t ba, int nc) {
     for (int j0 = 0; j0 < nc; j0 += 4) {
         const block_q8_K *y[4];
-        gmk_quad_cols(a, ba, j0, nc, y);
+        gmk_cols(a, ba, j0, nc, 4, y);
         gmk_q6k_x32_cols(packed0, packed1, n / QK_K, s + (size_t)j0 * bs, bs, y, nc - j0 < 4 ? nc - j0 : 4);
     }
 }
