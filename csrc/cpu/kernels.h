@@ -87,6 +87,8 @@ typedef struct pe_packed_kernels {
  * way back, and the decoding kernels that read the groups as they are. */
 typedef struct pe_rows8_kernels {
     pe_unpack8_fn unpack8;     /* every interleaved type */
+    pe_pack16_fn  pack16;      /* optional: the base type's packed.pack16 straight from 16 rows (two adjacent
+                                  groups, the second at w + 8 bw), the same bytes */
     pe_gemm8_fn   gemm8;       /* optional */
     pe_gemm8_fn   gemm8_pair;  /* optional: gemm8 over two adjacent groups, 16 rows (the second group at
                                   w + 8 bw), same bits */

@@ -230,30 +230,34 @@ int pe_op_mul_mat_joins(const pe_graph *g, const pe_tensor *prev, const pe_tenso
            pack_bytes(t, w, x) == pack_bytes(prev, wp, x) && unpacked_bytes(w) == unpacked_bytes(wp);
 }
 
-/* The packed path: each whole PE_PACK_ROWS of the tile's weight rows copied
- * once into the type's interleaved layout, then multiplied with every
- * activation row of the tile; two packs at once where the type has gemm32.
- * Returns the first row left to the other paths. */
-static int64_t tile_packed(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, const pe_tensor *w,
-                           const uint8_t *q, size_t qstride, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                           void *packed) {
-    const uint8_t *wd = w->data;
-    const size_t bw = w->nb[1];
-    if (k->packed.gemm32 && i1 - i0 == 2 * PE_PACK_ROWS) {
-        uint8_t *second = (uint8_t *)packed + pack_one_bytes(&k->packed, kdim);
-        k->packed.pack16(kdim, wd + i0 * bw, bw, packed);
-        k->packed.pack16(kdim, wd + (i0 + PE_PACK_ROWS) * bw, bw, second);
-        k->packed.gemm32(kdim, dst + j0 * n + i0, (size_t)n, packed, second, q + j0 * qstride, qstride, (int)(j1 - j0));
+/* The packed path: each whole PE_PACK_ROWS of the tile's weight rows (wd,
+ * stride bw) copied once by `pack` into the type's interleaved layout (pk's:
+ * pack16's, or an interleaved weight's rows8.pack16), then multiplied with
+ * every activation row of the tile; two packs at once where the type has
+ * gemm32.  Returns the first row left to the other paths. */
+static int64_t tile_packed(const pe_packed_kernels *pk, pe_pack16_fn pack, int64_t kdim, float *dst, int64_t n,
+                           const uint8_t *wd, size_t bw, const uint8_t *q, size_t qstride, int64_t i0, int64_t i1,
+                           int64_t j0, int64_t j1, void *packed) {
+    if (pk->gemm32 && i1 - i0 == 2 * PE_PACK_ROWS) {
+        uint8_t *second = (uint8_t *)packed + pack_one_bytes(pk, kdim);
+        pack(kdim, wd + i0 * bw, bw, packed);
+        pack(kdim, wd + (i0 + PE_PACK_ROWS) * bw, bw, second);
+        pk->gemm32(kdim, dst + j0 * n + i0, (size_t)n, packed, second, q + j0 * qstride, qstride, (int)(j1 - j0));
         return i1;
     }
     for (; i0 + PE_PACK_ROWS <= i1; i0 += PE_PACK_ROWS) {
-        k->packed.pack16(kdim, wd + i0 * bw, bw, packed);
+        pack(kdim, wd + i0 * bw, bw, packed);
         for (int64_t j = j0; j < j1; j += PE_GEMM_COLS) {
             const int nc = (int)(j1 - j < PE_GEMM_COLS ? j1 - j : PE_GEMM_COLS);
-            k->packed.gemm16(kdim, dst + j * n + i0, (size_t)n, packed, q + j * qstride, qstride, nc);
+            pk->gemm16(kdim, dst + j * n + i0, (size_t)n, packed, q + j * qstride, qstride, nc);
         }
     }
     return i0;
+}
+
+/* Whether a tile of j1 - j0 activation rows takes the packed path. */
+static int tile_packs(const void *packed, const uint8_t *q, int64_t j0, int64_t j1) {
+    return packed && q && j1 - j0 >= PACK_MIN_COLS;
 }
 
 /* One tile: weight rows [i0, i1) against activation rows [j0, j1).  Every
@@ -264,8 +268,8 @@ static void tile(const pe_type_kernels *k, int64_t kdim, float *dst, int64_t n, 
                  int64_t j1, void *packed) {
     const uint8_t *wd = w->data;
     const size_t wstride = w->nb[1];
-    if (packed && q && j1 - j0 >= PACK_MIN_COLS) {
-        i0 = tile_packed(k, kdim, dst, n, w, q, qstride, i0, i1, j0, j1, packed);
+    if (tile_packs(packed, q, j0, j1)) {
+        i0 = tile_packed(&k->packed, k->packed.pack16, kdim, dst, n, wd, wstride, q, qstride, i0, i1, j0, j1, packed);
         if (i0 == i1) return;
     }
     if (k->rows8.gemm8 && q && j1 - j0 <= PE_GEMM8_MAX_COLS) {   /* decoding: 8 rows at a time, the tile for the rest */
@@ -334,10 +338,15 @@ static void tile_rows8(const pe_type_kernels *k, int64_t kdim, float *dst, int64
     pe_tensor plain = *w;
     plain.type = pe_type_rows8_base(w->type);
     plain.data = rows;
+    const pe_type_kernels *pk = plain_kernels(w);
     for (int64_t r0 = i0; r0 < i1; r0 += TILE_ROWS) {
         const int64_t r1 = r0 + TILE_ROWS < i1 ? r0 + TILE_ROWS : i1;
-        for (int64_t i = r0; i < r1; i += PE_GEMM8_ROWS) k->rows8.unpack8(kdim, wd + i * bw, rows + (i - r0) * bw, bw);
-        tile(plain_kernels(w), kdim, dst + r0, n, &plain, x, q, qstride, 0, r1 - r0, j0, j1, packed);
+        int64_t r = r0;   /* rows from r on go unpacked (those the interleaved layout packs straight from go first) */
+        if (k->rows8.pack16 && tile_packs(packed, q, j0, j1))
+            r = tile_packed(&pk->packed, k->rows8.pack16, kdim, dst, n, wd, bw, q, qstride, r0, r1, j0, j1, packed);
+        if (r == r1) continue;
+        for (int64_t i = r; i < r1; i += PE_GEMM8_ROWS) k->rows8.unpack8(kdim, wd + i * bw, rows + (i - r) * bw, bw);
+        tile(pk, kdim, dst + r, n, &plain, x, q, qstride, 0, r1 - r, j0, j1, packed);
     }
 }
 

@@ -66,6 +66,45 @@ static size_t gmk_q4k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
     return (size_t)nsb * sizeof(gmk_q4k_x16);
 }
 
+/* gmk_q4k_pack16's copy of 16 rows held interleaved (two groups of
+ * block_q4_Kx8, the second at w + 8 bw), without writing them out as rows
+ * first: a group's 4-byte code groups already sit 8 rows side by side, and
+ * its packed scales by 4-byte word, so the 6-bit scales and mins come out
+ * of 8 rows at once by shifts (pe_k4_scale_min's bits). */
+static size_t gmk_q4k_pack16_x8(int64_t n, const void *w, size_t bw, void *dst) {
+    const int64_t nsb = n / QK_K;
+    if (!dst) return (size_t)nsb * sizeof(gmk_q4k_x16);
+    gmk_q4k_x16 *out = dst;
+    const __m256i m6 = _mm256_set1_epi32(63), m4 = _mm256_set1_epi32(15), m2 = _mm256_set1_epi32(3);
+    for (int64_t ib = 0; ib < nsb; ib++)
+        for (int h = 0; h < 2; h++) {
+            const block_q4_Kx8 *x = (const block_q4_Kx8 *)((const uint8_t *)w + (size_t)h * 8 * bw) + ib;
+            for (int c = 0; c < 4; c++)
+                for (int g = 0; g < 8; g++)
+                    _mm256_storeu_si256((__m256i *)(out[ib].qs[c][g] + 8 * h), gm_load256(x->qs[c][g]));
+            /* word v of each row: bytes 4v .. 4v + 3 of its 12 scale bytes */
+            const __m256i w0 = gm_load256(x->scales[0]), w1 = gm_load256(x->scales[1]), w2 = gm_load256(x->scales[2]);
+            __m256i sc[8], mn[8];
+            for (int j = 0; j < 4; j++) {
+                const __m256i lo = _mm256_srli_epi32(w0, 8 * j), mid = _mm256_srli_epi32(w1, 8 * j);
+                const __m256i hi = _mm256_srli_epi32(w2, 8 * j);
+                sc[j] = _mm256_and_si256(lo, m6);
+                mn[j] = _mm256_and_si256(mid, m6);
+                sc[j + 4] = _mm256_or_si256(_mm256_and_si256(hi, m4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(lo, 6), m2), 4));
+                mn[j + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(hi, 4), m4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(mid, 6), m2), 4));
+            }
+            for (int j = 0; j < 8; j++) _mm256_storeu_si256((__m256i *)(out[ib].sc[j] + 8 * h), sc[j]);
+            for (int c = 0; c < 4; c++)
+                _mm256_storeu_si256((__m256i *)(out[ib].mn[c] + 8 * h),
+                                    _mm256_or_si256(mn[2 * c], _mm256_slli_epi32(mn[2 * c + 1], 16)));
+            _mm256_storeu_ps(out[ib].d + 8 * h, _mm256_cvtph_ps(gm_load128(x->d)));
+            _mm256_storeu_ps(out[ib].dmin + 8 * h, _mm256_cvtph_ps(gm_load128(x->dmin)));
+        }
+    return (size_t)nsb * sizeof(gmk_q4k_x16);
+}
+
 static size_t gmk_q6k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
     const int64_t nsb = n / QK_K;
     if (!dst) return (size_t)nsb * sizeof(gmk_q6k_x16);
@@ -628,6 +667,7 @@ GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_Q8_0_SHIFT, 0)
     do {                                                     \
         (k)->type[PE_TYPE_Q4_K].packed.pack16 = gmk_q4k_pack16; \
         (k)->type[PE_TYPE_Q4_K].packed.gemm16 = gmk_q4k_gemm16; \
+        (k)->type[PE_TYPE_Q4_K_X8].rows8.pack16 = gmk_q4k_pack16_x8; \
         (k)->type[PE_TYPE_Q6_K].packed.pack16 = gmk_q6k_pack16; \
         (k)->type[PE_TYPE_Q6_K].packed.gemm16 = gmk_q6k_gemm16; \
         GMK_GEMM32_INSTALL(k);                               \
