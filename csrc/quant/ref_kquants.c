@@ -302,26 +302,28 @@ static void dequantize_q6_K(const void *vx, float *y, int64_t n) {
     }
 }
 
-/* Q6_K: the lanes of the unsigned codes (0..63), less their offset of 32 as
- * 32 * (scale * bsum) of the 16-element sub-blocks 2t and 2t + 1 in lane t
- * (not the lanes the codes' products went to: the lanes differ, the total
- * does not); acc = fma(da * d, lanes, acc). */
+/* Q6_K as Q4_K: per super-block one exact integer, the unsigned codes'
+ * (0..63) scaled products less their offset of 32 as 32 * sum_j scale_j *
+ * bsum_j (below 2^29 in magnitude); whole = fma(total, d * da, whole).  (One
+ * integer, not a float lane per group of four elements: the prompt tiles
+ * then need one multiply per 4-byte group, vpdpbusd, not two.) */
 static void vec_dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q6_K *x = vw;
     const block_q8_K *a = va;
     int8_t q[QK_K];
-    float acc[REF_LANES] = {0};
+    const float zero[REF_LANES] = {0};
+    float whole = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         decode_q6_K(&x[i], q);
         for (int e = 0; e < QK_K; e++) q[e] = (int8_t)(q[e] + 32);
         const int8_t *sc = x[i].scales;
-        int32_t lanes[REF_LANES];
+        int32_t lanes[REF_LANES], total = 0;
         scaled_lanes(q, a[i].qs, sc, NULL, lanes);
-        for (int t = 0; t < REF_LANES; t++)
-            lanes[t] -= 32 * (sc[2 * t] * a[i].bsums[2 * t] + sc[2 * t + 1] * a[i].bsums[2 * t + 1]);
-        lanes_fma(acc, a[i].d * pe_f16_to_f32(x[i].d), lanes);
+        for (int t = 0; t < REF_LANES; t++) total += lanes[t];
+        for (int j = 0; j < QK_K / 16; j++) total -= 32 * sc[j] * a[i].bsums[j];
+        whole = fmaf((float)total, pe_f16_to_f32(x[i].d) * a[i].d, whole);
     }
-    *s = kquant_result(acc, 0.0f, 0.0f, 0.0f);
+    *s = kquant_result(zero, 0.0f, whole, 0.0f);
 }
 
 /* ---- table ------------------------------------------------------------------ */

@@ -306,17 +306,17 @@ static void vec_dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
 
 /* ---- Q6_K ------------------------------------------------------------------------ */
 
-/* x86's lanes: the stored levels 0..63 times the activations, scale per 16;
- * the levels' offset of 32 comes off as 32 * (sc[2t] bsum[2t] + sc[2t + 1]
- * bsum[2t + 1]) in lane t (where llama.cpp puts it); acc = fma(da * d,
- * lanes, acc); x86_sum_ps8(acc) + 0 + 0 + 0 as x86's result. */
+/* x86's lanes: the stored levels 0..63 times the activations, scale per 16,
+ * less the levels' offset of 32 as 32 * (sc[2t] bsum[2t] + sc[2t + 1]
+ * bsum[2t + 1]); the lanes summed into one exact integer, whole = fma(total,
+ * d * da, whole) per super-block; 0 + 0 + 0 + (whole - 0) as x86's result. */
 static void vec_dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
     const block_q6_K *x = vw;
     const block_q8_K *a = va;
     const uint8x16_t m3 = vdupq_n_u8(3);
-    float32x4_t acc[2] = {vdupq_n_f32(0), vdupq_n_f32(0)};
+    float whole = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = a[i].d * f16(x[i].d);
+        const float d = f16(x[i].d) * a[i].d;
         const int8x16_t sc = vld1q_s8(x[i].scales);
         const int16x8_t slo = vmovl_s8(vget_low_s8(sc)), shi = vmovl_high_s8(sc);
         int32x4_t bias[2], isum[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
@@ -341,9 +341,9 @@ static void vec_dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
         }
         isum[0] = vsubq_s32(isum[0], vshlq_n_s32(bias[0], 5));
         isum[1] = vsubq_s32(isum[1], vshlq_n_s32(bias[1], 5));
-        fma8(acc, isum, d);
+        whole = fmaf((float)vaddvq_s32(vaddq_s32(isum[0], isum[1])), d, whole);
     }
-    *s = neon_sum8(acc[0], acc[1]) + 0.0f + 0.0f + (0.0f - 0.0f);
+    *s = 0.0f + 0.0f + 0.0f + (whole - 0.0f);
 }
 
 /* ---- IQ4_NL / IQ4_XS -------------------------------------------------------------- */

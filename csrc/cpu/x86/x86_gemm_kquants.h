@@ -161,14 +161,14 @@ GM_INLINE void gmk_q6_decode(const block_q6_K *x, gmk_block *b) {
     }
 }
 
-/* The codes' offset of 32 comes off as 32 * (scale * bsum) of the 16-element
- * sub-blocks 2t and 2t + 1 in lane t (llama.cpp puts it there). */
+/* The codes' offset of 32 comes off as 32 * (scale * bsum) of each 16-element
+ * sub-block; the lanes' integers summed into one, multiply-added as
+ * gmk_q4k_step's (ref_kquants.c's vec_dot_q6_K). */
 GM_INLINE void gmk_q6_step(const gmk_block *b, const block_q6_K *x, const block_q8_K *a, gmk_acc *r) {
     const __m256i sc16 = _mm256_cvtepi8_epi16(gm_load128(x->scales));
     const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(gm_load256(a->bsums), sc16), 5);
     const __m256i lanes = _mm256_sub_epi32(gmk_isum(b, a->qs), offset);
-    const float d = a->d * f16(x->d);
-    r->acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), r->acc);
+    r->whole = fmaf((float)x86_sum_epi32x8(lanes), f16(x->d) * a->d, r->whole);
 }
 
 /* ---- Q4_K tiles of 4 x 4 pairs (AVX-512) -------------------------------------------------

@@ -28,16 +28,16 @@ typedef struct {
     float    d[16], dmin[16];
 } gmk_q4k_x16;
 
-/* Q6_K: codes decoded (0..63) by chunk k and group t; the scale of each
- * 16-element sub-block twice, as a 16-bit pair (a group's two 16-bit
- * product sums times its scale in one multiply-add: maddubs, then madd or
- * vpdpwssd, exact, where a 32-bit dot product would want a 32-bit multiply
- * after it), and the scales again as 16-bit pairs of neighbours for the
- * codes' offset of 32, which comes off as 32 * sum_j scale_j * bsum_j. */
+/* Q6_K: codes decoded (0..63) by chunk k and group t (sub-block 2k + t / 4);
+ * the scale of each 16-element sub-block twice, as a 16-bit pair (AVX2's
+ * madd of a group's two 16-bit product sums; AVX-512 takes the upper copy
+ * as a 32-bit multiplier); and -32 x the scales of sub-blocks 2i, 2i + 1 as
+ * a 16-bit pair, whose multiply-add with the activations' pair of sub-block
+ * sums takes the codes' offset of 32 off. */
 typedef struct {
     uint32_t q[8][8][16];
     int32_t  sc2[16][16];  /* scale j | scale j << 16 */
-    int32_t  scp[8][16];   /* scales 2i, 2i + 1 as a 16-bit pair */
+    int32_t  off[8][16];   /* -32 scale 2i | -32 scale 2i + 1 << 16 */
     float    d[16];
 } gmk_q6k_x16;
 
@@ -119,7 +119,7 @@ static size_t gmk_q6k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
             for (int k = 0; k < 8; k++)
                 for (int t = 0; t < 8; t++) out[ib].q[k][t][r] = codes[k][t];
             for (int j = 0; j < 16; j++) out[ib].sc2[j][r] = gmk_pair16(x->scales[j], x->scales[j]);
-            for (int i = 0; i < 8; i++) out[ib].scp[i][r] = gmk_pair16(x->scales[2 * i], x->scales[2 * i + 1]);
+            for (int i = 0; i < 8; i++) out[ib].off[i][r] = gmk_pair16(-32 * x->scales[2 * i], -32 * x->scales[2 * i + 1]);
             out[ib].d[r] = f16(x->d);
         }
     return (size_t)nsb * sizeof(gmk_q6k_x16);
@@ -250,102 +250,72 @@ static void gmk_q4k_x32_cols(const gmk_q4k_x16 *w0, const gmk_q4k_x16 *w1, int64
             _mm512_storeu_ps(s + (size_t)j * bs + 16 * h, _mm512_sub_ps(whole[h][j], whole_mins[h][j]));
 }
 
-/* Q6_K as its row product (gmk_q6_step): per super-block eight exact
- * integer lanes, lane t the scaled products of group t (elements 4t..4t+3)
- * of every 32-element chunk k, less 32 x the scaled sums of the 16-element
- * sub-blocks 2t and 2t + 1; acc_t = fma(dw * da, lane_t, acc_t); then the
- * lanes folded in x86_sum_ps8's order, plus 0 (gmk_result's empty terms).
- * Here a vector holds lane t of the 16 rows: 8 accumulators per column,
- * four columns a pass (the accumulators spill to L1, once per lane and
- * super-block, and each load of the codes serves four columns: 2 threads,
- * 8192 x 3072 x 512, 376 GOP/s with two columns a pass, 451-457 with four). */
-static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
-                             int nc) {
-    __m512 acc[4][8];
-    for (int j = 0; j < 4; j++)
-        for (int t = 0; t < 8; t++) acc[j][t] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < nsb; ib++) {
-        const gmk_q6k_x16 *p = w + ib;
-        const __m512 dw = _mm512_loadu_ps(p->d);
-        __m512 scale[4];
-        for (int j = 0; j < nc; j++) scale[j] = _mm512_mul_ps(dw, _mm512_set1_ps(y[j][ib].d));
-        for (int t = 0; t < 8; t++) {
-            __m512i lane[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                               _mm512_setzero_si512()};
-            for (int k = 0; k < 8; k++) {   /* codes below 64: 16-bit pair sums below 2^15 */
-                const __m512i codes = _mm512_loadu_si512(p->q[k][t]), sc2 = _mm512_loadu_si512(p->sc2[2 * k + t / 4]);
-                for (int j = 0; j < nc; j++) {
-                    const __m512i pairs = _mm512_maddubs_epi16(
-                        codes, _mm512_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * t)));
-                    lane[j] = _mm512_dpwssd_epi32(lane[j], pairs, sc2);
-                }
-            }
-            const __m512i scp = _mm512_loadu_si512(p->scp[t]);
-            for (int j = 0; j < nc; j++) {
-                const int16_t *bsums = y[j][ib].bsums;
-                const __m512i off = _mm512_madd_epi16(scp, _mm512_set1_epi32(gmk_pair16(bsums[2 * t], bsums[2 * t + 1])));
-                lane[j] = _mm512_sub_epi32(lane[j], _mm512_slli_epi32(off, 5));
-                acc[j][t] = _mm512_fmadd_ps(scale[j], _mm512_cvtepi32_ps(lane[j]), acc[j][t]);
-            }
-        }
-    }
-    for (int j = 0; j < nc; j++) {
-        const __m512 *l = acc[j];
-        const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
-                                         _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
-        _mm512_storeu_ps(s + (size_t)j * bs, _mm512_add_ps(sum, _mm512_setzero_ps()));
-    }
+/* the activations' sums over sub-blocks 2i and 2i + 1, as one 16-bit pair */
+static inline __m512i gmk_bsum_pair512(const block_q8_K *a, int i) {
+    return _mm512_set1_epi32(gmk_pair16(a->bsums[2 * i], a->bsums[2 * i + 1]));
 }
 
-/* Q6_K over two packs of 16 rows (32 rows) against four activation rows,
- * each as gmk_q6k_x16_cols: a broadcast activation group serves both packs
- * (8192 x 3072 x 240, one thread: 310 -> 405 GOP/s). */
-static void gmk_q6k_x32_cols(const gmk_q6k_x16 *w0, const gmk_q6k_x16 *w1, int64_t nsb, float *s, size_t bs,
-                             const block_q8_K *const y[4], int nc) {
-    __m512 acc[2][4][8];
-    for (int h = 0; h < 2; h++)
-        for (int j = 0; j < 4; j++)
-            for (int t = 0; t < 8; t++) acc[h][j][t] = _mm512_setzero_ps();
+/* Q6_K as its row product (gmk_q6_step): per super-block one exact integer
+ * per row and column, sub-block by sub-block (vpdpbusd over its 4 groups,
+ * times its scale) and the codes' offset by vpdpwssd; whole = fma(total,
+ * dw * da, whole).  `packs` (1 or 2, known at compile time) packs of 16
+ * rows, w[h], against 4 activation rows: each broadcast activation group
+ * serves every pack (8192 x 3072 x 240, one thread, two packs: 405 GOP/s
+ * with a float lane per group, as the rows' product had it, 620-660 so). */
+PE_ALWAYS_INLINE void gmk_q6k_packs_cols(const gmk_q6k_x16 *const w[2], const int packs, int64_t nsb, float *s,
+                                         size_t bs, const block_q8_K *const y[4], int nc) {
+    __m512 whole[2][4];
+    for (int h = 0; h < packs; h++)
+        for (int j = 0; j < 4; j++) whole[h][j] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nsb; ib++) {
-        const gmk_q6k_x16 *p[2] = {w0 + ib, w1 + ib};
-        __m512 scale[2][4];
-        for (int h = 0; h < 2; h++)
-            for (int j = 0; j < 4; j++) scale[h][j] = _mm512_mul_ps(_mm512_loadu_ps(p[h]->d), _mm512_set1_ps(y[j][ib].d));
-        for (int t = 0; t < 8; t++) {
-            __m512i lane[2][4];
-            for (int h = 0; h < 2; h++)
-                for (int j = 0; j < 4; j++) lane[h][j] = _mm512_setzero_si512();
-            for (int k = 0; k < 8; k++) {
-                __m512i codes[2], sc2[2];
-                for (int h = 0; h < 2; h++) {
-                    codes[h] = _mm512_loadu_si512(p[h]->q[k][t]);
-                    sc2[h] = _mm512_loadu_si512(p[h]->sc2[2 * k + t / 4]);
-                }
+        const gmk_q6k_x16 *p[2] = {w[0] + ib, w[packs - 1] + ib};
+        __m512i tot[2][4];
+        for (int h = 0; h < packs; h++)
+            for (int j = 0; j < 4; j++) tot[h][j] = _mm512_setzero_si512();
+        for (int i = 0; i < 8; i++)
+            for (int h = 0; h < packs; h++) {
+                const __m512i off = _mm512_loadu_si512(p[h]->off[i]);
+                for (int j = 0; j < 4; j++) tot[h][j] = _mm512_dpwssd_epi32(tot[h][j], off, gmk_bsum_pair512(y[j] + ib, i));
+            }
+        for (int sb = 0; sb < 16; sb++) {
+            const int k = sb / 2, t0 = 4 * (sb % 2);
+            __m512i sum[2][4];
+            for (int h = 0; h < packs; h++)
+                for (int j = 0; j < 4; j++) sum[h][j] = _mm512_setzero_si512();
+            for (int t = t0; t < t0 + 4; t++) {
+                __m512i codes[2];
+                for (int h = 0; h < packs; h++) codes[h] = _mm512_loadu_si512(p[h]->q[k][t]);
                 for (int j = 0; j < 4; j++) {
                     const __m512i act = _mm512_set1_epi32((int)gm_u32(y[j][ib].qs + 32 * k + 4 * t));
-                    for (int h = 0; h < 2; h++)
-                        lane[h][j] = _mm512_dpwssd_epi32(lane[h][j], _mm512_maddubs_epi16(codes[h], act), sc2[h]);
+                    for (int h = 0; h < packs; h++) sum[h][j] = _mm512_dpbusd_epi32(sum[h][j], codes[h], act);
                 }
             }
-            for (int h = 0; h < 2; h++) {
-                const __m512i scp = _mm512_loadu_si512(p[h]->scp[t]);
-                for (int j = 0; j < 4; j++) {
-                    const int16_t *bsums = y[j][ib].bsums;
-                    const __m512i off =
-                        _mm512_madd_epi16(scp, _mm512_set1_epi32(gmk_pair16(bsums[2 * t], bsums[2 * t + 1])));
-                    const __m512i l = _mm512_sub_epi32(lane[h][j], _mm512_slli_epi32(off, 5));
-                    acc[h][j][t] = _mm512_fmadd_ps(scale[h][j], _mm512_cvtepi32_ps(l), acc[h][j][t]);
-                }
+            for (int h = 0; h < packs; h++) {
+                const __m512i sc = _mm512_srai_epi32(_mm512_loadu_si512(p[h]->sc2[sb]), 16);
+                for (int j = 0; j < 4; j++) tot[h][j] = _mm512_add_epi32(tot[h][j], _mm512_mullo_epi32(sum[h][j], sc));
             }
+        }
+        for (int h = 0; h < packs; h++) {
+            const __m512 dw = _mm512_loadu_ps(p[h]->d);
+            for (int j = 0; j < 4; j++)
+                whole[h][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[h][j]), _mm512_mul_ps(dw, _mm512_set1_ps(y[j][ib].d)),
+                                              whole[h][j]);
         }
     }
-    for (int h = 0; h < 2; h++)
-        for (int j = 0; j < nc; j++) {
-            const __m512 *l = acc[h][j];
-            const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
-                                             _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
-            _mm512_storeu_ps(s + (size_t)j * bs + 16 * h, _mm512_add_ps(sum, _mm512_setzero_ps()));
-        }
+    for (int h = 0; h < packs; h++)
+        for (int j = 0; j < nc; j++) _mm512_storeu_ps(s + (size_t)j * bs + 16 * h, _mm512_add_ps(whole[h][j], _mm512_setzero_ps()));
+}
+
+static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
+                             int nc) {
+    const gmk_q6k_x16 *const packs[2] = {w, w};
+    gmk_q6k_packs_cols(packs, 1, nsb, s, bs, y, nc);
+}
+
+static void gmk_q6k_x32_cols(const gmk_q6k_x16 *w0, const gmk_q6k_x16 *w1, int64_t nsb, float *s, size_t bs,
+                             const block_q8_K *const y[4], int nc) {
+    const gmk_q6k_x16 *const packs[2] = {w0, w1};
+    gmk_q6k_packs_cols(packs, 2, nsb, s, bs, y, nc);
 }
 #else
 /* AVX2: rows 8h .. 8h + 7 against columns j0, j0 + 1, one pass each */
@@ -401,30 +371,32 @@ static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t
             gmk_q4k_x8_pair(w, nsb, h, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2);
 }
 
-/* Q6_K as the AVX-512 kernel above: rows 8h .. 8h + 7 against one column */
+/* Q6_K as the AVX-512 kernel above: rows 8h .. 8h + 7 against one column;
+ * a group's two 16-bit product sums (codes below 64: below 2^15, and so the
+ * sums of two groups) times the sub-block's scale by madd */
 static void gmk_q6k_x8_col(const gmk_q6k_x16 *w, int64_t nsb, int h, float *s, const block_q8_K *y) {
-    __m256 acc[8];
-    for (int t = 0; t < 8; t++) acc[t] = _mm256_setzero_ps();
+    __m256 whole = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nsb; ib++) {
         const gmk_q6k_x16 *p = w + ib;
-        const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(p->d + 8 * h), _mm256_set1_ps(y[ib].d));
-        for (int t = 0; t < 8; t++) {
-            __m256i lane = _mm256_setzero_si256();
-            for (int k = 0; k < 8; k++) {   /* codes below 64: 16-bit pair sums below 2^15 */
-                const __m256i codes = gm_load256(p->q[k][t] + 8 * h), sc2 = gm_load256(p->sc2[2 * k + t / 4] + 8 * h);
-                const __m256i act = _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t));
-                const __m256i pairs = _mm256_maddubs_epi16(codes, act);
-                lane = _mm256_add_epi32(lane, _mm256_madd_epi16(pairs, sc2));
+        __m256i tot = _mm256_setzero_si256();
+        for (int i = 0; i < 8; i++)
+            tot = _mm256_add_epi32(tot, _mm256_madd_epi16(gm_load256(p->off[i] + 8 * h),
+                                                          _mm256_set1_epi32(gmk_pair16(y[ib].bsums[2 * i], y[ib].bsums[2 * i + 1]))));
+        for (int sb = 0; sb < 16; sb++) {
+            const int k = sb / 2, t0 = 4 * (sb % 2);
+            const __m256i sc2 = gm_load256(p->sc2[sb] + 8 * h);
+            for (int t = t0; t < t0 + 4; t += 2) {
+                const __m256i a0 = _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t));
+                const __m256i a1 = _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t + 4));
+                const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(gm_load256(p->q[k][t] + 8 * h), a0),
+                                                       _mm256_maddubs_epi16(gm_load256(p->q[k][t + 1] + 8 * h), a1));
+                tot = _mm256_add_epi32(tot, _mm256_madd_epi16(pairs, sc2));
             }
-            const __m256i off = _mm256_madd_epi16(gm_load256(p->scp[t] + 8 * h),
-                                                  _mm256_set1_epi32(gmk_pair16(y[ib].bsums[2 * t], y[ib].bsums[2 * t + 1])));
-            lane = _mm256_sub_epi32(lane, _mm256_slli_epi32(off, 5));
-            acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(lane), acc[t]);
         }
+        const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(p->d + 8 * h), _mm256_set1_ps(y[ib].d));
+        whole = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), scale, whole);
     }
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
-                                     _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
-    _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(sum, _mm256_setzero_ps()));
+    _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(whole, _mm256_setzero_ps()));
 }
 
 static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
