@@ -29,7 +29,7 @@ SIMD_ISAS = [isa for isa in available_isas() if isa in X86_SIMD_ISAS]
 LEGACY = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
 KQUANTS = (T.Q4_K, T.Q5_K, T.Q6_K)
 TYPES = LEGACY + KQUANTS + (T.MXFP4,)
-BATCHES = (1, 3, 4, 5, 17, 64, 70)
+BATCHES = (1, 3, 4, 5, 11, 17, 64, 70)   # 11 and 17: packed tiles ending in 3 and 1 columns
 ROWS = (21, 22, 23, 40)
 
 # block bytes and the offsets of the f16 scales in a block

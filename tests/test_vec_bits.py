@@ -272,17 +272,20 @@ sys.stdout.buffer.write(prompt.tobytes())
 
 
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
-def test_a_model_gives_the_same_logits_on_avx2_and_avx512(model):
+def test_a_model_gives_the_same_logits_on_every_isa(model):
+    """The portable C table is the canonical arithmetic: every SIMD table this CPU runs must
+    give its bits, so an AVX2-only CPU is checked as well as one with AVX-512."""
     path = resolve_model(model)
-    simd = [isa for isa in ISAS if isa in ("avx2", "avx512")]
-    assert len(simd) == 2, f"this CPU lacks a table to compare: {ISAS}"
+    assert len(ISAS) >= 2, f"this CPU lacks a table to compare: {ISAS}"
     out = {}
-    for isa in simd:
+    for isa in ISAS:
         run = subprocess.run([sys.executable, "-c", LOGITS, str(path)], env=child_env(PYENGINE_ISA=isa),
                              cwd=CHILD_CWD, capture_output=True, timeout=900, check=False)
         assert run.returncode == 0, run.stderr.decode(errors="replace")[-3000:]
         out[isa] = np.frombuffer(run.stdout, np.uint32)
-    assert out["avx2"].size > 0 and np.array_equal(out["avx2"], out["avx512"])
+    assert out["scalar"].size > 0
+    for isa in ISAS:
+        assert np.array_equal(out[isa], out["scalar"]), f"{isa} differs from the portable table"
 
 
 # ---- NEON: the x86 results checked under qemu ------------------------------------------------

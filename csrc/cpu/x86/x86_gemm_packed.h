@@ -346,36 +346,39 @@ static void gmk_q6k_x32_cols(const gmk_q6k_x16 *w0, const gmk_q6k_x16 *w1, int64
     gmk_q6k_packs_cols(packs, 2, nsb, s, bs, y, nc);
 }
 #else
-/* AVX2: rows 8h .. 8h + 7 against columns j0, j0 + 1, one pass each */
-static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, size_t bs,
-                            const block_q8_K *const y[2], int nc) {
+/* AVX2: rows 8h .. 8h + 7 against nc <= 4 columns in one pass (each load
+ * and nibble split of the codes serves the nc columns; 8 accumulators and
+ * the codes fill the 16 registers) */
+GM_INLINE void gmk_q4k_x8_cols(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, size_t bs,
+                               const block_q8_K *const y[4], const int nc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 whole[2], whole_mins[2];
-    for (int j = 0; j < 2; j++) whole[j] = whole_mins[j] = _mm256_setzero_ps();
+    __m256 whole[4], whole_mins[4];
+    for (int j = 0; j < nc; j++) whole[j] = whole_mins[j] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nsb; ib++) {
         const gmk_q4k_x16 *p = w + ib;
-        const __m256 dw = _mm256_loadu_ps(p->d + 8 * h), dmw = _mm256_loadu_ps(p->dmin + 8 * h);
-        int32_t bp[2][4];
-        __m256i sb_tot[2], sb_mins[2];
-        for (int j = 0; j < 2; j++) {
+        int32_t bp[4][4];
+        __m256i sb_tot[4], sb_mins[4];
+        for (int j = 0; j < nc; j++) {
             gmk_bsum_pairs(y[j] + ib, bp[j]);
             sb_tot[j] = sb_mins[j] = _mm256_setzero_si256();
         }
         for (int c = 0; c < 4; c++) {
-            __m256i lo[2], hi[2];   /* 16-bit pair sums of up to 8 groups: below 2^15 */
-            for (int j = 0; j < 2; j++) lo[j] = hi[j] = _mm256_setzero_si256();
+            __m256i lo[4], hi[4];   /* 16-bit pair sums of up to 8 groups: below 2^15 */
+            for (int j = 0; j < nc; j++) lo[j] = hi[j] = _mm256_setzero_si256();
             for (int g = 0; g < 8; g++) {
                 const __m256i bits = gm_load256(p->qs[c][g] + 8 * h);
                 const __m256i wl = _mm256_and_si256(bits, m4), wh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-                for (int j = 0; j < 2; j++) {
+                for (int j = 0; j < nc; j++) {
                     const int8_t *a = y[j][ib].qs + 64 * c + 4 * g;
                     lo[j] = gm_dot_acc(lo[j], wl, _mm256_set1_epi32((int)gm_u32(a)));
                     hi[j] = gm_dot_acc(hi[j], wh, _mm256_set1_epi32((int)gm_u32(a + 32)));
+                    GM_IN_REG(lo[j]);
+                    GM_IN_REG(hi[j]);
                 }
             }
             const __m256i sc_lo = gm_load256(p->sc[2 * c] + 8 * h), sc_hi = gm_load256(p->sc[2 * c + 1] + 8 * h);
             const __m256i mn = gm_load256(p->mn[c] + 8 * h);
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < nc; j++) {
                 const __m256i tot = _mm256_add_epi32(_mm256_mullo_epi32(gm_dot_total(lo[j]), sc_lo),
                                                      _mm256_mullo_epi32(gm_dot_total(hi[j]), sc_hi));
                 const __m256i mins = _mm256_madd_epi16(mn, _mm256_set1_epi32(bp[j][c]));
@@ -383,7 +386,8 @@ static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, 
                 sb_mins[j] = _mm256_add_epi32(sb_mins[j], mins);
             }
         }
-        for (int j = 0; j < 2; j++) {
+        const __m256 dw = _mm256_loadu_ps(p->d + 8 * h), dmw = _mm256_loadu_ps(p->dmin + 8 * h);
+        for (int j = 0; j < nc; j++) {
             const __m256 da = _mm256_set1_ps(y[j][ib].d);
             whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb_tot[j]), _mm256_mul_ps(dw, da), whole[j]);
             whole_mins[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb_mins[j]), _mm256_mul_ps(dmw, da), whole_mins[j]);
@@ -394,9 +398,12 @@ static void gmk_q4k_x8_pair(const gmk_q4k_x16 *w, int64_t nsb, int h, float *s, 
 
 static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
                              int nc) {
-    for (int j0 = 0; j0 < nc; j0 += 2)
-        for (int h = 0; h < 2; h++)
-            gmk_q4k_x8_pair(w, nsb, h, s + (size_t)j0 * bs, bs, y + j0, nc - j0 < 2 ? nc - j0 : 2);
+    for (int h = 0; h < 2; h++) switch (nc) {
+        case 1: gmk_q4k_x8_cols(w, nsb, h, s, bs, y, 1); break;
+        case 2: gmk_q4k_x8_cols(w, nsb, h, s, bs, y, 2); break;
+        case 3: gmk_q4k_x8_cols(w, nsb, h, s, bs, y, 3); break;
+        default: gmk_q4k_x8_cols(w, nsb, h, s, bs, y, 4); break;
+        }
 }
 
 /* Q6_K as the AVX-512 kernel above: rows 8h .. 8h + 7 against one column;
