@@ -406,38 +406,53 @@ static void gmk_q4k_x16_cols(const gmk_q4k_x16 *w, int64_t nsb, float *s, size_t
         }
 }
 
-/* Q6_K as the AVX-512 kernel above: rows 8h .. 8h + 7 against one column;
- * a group's two 16-bit product sums (codes below 64: below 2^15, and so the
- * sums of two groups) times the sub-block's scale by madd */
-static void gmk_q6k_x8_col(const gmk_q6k_x16 *w, int64_t nsb, int h, float *s, const block_q8_K *y) {
-    __m256 whole = _mm256_setzero_ps();
+/* Q6_K as the AVX-512 kernel above: rows 8h .. 8h + 7 against nc <= 4
+ * columns in one pass (each load of the codes serves them all); a group's
+ * two 16-bit product sums (codes below 64: below 2^15, and so the sums of
+ * two groups) times the sub-block's scale by madd */
+GM_INLINE void gmk_q6k_x8_cols(const gmk_q6k_x16 *w, int64_t nsb, int h, float *s, size_t bs,
+                               const block_q8_K *const y[4], const int nc) {
+    __m256 whole[4];
+    for (int j = 0; j < nc; j++) whole[j] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nsb; ib++) {
         const gmk_q6k_x16 *p = w + ib;
-        __m256i tot = _mm256_setzero_si256();
-        for (int i = 0; i < 8; i++)
-            tot = _mm256_add_epi32(tot, _mm256_madd_epi16(gm_load256(p->off[i] + 8 * h),
-                                                          _mm256_set1_epi32(gmk_pair16(y[ib].bsums[2 * i], y[ib].bsums[2 * i + 1]))));
+        __m256i tot[4];
+        for (int j = 0; j < nc; j++) {
+            tot[j] = _mm256_setzero_si256();
+            for (int i = 0; i < 8; i++)
+                tot[j] = _mm256_add_epi32(tot[j], _mm256_madd_epi16(gm_load256(p->off[i] + 8 * h),
+                                                                    _mm256_set1_epi32(gmk_pair16(y[j][ib].bsums[2 * i],
+                                                                                                 y[j][ib].bsums[2 * i + 1]))));
+        }
         for (int sb = 0; sb < 16; sb++) {
             const int k = sb / 2, t0 = 4 * (sb % 2);
             const __m256i sc2 = gm_load256(p->sc2[sb] + 8 * h);
             for (int t = t0; t < t0 + 4; t += 2) {
-                const __m256i a0 = _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t));
-                const __m256i a1 = _mm256_set1_epi32((int)gm_u32(y[ib].qs + 32 * k + 4 * t + 4));
-                const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(gm_load256(p->q[k][t] + 8 * h), a0),
-                                                       _mm256_maddubs_epi16(gm_load256(p->q[k][t + 1] + 8 * h), a1));
-                tot = _mm256_add_epi32(tot, _mm256_madd_epi16(pairs, sc2));
+                const __m256i q0 = gm_load256(p->q[k][t] + 8 * h), q1 = gm_load256(p->q[k][t + 1] + 8 * h);
+                for (int j = 0; j < nc; j++) {
+                    const int8_t *a = y[j][ib].qs + 32 * k + 4 * t;
+                    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(q0, _mm256_set1_epi32((int)gm_u32(a))),
+                                                           _mm256_maddubs_epi16(q1, _mm256_set1_epi32((int)gm_u32(a + 4))));
+                    tot[j] = _mm256_add_epi32(tot[j], _mm256_madd_epi16(pairs, sc2));
+                    GM_IN_REG(tot[j]);
+                }
             }
         }
-        const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(p->d + 8 * h), _mm256_set1_ps(y[ib].d));
-        whole = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), scale, whole);
+        const __m256 d = _mm256_loadu_ps(p->d + 8 * h);
+        for (int j = 0; j < nc; j++)
+            whole[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[j]), _mm256_mul_ps(d, _mm256_set1_ps(y[j][ib].d)), whole[j]);
     }
-    _mm256_storeu_ps(s + 8 * h, _mm256_add_ps(whole, _mm256_setzero_ps()));
+    for (int j = 0; j < nc; j++) _mm256_storeu_ps(s + (size_t)j * bs + 8 * h, _mm256_add_ps(whole[j], _mm256_setzero_ps()));
 }
 
 static void gmk_q6k_x16_cols(const gmk_q6k_x16 *w, int64_t nsb, float *s, size_t bs, const block_q8_K *const y[4],
                              int nc) {
-    for (int j = 0; j < nc; j++)
-        for (int h = 0; h < 2; h++) gmk_q6k_x8_col(w, nsb, h, s + (size_t)j * bs, y[j]);
+    for (int h = 0; h < 2; h++) switch (nc) {
+        case 1: gmk_q6k_x8_cols(w, nsb, h, s, bs, y, 1); break;
+        case 2: gmk_q6k_x8_cols(w, nsb, h, s, bs, y, 2); break;
+        case 3: gmk_q6k_x8_cols(w, nsb, h, s, bs, y, 3); break;
+        default: gmk_q6k_x8_cols(w, nsb, h, s, bs, y, 4); break;
+        }
 }
 #endif
 
