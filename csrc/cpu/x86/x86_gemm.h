@@ -97,6 +97,17 @@ GM_INLINE __m256i gm_dot_acc(__m256i acc, __m256i u, __m256i s) {
 GM_INLINE __m256i gm_dot_total(__m256i acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
 #endif
 
+/* gm_dot_total(acc) x sc per lane, sc (below 2^15) given as gm_scale_operand(sc)
+ * once for several accumulators: without vpdpbusd the 16-bit pair sums meet the
+ * scale doubled into both halves in one madd, where widening and vpmulld took two */
+#if defined(GM_DPBUSD)
+GM_INLINE __m256i gm_scale_operand(__m256i sc) { return sc; }
+GM_INLINE __m256i gm_scaled_total(__m256i acc, __m256i op) { return _mm256_mullo_epi32(acc, op); }
+#else
+GM_INLINE __m256i gm_scale_operand(__m256i sc) { return _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)); }
+GM_INLINE __m256i gm_scaled_total(__m256i acc, __m256i op) { return _mm256_madd_epi16(acc, op); }
+#endif
+
 /* Row form: per 32-bit lane t, the dot product of elements 4t..4t+3. */
 GM_INLINE __m256i gm_dot_row(__m256i codes, const int8_t *a, int kind) {
     __m256i u = codes, s = gm_load256(a);

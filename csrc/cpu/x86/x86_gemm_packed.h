@@ -376,11 +376,11 @@ GM_INLINE void gmk_q4k_x8_cols(const gmk_q4k_x16 *w, int64_t nsb, int h, float *
                     GM_IN_REG(hi[j]);
                 }
             }
-            const __m256i sc_lo = gm_load256(p->sc[2 * c] + 8 * h), sc_hi = gm_load256(p->sc[2 * c + 1] + 8 * h);
+            const __m256i sc_lo = gm_scale_operand(gm_load256(p->sc[2 * c] + 8 * h));
+            const __m256i sc_hi = gm_scale_operand(gm_load256(p->sc[2 * c + 1] + 8 * h));
             const __m256i mn = gm_load256(p->mn[c] + 8 * h);
             for (int j = 0; j < nc; j++) {
-                const __m256i tot = _mm256_add_epi32(_mm256_mullo_epi32(gm_dot_total(lo[j]), sc_lo),
-                                                     _mm256_mullo_epi32(gm_dot_total(hi[j]), sc_hi));
+                const __m256i tot = _mm256_add_epi32(gm_scaled_total(lo[j], sc_lo), gm_scaled_total(hi[j], sc_hi));
                 const __m256i mins = _mm256_madd_epi16(mn, _mm256_set1_epi32(bp[j][c]));
                 sb_tot[j] = _mm256_add_epi32(sb_tot[j], tot);
                 sb_mins[j] = _mm256_add_epi32(sb_mins[j], mins);
