@@ -45,7 +45,9 @@ def main(argv: list[str]) -> int:
     model = load(args.model)
     backend = Backend(2)
     with common.llama_extra_buffer_types_off():
-        llm = Llama(str(args.model), **{**common.RECORDER_CONTEXT_ARGS, "swa_full": True})
+        # YaRN's ramp ends -1: llama.cpp's own default, the file's (llama-cpp-python passes 32 and 1)
+        llm = Llama(str(args.model), **{**common.RECORDER_CONTEXT_ARGS, "swa_full": True,
+                                        "yarn_beta_fast": -1.0, "yarn_beta_slow": -1.0})
     equal, worst = [], 0.0
     for ids in sequences(np.random.default_rng(args.seed), args.count, model.cfg.n_vocab, args.longest):
         ours = run_case(model, backend, ids, 1).logits
