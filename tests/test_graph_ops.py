@@ -659,9 +659,11 @@ def test_graph_is_reused_with_new_inputs():
     ctx.compute()
     second = ctx.read(y)
     assert not np.array_equal(first, second)
-    # both operands rounded to Q8_0: errors scale with the outputs' size, not each element's
-    want = x.astype(np.float64) @ deq.T
-    np.testing.assert_allclose(second, want, rtol=0, atol=0.02 * np.abs(want).max())
+    # the product of the Q8_0 weights with the activations rounded to Q8_0 as the kernel rounds
+    # them: only float rounding is left (measured <= 2e-7 of the largest output over 300 draws)
+    x_q8 = quants.dequantize(quants.quantize(x, T.Q8_0), T.Q8_0).astype(np.float64)
+    want = x_q8 @ deq.T
+    np.testing.assert_allclose(second, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 def test_shape_errors_are_exceptions():
