@@ -417,12 +417,12 @@ GM_INLINE void gmk_q6k_x8_cols(const gmk_q6k_x16 *w, int64_t nsb, int h, float *
     for (int64_t ib = 0; ib < nsb; ib++) {
         const gmk_q6k_x16 *p = w + ib;
         __m256i tot[4];
-        for (int j = 0; j < nc; j++) {
-            tot[j] = _mm256_setzero_si256();
-            for (int i = 0; i < 8; i++)
-                tot[j] = _mm256_add_epi32(tot[j], _mm256_madd_epi16(gm_load256(p->off[i] + 8 * h),
-                                                                    _mm256_set1_epi32(gmk_pair16(y[j][ib].bsums[2 * i],
-                                                                                                 y[j][ib].bsums[2 * i + 1]))));
+        for (int j = 0; j < nc; j++) tot[j] = _mm256_setzero_si256();
+        for (int i = 0; i < 8; i++) {   /* each offset pair loaded once for the columns */
+            const __m256i off = gm_load256(p->off[i] + 8 * h);
+            for (int j = 0; j < nc; j++)
+                tot[j] = _mm256_add_epi32(tot[j], _mm256_madd_epi16(off, _mm256_set1_epi32(gmk_pair16(
+                                                                          y[j][ib].bsums[2 * i], y[j][ib].bsums[2 * i + 1]))));
         }
         for (int sb = 0; sb < 16; sb++) {
             const int k = sb / 2, t0 = 4 * (sb % 2);
