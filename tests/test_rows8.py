@@ -1,8 +1,8 @@
-"""Q4_1, Q4_0, Q4_K, IQ4_NL, Q8_0, Q5_0 and MXFP4 weights interleaved by 8 rows (csrc/quant/ref_rows8.c,
-pe_type_rows8 in pe.h).
+"""Q4_1, Q4_0, Q4_K, IQ4_NL, Q8_0, Q5_0, MXFP4 and Q6_K weights interleaved by 8 rows
+(csrc/quant/ref_rows8.c, pe_type_rows8 in pe.h).
 
 On x86 the engine stores such weights that are only multiplied with their rows
-interleaved by 8, for the decoding kernel (x86_gemm_rows8.h: Q4_1, Q4_K, Q8_0, Q5_0 and MXFP4;
+interleaved by 8, for the decoding kernel (x86_gemm_rows8.h: Q4_1, Q4_K, Q8_0, Q5_0, MXFP4 and Q6_K;
 Q4_0 and IQ4_NL have none and stay as the file has them); larger batches
 unpack the rows again.  Either way every product must equal the weight as the
 file has it, bit for bit, under every instruction set (a table without the
@@ -23,11 +23,11 @@ from pyengine import _core
 from pyengine.errors import NativeError
 from pyengine.ml.context import Backend, Context
 
-Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, IQ4_NL, MXFP4 = 2, 3, 6, 8, 12, 20, 39
-INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66, IQ4_NL: 67, Q8_0: 68, Q5_0: 69, MXFP4: 70}   # PE_TYPE_*_X8 in pe.h
+Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, IQ4_NL, MXFP4 = 2, 3, 6, 8, 12, 14, 20, 39
+INTERLEAVED = {Q4_1: 64, Q4_0: 65, Q4_K: 66, IQ4_NL: 67, Q8_0: 68, Q5_0: 69, MXFP4: 70, Q6_K: 71}   # PE_TYPE_*_X8 in pe.h
 TYPES = pytest.mark.parametrize("qtype", list(INTERLEAVED),
-                                ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL", "Q8_0", "Q5_0", "MXFP4"])
-BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256, Q8_0: 32, Q5_0: 32, MXFP4: 32}
+                                ids=["Q4_1", "Q4_0", "Q4_K", "IQ4_NL", "Q8_0", "Q5_0", "MXFP4", "Q6_K"])
+BLOCK = {Q4_0: 32, Q4_1: 32, IQ4_NL: 32, Q4_K: 256, Q8_0: 32, Q5_0: 32, MXFP4: 32, Q6_K: 256}
 X86_ISAS = [isa for isa in available_isas() if isa in ("scalar", *X86_SIMD_ISAS)]
 
 
@@ -53,7 +53,7 @@ def test_products_equal_the_plain_weights(qtype: int, isa: str, n: int, blocks: 
     AVX-512's pair kernels take up to 512 rows of some types) and of 530 (unpacked on every
     ISA), a last group of 8 rows in a tile of 16, rows of 65 blocks: the same bits as the
     plain weight."""
-    k = BLOCK[qtype] * (blocks if qtype != Q4_K else blocks // 4)
+    k = BLOCK[qtype] * (blocks if BLOCK[qtype] == 32 else blocks // 4)
     plain, rows8, x = interleaved(qtype, n, k, seed=n + k)
     with forced_isa(isa):
         for m in (1, 2, 3, 4, 5, 8, 17, 48, 49, 70, 259, 300, 530):
@@ -102,9 +102,9 @@ def test_pair_kernels_equal_the_8_row_ones(tmp_path) -> None:
 
 
 def test_interleaving_is_offered_where_a_decoding_kernel_is() -> None:
-    """The x86 SIMD tables interleave Q4_1, Q4_K, Q8_0, Q5_0 and MXFP4 (and nothing else: Q4_0's
+    """The x86 SIMD tables interleave Q4_1, Q4_K, Q8_0, Q5_0, MXFP4 and Q6_K (and nothing else: Q4_0's
     and IQ4_NL's rows stay as the file has them); the scalar one does not."""
-    decoded = (Q4_1, Q4_K, Q8_0, Q5_0, MXFP4)
+    decoded = (Q4_1, Q4_K, Q8_0, Q5_0, MXFP4, Q6_K)
     for isa in X86_ISAS:
         with forced_isa(isa):
             for qtype, rows8 in INTERLEAVED.items():

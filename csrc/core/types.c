@@ -49,6 +49,7 @@ static const pe_type_traits traits[PE_TYPE_COUNT] = {
     [PE_TYPE_Q8_0_X8] = {"Q8_0x8", QK8_0, sizeof(block_q8_0),   PE_TYPE_Q8_0, 0, PE_TYPE_Q8_0},
     [PE_TYPE_Q5_0_X8] = {"Q5_0x8", QK5_0, sizeof(block_q5_0),   PE_TYPE_Q8_0, 0, PE_TYPE_Q5_0},
     [PE_TYPE_MXFP4_X8] = {"MXFP4x8", QK_MXFP4, sizeof(block_mxfp4), PE_TYPE_Q8_0, 0, PE_TYPE_MXFP4},
+    [PE_TYPE_Q6_K_X8] = {"Q6_Kx8", QK_K,  sizeof(block_q6_K),   PE_TYPE_Q8_K, 0, PE_TYPE_Q6_K},
 };
 
 static const pe_type_traits *traits_of(int type) {

@@ -62,7 +62,8 @@ typedef enum pe_type {
     PE_TYPE_Q8_0_X8 = 68,
     PE_TYPE_Q5_0_X8 = 69,
     PE_TYPE_MXFP4_X8 = 70,
-    PE_TYPE_COUNT   = 71
+    PE_TYPE_Q6_K_X8 = 71,
+    PE_TYPE_COUNT   = 72
 } pe_type;
 
 /* The lattice grids of the IQ1/IQ2/IQ3 types (one small vector of levels per

@@ -85,6 +85,14 @@ typedef struct { uint8_t e[8]; uint8_t qs[4][8][4]; } block_mxfp4x8;
  * every row, and 4-byte group g of 32-byte chunk c of the codes side by
  * side */
 typedef struct { pe_f16 d[8], dmin[8]; uint8_t scales[K_SCALE_SIZE / 4][8][4]; uint8_t qs[4][8][8][4]; } block_q4_Kx8;
+/* Q6_K likewise (PE_TYPE_Q6_K_X8), its codes re-cut: the 8 rows' d, their
+ * scales by sub-block, then the 6-bit codes (0..63, the file's less nothing)
+ * by half h, 4-element group t of a 32-element chunk and piece i: byte 4r + e
+ * of qs[h][t][i] holds code e of group t of chunk 4h + i of row r in its low
+ * 6 bits and bits 2i, 2i + 1 of chunk 4h + 3's code in its top two.  Three
+ * loads and masks then give four chunks' code vectors of 8 rows (the file's
+ * split in 4 + 2 bits would take twice the shifts and masks). */
+typedef struct { pe_f16 d[8]; int8_t scales[QK_K / 16][8]; uint8_t qs[2][8][3][8][4]; } block_q6_Kx8;
 
 static_assert(sizeof(block_q4_0) == 2 + QK4_0 / 2, "q4_0 size");
 static_assert(sizeof(block_q4_1) == 4 + QK4_1 / 2, "q4_1 size");
@@ -112,6 +120,7 @@ static_assert(sizeof(block_iq1_m) == 56, "iq1_m size");
 static_assert(sizeof(block_q4_1x8) == 8 * sizeof(block_q4_1), "q4_1x8 size");
 static_assert(sizeof(block_q4_0x8) == 8 * sizeof(block_q4_0), "q4_0x8 size");
 static_assert(sizeof(block_q4_Kx8) == 8 * sizeof(block_q4_K), "q4_Kx8 size");
+static_assert(sizeof(block_q6_Kx8) == 8 * sizeof(block_q6_K), "q6_Kx8 size");
 static_assert(sizeof(block_iq4_nlx8) == 8 * sizeof(block_iq4_nl), "iq4_nlx8 size");
 static_assert(sizeof(block_q8_0x8) == 8 * sizeof(block_q8_0), "q8_0x8 size");
 static_assert(sizeof(block_q5_0x8) == 8 * sizeof(block_q5_0), "q5_0x8 size");

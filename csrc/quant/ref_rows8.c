@@ -1,6 +1,6 @@
-/* ref_rows8.c - Q4_1, Q4_0, IQ4_NL, Q4_K, Q8_0, Q5_0 and MXFP4 weights
+/* ref_rows8.c - Q4_1, Q4_0, IQ4_NL, Q4_K, Q8_0, Q5_0, MXFP4 and Q6_K weights
  * interleaved by 8 rows (block_q4_1x8, block_q4_0x8, block_iq4_nlx8,
- * block_q4_Kx8, block_q8_0x8, block_q5_0x8, block_mxfp4x8): the repacking
+ * block_q4_Kx8, block_q8_0x8, block_q5_0x8, block_mxfp4x8, block_q6_Kx8): the repacking
  * done at load and its inverse.
  *
  * Why a second layout: decoding reads every weight row once per token, and
@@ -98,22 +98,101 @@ static void move8(const rows8_layout *l, int64_t nb, uint8_t *rows, size_t bw, u
     }
 }
 
-static const rows8_layout *layout_of(int base) {
-    switch (base) {
-    case PE_TYPE_Q4_0: return &LAYOUT_Q4_0;
-    case PE_TYPE_Q4_1: return &LAYOUT_Q4_1;
-    case PE_TYPE_Q4_K: return &LAYOUT_Q4_K;
-    case PE_TYPE_IQ4_NL: return &LAYOUT_IQ4_NL;
-    case PE_TYPE_Q8_0: return &LAYOUT_Q8_0;
-    case PE_TYPE_Q5_0: return &LAYOUT_Q5_0;
-    case PE_TYPE_MXFP4: return &LAYOUT_MXFP4;
-    default: return NULL;
+/* A file block's 256 codes (0..63, as stored: the offset of 32 stays in),
+ * and back: element e = 128 h + 32 k + l takes the low or high nibble (k < 2
+ * or not) of ql[64 h + 32 (k & 1) + l] and bits 2k, 2k + 1 of qh[32 h + l]. */
+static void q6_K_codes(const block_q6_K *x, uint8_t code[QK_K]) {
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t byte = x->ql[64 * h + 32 * (k & 1) + l];
+                code[128 * h + 32 * k + l] =
+                    (uint8_t)((k < 2 ? byte & 0xF : byte >> 4) | ((x->qh[32 * h + l] >> (2 * k)) & 3) << 4);
+            }
+}
+
+static void q6_K_set_codes(block_q6_K *x, const uint8_t code[QK_K]) {
+    memset(x->ql, 0, sizeof x->ql);
+    memset(x->qh, 0, sizeof x->qh);
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t c = code[128 * h + 32 * k + l];
+                x->ql[64 * h + 32 * (k & 1) + l] |= (uint8_t)((c & 0xF) << (k < 2 ? 0 : 4));
+                x->qh[32 * h + l] |= (uint8_t)((c >> 4) << (2 * k));
+            }
+}
+
+/* One row's super-block into lane r of a group (block_q6_Kx8), or back:
+ * piece i of group t of half h holds chunk 4h + i's codes and two bits each
+ * of chunk 4h + 3's */
+static void move_q6_K_row(block_q6_K *x, block_q6_Kx8 *g, int r, int to_group) {
+    uint8_t code[QK_K];
+    if (to_group) {
+        g->d[r] = x->d;
+        for (int j = 0; j < QK_K / 16; j++) g->scales[j][r] = x->scales[j];
+        q6_K_codes(x, code);
+    } else {
+        x->d = g->d[r];
+        for (int j = 0; j < QK_K / 16; j++) x->scales[j] = g->scales[j][r];
+        memset(code, 0, sizeof code);
     }
+    for (int h = 0; h < 2; h++)
+        for (int t = 0; t < 8; t++)
+            for (int e = 0; e < 4; e++) {
+                uint8_t *last = &code[32 * (4 * h + 3) + 4 * t + e];
+                for (int i = 0; i < 3; i++) {
+                    uint8_t *piece = &g->qs[h][t][i][r][e], *own = &code[32 * (4 * h + i) + 4 * t + e];
+                    if (to_group) {
+                        *piece = (uint8_t)(*own | ((*last >> (2 * i)) & 3) << 6);
+                    } else {
+                        *own = *piece & 63;
+                        *last |= (uint8_t)((*piece >> 6) << (2 * i));
+                    }
+                }
+            }
+    if (!to_group) q6_K_set_codes(x, code);
+}
+
+/* nb super-blocks of 8 Q6_K rows into a group, or back (the layout argument
+ * is move8's; Q6_K's is fixed) */
+static void move8_q6_K(const rows8_layout *l, int64_t nb, uint8_t *rows, size_t bw, uint8_t *group, int to_group) {
+    (void)l;
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < 8; r++)
+            move_q6_K_row((block_q6_K *)(rows + (size_t)r * bw) + b, (block_q6_Kx8 *)group + b, r, to_group);
+}
+
+typedef void (*move8_fn)(const rows8_layout *l, int64_t nb, uint8_t *rows, size_t bw, uint8_t *group, int to_group);
+
+/* How each base type's rows go into their groups: moved by a layout, or
+ * re-cut (Q6_K) */
+typedef struct {
+    int base;
+    const rows8_layout *layout;
+    move8_fn move;
+} rows8_kind;
+
+static const rows8_kind KINDS[] = {
+    {PE_TYPE_Q4_0, &LAYOUT_Q4_0, move8},   {PE_TYPE_Q4_1, &LAYOUT_Q4_1, move8},
+    {PE_TYPE_Q4_K, &LAYOUT_Q4_K, move8},   {PE_TYPE_IQ4_NL, &LAYOUT_IQ4_NL, move8},
+    {PE_TYPE_Q8_0, &LAYOUT_Q8_0, move8},   {PE_TYPE_Q5_0, &LAYOUT_Q5_0, move8},
+    {PE_TYPE_MXFP4, &LAYOUT_MXFP4, move8}, {PE_TYPE_Q6_K, NULL, move8_q6_K},
+};
+
+static const rows8_kind *kind_of(int base) {
+    for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
+        if (KINDS[i].base == base) return &KINDS[i];
+    return NULL;
+}
+
+static void move_blocks(const rows8_kind *kind, int64_t n, uint8_t *rows, size_t bw, uint8_t *group, int to_group) {
+    kind->move(kind->layout, n / pe_type_block_size(kind->base), rows, bw, group, to_group);
 }
 
 #define DEFINE_UNPACK8(NAME, TYPE)                                                   \
     static void unpack8_##NAME(int64_t n, const void *group, void *rows, size_t bw) { \
-        move8(layout_of(TYPE), n / pe_type_block_size(TYPE), rows, bw, (uint8_t *)group, 0); \
+        move_blocks(kind_of(TYPE), n, rows, bw, (uint8_t *)group, 0);                \
     }
 DEFINE_UNPACK8(q4_0, PE_TYPE_Q4_0)
 DEFINE_UNPACK8(q4_1, PE_TYPE_Q4_1)
@@ -122,17 +201,17 @@ DEFINE_UNPACK8(iq4_nl, PE_TYPE_IQ4_NL)
 DEFINE_UNPACK8(q8_0, PE_TYPE_Q8_0)
 DEFINE_UNPACK8(q5_0, PE_TYPE_Q5_0)
 DEFINE_UNPACK8(mxfp4, PE_TYPE_MXFP4)
+DEFINE_UNPACK8(q6_k, PE_TYPE_Q6_K)
 
 int pe_repack_rows8(int type, const void *src, void *dst, int64_t n, int64_t nrows) {
     const int base = pe_type_rows8_base(type);
-    const rows8_layout *layout = layout_of(base);
-    if (!layout) return pe_fail("repack: %s is no interleaved type", pe_type_name(type));
+    const rows8_kind *kind = kind_of(base);
+    if (!kind) return pe_fail("repack: %s is no interleaved type", pe_type_name(type));
     const size_t group = 8 * pe_row_bytes(base, n);
     if (n <= 0 || group == 0 || nrows <= 0 || nrows % 8)
         return pe_fail("repack: %lld x %lld is not whole blocks of 8 rows", (long long)nrows, (long long)n);
     for (int64_t g = 0; g < nrows / 8; g++)
-        move8(layout, n / pe_type_block_size(base), (uint8_t *)src + (size_t)g * group, group / 8,
-              (uint8_t *)dst + (size_t)g * group, 1);
+        move_blocks(kind, n, (uint8_t *)src + (size_t)g * group, group / 8, (uint8_t *)dst + (size_t)g * group, 1);
     return 0;
 }
 
@@ -146,4 +225,5 @@ void pe_fill_ref_rows8(pe_kernels *k) {
     k->type[PE_TYPE_Q8_0_X8].rows8.unpack8 = unpack8_q8_0;
     k->type[PE_TYPE_Q5_0_X8].rows8.unpack8 = unpack8_q5_0;
     k->type[PE_TYPE_MXFP4_X8].rows8.unpack8 = unpack8_mxfp4;
+    k->type[PE_TYPE_Q6_K_X8].rows8.unpack8 = unpack8_q6_k;
 }

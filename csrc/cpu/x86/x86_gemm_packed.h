@@ -153,6 +153,64 @@ static size_t gmk_q6k_pack16(int64_t n, const void *w, size_t bw, void *dst) {
     return (size_t)nsb * sizeof(gmk_q6k_x16);
 }
 
+/* Group t of chunks 4h .. 4h + 3 of 8 Q6_K rows (block_q6_Kx8's three
+ * pieces): each piece's low 6 bits, and the top two bits of the three
+ * gathered into the fourth chunk's codes (16-bit shifts of masked bytes: no
+ * bit crosses into the next byte). */
+static inline void gmk_q6k_x8_codes(const uint8_t pieces[3][8][4], __m256i code[4]) {
+    const __m256i low6 = _mm256_set1_epi8(63), top2 = _mm256_set1_epi8((char)0xC0);
+    __m256i p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = gm_load256(pieces[i]);
+        code[i] = _mm256_and_si256(p[i], low6);
+    }
+    code[3] = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(p[0], top2), 6),
+                                              _mm256_srli_epi16(_mm256_and_si256(p[1], top2), 4)),
+                              _mm256_srli_epi16(_mm256_and_si256(p[2], top2), 2));
+}
+
+/* A sub-block's scales of 8 rows, each row's in both 16-bit halves of its
+ * lane (the madd operand of a pair sum) */
+static inline __m256i gmk_q6k_x8_scale(const int8_t scales[8]) {
+    const __m128i x = _mm_loadl_epi64((const __m128i *)scales);
+    return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x, x));
+}
+
+/* The scales of sub-blocks 2i, 2i + 1 of 8 rows as a 16-bit pair per lane
+ * (scales[0] and scales[1]: theirs) */
+static inline __m256i gmk_q6k_x8_scale_pairs(const int8_t scales[2][8]) {
+    const __m128i two = gm_load128(scales);
+    return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(two, _mm_srli_si128(two, 8)));
+}
+
+/* gmk_q6k_pack16's copy of 16 rows held interleaved (two groups of
+ * block_q6_Kx8, the second at w + 8 bw): a group's codes come out 8 rows
+ * side by side, as the pack lays them, and its scales by sub-block. */
+static size_t gmk_q6k_pack16_x8(int64_t n, const void *w, size_t bw, void *dst) {
+    const int64_t nsb = n / QK_K;
+    if (!dst) return (size_t)nsb * sizeof(gmk_q6k_x16);
+    gmk_q6k_x16 *out = dst;
+    for (int64_t ib = 0; ib < nsb; ib++)
+        for (int g = 0; g < 2; g++) {
+            const block_q6_Kx8 *x = (const block_q6_Kx8 *)((const uint8_t *)w + (size_t)g * 8 * bw) + ib;
+            for (int h = 0; h < 2; h++)
+                for (int t = 0; t < 8; t++) {
+                    __m256i code[4];
+                    gmk_q6k_x8_codes(x->qs[h][t], code);
+                    for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(out[ib].q[4 * h + i][t] + 8 * g), code[i]);
+                }
+            for (int j = 0; j < QK_K / 16; j++)
+                _mm256_storeu_si256((__m256i *)(out[ib].sc2[j] + 8 * g), gmk_q6k_x8_scale(x->scales[j]));
+            for (int i = 0; i < QK_K / 32; i++) {
+                const __m256i pair = gmk_q6k_x8_scale_pairs(x->scales + 2 * i);
+                _mm256_storeu_si256((__m256i *)(out[ib].off[i] + 8 * g),
+                                    _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(pair, 5)));
+            }
+            _mm256_storeu_ps(out[ib].d + 8 * g, _mm256_cvtph_ps(gm_load128(x->d)));
+        }
+    return (size_t)nsb * sizeof(gmk_q6k_x16);
+}
+
 /* the activations' sums over sub-blocks 2c and 2c + 1, as one 16-bit pair
  * per chunk c */
 static inline void gmk_bsum_pairs(const block_q8_K *a, int32_t out[4]) {
@@ -692,6 +750,7 @@ GML_DEFINE(q8_0, block_q8_0, block_q8_0, gm_row_q8_0, GML_Q8_0_SHIFT, 0)
         (k)->type[PE_TYPE_Q4_K_X8].rows8.pack16 = gmk_q4k_pack16_x8; \
         (k)->type[PE_TYPE_Q6_K].packed.pack16 = gmk_q6k_pack16; \
         (k)->type[PE_TYPE_Q6_K].packed.gemm16 = gmk_q6k_gemm16; \
+        (k)->type[PE_TYPE_Q6_K_X8].rows8.pack16 = gmk_q6k_pack16_x8; \
         GMK_GEMM32_INSTALL(k);                               \
         GML_PACK16_INSTALL(k);                               \
     } while (0)
